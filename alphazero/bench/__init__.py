@@ -1,0 +1,39 @@
+"""`alphazero bench`: speed figures, each printed beside a baseline measured in the same run.
+
+One module per benchmark; each exposes `add_arguments(parser)` and `run(args)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+BENCHES = {
+    "movegen": "perft nodes/s of the Cython core vs python-chess and Stockfish",
+}
+
+
+def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="bench", metavar="BENCH", required=True)
+    for name, help_text in BENCHES.items():
+        module = importlib.import_module(f"alphazero.bench.{name}")
+        module.add_arguments(sub.add_parser(name, help=help_text))
+
+
+def run_bench(args: argparse.Namespace) -> None:
+    importlib.import_module(f"alphazero.bench.{args.bench}").run(args)
+
+
+def ratio(numerator: float, denominator: float) -> str:
+    """A speed ratio printed as a number followed by x ('31.5x'); '-' when undefined."""
+    if denominator <= 0 or numerator <= 0:
+        return "-"
+    return f"{numerator / denominator:.1f}x"
+
+
+def rate(value: float) -> str:
+    """A rate with an SI suffix ('12.3M')."""
+    for threshold, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= threshold:
+            return f"{value / threshold:.1f}{suffix}"
+    return f"{value:.0f}"
