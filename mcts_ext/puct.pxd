@@ -1,0 +1,95 @@
+# Selection, expansion priors and backup over a Tree (header only, inlined
+# into the search loop). They know nothing of games, noise or temperature:
+# the constants come in a PuctParams the search fills once from its options.
+
+from libc.math cimport exp, isfinite, log, sqrt
+from libc.stdint cimport int32_t
+
+from mcts_ext.tree cimport NO_NODE, Tree
+
+cdef enum:
+    FPU_REDUCTION = 0    # unvisited child's Q = parent's Q - fpu_value * sqrt(prior mass already visited)
+    FPU_ABSOLUTE = 1     # unvisited child's Q = fpu_value
+
+ctypedef struct PuctParams:
+    float c_init          # exploration at zero visits
+    float c_base          # visits over which exploration grows logarithmically
+    int fpu_mode
+    float fpu_value
+    float virtual_loss    # value charged per in-flight simulation (from the chooser's view)
+
+
+cdef inline float node_q(const Tree* tree, int32_t node, float virtual_loss) noexcept nogil:
+    """Q of the move into `node` for the player who chose it, counting in-flight simulations as losses."""
+    cdef int32_t n = tree.visits[node] + tree.in_flight[node]
+    return (tree.value_sum[node] - virtual_loss * tree.in_flight[node]) / n
+
+
+cdef inline int32_t select_edge(const Tree* tree, int32_t node, const PuctParams* params) noexcept nogil:
+    """The edge maximising Q + U (AlphaZero's PUCT); ties go to the first edge."""
+    cdef int32_t first = tree.first_edge[node], count = tree.edge_count[node]
+    cdef int32_t parent_visits = tree.visits[node] + tree.in_flight[node]
+    cdef float c = log((1.0 + parent_visits + params.c_base) / params.c_base) + params.c_init
+    cdef float c_sqrt_n = c * sqrt(<float>parent_visits)
+    cdef float fpu = params.fpu_value
+    cdef float visited_prior = 0.0
+    cdef int32_t edge, child, best = first, n
+    cdef float score, best_score = -1e30, q
+    if params.fpu_mode == FPU_REDUCTION:
+        for edge in range(first, first + count):
+            child = tree.child[edge]
+            if child != NO_NODE and tree.visits[child] + tree.in_flight[child] > 0:
+                visited_prior += tree.prior[edge]
+        # The node's own value is seen by its parent's mover; its side to move sees the negation.
+        q = -tree.value_sum[node] / tree.visits[node] if tree.visits[node] > 0 else 0.0
+        fpu = q - params.fpu_value * sqrt(visited_prior)
+    for edge in range(first, first + count):
+        child = tree.child[edge]
+        n = 0 if child == NO_NODE else tree.visits[child] + tree.in_flight[child]
+        q = fpu if n == 0 else node_q(tree, child, params.virtual_loss)
+        score = q + c_sqrt_n * tree.prior[edge] / (1 + n)
+        if score > best_score:
+            best_score = score
+            best = edge
+    return best
+
+
+cdef inline void add_in_flight(Tree* tree, int32_t node, int32_t delta) noexcept nogil:
+    while node != NO_NODE:
+        tree.in_flight[node] += delta
+        node = tree.parent[node]
+
+
+cdef inline void backup(Tree* tree, int32_t leaf, float value) noexcept nogil:
+    """Adds one simulation's `value` (from the leaf's side to move) up the path to the root."""
+    cdef int32_t node = leaf
+    cdef float v = -value  # seen by the player who moved into the leaf
+    while node != NO_NODE:
+        tree.visits[node] += 1
+        tree.value_sum[node] += v
+        v = -v
+        node = tree.parent[node]
+
+
+cdef inline bint logits_finite(const float* logits, const int32_t* indices, int count) noexcept nogil:
+    cdef int i
+    for i in range(count):
+        if not isfinite(logits[indices[i]]):
+            return False
+    return True
+
+
+cdef inline void set_priors(Tree* tree, int32_t node, const float* logits, const int32_t* indices) noexcept nogil:
+    """Softmax of the legal moves' logits (the rest are masked out) into the node's edge priors."""
+    cdef int32_t first = tree.first_edge[node], count = tree.edge_count[node], i
+    cdef float top = -1e30, total = 0.0, p
+    for i in range(count):
+        if logits[indices[i]] > top:
+            top = logits[indices[i]]
+    for i in range(count):
+        # Subtracting the maximum keeps exp() from overflowing; the result is unchanged.
+        p = exp(logits[indices[i]] - top)
+        tree.prior[first + i] = p
+        total += p
+    for i in range(count):
+        tree.prior[first + i] /= total

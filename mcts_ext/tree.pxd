@@ -1,0 +1,42 @@
+# Search tree storage: flat, growable arrays of nodes and edges, one Tree per
+# game. No Python object per node. Selection and backup live in puct.pxd.
+#
+# A node's value_sum is seen from the player who moved INTO the node (the
+# player choosing among its parent's edges), so a parent maximises its
+# children's Q directly; the node's own side to move sees -value_sum.
+
+from libc.stdint cimport int8_t, int16_t, int32_t, uint8_t
+
+from mcts_ext.position cimport Move
+
+cdef enum:
+    ROOT = 0
+    NO_NODE = -1
+    UNEXPANDED = -1    # edge_count before the node's legal moves are known
+
+ctypedef struct Tree:
+    # nodes [node_capacity]
+    int32_t* first_edge     # index of the node's first edge
+    int16_t* edge_count     # number of legal moves, or UNEXPANDED
+    int32_t* visits         # completed simulations through the node
+    float* value_sum        # sum of their values, from the view of the player who moved into the node
+    int32_t* in_flight      # simulations through the node still waiting for the network (virtual loss)
+    int32_t* parent         # parent node, NO_NODE for the root
+    int8_t* terminal        # game status (position.pxd) when the node ends the game, else ONGOING
+    uint8_t* pending        # 1 while the node's own evaluation is in the current batch
+    # edges [edge_capacity]
+    Move* move
+    float* prior            # policy prior (with Dirichlet noise at a noisy root)
+    int32_t* child          # node reached by the edge, NO_NODE until first visited
+    int32_t node_count
+    int32_t node_capacity
+    int32_t edge_total
+    int32_t edge_capacity
+
+# All return -1 when memory runs out.
+cdef int tree_init(Tree* tree) noexcept nogil
+cdef void tree_free(Tree* tree) noexcept nogil
+cdef int tree_reset(Tree* tree) noexcept nogil
+cdef int tree_add_node(Tree* tree, int32_t parent) noexcept nogil
+cdef int tree_add_edges(Tree* tree, int32_t node, const Move* moves, int count) noexcept nogil
+cdef int tree_keep_subtree(Tree* tree, int32_t new_root, Tree* scratch) noexcept nogil
