@@ -1,0 +1,270 @@
+"""The batched PUCT search: budgets, noise, determinism, tactics, records, bad input."""
+
+from __future__ import annotations
+
+import chess
+import numpy as np
+import pytest
+
+from mcts_ext import Board
+from mcts_ext.driver import analyse, run, uniform_evaluator
+from mcts_ext.encode import NUM_MOVES
+from mcts_ext.search import MultiGameSearch
+
+
+def play_games(search: MultiGameSearch, evaluate=uniform_evaluator) -> list[dict]:
+    records: list[dict] = []
+    run(search, evaluate, on_step=lambda rows: records.extend(r for _, r in search.take_finished()))
+    return records
+
+
+def replay(record: dict) -> chess.Board:
+    """Replays a record in python-chess (push raises on an illegal move)."""
+    board = chess.Board(record["start_fen"])
+    for uci in record["moves"]:
+        move = chess.Move.from_uci(uci)
+        assert move in board.legal_moves, f"illegal {uci} in {board.fen()}"
+        board.push(move)
+    return board
+
+
+def material_evaluator(planes: np.ndarray, scalars: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Uniform priors; value = material balance for the side to move (P1 N3 B3 R5 Q9), squashed."""
+    worth = np.array([1, 3, 3, 5, 9, 0], dtype=np.float64)
+    counts = np.array([[bin(int(b)).count("1") for b in row[:12]] for row in planes], dtype=np.float64)
+    balance = counts[:, :6] @ worth - counts[:, 6:12] @ worth
+    return np.zeros((len(planes), NUM_MOVES), np.float32), np.tanh(balance / 5).astype(np.float32)
+
+
+def test_root_visits_add_up_to_the_budget():
+    for budget in (1, 50, 333):
+        stats = analyse(Board(), uniform_evaluator, budget).root_stats(0)
+        assert sum(visits for _, _, visits, _, _ in stats) == budget
+
+
+def test_self_play_samples_carry_the_full_budget_of_visits():
+    search = MultiGameSearch(2, simulations=40, seed=5, ply_limit=30)
+    for record in play_games(search):
+        offsets, probs = record["policy_offsets"], record["policy_probs"]
+        sums = np.add.reduceat(probs, offsets[:-1])
+        np.testing.assert_allclose(sums, 1.0, atol=1e-5)
+        # Each probability is a whole number of the 40 visits.
+        np.testing.assert_allclose(probs * 40, np.round(probs * 40), atol=1e-3)
+
+
+def test_noise_changes_root_priors_only():
+    search = analyse(Board(), uniform_evaluator, 400, add_noise=True, seed=7)
+    root = np.array(list(search.priors(0).values()))
+    assert root.sum() == pytest.approx(1.0, abs=1e-5)
+    assert root.std() > 0.01  # uniform priors would have no spread
+    child = np.array(list(search.priors(0, [search.best_move(0)]).values()))
+    np.testing.assert_allclose(child, 1.0 / len(child), rtol=1e-5)
+    quiet = analyse(Board(), uniform_evaluator, 400)
+    np.testing.assert_allclose(list(quiet.priors(0).values()), 1 / 20, rtol=1e-5)
+
+
+def test_same_seed_same_game_and_batch_mates_do_not_matter():
+    def first_game(games: int, seed: int) -> list[str]:
+        search = MultiGameSearch(games, simulations=16, seed=seed, ply_limit=60)
+        records = {}
+        run(search, uniform_evaluator, on_step=lambda rows: records.update(search.take_finished()))
+        return records[0]["moves"]
+
+    assert first_game(1, seed=11) == first_game(1, seed=11) == first_game(4, seed=11)
+    assert first_game(1, seed=11) != first_game(1, seed=12)
+
+
+def test_finds_mate_in_one_for_either_side():
+    scholar = Board.from_moves("e2e4 e7e5 f1c4 b8c6 d1h5 g8f6".split())
+    assert analyse(scholar, uniform_evaluator, 200).best_move(0) == "h5f7"
+    fool = Board.from_moves("f2f3 e7e5 g2g4".split())
+    search = analyse(fool, uniform_evaluator, 200)
+    assert search.best_move(0) == "d8h4"
+    q_of = {uci: q for uci, _, _, q, _ in search.root_stats(0)}
+    assert q_of["d8h4"] == pytest.approx(1.0)  # scored exactly, never by the evaluator
+
+
+def forces_mate_in_one(board: chess.Board, move: chess.Move) -> bool:
+    """Whether `move` mates, or every reply to it allows a mate in one."""
+    board = board.copy()
+    board.push(move)
+    if board.is_checkmate():
+        return True
+    replies = list(board.legal_moves)
+    for reply in replies:
+        board.push(reply)
+        mates = any(_mated_after(board, m) for m in list(board.legal_moves))
+        board.pop()
+        if not mates:
+            return False
+    return bool(replies)
+
+
+def _mated_after(board: chess.Board, move: chess.Move) -> bool:
+    board.push(move)
+    mated = board.is_checkmate()
+    board.pop()
+    return mated
+
+
+# With equal priors the budget a mate needs grows with the number of legal
+# moves (a 31-move position needs about 1600); these have about 20.
+@pytest.mark.parametrize(("fen", "budget"), [("k7/8/2K5/8/8/8/8/7R w - - 0 1", 400),
+                                             ("7k/8/5K2/8/8/8/8/R7 w - - 0 1", 800)])
+def test_finds_mate_in_two(fen, budget):
+    board = chess.Board(fen)
+    assert not any(_mated_after(board, m) for m in board.legal_moves)  # not a mate in one
+    best = analyse(Board(fen), uniform_evaluator, budget).best_move(0)
+    assert forces_mate_in_one(board, chess.Move.from_uci(best)), best
+
+
+def test_material_evaluator_takes_the_hanging_queen():
+    board = Board("4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1")
+    assert analyse(board, material_evaluator, 100).best_move(0) == "d2d5"
+
+
+def test_one_legal_move_is_played_and_finished_games_are_refused():
+    board = Board("7k/8/8/8/8/8/6q1/7K w - - 0 1")  # the king must take the queen
+    legal = board.legal_moves()
+    assert len(legal) == 1
+    assert analyse(board, uniform_evaluator, 30).best_move(0) == legal[0]
+    mated = Board.from_moves(["f2f3", "e7e5", "g2g4", "d8h4"])
+    with pytest.raises(ValueError, match="game is over"):
+        analyse(mated, uniform_evaluator, 10)
+
+
+def test_early_moves_are_sampled_and_later_ones_greedy():
+    search = MultiGameSearch(12, simulations=24, temperature_plies=4, seed=3, ply_limit=12)
+    sampled_off_argmax = 0
+    for record in play_games(search):
+        board = chess.Board(record["start_fen"])
+        offsets, indices, probs = record["policy_offsets"], record["policy_indices"], record["policy_probs"]
+        for ply, uci in enumerate(record["moves"]):
+            from alphazero.moves import move_to_index
+
+            played = move_to_index(chess.Move.from_uci(uci), board.turn)
+            row = slice(offsets[ply], offsets[ply + 1])
+            share = dict(zip(indices[row].tolist(), probs[row].tolist()))
+            if ply >= 4:
+                assert share.get(played, 0.0) == pytest.approx(max(share.values())), (ply, uci)
+            elif share.get(played, 0.0) < max(share.values()):
+                sampled_off_argmax += 1
+            board.push_uci(uci)
+    assert sampled_off_argmax > 0
+
+
+def test_records_replay_in_python_chess_with_results_from_the_movers_view():
+    search = MultiGameSearch(6, simulations=20, seed=21)
+    records = play_games(search)
+    assert len(records) == 6
+    for record in records:
+        board = replay(record)
+        outcome = board.outcome(claim_draw=True)
+        expected_termination = {
+            chess.Termination.CHECKMATE: "checkmate", chess.Termination.STALEMATE: "stalemate",
+            chess.Termination.INSUFFICIENT_MATERIAL: "insufficient_material",
+            chess.Termination.FIFTY_MOVES: "fifty_moves", chess.Termination.THREEFOLD_REPETITION: "threefold_repetition",
+        }
+        if record["termination"] != "ply_limit":
+            assert expected_termination[outcome.termination] == record["termination"]
+            assert outcome.result() == record["result"]
+        samples = len(record["results"])
+        assert samples == record["plies"] == len(record["moves"])
+        assert record["planes"].shape == (samples, 112) and record["scalars"].shape == (samples, 7)
+        turns_white = record["scalars"][:, 0] == 1.0
+        if record["winner"] is None:
+            assert not record["results"].any()
+        else:
+            winner_white = record["winner"] == "white"
+            np.testing.assert_array_equal(record["results"], np.where(turns_white == winner_white, 1, -1))
+
+
+def test_resignation_ends_games_and_played_through_games_report_would_be_resignations():
+    def white_is_lost(planes, scalars):
+        white_to_move = scalars[:, 0] == 1.0
+        return np.zeros((len(planes), NUM_MOVES), np.float32), np.where(white_to_move, -0.99, 0.99).astype(np.float32)
+
+    kwargs = dict(simulations=8, seed=2, resign_threshold=-0.9, resign_consecutive=2, ply_limit=80)
+    resigning = play_games(MultiGameSearch(4, resign_disabled_fraction=0.0, **kwargs), white_is_lost)
+    for record in resigning:
+        assert record["termination"] == "resignation" and record["result"] == "0-1"
+        assert record["plies"] == 2  # White's second move below the threshold
+        assert record["results"][0] == -1 and record["results"][1] == 1
+    played_through = play_games(MultiGameSearch(4, resign_disabled_fraction=1.0, **kwargs), white_is_lost)
+    for record in played_through:
+        assert record["termination"] != "resignation" and not record["resign_enabled"]
+        assert record["would_resign_ply"] == 2 and record["would_resign_side"] == "white"
+
+
+def test_playout_cap_records_only_full_searches():
+    search = MultiGameSearch(4, simulations=32, playout_cap_fraction=0.25, playout_cap_simulations=4,
+                             seed=9, ply_limit=60)
+    for record in play_games(search):
+        full = record["full_search"]
+        assert 0 < full.sum() < len(full)
+        assert len(record["results"]) == full.sum()
+        np.testing.assert_array_equal(record["plies_of_samples"], np.flatnonzero(full))
+
+
+def test_tree_reuse_keeps_the_played_subtree():
+    for reuse in (False, True):
+        search = MultiGameSearch(1, simulations=64, tree_reuse=reuse, seed=4, temperature_plies=0)
+        batch = search.new_batch()
+        while search.board(0).ply == 0:
+            rows = search.gather(*batch)
+            search.backup(*[np.ascontiguousarray(a) for a in uniform_evaluator(batch[0][:rows], batch[1][:rows])])
+        if reuse:
+            assert sum(s[2] for s in search.root_stats(0)) > 0
+        else:
+            with pytest.raises(ValueError, match="no searched position"):
+                search.root_stats(0)
+
+
+def test_several_leaves_per_game_with_virtual_loss():
+    search = MultiGameSearch(3, simulations=48, leaves_per_game=4, seed=8, ply_limit=40)
+    assert search.max_batch == 12
+    records = play_games(search)
+    assert len(records) == 3
+    for record in records:
+        replay(record)
+        sums = np.add.reduceat(record["policy_probs"], record["policy_offsets"][:-1])
+        np.testing.assert_allclose(sums, 1.0, atol=1e-5)
+    stats = analyse(Board(), uniform_evaluator, 200, leaves_per_game=8).root_stats(0)
+    assert sum(s[2] for s in stats) == 200
+
+
+@pytest.mark.parametrize(
+    "options",
+    [dict(simulations=0), dict(leaves_per_game=0), dict(fpu_mode="nope"), dict(noise_weight=2.0),
+     dict(resign_threshold=-3.0), dict(playout_cap_fraction=1.5), dict(ply_limit=0), dict(c_base=0)],
+)
+def test_bad_options_raise_value_error(options):
+    with pytest.raises(ValueError):
+        MultiGameSearch(2, **options)
+    with pytest.raises(ValueError):
+        MultiGameSearch(0)
+
+
+def test_mismatched_batches_and_nan_are_refused_without_damage():
+    search = MultiGameSearch(2, simulations=10, seed=1)
+    planes, scalars, indices, counts, games = search.new_batch()
+    with pytest.raises(ValueError):
+        search.gather(planes[:1], scalars)
+    with pytest.raises(ValueError):
+        search.gather(np.zeros((2, 100), np.uint64), scalars)
+    rows = search.gather(planes, scalars, indices, counts, games)
+    assert rows == 2 and list(games[:rows]) == [0, 1] and list(counts[:rows]) == [20, 20]
+    assert sorted(indices[0, :20]) == sorted(np.flatnonzero(np.isin(np.arange(NUM_MOVES), indices[0, :20])))
+    logits, values = uniform_evaluator(planes[:rows], scalars[:rows])
+    with pytest.raises(RuntimeError):
+        search.gather(planes, scalars)  # the batch must be backed up first
+    with pytest.raises(ValueError):
+        search.backup(logits[:1], values)
+    with pytest.raises(ValueError, match="non-finite value"):
+        search.backup(logits, np.array([0.0, np.nan], np.float32))
+    bad = logits.copy()
+    bad[1, indices[1, 0]] = np.inf
+    with pytest.raises(ValueError, match="non-finite policy"):
+        search.backup(bad, values)
+    search.backup(logits, values)  # the same batch, now valid, still goes in
+    assert search.gather(planes, scalars) == 2
