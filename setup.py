@@ -9,7 +9,6 @@ import os
 import platform
 from pathlib import Path
 
-import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
@@ -35,8 +34,6 @@ extensions = [
     Extension(
         f"mcts_ext.{path.stem}",
         [str(path)],
-        include_dirs=[numpy.get_include()],
-        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
         extra_compile_args=compile_args,
     )
     for path in sorted(Path("mcts_ext").glob("*.pyx"))

@@ -18,10 +18,22 @@ from mcts_ext.search import MultiGameSearch
 Evaluator = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
+_ZEROS: dict[str, np.ndarray] = {"logits": np.zeros((0, NUM_MOVES), np.float32), "values": np.zeros(0, np.float32)}
+
+
 def uniform_evaluator(planes: np.ndarray, scalars: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Equal priors for every move and a value of 0: search guided by game ends alone."""
+    """Equal priors for every move and a value of 0: search guided by game ends alone.
+
+    Returns read-only views of one shared zero buffer (grown as needed), so
+    that timing a search with it measures the search, not memory allocation.
+    """
     rows = planes.shape[0]
-    return np.zeros((rows, NUM_MOVES), dtype=np.float32), np.zeros(rows, dtype=np.float32)
+    if rows > len(_ZEROS["values"]):
+        _ZEROS["logits"] = np.zeros((rows, NUM_MOVES), np.float32)
+        _ZEROS["values"] = np.zeros(rows, np.float32)
+        for array in _ZEROS.values():
+            array.flags.writeable = False
+    return _ZEROS["logits"][:rows], _ZEROS["values"][:rows]
 
 
 def evaluate_into(search: MultiGameSearch, evaluate: Evaluator, batch: tuple, rows: int) -> None:

@@ -26,31 +26,43 @@ cdef inline float node_q(const Tree* tree, int32_t node, float virtual_loss) noe
 
 
 cdef inline int32_t select_edge(const Tree* tree, int32_t node, const PuctParams* params) noexcept nogil:
-    """The edge maximising Q + U (AlphaZero's PUCT); ties go to the first edge."""
+    """The edge maximising Q + U (AlphaZero's PUCT); ties go to the first edge.
+
+    One pass over the edges: visited children are scored as they come; every
+    unvisited child shares one Q (the first-play urgency), so the best of them
+    is the first with the highest prior, scored once the prior mass of the
+    visited children is known.
+    """
     cdef int32_t first = tree.first_edge[node], count = tree.edge_count[node]
     cdef int32_t parent_visits = tree.visits[node] + tree.in_flight[node]
-    cdef float c = log((1.0 + parent_visits + params.c_base) / params.c_base) + params.c_init
-    cdef float c_sqrt_n = c * sqrt(<float>parent_visits)
-    cdef float fpu = params.fpu_value
-    cdef float visited_prior = 0.0
-    cdef int32_t edge, child, best = first, n
-    cdef float score, best_score = -1e30, q
-    if params.fpu_mode == FPU_REDUCTION:
-        for edge in range(first, first + count):
-            child = tree.child[edge]
-            if child != NO_NODE and tree.visits[child] + tree.in_flight[child] > 0:
-                visited_prior += tree.prior[edge]
-        # The node's own value is seen by its parent's mover; its side to move sees the negation.
-        q = -tree.value_sum[node] / tree.visits[node] if tree.visits[node] > 0 else 0.0
-        fpu = q - params.fpu_value * sqrt(visited_prior)
+    cdef float c_sqrt_n = (log((1.0 + parent_visits + params.c_base) / params.c_base) + params.c_init) \
+        * sqrt(<float>parent_visits)
+    cdef float visited_prior = 0.0, best_score = -1e30, unvisited_prior = -1.0, score, fpu
+    cdef int32_t edge, child, n, best = first, best_unvisited = first
     for edge in range(first, first + count):
         child = tree.child[edge]
         n = 0 if child == NO_NODE else tree.visits[child] + tree.in_flight[child]
-        q = fpu if n == 0 else node_q(tree, child, params.virtual_loss)
-        score = q + c_sqrt_n * tree.prior[edge] / (1 + n)
+        if n == 0:
+            if tree.prior[edge] > unvisited_prior:
+                unvisited_prior = tree.prior[edge]
+                best_unvisited = edge
+            continue
+        visited_prior += tree.prior[edge]
+        score = node_q(tree, child, params.virtual_loss) + c_sqrt_n * tree.prior[edge] / (1 + n)
         if score > best_score:
             best_score = score
             best = edge
+    if unvisited_prior < 0.0:
+        return best
+    if params.fpu_mode == FPU_REDUCTION:
+        # The node's own value is seen by its parent's mover; its side to move sees the negation.
+        fpu = -tree.value_sum[node] / tree.visits[node] if tree.visits[node] > 0 else 0.0
+        fpu -= params.fpu_value * sqrt(visited_prior)
+    else:
+        fpu = params.fpu_value
+    score = fpu + c_sqrt_n * unvisited_prior
+    if score > best_score or (score == best_score and best_unvisited < best):
+        return best_unvisited
     return best
 
 

@@ -250,7 +250,6 @@ cdef int32_t choose_edge(Slot* s, const Options* o) noexcept nogil:
     cdef Tree* tree = &s.tree
     cdef int32_t first = tree.first_edge[ROOT], count = tree.edge_count[ROOT], i, best = first, child
     cdef double weight, total = 0.0, target
-    cdef int visits, best_visits = -1
     cdef int ply = s.root_length - 1
     if ply < o.temperature_plies and o.temperature > 0.0:
         for i in range(first, first + count):
@@ -268,10 +267,16 @@ cdef int32_t choose_edge(Slot* s, const Options* o) noexcept nogil:
                     target -= weight
                     best = i  # rounding at the end of the range falls back to the last visited edge
             return best
-    for i in range(first, first + count):
+    return most_visited_edge(tree, ROOT)
+
+
+cdef int32_t most_visited_edge(const Tree* tree, int32_t node) noexcept nogil:
+    """The node's most visited edge; ties go to the higher prior, then the first."""
+    cdef int32_t first = tree.first_edge[node], i, best = first, child
+    cdef int visits, best_visits = -1
+    for i in range(first, first + tree.edge_count[node]):
         child = tree.child[i]
         visits = tree.visits[child] if child != NO_NODE else 0
-        # Ties between equally visited moves go to the higher prior.
         if visits > best_visits or (visits == best_visits and tree.prior[i] > tree.prior[best]):
             best_visits = visits
             best = i
@@ -578,7 +583,7 @@ cdef class MultiGameSearch:
 
         Row b gets the leaf's compact input (planes [B, 112], scalars [B, 7]) and,
         when the arrays are given, its legal moves' policy indices
-        (legal_indices [B, 256], the first legal_counts[b] valid) and its slot
+        (legal_indices [B, 256]; only the first legal_counts[b] are written) and its slot
         (leaf_games [B]). 0 rows with searching() > 0 means every simulation of
         this step ended in a scored game end: call gather() again.
         """
@@ -598,11 +603,13 @@ cdef class MultiGameSearch:
             rows = self._gather(&planes[0, 0], &scalars[0, 0], &out_of_memory)
         if out_of_memory:
             raise MemoryError("the search ran out of memory")
+        cdef int count
         for g in range(rows):
+            count = self.slots[self.leaf_slot[g]].tree.edge_count[self.leaf_node[g]]
             if legal_counts is not None:
-                legal_counts[g] = self.slots[self.leaf_slot[g]].tree.edge_count[self.leaf_node[g]]
+                legal_counts[g] = count
             if legal_indices is not None:
-                memcpy(&legal_indices[g, 0], &self.leaf_indices[g * MAX_MOVES], MAX_MOVES * sizeof(int32_t))
+                memcpy(&legal_indices[g, 0], &self.leaf_indices[g * MAX_MOVES], count * sizeof(int32_t))
             if leaf_games is not None:
                 leaf_games[g] = self.leaf_slot[g]
         self.pending_leaves = rows
@@ -641,8 +648,6 @@ cdef class MultiGameSearch:
                 turn = s.stack.positions[s.stack.length - 1].turn
                 for i in range(count):
                     self.leaf_indices[rows * MAX_MOVES + i] = move_index(moves[i], turn)
-                for i in range(count, MAX_MOVES):
-                    self.leaf_indices[rows * MAX_MOVES + i] = -1
                 self.leaf_slot[rows] = g
                 self.leaf_node[rows] = leaf
                 if o.leaves_per_game > 1:
@@ -653,7 +658,7 @@ cdef class MultiGameSearch:
             s.stack.length = s.root_length
         return rows
 
-    def backup(self, float[:, ::1] policy_logits not None, float[::1] values not None) -> None:
+    def backup(self, const float[:, ::1] policy_logits not None, const float[::1] values not None) -> None:
         """Hands back the network's output for the last gather()'s rows.
 
         policy_logits: float32 [B, 4672] (any values at illegal moves; they are
@@ -748,33 +753,17 @@ cdef class MultiGameSearch:
     def best_move(self, int slot) -> str:
         """The most visited move (ties to the higher prior), in UCI."""
         cdef Slot* s = self._readable(slot)
-        cdef int32_t first = s.tree.first_edge[ROOT], i, best = first, child
-        cdef int visits, best_visits = -1
-        for i in range(first, first + s.tree.edge_count[ROOT]):
-            child = s.tree.child[i]
-            visits = s.tree.visits[child] if child != NO_NODE else 0
-            if visits > best_visits or (visits == best_visits and s.tree.prior[i] > s.tree.prior[best]):
-                best_visits = visits
-                best = i
-        return move_to_uci(s.tree.move[best])
+        return move_to_uci(s.tree.move[most_visited_edge(&s.tree, ROOT)])
 
     def principal_variation(self, int slot, int max_length=32) -> list:
         """The line of most visited moves from the root, in UCI."""
         cdef Slot* s = self._readable(slot)
         cdef Tree* tree = &s.tree
-        cdef int32_t node = ROOT, i, best, child
-        cdef int visits, best_visits
+        cdef int32_t node = ROOT, best
         line = []
         while len(line) < max_length and tree.edge_count[node] > 0:
-            best = NO_NODE
-            best_visits = 0
-            for i in range(tree.first_edge[node], tree.first_edge[node] + tree.edge_count[node]):
-                child = tree.child[i]
-                visits = tree.visits[child] if child != NO_NODE else 0
-                if visits > best_visits:
-                    best_visits = visits
-                    best = i
-            if best == NO_NODE:
+            best = most_visited_edge(tree, node)
+            if tree.child[best] == NO_NODE or tree.visits[tree.child[best]] == 0:
                 break
             line.append(move_to_uci(tree.move[best]))
             node = tree.child[best]

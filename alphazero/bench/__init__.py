@@ -10,6 +10,8 @@ import importlib
 
 BENCHES = {
     "movegen": "perft nodes/s of the Cython core vs python-chess and Stockfish",
+    "search": "simulations/s of the Cython search vs a plain-Python PUCT over python-chess",
+    "network": "network evaluations/s by batch size for each preset (CPU, and CUDA when present)",
 }
 
 

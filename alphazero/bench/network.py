@@ -1,0 +1,199 @@
+"""`alphazero bench network`: network evaluations per second by batch size, per preset and device.
+
+Each point times the real inference path (``Evaluator.evaluate``: compact numpy
+in, expansion on the device, forward pass, float32 numpy out) on random
+positions, and is compared with batch size 1 of the same preset and device in
+the same run. Each point is the fastest of five or more timed rounds. On CUDA
+the evaluator runs bf16 autocast in channels_last.
+
+A point is skipped when one pass would take longer than --max-pass-seconds
+(default 1 s, predicted from the previous batch size), which keeps the 20x256
+alphazero network on a small CPU to its small batches (up to 64 on 2 cores) and
+the whole default run near a minute there; the output says what was skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from alphazero.bench import rate, ratio
+from alphazero.config import PRESET_NAMES, get_preset
+from alphazero.errors import UserError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from alphazero.network import Evaluator
+
+# torch, numpy and rich are imported inside the functions that use them: the CLI
+# imports every bench module to build its parser, and `alphazero perft` must not load torch.
+
+DEFAULT_BATCH_SIZES = "1,8,32,64,128,256"
+WARMUP_PASSES = 3  # the first passes allocate buffers and pick convolution algorithms
+WARMUP_SECONDS = 0.2  # and warm-up lasts at least this share of --seconds
+ROUNDS = 5  # timed rounds per point; the fastest counts
+
+
+@dataclass
+class Point:
+    batch: int
+    seconds_per_pass: float = 0.0
+    skipped: str = ""
+
+    @property
+    def evals_per_second(self) -> float:
+        return self.batch / self.seconds_per_pass if self.seconds_per_pass > 0 else 0.0
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.replace(" ", ",").split(",") if part]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"batch sizes must be positive integers, got {text!r}")
+    return sorted(set(values))
+
+
+def _preset_list(text: str) -> list[str]:
+    names = [part for part in text.replace(" ", ",").split(",") if part]
+    for name in names:
+        if name not in PRESET_NAMES:
+            raise argparse.ArgumentTypeError(f"unknown preset {name!r}; the presets are: {', '.join(PRESET_NAMES)}")
+    return names
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--preset", type=_preset_list, default=list(PRESET_NAMES), metavar="NAMES",
+                        help=f"comma-separated presets to measure (default: {','.join(PRESET_NAMES)})")
+    parser.add_argument("--batch-sizes", type=_int_list, default=_int_list(DEFAULT_BATCH_SIZES), metavar="SIZES",
+                        help=f"comma-separated batch sizes (default: {DEFAULT_BATCH_SIZES}); 1 is always added "
+                             "as the baseline")
+    parser.add_argument("--device", default="auto",
+                        help="auto (the CPU, and CUDA when present), cpu, cuda or cuda:N")
+    parser.add_argument("--seconds", type=float, default=1.0, help="timed seconds per point (default: 1.0)")
+    parser.add_argument("--max-pass-seconds", type=float, default=1.0,
+                        help="skip batch sizes whose single pass would take longer (default: 1.0)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the network (slow first passes)")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
+
+
+def _devices(spec: str) -> list[torch.device]:
+    import torch
+
+    from alphazero.network import pick_device
+
+    if spec.strip().lower() == "auto":
+        return [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
+    return [pick_device(spec)]
+
+
+def _random_positions(batch: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    import numpy as np
+
+    from alphazero.planes import COMPACT_PLANES, NUM_SCALARS
+
+    planes = rng.integers(0, np.iinfo(np.uint64).max, size=(batch, COMPACT_PLANES), dtype=np.uint64, endpoint=True)
+    scalars = rng.integers(0, 100, size=(batch, NUM_SCALARS)).astype(np.float32)
+    return planes, scalars
+
+
+def _measure(evaluator: Evaluator, batch: int, seconds: float, rng: np.random.Generator) -> float:
+    """Times evaluator.evaluate on ``batch`` positions for about ``seconds``; returns seconds per pass.
+
+    The time is split into at least ROUNDS rounds and the fastest round counts,
+    as timeit does: other processes on the machine only ever make a round slower.
+    """
+    planes, scalars = _random_positions(batch, rng)
+    warmup_passes, start = 0, time.perf_counter()
+    while warmup_passes < WARMUP_PASSES or time.perf_counter() - start < WARMUP_SECONDS * seconds:
+        evaluator.evaluate(planes, scalars)
+        warmup_passes += 1
+    last_pass = time.perf_counter()
+    evaluator.evaluate(planes, scalars)
+    per_round = max(1, round(seconds / ROUNDS / (time.perf_counter() - last_pass)))
+    best, rounds, start = float("inf"), 0, time.perf_counter()
+    while rounds < ROUNDS or time.perf_counter() - start < seconds:
+        round_start = time.perf_counter()
+        for _ in range(per_round):
+            evaluator.evaluate(planes, scalars)  # returns numpy, so CUDA work has finished when it does
+        best = min(best, (time.perf_counter() - round_start) / per_round)
+        rounds += 1
+    return best
+
+
+def _measure_model(evaluator: Evaluator, batches: list[int], args: argparse.Namespace) -> list[Point]:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    points: list[Point] = []
+    seconds_per_position = 0.0
+    for batch in batches:
+        # Per-position time falls as batches grow, so this prediction errs long.
+        predicted = seconds_per_position * batch
+        if predicted > args.max_pass_seconds:
+            points.append(Point(batch, skipped=f"~{predicted:.1f} s/pass"))
+            continue
+        point = Point(batch, _measure(evaluator, batch, args.seconds, rng))
+        seconds_per_position = point.seconds_per_pass / batch
+        points.append(point)
+    return points
+
+
+def _device_label(device: torch.device) -> str:
+    import torch
+
+    if device.type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name(device)}, bf16)"
+    return f"cpu ({torch.get_num_threads()} threads)"
+
+
+def run(args: argparse.Namespace) -> None:
+    import torch
+    from rich.console import Console
+    from rich.table import Table
+
+    from alphazero.network import AlphaZeroNet, Evaluator, count_parameters
+
+    if args.seconds <= 0 or args.max_pass_seconds <= 0:
+        raise UserError("--seconds and --max-pass-seconds must be positive")
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    devices = _devices(args.device)
+    batches = sorted(set(args.batch_sizes) | {1})
+    table = Table(title="network evaluations per second (Evaluator.evaluate: compact numpy in, numpy out)")
+    for column in ("preset", "parameters", "device", "batch", "evals/s", "ms/pass", "vs batch 1"):
+        table.add_column(column, justify="right")
+    notes, best = [], []
+    for name in args.preset:
+        config = get_preset(name).network
+        for device in devices:
+            torch.manual_seed(0)
+            model = AlphaZeroNet(config)
+            evaluator = Evaluator(model, device, compile=args.compile)
+            points = _measure_model(evaluator, batches, args)
+            baseline = points[0].evals_per_second
+            for i, point in enumerate(points):
+                label = (name, f"{count_parameters(model) / 1e6:.2f}M", _device_label(device)) if i == 0 else ("",) * 3
+                if point.skipped:
+                    table.add_row(*label, str(point.batch), "skipped", point.skipped, "-")
+                else:
+                    table.add_row(*label, str(point.batch), rate(point.evals_per_second),
+                                  f"{point.seconds_per_pass * 1e3:.2f}", ratio(point.evals_per_second, baseline))
+            table.rows[-1].end_section = True
+            skipped = [str(p.batch) for p in points if p.skipped]
+            if skipped:
+                notes.append(f"{name} on {device}: batch sizes {', '.join(skipped)} skipped, a pass would take over "
+                             f"{args.max_pass_seconds:g} s (raise --max-pass-seconds to measure them)")
+            top = max((p for p in points if not p.skipped), key=lambda p: p.evals_per_second)
+            best.append(f"{name} on {device}: best {rate(top.evals_per_second)} evals/s at batch {top.batch}, "
+                        f"{ratio(top.evals_per_second, baseline)} batch 1")
+            del evaluator, model
+    console = Console(width=max(Console().width, 100))
+    console.print(table)
+    for line in best + notes:
+        print(line)

@@ -1,0 +1,594 @@
+"""The run configuration: one tree of frozen dataclasses, three presets, saved as TOML.
+
+A run's ``config.toml`` is written once when the run is created and read back by
+every process that opens the run. Command-line overrides (``search.simulations=100``)
+change a config for one process; they are not written back.
+
+Sections and whether they may change when a run is reopened:
+
+- ``network`` (fixed): the architecture; the checkpoints only load into it.
+- ``learner`` (free, except ``learner.optimizer``, fixed because the saved
+  optimizer state only loads into the same optimizer).
+- ``search``, ``selfplay``, ``eval`` (free): they shape new games and matches,
+  not what was already saved.
+
+Presets:
+
+- ``tiny``: a CPU default. 2 blocks x 32 filters, 64 simulations, games capped at
+  256 plies: each core finishes a game every few seconds (32 at once, all within
+  about a minute and a half), and the learner starts on the first shard.
+- ``small``: 6 blocks x 64 filters, 200 simulations: a real run on one GPU.
+- ``alphazero``: the values of Silver et al. (2018): 20 blocks x 256 filters,
+  800 simulations, batch 4096, learning rate 0.2 dropping tenfold at 100k,
+  300k and 500k steps.
+
+Example::
+
+    config = apply_overrides(get_preset("tiny"), ["search.simulations=100"])
+    assert from_toml(to_toml(config)) == config
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import hashlib
+import math
+import tomllib
+import typing
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from alphazero.errors import UserError
+
+# AlphaZero's batch size: the learning rates below are quoted for it and scaled
+# linearly to the configured batch (Goyal et al., 2017).
+REFERENCE_BATCH_SIZE = 4096
+DEFAULT_PRESET = "tiny"
+# Fields that may not differ between a run's saved config and a reopening
+# process: "section.*" is a whole section.
+FIXED_FIELDS = ("network.*", "learner.optimizer")
+
+
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _field(default: Any, doc: str) -> Any:
+    """Declares a config field with its default and a one-line description (written into config.toml)."""
+    return field(default=default, metadata={"doc": doc})
+
+
+class _Section:
+    """Validation shared by the config sections: types, choices, lower bounds."""
+
+    SECTION: ClassVar[str] = ""
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {}
+    MINIMUM: ClassVar[dict[str, float]] = {}
+
+    def __post_init__(self) -> None:
+        hints = _type_hints(type(self))
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = _coerce(f"{self.SECTION}.{f.name}", getattr(self, f.name), hints[f.name])
+            object.__setattr__(self, f.name, value)
+        for name, allowed in self.CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise UserError(f"{self.SECTION}.{name} must be one of {', '.join(map(repr, allowed))}, "
+                                f"got {getattr(self, name)!r}")
+        for name, low in self.MINIMUM.items():
+            if getattr(self, name) < low:
+                raise UserError(f"{self.SECTION}.{name} must be at least {low:g}, got {getattr(self, name)!r}")
+        self._check()
+
+    def _check(self) -> None:
+        """Checks constraints between fields (overridden where needed)."""
+
+
+@dataclass(frozen=True)
+class NetworkConfig(_Section):
+    """The residual tower and its two heads. Fixed for the life of a run."""
+
+    SECTION: ClassVar[str] = "network"
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"value_head": ("scalar", "wdl")}
+    MINIMUM: ClassVar[dict[str, float]] = {"blocks": 0, "filters": 1, "policy_filters": 1,
+                                           "value_filters": 1, "value_hidden": 1}
+
+    blocks: int = _field(20, "residual blocks in the tower (each: conv-BN-ReLU-conv-BN, skip, ReLU)")
+    filters: int = _field(256, "channels of the stem and of every 3x3 convolution in the tower")
+    policy_filters: int = _field(256, "channels of the policy head's 3x3 conv-BN-ReLU before its last conv")
+    policy_kernel: int = _field(3, "kernel of the policy head's last conv to 73 move planes: 1 or 3")
+    value_head: str = _field("scalar", "'scalar': one tanh output (AlphaZero); 'wdl': win/draw/loss logits")
+    value_filters: int = _field(1, "channels of the value head's 1x1 conv-BN-ReLU")
+    value_hidden: int = _field(256, "units of the value head's hidden fully connected layer")
+
+    def _check(self) -> None:
+        if self.policy_kernel not in (1, 3):
+            raise UserError(f"network.policy_kernel must be 1 or 3, got {self.policy_kernel}")
+
+
+@dataclass(frozen=True)
+class SearchConfig(_Section):
+    """PUCT search in self-play (AlphaZero pseudocode values as defaults)."""
+
+    SECTION: ClassVar[str] = "search"
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"fpu_mode": ("reduction", "absolute")}
+    MINIMUM: ClassVar[dict[str, float]] = {
+        "simulations": 1, "c_init": 0.0, "c_base": 1.0, "dirichlet_alpha": 0.0, "noise_weight": 0.0,
+        "temperature_plies": 0, "temperature": 0.0, "leaves_per_game": 1, "virtual_loss": 0.0,
+        "ply_limit": 1, "resign_consecutive": 1, "resign_disabled_fraction": 0.0,
+        "playout_cap_fraction": 0.0, "playout_cap_simulations": 1,
+    }
+
+    simulations: int = _field(800, "simulations per move (the full budget)")
+    c_init: float = _field(1.25, "PUCT exploration constant: C(s) = log((1 + N + c_base) / c_base) + c_init")
+    c_base: float = _field(19652.0, "visit count over which exploration grows (see c_init)")
+    dirichlet_alpha: float = _field(0.3, "Dirichlet noise concentration at the root (0.3 for chess)")
+    noise_weight: float = _field(0.25, "share of the root prior replaced by Dirichlet noise")
+    fpu_mode: str = _field("reduction", "value of unvisited children: 'reduction' (parent minus fpu_value) "
+                                        "or 'absolute' (fpu_value)")
+    fpu_value: float = _field(0.25, "first-play urgency: the reduction or the absolute value, by fpu_mode")
+    temperature_plies: int = _field(30, "plies from the game start in which moves are sampled by visit count")
+    temperature: float = _field(1.0, "temperature of that sampling; later moves take the most visited")
+    leaves_per_game: int = _field(1, "leaves collected per game per network batch (>1 uses virtual loss)")
+    virtual_loss: float = _field(1.0, "value subtracted from a path while its leaf awaits evaluation")
+    tree_reuse: bool = _field(False, "keep the subtree of the played move for the next search")
+    ply_limit: int = _field(512, "plies after which a game is a draw")
+    resign_threshold: float = _field(-0.9, "resign when root and best child values stay below this")
+    resign_consecutive: int = _field(3, "consecutive own moves below resign_threshold before resigning")
+    resign_disabled_fraction: float = _field(0.1, "share of games played out to measure false resignations")
+    playout_cap_fraction: float = _field(0.0, "0 = off; else the share of moves given the full budget "
+                                              "(the others use playout_cap_simulations, no training target)")
+    playout_cap_simulations: int = _field(100, "simulations of the cheap moves when playout_cap_fraction > 0")
+
+    def _check(self) -> None:
+        for name in ("noise_weight", "resign_disabled_fraction", "playout_cap_fraction"):
+            if getattr(self, name) > 1.0:
+                raise UserError(f"search.{name} must lie in [0, 1], got {getattr(self, name)}")
+        if not -1.0 <= self.resign_threshold <= 1.0:
+            raise UserError(f"search.resign_threshold must lie in [-1, 1], got {self.resign_threshold}")
+
+
+@dataclass(frozen=True)
+class SelfPlayConfig(_Section):
+    """Self-play actors and how they reach the network."""
+
+    SECTION: ClassVar[str] = "selfplay"
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"inference": ("local", "server")}
+    MINIMUM: ClassVar[dict[str, float]] = {"actors": 0, "games_per_actor": 1, "shard_games": 1,
+                                           "server_batch_size": 1, "server_wait_ms": 0.0,
+                                           "weights_poll_seconds": 0.0, "max_games": 0}
+
+    actors: int = _field(0, "self-play actors; 0 = one per CPU core")
+    games_per_actor: int = _field(64, "games each actor plays at once; their leaves share one network batch")
+    shard_games: int = _field(64, "complete games per shard file in run/selfplay/")
+    inference: str = _field("local", "'local': each actor runs the network; 'server': batching GPU servers")
+    device: str = _field("auto", "device for local inference: auto, cpu, cuda or cuda:N")
+    server_batch_size: int = _field(1024, "most positions in one forward pass of an inference server")
+    server_wait_ms: float = _field(2.0, "longest an inference server waits to fill a batch")
+    weights_poll_seconds: float = _field(30.0, "how often an actor looks for a newer checkpoint")
+    save_pgn: bool = _field(True, "also write every game as PGN under run/games/")
+    max_games: int = _field(0, "stop after this many games in all; 0 = until stopped")
+
+
+@dataclass(frozen=True)
+class LearnerConfig(_Section):
+    """The training loop over the replay window."""
+
+    SECTION: ClassVar[str] = "learner"
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"optimizer": ("sgd", "adam")}
+    MINIMUM: ClassVar[dict[str, float]] = {
+        "batch_size": 1, "momentum": 0.0, "weight_decay": 0.0, "training_steps": 0,
+        "window_positions": 1, "min_window_positions": 1, "max_sample_reuse": 0.0,
+        "checkpoint_every": 1, "keep_checkpoints": 1, "keep_every_steps": 0, "log_every": 1,
+        "value_loss_weight": 0.0,
+    }
+
+    batch_size: int = _field(4096, "positions per training step")
+    optimizer: str = _field("sgd", "'sgd' (with momentum, as AlphaZero) or 'adam'")
+    learning_rates: tuple[float, ...] = _field((0.2, 0.02, 0.002, 0.0002),
+                                               "learning rate per stage, quoted for batch 4096 (see scale_lr)")
+    lr_boundaries: tuple[int, ...] = _field((100_000, 300_000, 500_000),
+                                            "steps at which the next learning rate starts")
+    scale_lr: bool = _field(True, "multiply learning rates by batch_size / 4096 (linear scaling)")
+    momentum: float = _field(0.9, "SGD momentum (Adam's beta1 when optimizer = 'adam')")
+    weight_decay: float = _field(1e-4, "L2 weight decay (AlphaZero's c = 1e-4)")
+    value_loss_weight: float = _field(1.0, "weight of the value loss beside the policy loss")
+    training_steps: int = _field(700_000, "stop after this many steps; 0 = until stopped")
+    window_positions: int = _field(20_000_000, "replay window: the newest positions sampled from")
+    min_window_positions: int = _field(500_000, "positions self-play must have written before training")
+    max_sample_reuse: float = _field(1.0, "most samples per self-play position; the learner waits beyond it")
+    checkpoint_every: int = _field(1000, "steps between checkpoints (actors pick up new weights from them)")
+    keep_checkpoints: int = _field(5, "newest checkpoints kept")
+    keep_every_steps: int = _field(50_000, "also keep older checkpoints at multiples of this step; 0 = none")
+    log_every: int = _field(100, "steps between TensorBoard scalars")
+    device: str = _field("auto", "training device: auto, cpu, cuda or cuda:N")
+    compile: bool = _field(False, "torch.compile the network for training")
+    seed: int = _field(0, "seed of the learner's sampling and initial weights")
+
+    def _check(self) -> None:
+        if len(self.learning_rates) != len(self.lr_boundaries) + 1:
+            raise UserError(f"learner.learning_rates needs one more entry than learner.lr_boundaries, got "
+                            f"{len(self.learning_rates)} rates and {len(self.lr_boundaries)} boundaries")
+        if list(self.lr_boundaries) != sorted(set(self.lr_boundaries)):
+            raise UserError(f"learner.lr_boundaries must be strictly increasing, got {list(self.lr_boundaries)}")
+        if any(rate <= 0 for rate in self.learning_rates):
+            raise UserError(f"learner.learning_rates must be positive, got {list(self.learning_rates)}")
+        if self.min_window_positions > self.window_positions:
+            raise UserError(f"learner.min_window_positions ({self.min_window_positions}) exceeds "
+                            f"learner.window_positions ({self.window_positions})")
+
+    def learning_rate(self, step: int) -> float:
+        """Gets the learning rate of training step ``step`` (0-based), scaled to the batch size."""
+        stage = sum(1 for boundary in self.lr_boundaries if step >= boundary)
+        scale = self.batch_size / REFERENCE_BATCH_SIZE if self.scale_lr else 1.0
+        return self.learning_rates[stage] * scale
+
+
+@dataclass(frozen=True)
+class EvalConfig(_Section):
+    """Matches between agents and the Elo table."""
+
+    SECTION: ClassVar[str] = "eval"
+    MINIMUM: ClassVar[dict[str, float]] = {"games": 2, "simulations": 1, "every_steps": 0,
+                                           "opening_plies": 0, "stockfish_movetime_ms": 1}
+
+    games: int = _field(100, "games per match, half with each colour")
+    simulations: int = _field(400, "simulations per move of the search agents")
+    opening_plies: int = _field(4, "random plies played before each pair of games, so games differ")
+    stockfish_elos: tuple[int, ...] = _field((1400, 1700, 2000), "UCI_Elo levels of the Stockfish opponents")
+    stockfish_movetime_ms: int = _field(100, "Stockfish's time per move")
+    every_steps: int = _field(0, "learner steps between automatic evaluations; 0 = only when asked")
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole configuration of a run; ``preset`` names the preset it started from."""
+
+    preset: str = DEFAULT_PRESET
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
+    selfplay: SelfPlayConfig = field(default_factory=SelfPlayConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+
+SECTIONS: dict[str, type[Any]] = {
+    "network": NetworkConfig,
+    "search": SearchConfig,
+    "selfplay": SelfPlayConfig,
+    "learner": LearnerConfig,
+    "eval": EvalConfig,
+}
+
+
+# --- values and their types ---------------------------------------------------
+
+def _describe(hint: Any) -> str:
+    if typing.get_origin(hint) is tuple:
+        return f"a list of {_describe(typing.get_args(hint)[0])}s"
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(hint, str(hint))
+
+
+def _coerce(dotted: str, value: Any, hint: Any) -> Any:
+    """Checks ``value`` against the field type ``hint``; widens int to float and lists to tuples.
+
+    Raises:
+        UserError: the value has the wrong type; the message names ``dotted``.
+    """
+    if typing.get_origin(hint) is tuple:
+        if isinstance(value, (list, tuple)):
+            item = typing.get_args(hint)[0]
+            return tuple(_coerce(f"{dotted}[{i}]", v, item) for i, v in enumerate(value))
+    elif hint is bool:
+        if isinstance(value, bool):
+            return value
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
+    elif hint is str:
+        if isinstance(value, str):
+            return value
+    raise UserError(f"{dotted} must be {_describe(hint)}, got {value!r}")
+
+
+_TRUE_WORDS = frozenset({"true", "yes", "on", "1"})
+_FALSE_WORDS = frozenset({"false", "no", "off", "0"})
+
+
+def _parse_text(dotted: str, text: str, hint: Any) -> Any:
+    """Parses a command-line value for a field of type ``hint``.
+
+    Raises:
+        UserError: ``text`` does not parse as that type.
+    """
+    text = text.strip()
+    if typing.get_origin(hint) is tuple:
+        inner = text[1:-1] if text.startswith("[") and text.endswith("]") else text
+        items = [part for part in (p.strip() for p in inner.split(",")) if part]
+        return tuple(_parse_text(f"{dotted}[{i}]", part, typing.get_args(hint)[0]) for i, part in enumerate(items))
+    if hint is bool:
+        if text.lower() in _TRUE_WORDS | _FALSE_WORDS:
+            return text.lower() in _TRUE_WORDS
+    elif hint is int:
+        try:
+            return int(text)
+        except ValueError:
+            pass
+    elif hint is float:
+        try:
+            return float(text)
+        except ValueError:
+            pass
+    elif hint is str:
+        if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+            return text[1:-1]
+        return text
+    raise UserError(f"{dotted} must be {_describe(hint)}, got {text!r}")
+
+
+def _field_hints(section: str) -> dict[str, Any]:
+    cls = SECTIONS[section]
+    hints = _type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _unknown_key(section: str, key: str) -> UserError:
+    names = list(_field_hints(section))
+    close = difflib.get_close_matches(key, names, n=1)
+    hint = f" (did you mean {section}.{close[0]}?)" if close else ""
+    return UserError(f"unknown config key {section}.{key}{hint}; {section} has: {', '.join(names)}")
+
+
+def _unknown_section(name: str) -> UserError:
+    return UserError(f"unknown config section {name!r}; the sections are: {', '.join(SECTIONS)}")
+
+
+# --- presets --------------------------------------------------------------------
+
+def _tiny() -> Config:
+    # Sized for a 2-core laptop: the net evaluates ~7k positions/s per core at
+    # batch 32, so 32 games x 64 simulations advance one ply in ~0.3 s and a game
+    # capped at 256 plies ends within about a minute and a half.
+    return Config(
+        preset="tiny",
+        network=NetworkConfig(blocks=2, filters=32, policy_filters=32, policy_kernel=1,
+                              value_filters=8, value_hidden=64),
+        search=SearchConfig(simulations=64, ply_limit=256),
+        selfplay=SelfPlayConfig(games_per_actor=32, shard_games=16, device="cpu", weights_poll_seconds=10.0),
+        learner=LearnerConfig(batch_size=256, lr_boundaries=(10_000, 30_000, 50_000), training_steps=70_000,
+                              window_positions=100_000, min_window_positions=2_000, max_sample_reuse=4.0,
+                              checkpoint_every=200, keep_checkpoints=5, keep_every_steps=5_000, log_every=20),
+        eval=EvalConfig(games=20),
+    )
+
+
+def _small() -> Config:
+    return Config(
+        preset="small",
+        network=NetworkConfig(blocks=6, filters=64, policy_filters=64, value_filters=16, value_hidden=128),
+        search=SearchConfig(simulations=200),
+        selfplay=SelfPlayConfig(games_per_actor=64, shard_games=32),
+        learner=LearnerConfig(batch_size=1024, lr_boundaries=(40_000, 120_000, 200_000), training_steps=280_000,
+                              window_positions=1_000_000, min_window_positions=20_000, max_sample_reuse=2.0,
+                              checkpoint_every=500, keep_every_steps=10_000),
+        eval=EvalConfig(games=40),
+    )
+
+
+def _alphazero() -> Config:
+    # The dataclass defaults are AlphaZero's values. The window is the exception:
+    # AlphaZero sampled from its last 1M games (~100M positions, ~100 GB in compact
+    # form); 20M positions keep the last ~200k games in ~20 GB.
+    return Config(preset="alphazero", selfplay=SelfPlayConfig(inference="server", games_per_actor=128))
+
+
+_PRESETS = {"tiny": _tiny, "small": _small, "alphazero": _alphazero}
+PRESET_NAMES: tuple[str, ...] = tuple(_PRESETS)
+
+
+def get_preset(name: str) -> Config:
+    """Gets the preset config called ``name`` (one of PRESET_NAMES).
+
+    Raises:
+        UserError: unknown name; the message lists the presets.
+    """
+    if name not in _PRESETS:
+        raise UserError(f"unknown preset {name!r}; the presets are: {', '.join(PRESET_NAMES)}")
+    return _PRESETS[name]()
+
+
+# --- TOML -------------------------------------------------------------------------
+
+def _toml_string(text: str) -> str:
+    escapes = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+    out = []
+    for char in text:
+        if char in escapes:
+            out.append(escapes[char])
+        elif ord(char) < 0x20 or ord(char) == 0x7F:
+            out.append(f"\\u{ord(char):04x}")
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)  # shortest text that reads back to the same float ('0.0001', '1e-05')
+    if isinstance(value, str):
+        return _toml_string(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} as a TOML value: {value!r}")
+
+
+def _section_toml(section: Any, *, comments: bool) -> list[str]:
+    lines = [f"[{section.SECTION}]"]
+    for f in dataclasses.fields(section):
+        if comments:
+            lines.append(f"# {f.metadata['doc']}")
+        lines.append(f"{f.name} = {_toml_value(getattr(section, f.name))}")
+    return lines
+
+
+def to_toml(config: Config, *, comments: bool = True) -> str:
+    """Writes ``config`` as TOML text; ``from_toml`` reads it back to an equal Config.
+
+    With ``comments=False`` the text is canonical (used for hashes).
+    """
+    lines = []
+    if comments:
+        lines += ["# alphazero run configuration. Written once when the run was created;",
+                  "# the [network] table and learner.optimizer may not change for this run.", ""]
+    lines.append(f"preset = {_toml_value(config.preset)}")
+    for name in SECTIONS:
+        lines.append("")
+        lines += _section_toml(getattr(config, name), comments=comments)
+    return "\n".join(lines) + "\n"
+
+
+def config_from_dict(data: dict[str, Any]) -> Config:
+    """Builds a Config from nested dicts (parsed TOML); keys left out take the named preset's values.
+
+    Raises:
+        UserError: unknown preset, section or key, or a value of the wrong type.
+    """
+    preset = data.get("preset", DEFAULT_PRESET)
+    if not isinstance(preset, str):
+        raise UserError(f"preset must be a string, got {preset!r}")
+    config = get_preset(preset)
+    sections = {}
+    for name, table in data.items():
+        if name == "preset":
+            continue
+        if name not in SECTIONS:
+            raise _unknown_section(name)
+        if not isinstance(table, dict):
+            raise UserError(f"config section {name!r} must be a table ([{name}]), got {table!r}")
+        hints = _field_hints(name)
+        for key in table:
+            if key not in hints:
+                raise _unknown_key(name, key)
+        sections[name] = dataclasses.replace(getattr(config, name), **table)
+    return dataclasses.replace(config, **sections)
+
+
+def from_toml(text: str) -> Config:
+    """Reads a Config from TOML text (as written by ``to_toml``).
+
+    Raises:
+        UserError: the text is not TOML, or names an unknown preset, section or
+            key, or holds a value of the wrong type; the message names the key.
+    """
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise UserError(f"config is not valid TOML: {error}") from None
+    return config_from_dict(data)
+
+
+# --- overrides, compatibility and hashes ----------------------------------------------
+
+def _split_override(item: str) -> tuple[str, str, str]:
+    key, sep, text = item.partition("=")
+    key = key.strip()
+    if not sep:
+        raise UserError(f"an override must look like section.key=value, got {item!r}")
+    if key == "preset":
+        raise UserError("the preset cannot be overridden; choose it when creating the run (--preset)")
+    section, dot, name = key.partition(".")
+    if not dot or not name:
+        raise UserError(f"an override must look like section.key=value, got {item!r}")
+    if section not in SECTIONS:
+        raise _unknown_section(section)
+    if name not in _field_hints(section):
+        raise _unknown_key(section, name)
+    return section, name, text
+
+
+def apply_overrides(config: Config, overrides: Iterable[str]) -> Config:
+    """Applies ``section.key=value`` overrides, converting each value to the field's type.
+
+    All overrides of one section are applied together, so fields checked
+    against each other (learning_rates and lr_boundaries) can change at once.
+    Lists are written ``a,b,c`` or ``[a, b, c]``; booleans true/false/yes/no/1/0.
+
+    Raises:
+        UserError: a malformed override, unknown section or key, or a value
+            that does not convert or is out of range.
+    """
+    changes: dict[str, dict[str, Any]] = {}
+    for item in overrides:
+        section, name, text = _split_override(item)
+        changes.setdefault(section, {})[name] = _parse_text(f"{section}.{name}", text, _field_hints(section)[name])
+    sections = {name: dataclasses.replace(getattr(config, name), **values) for name, values in changes.items()}
+    return dataclasses.replace(config, **sections)
+
+
+def _is_fixed(section: str, name: str) -> bool:
+    return f"{section}.*" in FIXED_FIELDS or f"{section}.{name}" in FIXED_FIELDS
+
+
+def incompatible_fields(saved: Config, requested: Config) -> list[str]:
+    """Lists the dotted names of FIXED_FIELDS on which ``requested`` differs from ``saved``.
+
+    These may not change when a run is reopened: the network architecture
+    (checkpoints only load into it) and the optimizer (its saved state only
+    loads into the same kind). Every other field may be overridden freely.
+    """
+    names = []
+    for section in SECTIONS:
+        old, new = getattr(saved, section), getattr(requested, section)
+        for f in dataclasses.fields(old):
+            if _is_fixed(section, f.name) and getattr(old, f.name) != getattr(new, f.name):
+                names.append(f"{section}.{f.name}")
+    return names
+
+
+def describe_differences(saved: Config, requested: Config, names: Sequence[str]) -> str:
+    """Formats 'network.blocks: run has 2, requested 4' for each dotted name, joined by '; '."""
+    parts = []
+    for dotted in names:
+        section, name = dotted.split(".", 1)
+        old = getattr(getattr(saved, section), name)
+        new = getattr(getattr(requested, section), name)
+        parts.append(f"{dotted}: run has {_toml_value(old)}, requested {_toml_value(new)}")
+    return "; ".join(parts)
+
+
+def architecture_hash(network: NetworkConfig | Config) -> str:
+    """Gets the sha256 hex digest of the canonical TOML of the network section."""
+    if isinstance(network, Config):
+        network = network.network
+    text = "\n".join(_section_toml(network, comments=False)) + "\n"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def config_hash(config: Config) -> str:
+    """Gets the sha256 hex digest of the canonical TOML of the whole config."""
+    return hashlib.sha256(to_toml(config, comments=False).encode()).hexdigest()
+
+
+def network_config_from_dict(data: dict[str, Any]) -> NetworkConfig:
+    """Builds a NetworkConfig from a dict (as saved in a checkpoint).
+
+    Raises:
+        UserError: unknown keys or values of the wrong type.
+    """
+    if not isinstance(data, dict):
+        raise UserError(f"network config must be a table, got {data!r}")
+    hints = _field_hints("network")
+    for key in data:
+        if key not in hints:
+            raise _unknown_key("network", key)
+    return NetworkConfig(**data)

@@ -1,0 +1,507 @@
+"""Players for matches: the Agent interface, a random mover, Stockfish, and player specs.
+
+An agent chooses moves for MANY games in one call, so that a network agent
+can put the positions of all the games it is playing into one batch:
+
+    choices = agent.choose([board_1, board_2, ...])   # one Choice per board
+
+Players are named on the command line by specs such as `random`,
+`stockfish:elo=1500` or `stockfish:skill=5,movetime=100`; `parse_player` turns
+a spec into an Agent through the `PLAYERS` registry, which other modules
+extend with `register_player` (policy, value, search-N, checkpoint agents).
+"""
+
+from __future__ import annotations
+
+import abc
+import random
+import re
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, TypeVar
+
+import chess
+import chess.engine
+
+from alphazero.errors import UserError
+from alphazero.stockfish import require_stockfish
+from eval.scores import score_to_value
+
+PlayerFactory = Callable[[dict[str, str], Mapping[str, Any]], "Agent"]
+"""Builds an agent from a spec's options (strings, already checked against the
+kind's declared options) and the caller's context (see parse_player)."""
+
+_AgentT = TypeVar("_AgentT", bound="Agent")
+
+FULL_STRENGTH_NODES = 100_000
+"""Stockfish's default limit at full strength: about 0.1 s a move on one core."""
+
+FALLBACK_MOVETIME_MS = 1000
+"""Stockfish's default limit in Elo mode for versions whose Elo formula we do not know."""
+
+
+# --- the interface ---------------------------------------------------------------
+
+
+@dataclass
+class Choice:
+    """An agent's move for one board.
+
+    `value` is the agent's estimate of the game for the side to move (the
+    agent itself) in [-1, 1], or None when it has none; the match runner uses
+    it for resignation. `info` holds extras for logs (nodes, depth, pv, ...),
+    JSON-serialisable values only.
+    """
+
+    move: chess.Move
+    value: float | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Agent(abc.ABC):
+    """A player. Subclasses implement `choose`; `new_game` and `close` are optional hooks.
+
+    Agents are context managers: `with parse_player("stockfish") as sf: ...`
+    closes the engine on the way out.
+    """
+
+    name: str
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @abc.abstractmethod
+    def choose(self, boards: Sequence[chess.Board]) -> list[Choice]:
+        """Chooses a move for each board; returns one Choice per board, in order.
+
+        Each board is a game in progress (not over) with its full move stack,
+        so the agent can see the history (repetitions, network history planes).
+        Contract: leave the boards as they were (push/pop is fine; the caller
+        owns them) and return legal moves; the match runner raises on an
+        illegal one.
+        """
+
+    def new_game(self) -> None:
+        """Hears that a game is starting (one call per game; games overlap in a match)."""
+
+    def close(self) -> None:
+        """Releases processes and memory; the agent is unusable afterwards. Safe to call twice."""
+
+    def __enter__(self: _AgentT) -> _AgentT:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+# --- random ----------------------------------------------------------------------
+
+
+class RandomAgent(Agent):
+    """Plays a uniformly random legal move; has no value (never resigns).
+
+    The same seed replays the same moves for the same sequence of positions.
+    """
+
+    def __init__(self, seed: int = 0, *, name: str | None = None) -> None:
+        super().__init__(name or ("random" if seed == 0 else f"random:seed={seed}"))
+        self._rng = random.Random(seed)
+
+    def choose(self, boards: Sequence[chess.Board]) -> list[Choice]:
+        """Chooses a random legal move on each board."""
+        return [Choice(self._rng.choice(list(board.legal_moves))) for board in boards]
+
+
+# --- Stockfish -------------------------------------------------------------------
+
+
+def _sf15_pick_depth(elo: int) -> int:
+    """Returns the depth at which Stockfish 12..15.1 fixes its move at this UCI_Elo.
+
+    With UCI_LimitStrength, those versions map Elo to a fractional skill level,
+    level = clamp(((elo - 1346.6) / 143.4) ^ (1 / 0.806), 0, 20), search with
+    MultiPV 4, and at depth 1 + int(level) pick a weakened move that later
+    iterations never change (search.cpp, `Skill::time_to_pick`). Searching
+    to that depth makes the same kind of pick as the calibrated engine (Elo
+    calibrated at 60 s + 0.6 s) without spending the rest of that time.
+    """
+    e = max(elo - 1346.6, 0.0) / 143.4
+    level = min(e ** (1 / 0.806), 20.0)
+    return 1 + int(level)
+
+
+def _knows_elo_formula(engine_name: str) -> bool:
+    """Checks that the engine is a Stockfish release whose Elo formula _sf15_pick_depth copies."""
+    match = re.match(r"Stockfish (\d+)", engine_name)
+    return match is not None and 12 <= int(match.group(1)) <= 15
+
+
+def _check_range(engine: chess.engine.SimpleEngine, option: str, value: int, flag: str) -> None:
+    """Raises UserError if the engine lacks `option` or `value` is outside its range."""
+    if option not in engine.options:
+        raise UserError(f"this Stockfish ({engine.id.get('name', '?')}) has no {option!r} option, needed for {flag}")
+    spec = engine.options[option]
+    if spec.min is not None and spec.max is not None and not spec.min <= value <= spec.max:
+        raise UserError(
+            f"{flag}={value} is out of range: {engine.id.get('name', 'Stockfish')} accepts "
+            f"{option} from {spec.min} to {spec.max}"
+        )
+
+
+@dataclass(frozen=True)
+class StockfishStrength:
+    """How strong Stockfish plays: at most one of `elo` (UCI_LimitStrength) and `skill` (0..20)."""
+
+    elo: int | None = None
+    skill: int | None = None
+
+    def options(self) -> dict[str, int | bool]:
+        """Returns the UCI options that set this strength."""
+        if self.elo is not None:
+            return {"UCI_LimitStrength": True, "UCI_Elo": self.elo}
+        if self.skill is not None:
+            return {"Skill Level": self.skill}
+        return {}
+
+    def default_limit(self, engine_name: str) -> chess.engine.Limit:
+        """Returns the search limit used when the caller sets none (see StockfishAgent)."""
+        if self.elo is not None:
+            if _knows_elo_formula(engine_name):
+                return chess.engine.Limit(depth=_sf15_pick_depth(self.elo))
+            return chess.engine.Limit(time=FALLBACK_MOVETIME_MS / 1000.0)
+        if self.skill is not None and self.skill < 20:
+            return chess.engine.Limit(depth=1 + self.skill)  # the depth where it picks its move
+        return chess.engine.Limit(nodes=FULL_STRENGTH_NODES)
+
+
+class StockfishAgent(Agent):
+    """Stockfish through python-chess, optionally weakened; one engine process per `processes`.
+
+    Strength: `elo` sets UCI_LimitStrength and UCI_Elo (Debian's 15.1 accepts
+    1350..2850); `skill` sets Skill Level (0..20); neither is full strength.
+    Search limit: any of `depth`, `nodes`, `movetime` (ms), whichever comes
+    first. With none given, the defaults are:
+    - elo: the depth at which Stockfish 12..15.1 fixes its weakened move
+      (1 + int(level), 1 for Elo 1350 up to 19 for 2850; see _sf15_pick_depth),
+      where it makes the same weakened pick as at its calibration time control.
+      Unknown versions: movetime FALLBACK_MOVETIME_MS;
+    - skill below 20: depth 1 + skill, for the same reason;
+    - full strength: FULL_STRENGTH_NODES nodes (about 0.1 s on one core,
+      and the same on every machine).
+    Weakened play is random (Stockfish seeds it from the clock).
+
+    `choose` searches the boards one after another on each engine; with
+    processes > 1 the boards are spread over that many engines, searched in
+    parallel. Threads and Hash are per engine (default 1 and 16 MB).
+    Choice.value is the engine's score for the side to move, through
+    eval.scores (mates are +-1). It and info["pv"] describe the engine's best
+    line, which a weakened engine may not play.
+
+    Raises UserError if Stockfish is missing, elo and skill are both given, a
+    number is out of range (the Elo range is quoted from the engine), or the
+    engine cannot be started.
+    """
+
+    def __init__(
+        self,
+        *,
+        elo: int | None = None,
+        skill: int | None = None,
+        depth: int | None = None,
+        nodes: int | None = None,
+        movetime: int | None = None,
+        threads: int = 1,
+        hash_mb: int = 16,
+        processes: int = 1,
+        path: str | None = None,
+        name: str | None = None,
+    ) -> None:
+        if elo is not None and skill is not None:
+            raise UserError("give Stockfish an elo or a skill level, not both")
+        for flag, value in (("depth", depth), ("nodes", nodes), ("movetime", movetime)):
+            if value is not None and value < 1:
+                raise UserError(f"{flag} must be at least 1, got {value}")
+        for flag, value in (("threads", threads), ("hash", hash_mb), ("processes", processes)):
+            if value < 1:
+                raise UserError(f"{flag} must be at least 1, got {value}")
+        super().__init__(name or _stockfish_name(elo, skill, depth, nodes, movetime))
+        self.strength = StockfishStrength(elo, skill)
+        self._engines: list[chess.engine.SimpleEngine] = []
+        self._pool: ThreadPoolExecutor | None = None
+        self._game: object = None
+        try:
+            self._start(path or require_stockfish(), processes, threads, hash_mb)
+            explicit = depth is not None or nodes is not None or movetime is not None
+            self.limit = (
+                chess.engine.Limit(depth=depth, nodes=nodes, time=None if movetime is None else movetime / 1000.0)
+                if explicit
+                else self.strength.default_limit(self._engines[0].id.get("name", ""))
+            )
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, path: str, processes: int, threads: int, hash_mb: int) -> None:
+        """Starts the engines, checks the strength against the first one's ranges, configures all."""
+        options: dict[str, int | bool] = {"Threads": threads, "Hash": hash_mb, **self.strength.options()}
+        for _ in range(processes):
+            try:
+                engine = chess.engine.SimpleEngine.popen_uci(path)
+            except (OSError, chess.engine.EngineError) as exc:
+                raise UserError(f"cannot start Stockfish at {path!r}: {exc}") from None
+            self._engines.append(engine)
+            if len(self._engines) == 1:
+                self._check_strength(engine)
+            engine.configure(options)
+
+    def _check_strength(self, engine: chess.engine.SimpleEngine) -> None:
+        if self.strength.elo is not None:
+            _check_range(engine, "UCI_Elo", self.strength.elo, "elo")
+        if self.strength.skill is not None:
+            _check_range(engine, "Skill Level", self.strength.skill, "skill")
+
+    def new_game(self) -> None:
+        """Makes the next search send `ucinewgame` (clears Stockfish's hash)."""
+        self._game = object()
+
+    def choose(self, boards: Sequence[chess.Board]) -> list[Choice]:
+        """Searches each board with the configured limit; in parallel over the engines."""
+        if not self._engines:
+            raise RuntimeError(f"{self.name} is closed")
+        n = min(len(self._engines), len(boards))
+        if n <= 1:
+            return [self._search(self._engines[0], board) for board in boards]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(len(self._engines), thread_name_prefix="stockfish")
+        # Engine k takes boards k, k + n, k + 2n, ...; each engine runs in one thread.
+        parts = list(
+            self._pool.map(lambda k: [self._search(self._engines[k], b) for b in boards[k::n]], range(n))
+        )
+        return [parts[i % n][i // n] for i in range(len(boards))]
+
+    def _search(self, engine: chess.engine.SimpleEngine, board: chess.Board) -> Choice:
+        result = engine.play(board, self.limit, game=self._game, info=chess.engine.INFO_ALL)
+        if result.move is None:
+            raise RuntimeError(f"{self.name} returned no move in {board.fen()}")
+        score = result.info.get("score")
+        info: dict[str, Any] = {
+            key: result.info[key] for key in ("depth", "seldepth", "nodes", "time") if key in result.info
+        }
+        info["pv"] = [move.uci() for move in result.info.get("pv", [])]
+        if score is not None:
+            info["score"] = str(score.relative)
+        return Choice(result.move, None if score is None else score_to_value(score.relative), info)
+
+    def close(self) -> None:
+        """Quits every engine process (killing one that does not answer)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        engines, self._engines = self._engines, []
+        for engine in engines:
+            try:
+                engine.quit()
+            except (chess.engine.EngineError, chess.engine.EngineTerminatedError, TimeoutError):
+                engine.close()
+
+
+def _stockfish_name(
+    elo: int | None, skill: int | None, depth: int | None, nodes: int | None, movetime: int | None
+) -> str:
+    """Returns a spec-like name, e.g. 'stockfish:elo=1500' or 'stockfish:skill=5,movetime=100'."""
+    parts = [f"{key}={value}" for key, value in
+             (("elo", elo), ("skill", skill), ("depth", depth), ("nodes", nodes), ("movetime", movetime))
+             if value is not None]
+    return "stockfish" + (":" + ",".join(parts) if parts else "")
+
+
+# --- player specs ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlayerKind:
+    """A kind of player in the registry.
+
+    `options` maps each accepted option to a line of help; `positional`, if
+    set, is the option that a bare value fills (`search:400` -> sims=400 with
+    positional="sims").
+    """
+
+    factory: PlayerFactory
+    help: str
+    options: Mapping[str, str]
+    positional: str | None = None
+
+
+PLAYERS: dict[str, PlayerKind] = {}
+"""The registry: player name -> kind. Extend it with register_player."""
+
+NAME_OPTION = "name"
+"""An option every kind accepts: the agent's display name (`stockfish:elo=1500,name=sf1500`)."""
+
+
+def register_player(
+    name: str,
+    factory: PlayerFactory,
+    *,
+    help: str,
+    options: Mapping[str, str] | None = None,
+    positional: str | None = None,
+    replace: bool = False,
+) -> None:
+    """Registers a kind of player under `name` for parse_player.
+
+    The factory gets the spec's options as strings (only declared ones reach
+    it; `name` is handled by parse_player) and the context given to
+    parse_player, and returns an Agent. Example::
+
+        def _search_agent(options, context):
+            return SearchAgent(sims=int(options.get("sims", "400")), run=context["run"])
+
+        register_player("search", _search_agent, help="network + PUCT search",
+                        options={"sims": "simulations a move (default 400)"}, positional="sims")
+
+    Raises ValueError if the name is taken (unless replace=True) or malformed,
+    or `positional` is not among the options.
+    """
+    if not re.fullmatch(r"[a-z][a-z0-9_-]*", name):
+        raise ValueError(f"a player name must be lower-case letters, digits, '-' or '_', got {name!r}")
+    if name in PLAYERS and not replace:
+        raise ValueError(f"player {name!r} is already registered")
+    opts = dict(options or {})
+    if positional is not None and positional not in opts:
+        raise ValueError(f"positional option {positional!r} of {name!r} is not among its options {sorted(opts)}")
+    PLAYERS[name] = PlayerKind(factory, help, opts, positional)
+
+
+def describe_players() -> str:
+    """Returns the accepted player specs, one kind per line with its options (for help and errors)."""
+    lines = []
+    for name, kind in sorted(PLAYERS.items()):
+        opts = ", ".join(f"{key} ({text})" for key, text in kind.options.items())
+        lines.append(f"  {name}: {kind.help}" + (f"; options: {opts}" if opts else ""))
+    return "\n".join(lines)
+
+
+def split_spec(spec: str) -> tuple[str, list[tuple[str | None, str]]]:
+    """Splits `NAME[:ITEM[,ITEM...]]` into the name and (key, value) items; a bare item has key None.
+
+    Raises UserError on an empty name, an empty item or an item with an empty key.
+    """
+    name, _, rest = spec.strip().partition(":")
+    name = name.strip().lower()
+    if not name:
+        raise UserError(f"empty player name in {spec!r}; expected e.g. 'stockfish:elo=1500'")
+    items: list[tuple[str | None, str]] = []
+    for item in rest.split(",") if rest.strip() else []:
+        key, eq, value = item.partition("=")
+        if not item.strip() or (eq and not key.strip()):
+            raise UserError(f"malformed option {item!r} in player spec {spec!r}; expected key=value")
+        items.append((key.strip().lower(), value.strip()) if eq else (None, key.strip()))
+    return name, items
+
+
+def _collect_options(spec: str, name: str, kind: PlayerKind, items: list[tuple[str | None, str]]) -> dict[str, str]:
+    """Checks items against the kind's options; returns them as a dict, bare value under `positional`."""
+    accepted = sorted([*kind.options, NAME_OPTION])
+    options: dict[str, str] = {}
+    for key, value in items:
+        if key is None:
+            if kind.positional is None:
+                raise UserError(f"{name!r} takes no bare value, got {value!r} in {spec!r}; options: {', '.join(accepted)}")
+            key = kind.positional
+        if key not in kind.options and key != NAME_OPTION:
+            raise UserError(f"unknown option {key!r} for {name!r} in {spec!r}; accepted: {', '.join(accepted)}")
+        if key in options:
+            raise UserError(f"option {key!r} given twice in {spec!r}")
+        options[key] = value
+    return options
+
+
+def parse_player(spec: str, **context: Any) -> Agent:
+    """Builds an agent from a player spec: `NAME[:key=value,...]`.
+
+    Examples: `random`, `random:seed=3`, `stockfish`, `stockfish:elo=1500`,
+    `stockfish:1500` (a bare value fills the kind's positional option),
+    `stockfish:skill=5,movetime=100`, `stockfish:depth=3,name=sf-d3`.
+    `context` is handed to the factory as a dict; the built-in kinds read
+    `seed` (default seed of `random`) and `stockfish_path`.
+
+    Raises UserError for an unknown name or option (listing what is
+    accepted), a malformed spec or a bad option value, and whatever the
+    factory raises (a missing Stockfish is a UserError).
+    """
+    name, items = split_spec(spec)
+    kind = PLAYERS.get(name)
+    if kind is None:
+        raise UserError(f"unknown player {name!r} in {spec!r}; accepted players:\n{describe_players()}")
+    options = _collect_options(spec, name, kind, items)
+    display = options.pop(NAME_OPTION, None)
+    agent = kind.factory(options, context)
+    if display:
+        agent.name = display
+    return agent
+
+
+def int_option(options: Mapping[str, str], key: str, default: int | None = None) -> int | None:
+    """Reads an integer option for a factory; `default` when absent.
+
+    Raises UserError quoting the value when it is not an integer.
+    """
+    if key not in options:
+        return default
+    try:
+        return int(options[key])
+    except ValueError:
+        raise UserError(f"option {key}={options[key]!r} must be an integer") from None
+
+
+def _make_random(options: dict[str, str], context: Mapping[str, Any]) -> Agent:
+    seed = int_option(options, "seed", int(context.get("seed", 0)))
+    return RandomAgent(0 if seed is None else seed)
+
+
+_STOCKFISH_OPTIONS = {
+    "elo": "UCI_Elo, e.g. 1500; Stockfish 15.1 allows 1350..2850",
+    "skill": "Skill Level 0..20",
+    "depth": "search depth in plies",
+    "nodes": "nodes a move",
+    "movetime": "milliseconds a move",
+    "threads": "threads per engine, default 1",
+    "hash": "hash MB per engine, default 16",
+    "processes": "engines searching games in parallel, default 1",
+}
+
+
+def _make_stockfish(options: dict[str, str], context: Mapping[str, Any]) -> Agent:
+    def opt(key: str, default: int | None = None) -> int | None:
+        return int_option(options, key, default)
+
+    return StockfishAgent(
+        elo=opt("elo"),
+        skill=opt("skill"),
+        depth=opt("depth"),
+        nodes=opt("nodes"),
+        movetime=opt("movetime"),
+        threads=opt("threads", 1) or 0,  # 0 (never None here) fails StockfishAgent's check
+        hash_mb=opt("hash", 16) or 0,
+        processes=opt("processes", 1) or 0,
+        path=context.get("stockfish_path"),
+    )
+
+
+register_player("random", _make_random, help="uniformly random legal moves", options={"seed": "random seed"})
+register_player(
+    "stockfish",
+    _make_stockfish,
+    help="Stockfish; default full strength at 100k nodes a move, elo/skill weaken it",
+    options=_STOCKFISH_OPTIONS,
+    positional="elo",
+)

@@ -1,0 +1,464 @@
+"""The match runner: two agents, many games at once, PGN and JSON lines out.
+
+Games start from the opening suite: opening k is played twice, agent A with
+White in the first game of the pair and with Black in the second, so the
+number of games is rounded up to an even number. Up to `concurrency` games
+are in flight; at each step every game where it is agent X's turn goes to X
+in ONE `choose` call, which is what lets a network agent batch positions
+across games.
+
+A game ends by the rules (python-chess `outcome(claim_draw=True)`: checkmate,
+stalemate, insufficient material, fifty moves, threefold repetition), as a
+draw at the ply limit, or by resignation when both agents agree it is lost
+(see `play_match`).
+
+With an `out_dir`, the finished games are rewritten after each game to
+`<match_id>.pgn` and `<match_id>.jsonl`, each through a temporary file
+`.<name>.tmp` renamed into place, so readers never see half a file and a crash
+loses only the games in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections import deque
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import chess
+import chess.pgn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from alphazero.errors import UserError
+from eval.agents import Agent, Choice
+from eval.elo import Summary, match_summary
+from eval.openings import Opening, load_openings
+
+DEFAULT_CONCURRENCY = 8
+DEFAULT_PLY_LIMIT = 512
+"""Games this long are draws (AlphaZero's self-play limit)."""
+
+DEFAULT_RESIGN_MOVES = 3
+"""Consecutive own moves on which both sides must agree before the loser resigns."""
+
+PLY_LIMIT = "ply limit"
+RESIGNATION = "resignation"
+DRAW = "1/2-1/2"
+
+
+class IllegalAgentMoveError(chess.IllegalMoveError):
+    """An agent returned an illegal move: a bug in that agent. The message names it, the move and the FEN."""
+
+
+class AgentContractError(RuntimeError):
+    """An agent broke the `choose` contract (wrong number of choices, a changed board, a NaN value)."""
+
+
+# --- records -----------------------------------------------------------------------
+
+
+@dataclass
+class GameRecord:
+    """One finished game of a match, from the initial position (opening moves included).
+
+    `values[i]` is the value the mover reported for ply i (None for opening
+    moves and agents without values); `started`/`finished` are ISO 8601 UTC.
+    """
+
+    match_id: str
+    round: int
+    opening: str
+    opening_plies: int
+    white: str
+    black: str
+    a_is_white: bool
+    result: str
+    termination: str
+    moves: list[str]
+    values: list[float | None]
+    started: str
+    finished: str
+
+    @property
+    def plies(self) -> int:
+        return len(self.moves)
+
+    @property
+    def score_a(self) -> float:
+        """Returns agent A's points: 1, 0.5 or 0."""
+        white_points = {"1-0": 1.0, "0-1": 0.0, DRAW: 0.5}[self.result]
+        return white_points if self.a_is_white else 1.0 - white_points
+
+    def to_json(self) -> dict[str, Any]:
+        """Returns the JSON-lines object for this game."""
+        return {
+            "match_id": self.match_id,
+            "round": self.round,
+            "white": self.white,
+            "black": self.black,
+            "agent_a": self.white if self.a_is_white else self.black,
+            "agent_b": self.black if self.a_is_white else self.white,
+            "a_colour": "white" if self.a_is_white else "black",
+            "opening": self.opening,
+            "opening_plies": self.opening_plies,
+            "result": self.result,
+            "score_a": self.score_a,
+            "termination": self.termination,
+            "plies": self.plies,
+            "moves": self.moves,
+            "values": self.values,
+            "started": self.started,
+            "finished": self.finished,
+        }
+
+    def to_pgn(self) -> chess.pgn.Game:
+        """Returns the game as a python-chess PGN game with the match headers."""
+        game = chess.pgn.Game()
+        game.headers.update(
+            {
+                "Event": self.match_id,
+                "Date": self.started[:10].replace("-", "."),
+                "Round": str(self.round),
+                "White": self.white,
+                "Black": self.black,
+                "Result": self.result,
+                "Opening": self.opening,
+                "Termination": self.termination,
+                "PlyCount": str(self.plies),
+            }
+        )
+        node: chess.pgn.GameNode = game
+        for uci in self.moves:
+            node = node.add_variation(chess.Move.from_uci(uci))
+        return game
+
+
+@dataclass
+class MatchResult:
+    """A finished (or interrupted) match: the games in round order, counted from agent A's side."""
+
+    match_id: str
+    agent_a: str
+    agent_b: str
+    games: list[GameRecord]
+    pgn_path: Path | None = None
+    jsonl_path: Path | None = None
+
+    @property
+    def wins(self) -> int:
+        return sum(g.score_a == 1.0 for g in self.games)
+
+    @property
+    def draws(self) -> int:
+        return sum(g.score_a == 0.5 for g in self.games)
+
+    @property
+    def losses(self) -> int:
+        return sum(g.score_a == 0.0 for g in self.games)
+
+    @property
+    def summary(self) -> Summary:
+        return match_summary(self.wins, self.draws, self.losses)
+
+
+def _format_elo(x: float | None) -> str:
+    if x is None:
+        return "?"
+    if math.isinf(x):
+        return "+inf" if x > 0 else "-inf"
+    return f"{round(x):+d}"  # round first: f"{-0.3:+.0f}" would print "-0"
+
+
+def format_summary(result: MatchResult) -> str:
+    """Formats a result on one line.
+
+    Example: "A vs B: +12 =5 -3, score 67.5%, Elo +127 (95%: +38..+231), LOS 99.4%".
+    """
+    s = result.summary
+    head = f"{result.agent_a} vs {result.agent_b}: +{result.wins} ={result.draws} -{result.losses}"
+    if s.score is None:
+        return f"{head}, no games"
+    return (
+        f"{head}, score {100 * s.score:.1f}%, Elo {_format_elo(s.elo)} "
+        f"(95%: {_format_elo(s.elo_low)}..{_format_elo(s.elo_high)}), LOS {100 * s.los:.1f}%"
+    )
+
+
+# --- games in flight -----------------------------------------------------------------
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True)
+class _Rules:
+    """How games end besides the rules of chess."""
+
+    ply_limit: int | None
+    resign_threshold: float | None
+    resign_moves: int
+
+
+@dataclass
+class _Game:
+    """A game in flight: its board, and what resignation needs to remember."""
+
+    round: int
+    opening: Opening
+    a_is_white: bool
+    board: chess.Board
+    started: str = field(default_factory=_now)
+    values: list[float | None] = field(default_factory=list)
+    last_value: dict[chess.Color, float | None] = field(default_factory=lambda: {chess.WHITE: None, chess.BLACK: None})
+    streak: dict[chess.Color, int] = field(default_factory=lambda: {chess.WHITE: 0, chess.BLACK: 0})
+    result: str | None = None
+    termination: str | None = None
+
+    def to_move(self, a: Agent, b: Agent) -> Agent:
+        """Returns the agent whose turn it is."""
+        return a if (self.board.turn == chess.WHITE) == self.a_is_white else b
+
+    def check_end(self, rules: _Rules) -> None:
+        """Ends the game if the rules or the ply limit say so."""
+        outcome = self.board.outcome(claim_draw=True)
+        if outcome is not None:
+            self.result, self.termination = outcome.result(), outcome.termination.name.lower()
+        elif rules.ply_limit is not None and len(self.board.move_stack) >= rules.ply_limit:
+            self.result, self.termination = DRAW, PLY_LIMIT
+
+    def play(self, agent: Agent, choice: Choice, rules: _Rules) -> None:
+        """Plays the agent's choice, or resigns for it; then checks for the end.
+
+        Raises IllegalAgentMoveError on an illegal move, AgentContractError on a non-finite value.
+        """
+        move, value, mover = choice.move, choice.value, self.board.turn
+        if not isinstance(move, chess.Move) or not self.board.is_legal(move):
+            raise IllegalAgentMoveError(
+                f"{agent.name} chose the illegal move {move} in {self.board.fen()} (round {self.round})"
+            )
+        if value is not None and not math.isfinite(value):
+            raise AgentContractError(f"{agent.name} gave the value {value!r} in {self.board.fen()}")
+        if self._resigns(mover, None if value is None else float(value), rules):
+            self.result, self.termination = ("0-1" if mover == chess.WHITE else "1-0"), RESIGNATION
+            return
+        self.board.push(move)
+        self.values.append(None if value is None else float(value))
+        self.check_end(rules)
+
+    def _resigns(self, mover: chess.Color, value: float | None, rules: _Rules) -> bool:
+        """Records the mover's value; True once both sides agreed for resign_moves of its moves.
+
+        Agreement: the mover's value < threshold and the opponent's last value
+        > -threshold. An agent without values never agrees, so never resigns
+        and is never resigned against.
+        """
+        self.last_value[mover] = value
+        threshold, other = rules.resign_threshold, self.last_value[not mover]
+        if threshold is None or value is None or other is None:
+            agree = False
+        else:
+            agree = value < threshold and other > -threshold
+        self.streak[mover] = self.streak[mover] + 1 if agree else 0
+        return self.streak[mover] >= rules.resign_moves
+
+    def record(self, match_id: str, a: Agent, b: Agent) -> GameRecord:
+        """Returns the finished game's record."""
+        assert self.result is not None and self.termination is not None
+        white, black = (a, b) if self.a_is_white else (b, a)
+        return GameRecord(
+            match_id=match_id,
+            round=self.round,
+            opening=self.opening.name,
+            opening_plies=len(self.opening.moves),
+            white=white.name,
+            black=black.name,
+            a_is_white=self.a_is_white,
+            result=self.result,
+            termination=self.termination,
+            moves=[m.uci() for m in self.board.move_stack],
+            values=[None] * len(self.opening.moves) + self.values,
+            started=self.started,
+            finished=_now(),
+        )
+
+
+def _advance(agent: Agent, games: list[_Game], rules: _Rules) -> None:
+    """Asks the agent for a move in all these games at once, and plays them.
+
+    Raises AgentContractError if the agent returns the wrong number of choices
+    or changes a board, IllegalAgentMoveError on an illegal move.
+    """
+    sizes = [len(g.board.move_stack) for g in games]
+    choices = agent.choose([g.board for g in games])
+    if len(choices) != len(games):
+        raise AgentContractError(f"{agent.name} returned {len(choices)} choices for {len(games)} boards")
+    for game, size, choice in zip(games, sizes, choices):
+        if len(game.board.move_stack) != size:
+            raise AgentContractError(f"{agent.name} changed the board it was given ({game.board.fen()})")
+        game.play(agent, choice, rules)
+
+
+# --- output --------------------------------------------------------------------------
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    """Writes text to `.NAME.tmp` beside path, then renames it over path."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _write_games(pgn_path: Path, jsonl_path: Path, records: Sequence[GameRecord]) -> None:
+    """Rewrites both output files with every finished game, in round order."""
+    ordered = sorted(records, key=lambda r: r.round)
+    _atomic_write(pgn_path, "".join(str(r.to_pgn()) + "\n\n" for r in ordered))
+    _atomic_write(jsonl_path, "".join(json.dumps(r.to_json()) + "\n" for r in ordered))
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._=+-]+", "_", name).strip("_.") or "agent"
+
+
+def _default_match_id(a: Agent, b: Agent) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{_slug(a.name)}-vs-{_slug(b.name)}-{stamp}"
+
+
+# --- the runner ------------------------------------------------------------------------
+
+
+def _check_arguments(
+    games: int, concurrency: int, ply_limit: int | None, resign_threshold: float | None, resign_moves: int,
+    match_id: str | None,
+) -> None:
+    """Raises UserError on an argument out of range, saying what is expected."""
+    if games < 0:
+        raise UserError(f"games must be at least 0, got {games}")
+    if concurrency < 1:
+        raise UserError(f"concurrency must be at least 1, got {concurrency}")
+    if ply_limit is not None and ply_limit < 1:
+        raise UserError(f"the ply limit must be at least 1 (or None), got {ply_limit}")
+    if resign_threshold is not None and not -1.0 < resign_threshold < 0.0:
+        raise UserError(f"resign_threshold is a value below which to resign, in (-1, 0), e.g. -0.9; got {resign_threshold}")
+    if resign_moves < 1:
+        raise UserError(f"resign_moves must be at least 1, got {resign_moves}")
+    if match_id is not None and (not match_id or match_id.startswith(".") or re.search(r"[/\\]", match_id)):
+        raise UserError(f"a match id names files: no '/', no leading '.', got {match_id!r}")
+
+
+def _schedule(openings: Sequence[Opening], games: int, seed: int) -> deque[tuple[int, Opening, bool]]:
+    """Returns (round, opening, a_is_white) for every game: each opening twice, colours swapped."""
+    if not openings:
+        raise UserError("the opening suite is empty")
+    total = games + games % 2
+    return deque(
+        (g + 1, openings[(seed + g // 2) % len(openings)], g % 2 == 0) for g in range(total)
+    )
+
+
+@contextmanager
+def _progress_bar(enabled: bool, a: Agent, b: Agent, total: int) -> Iterator[tuple[Progress, TaskID]]:
+    """Shows games done of total and the score so far; does nothing when not enabled."""
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[score]}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, disable=not enabled, transient=False) as bar:
+        yield bar, bar.add_task(f"{a.name} vs {b.name}", total=total, score="")
+
+
+def play_match(
+    agent_a: Agent,
+    agent_b: Agent,
+    *,
+    openings: Sequence[Opening] | None = None,
+    games: int,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    ply_limit: int | None = DEFAULT_PLY_LIMIT,
+    resign_threshold: float | None = None,
+    resign_moves: int = DEFAULT_RESIGN_MOVES,
+    out_dir: Path | None = None,
+    progress: bool = True,
+    seed: int = 0,
+    match_id: str | None = None,
+) -> MatchResult:
+    """Plays a match of `games` games (rounded up to even) between two agents.
+
+    Openings: `openings` (default: the packaged suite, load_openings()) in
+    order from index `seed` (mod its length), cycled; each is played by a
+    pair of games with colours swapped, A with White first.
+
+    Resignation (off unless resign_threshold is set, a value in (-1, 0) such as
+    -0.9): the side to move resigns instead of moving when, on each of its
+    last `resign_moves` moves, its value was below resign_threshold AND the
+    opponent's latest value was above -resign_threshold. Agents that give no
+    value never resign.
+
+    `ply_limit` (None for none) ends a game as a draw after that many plies,
+    opening included. `match_id` (default `<a>-vs-<b>-<UTC time>`) names the
+    files in `out_dir` and is the PGN Event. The agents are not closed here.
+
+    Raises UserError on a bad argument; IllegalAgentMoveError or
+    AgentContractError when an agent misbehaves; anything an agent raises. On
+    an exception, the files hold every game finished before it.
+    """
+    _check_arguments(games, concurrency, ply_limit, resign_threshold, resign_moves, match_id)
+    pending = _schedule(load_openings() if openings is None else openings, games, seed)
+    rules = _Rules(ply_limit, resign_threshold, resign_moves)
+    result = MatchResult(match_id or _default_match_id(agent_a, agent_b), agent_a.name, agent_b.name, [])
+    if out_dir is not None:
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        result.pgn_path, result.jsonl_path = out_dir / f"{result.match_id}.pgn", out_dir / f"{result.match_id}.jsonl"
+    agents = [agent_a] if agent_a is agent_b else [agent_a, agent_b]
+    running: list[_Game] = []
+    with _progress_bar(progress, agent_a, agent_b, len(pending)) as (bar, task):
+        while pending or running:
+            while pending and len(running) < concurrency:
+                running.append(_start_game(*pending.popleft(), agents, rules))
+            for agent in agents:
+                turn = [g for g in running if g.result is None and g.to_move(agent_a, agent_b) is agent]
+                if turn:
+                    _advance(agent, turn, rules)
+            finished = [g for g in running if g.result is not None]
+            running = [g for g in running if g.result is None]
+            if finished:
+                _finish(result, finished, agent_a, agent_b)
+                bar.update(task, advance=len(finished), score=_score_text(result))
+    return result
+
+
+def _start_game(round_: int, opening: Opening, a_is_white: bool, agents: list[Agent], rules: _Rules) -> _Game:
+    for agent in agents:
+        agent.new_game()
+    game = _Game(round_, opening, a_is_white, opening.board())
+    game.check_end(rules)  # a custom opening may already end the game
+    return game
+
+
+def _finish(result: MatchResult, finished: list[_Game], a: Agent, b: Agent) -> None:
+    """Records finished games in the result and rewrites the output files."""
+    result.games.extend(g.record(result.match_id, a, b) for g in finished)
+    result.games.sort(key=lambda r: r.round)
+    if result.pgn_path is not None and result.jsonl_path is not None:
+        _write_games(result.pgn_path, result.jsonl_path, result.games)
+
+
+def _score_text(result: MatchResult) -> str:
+    n = len(result.games)
+    score = (result.wins + 0.5 * result.draws) / n if n else 0.0
+    return f"+{result.wins} ={result.draws} -{result.losses} ({100 * score:.1f}%)"

@@ -1,0 +1,122 @@
+"""The opening suite: short, common, balanced lines that start match games.
+
+Matches between deterministic agents would repeat one game over and over;
+starting each pair of games from a different book line gives variety, and
+playing every line with both colours cancels its bias.
+
+The suite lives in `openings.txt` beside this module, one line per opening::
+
+    Ruy Lopez, Berlin Defence | e4 e5 Nf3 Nc6 Bb5 Nf6 O-O Nxe4
+
+Move numbers (`1.`, `3...`) may be written and are skipped. Text after `#`
+is a comment (so write mates without their `#`; no book line needs one) and
+blank lines are skipped.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import chess
+
+from alphazero.errors import UserError
+
+DEFAULT_SUITE = "openings.txt"
+"""The file name of the packaged suite, next to this module."""
+
+_MOVE_NUMBER = re.compile(r"\d+\.(\.\.)?")
+
+
+class OpeningError(UserError, ValueError):
+    """A line of an opening file that does not parse; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class Opening:
+    """A named book line: `moves` from the initial position, and the FEN they reach."""
+
+    name: str
+    moves: list[chess.Move]
+    fen_after: str
+
+    def board(self) -> chess.Board:
+        """Returns a new board at the end of the line, with the moves on its move stack."""
+        board = chess.Board()
+        for move in self.moves:
+            board.push(move)
+        return board
+
+
+def parse_opening(line: str) -> Opening:
+    """Parses `Name | SAN moves` into an Opening, checking every move.
+
+    Raises ValueError saying what is wrong (no `|`, no name, no moves, an
+    illegal or ambiguous move with the position it was tried in, a line that
+    ends the game).
+    """
+    name, sep, san_moves = line.partition("|")
+    name = name.strip()
+    if not sep or not name or not san_moves.split():
+        raise ValueError("expected 'Name | SAN moves', e.g. 'Scotch Game | e4 e5 Nf3 Nc6 d4'")
+    board = chess.Board()
+    tokens = [t for t in san_moves.split() if not _MOVE_NUMBER.fullmatch(t)]
+    for ply, san in enumerate(tokens, start=1):
+        try:
+            board.push_san(san)
+        except ValueError as exc:
+            raise ValueError(f"ply {ply}: {san!r} is not a legal move in {board.fen()} ({exc})") from None
+    if board.is_game_over(claim_draw=True):
+        raise ValueError(f"the line ends the game ({board.result(claim_draw=True)})")
+    return Opening(name, list(board.move_stack), board.fen())
+
+
+def _suite_text(path: str | Path | None) -> tuple[str, str]:
+    """Returns (text, a name for messages) of the given file, or of the packaged suite."""
+    if path is None:
+        path = Path(__file__).with_name(DEFAULT_SUITE)
+    try:
+        return Path(path).read_text(encoding="utf-8"), str(path)
+    except OSError as exc:
+        raise UserError(f"cannot read the opening file {str(path)!r}: {exc.strerror}") from None
+
+
+def load_openings(path: str | Path | None = None) -> list[Opening]:
+    """Loads and checks an opening suite; the packaged `openings.txt` when path is None.
+
+    Example::
+
+        >>> suite = load_openings()
+        >>> suite[0].name, len(suite[0].moves)
+        ('Ruy Lopez, Morphy Defence', 10)
+
+    Raises OpeningError (a UserError and ValueError) naming the file, the line
+    number and the line for a line that does not parse or repeats an earlier
+    name or move sequence, or when the file holds no openings; UserError if the
+    file cannot be read.
+    """
+    text, source = _suite_text(path)
+    openings: list[Opening] = []
+    seen: dict[object, int] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        try:
+            opening = parse_opening(line)
+            _check_new(opening, seen, number)
+        except ValueError as exc:
+            raise OpeningError(f"{source}, line {number}: {line!r}: {exc}") from None
+        openings.append(opening)
+    if not openings:
+        raise OpeningError(f"{source} holds no openings (expected lines of 'Name | SAN moves')")
+    return openings
+
+
+def _check_new(opening: Opening, seen: dict[object, int], number: int) -> None:
+    """Raises ValueError if the opening's name or moves appeared on an earlier line; records both."""
+    for key, what in ((("name", opening.name), "name"), (("moves", tuple(opening.moves)), "move sequence")):
+        if key in seen:
+            raise ValueError(f"the same {what} as line {seen[key]}")
+        seen[key] = number

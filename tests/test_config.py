@@ -1,0 +1,160 @@
+"""Config: presets, TOML round trip, overrides, fixed fields and hashes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from alphazero.config import (
+    PRESET_NAMES, REFERENCE_BATCH_SIZE, Config, NetworkConfig, SearchConfig, apply_overrides,
+    architecture_hash, config_hash, from_toml, get_preset, incompatible_fields, to_toml,
+)
+from alphazero.errors import UserError
+
+
+def test_presets_exist_and_differ_as_documented() -> None:
+    assert PRESET_NAMES == ("tiny", "small", "alphazero")
+    tiny, small, alphazero = (get_preset(name) for name in PRESET_NAMES)
+    assert (tiny.network.blocks, tiny.network.filters) == (2, 32)
+    assert (small.network.blocks, small.network.filters) == (6, 64)
+    assert (alphazero.network.blocks, alphazero.network.filters) == (20, 256)
+    assert tiny.search.simulations < small.search.simulations < alphazero.search.simulations == 800
+    assert tiny.selfplay.games_per_actor == 32
+    assert tiny.learner.batch_size < small.learner.batch_size < alphazero.learner.batch_size == 4096
+    assert all(get_preset(name).preset == name for name in PRESET_NAMES)
+
+
+def test_alphazero_preset_has_alphazero_values() -> None:
+    config = get_preset("alphazero")
+    search = config.search
+    assert (search.c_init, search.c_base, search.dirichlet_alpha, search.noise_weight) == (1.25, 19652.0, 0.3, 0.25)
+    assert (search.temperature_plies, search.ply_limit, search.resign_disabled_fraction) == (30, 512, 0.1)
+    learner = config.learner
+    assert learner.learning_rates == (0.2, 0.02, 0.002, 0.0002)
+    assert (learner.momentum, learner.weight_decay) == (0.9, 1e-4)
+    assert learner.learning_rate(0) == 0.2 and learner.learning_rate(100_000) == 0.02
+    assert learner.learning_rate(500_000) == pytest.approx(0.0002)
+
+
+def test_learning_rate_scales_with_batch_size() -> None:
+    tiny = get_preset("tiny").learner
+    assert tiny.learning_rate(0) == pytest.approx(0.2 * tiny.batch_size / REFERENCE_BATCH_SIZE)
+    assert tiny.learning_rate(tiny.lr_boundaries[0]) == pytest.approx(0.02 * tiny.batch_size / REFERENCE_BATCH_SIZE)
+    unscaled = apply_overrides(get_preset("tiny"), ["learner.scale_lr=false"]).learner
+    assert unscaled.learning_rate(0) == 0.2
+
+
+def test_unknown_preset_lists_the_known_ones() -> None:
+    with pytest.raises(UserError, match="tiny, small, alphazero"):
+        get_preset("huge")
+
+
+@pytest.mark.parametrize("name", PRESET_NAMES)
+def test_toml_round_trip_is_identity(name: str) -> None:
+    config = get_preset(name)
+    assert from_toml(to_toml(config)) == config
+    assert from_toml(to_toml(config, comments=False)) == config
+
+
+def test_toml_round_trip_of_awkward_values() -> None:
+    config = apply_overrides(get_preset("tiny"), [
+        'selfplay.device=cuda:1', "learner.weight_decay=1e-7", "learner.learning_rates=0.1,0.01",
+        "learner.lr_boundaries=[7]", "eval.stockfish_elos=[]", "search.c_base=1e10",
+    ])
+    assert from_toml(to_toml(config)) == config
+    odd = dataclasses.replace(config, selfplay=dataclasses.replace(config.selfplay, device='a "b"\\\n\x7f\u00e9'))
+    assert from_toml(to_toml(odd)) == odd
+
+
+def test_toml_leaves_out_keys_take_the_preset_values() -> None:
+    config = from_toml('preset = "small"\n[search]\nsimulations = 50\n')
+    assert config.network == get_preset("small").network
+    assert config.search.simulations == 50
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('preset = "tiny"\n[search]\nsimulatons = 5\n', "search.simulatons"),
+        ('preset = "tiny"\n[serach]\nsimulations = 5\n', "serach"),
+        ('preset = "tiny"\n[search]\nsimulations = "many"\n', "search.simulations must be an integer"),
+        ('preset = "tiny"\n[search]\ntree_reuse = 1\n', "search.tree_reuse must be true or false"),
+        ('preset = "tiny"\n[learner]\nlearning_rates = [0.1, "x"]\n', r"learner.learning_rates\[1\]"),
+        ('preset = "tiny"\n[network]\nvalue_head = "both"\n', "network.value_head must be one of"),
+        ('preset = "nope"\n', "unknown preset"),
+        ("this is = not toml [", "not valid TOML"),
+    ],
+)
+def test_bad_toml_names_the_key(text: str, message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        from_toml(text)
+
+
+def test_overrides_convert_types() -> None:
+    config = apply_overrides(get_preset("tiny"), [
+        "search.simulations=100", "network.blocks=4", "search.c_init=2", "search.tree_reuse=yes",
+        "network.value_head=wdl", "learner.learning_rates=[0.1, 0.01]", "learner.lr_boundaries=500",
+    ])
+    assert config.search.simulations == 100 and config.network.blocks == 4
+    assert config.search.c_init == 2.0 and isinstance(config.search.c_init, float)
+    assert config.search.tree_reuse is True
+    assert config.network.value_head == "wdl"
+    assert config.learner.learning_rates == (0.1, 0.01) and config.learner.lr_boundaries == (500,)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("search.simulation=5", "did you mean search.simulations"),
+        ("searching.simulations=5", "unknown config section"),
+        ("search.simulations=lots", "search.simulations must be an integer"),
+        ("search.simulations=0", "at least 1"),
+        ("search.noise_weight=1.5", r"\[0, 1\]"),
+        ("search.tree_reuse=maybe", "true or false"),
+        ("simulations=5", "section.key=value"),
+        ("search.simulations", "section.key=value"),
+        ("preset=small", "preset cannot be overridden"),
+        ("learner.learning_rates=0.1", "one more entry"),
+    ],
+)
+def test_bad_overrides_raise(override: str, message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        apply_overrides(get_preset("tiny"), [override])
+
+
+def test_incompatible_fields_are_named() -> None:
+    saved = get_preset("tiny")
+    assert incompatible_fields(saved, saved) == []
+    free = apply_overrides(saved, ["search.simulations=10", "learner.batch_size=64", "selfplay.actors=3"])
+    assert incompatible_fields(saved, free) == []
+    changed = apply_overrides(saved, ["network.blocks=3", "network.value_head=wdl", "learner.optimizer=adam"])
+    assert incompatible_fields(saved, changed) == ["network.blocks", "network.value_head", "learner.optimizer"]
+    assert "network.filters" in incompatible_fields(saved, get_preset("small"))
+
+
+def test_hashes_are_stable_and_sensitive() -> None:
+    tiny = get_preset("tiny")
+    assert config_hash(tiny) == config_hash(get_preset("tiny"))
+    assert len(config_hash(tiny)) == 64
+    assert config_hash(tiny) != config_hash(apply_overrides(tiny, ["search.simulations=65"]))
+    assert architecture_hash(tiny) == architecture_hash(apply_overrides(tiny, ["search.simulations=65"]))
+    assert architecture_hash(tiny) == architecture_hash(tiny.network)
+    assert architecture_hash(tiny) != architecture_hash(get_preset("small"))
+
+
+def test_configs_are_frozen_and_validate_on_construction() -> None:
+    config = Config()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.search.simulations = 3  # type: ignore[misc]
+    with pytest.raises(UserError, match="network.blocks"):
+        NetworkConfig(blocks="2")  # type: ignore[arg-type]
+    assert SearchConfig(c_init=1).c_init == 1.0
+
+
+def test_every_field_is_documented() -> None:
+    text = to_toml(get_preset("tiny"))
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if " = " in line and not line.startswith(("#", "preset")):
+            assert lines[i - 1].startswith("# "), line

@@ -1,0 +1,320 @@
+"""The match runner, the agents and player specs (Stockfish tests need the binary)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import chess
+import chess.engine
+import chess.pgn
+import pytest
+
+import eval.agents as agents_module
+from alphazero.errors import UserError
+from alphazero.stockfish import INSTALL_HINT, find_stockfish
+from eval.agents import Agent, Choice, RandomAgent, StockfishAgent, parse_player, register_player, split_spec
+from eval.match import (
+    AgentContractError,
+    GameRecord,
+    IllegalAgentMoveError,
+    MatchResult,
+    format_summary,
+    play_match,
+)
+from eval.openings import load_openings
+
+REQUIRE_ENV = "ALPHAZERO_REQUIRE_STOCKFISH"
+
+
+def stockfish_or_skip(find: Callable[[], str | None] = find_stockfish) -> str:
+    """Returns Stockfish's path; skips the test without it, or FAILS it when CI requires it."""
+    path = find()
+    if path is None:
+        if os.environ.get(REQUIRE_ENV, "") not in ("", "0"):
+            pytest.fail(f"Stockfish is required ({REQUIRE_ENV}=1) but was not found; {INSTALL_HINT}")
+        pytest.skip(f"Stockfish not found; {INSTALL_HINT}")
+    return path
+
+
+@pytest.fixture
+def stockfish_path() -> str:
+    return stockfish_or_skip()
+
+
+class ScriptedAgent(Agent):
+    """Plays random legal moves and reports a fixed value per colour; counts its calls."""
+
+    def __init__(self, name: str, white_value: float | None, black_value: float | None, seed: int = 0) -> None:
+        super().__init__(name)
+        self.values = {chess.WHITE: white_value, chess.BLACK: black_value}
+        self.rng = random.Random(seed)
+        self.batches: list[int] = []
+        self.new_games = 0
+
+    def choose(self, boards: Sequence[chess.Board]) -> list[Choice]:
+        self.batches.append(len(boards))
+        return [Choice(self.rng.choice(list(b.legal_moves)), self.values[b.turn]) for b in boards]
+
+    def new_game(self) -> None:
+        self.new_games += 1
+
+
+# --- matches between random agents ---------------------------------------------------
+
+
+def _read_pgn(path: Path) -> list[chess.pgn.Game]:
+    games = []
+    with open(path, encoding="utf-8") as f:
+        while (game := chess.pgn.read_game(f)) is not None:
+            assert not game.errors, game.errors
+            games.append(game)
+    return games
+
+
+def _check_replay(game: chess.pgn.Game, record: GameRecord) -> None:
+    """Replays a PGN game and checks it against the record and the rules."""
+    board = game.end().board()
+    assert [m.uci() for m in board.move_stack] == record.moves
+    assert game.headers["Result"] == record.result
+    assert game.headers["Termination"] == record.termination
+    assert game.headers["PlyCount"] == str(record.plies)
+    outcome = board.outcome(claim_draw=True)
+    if record.termination == "ply limit":
+        assert outcome is None and record.result == "1/2-1/2"
+    elif record.termination == "resignation":
+        assert outcome is None and record.result != "1/2-1/2"
+    else:
+        assert outcome is not None
+        assert outcome.result() == record.result
+        assert outcome.termination.name.lower() == record.termination
+
+
+def test_random_match_writes_pgn_and_jsonl(tmp_path: Path) -> None:
+    openings = load_openings()
+    a, b = RandomAgent(1), RandomAgent(2, name="other")
+    result = play_match(a, b, openings=openings, games=6, concurrency=4, out_dir=tmp_path, progress=False, match_id="m1")
+    assert [g.round for g in result.games] == [1, 2, 3, 4, 5, 6]
+    assert result.wins + result.draws + result.losses == 6
+    # Each opening twice, A with White first, then colours swapped.
+    for k, game in enumerate(result.games):
+        assert game.opening == openings[k // 2].name
+        assert game.a_is_white == (k % 2 == 0)
+        assert (game.white, game.black) == (("random:seed=1", "other") if k % 2 == 0 else ("other", "random:seed=1"))
+        assert game.moves[: game.opening_plies] == [m.uci() for m in openings[k // 2].moves]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m1.jsonl", "m1.pgn"]  # no temporary files left
+    pgn_games = _read_pgn(tmp_path / "m1.pgn")
+    assert len(pgn_games) == 6
+    for pgn, record in zip(pgn_games, result.games):
+        assert pgn.headers["Event"] == "m1" and pgn.headers["Round"] == str(record.round)
+        assert pgn.headers["White"] == record.white and pgn.headers["Opening"] == record.opening
+        _check_replay(pgn, record)
+    lines = [json.loads(line) for line in (tmp_path / "m1.jsonl").read_text().splitlines()]
+    assert lines == [r.to_json() for r in result.games]
+    assert lines[1]["a_colour"] == "black" and lines[1]["agent_a"] == "random:seed=1"
+    assert all(v is None for line in lines for v in line["values"])
+
+
+def test_odd_games_round_up_and_ply_limit(tmp_path: Path) -> None:
+    openings = load_openings()
+    result = play_match(RandomAgent(3), RandomAgent(4), openings=openings, games=3, ply_limit=16, seed=5, progress=False)
+    assert len(result.games) == 4
+    assert [g.opening for g in result.games] == [openings[5].name] * 2 + [openings[6].name] * 2
+    assert all(g.termination == "ply limit" and g.plies == 16 and g.result == "1/2-1/2" for g in result.games)
+    assert result.pgn_path is None and result.jsonl_path is None
+
+
+def test_agents_are_batched_across_games() -> None:
+    same = ScriptedAgent("self", None, None)
+    play_match(same, same, games=4, concurrency=4, ply_limit=30, progress=False)
+    assert same.batches[0] == 4  # one agent on both sides: every running game in one call
+    assert same.new_games == 4
+    a, b = ScriptedAgent("a", None, None), ScriptedAgent("b", None, None, seed=1)
+    play_match(a, b, games=4, concurrency=4, ply_limit=30, progress=False)
+    assert max(b.batches) == 4 and a.new_games == b.new_games == 4
+
+
+def test_no_resignation_without_values() -> None:
+    result = play_match(
+        RandomAgent(5), RandomAgent(6), games=4, ply_limit=60, resign_threshold=-0.5, resign_moves=1, progress=False
+    )
+    assert all(g.termination != "resignation" for g in result.games)
+    # One side with values is not enough: the opponent never agrees.
+    hopeless = ScriptedAgent("hopeless", -0.99, -0.99)
+    result = play_match(
+        hopeless, RandomAgent(7), games=2, ply_limit=60, resign_threshold=-0.5, resign_moves=1, progress=False
+    )
+    assert all(g.termination != "resignation" for g in result.games)
+
+
+def test_resignation_when_both_agree(tmp_path: Path) -> None:
+    # Whoever plays White thinks it is lost, whoever plays Black thinks it is winning.
+    a = ScriptedAgent("a", -0.99, 0.99)
+    b = ScriptedAgent("b", -0.99, 0.99, seed=1)
+    result = play_match(a, b, games=2, resign_threshold=-0.9, resign_moves=2, out_dir=tmp_path, progress=False)
+    for game in result.games:
+        assert game.termination == "resignation" and game.result == "0-1"
+        # W (no opponent value yet), B, W (agree 1), B, W (agree 2: resigns instead of moving).
+        assert game.plies == game.opening_plies + 4
+        assert game.values[game.opening_plies :] == [-0.99, 0.99, -0.99, 0.99]
+    for pgn, record in zip(_read_pgn(result.pgn_path), result.games):  # type: ignore[arg-type]
+        _check_replay(pgn, record)
+
+
+def test_illegal_move_names_agent_move_and_fen() -> None:
+    class Cheater(Agent):
+        def choose(self, boards: Sequence[chess.Board]) -> list[Choice]:
+            return [Choice(chess.Move.from_uci("e1e5")) for _ in boards]
+
+    with pytest.raises(IllegalAgentMoveError) as info:
+        play_match(Cheater("cheater"), RandomAgent(), games=2, progress=False)
+    message = str(info.value)
+    assert "cheater" in message and "e1e5" in message
+    assert re.search(r"[pnbrqkPNBRQK1-8/]+ [wb] ", message)  # the FEN
+
+
+def test_wrong_number_of_choices() -> None:
+    class Lazy(Agent):
+        def choose(self, boards: Sequence[chess.Board]) -> list[Choice]:
+            return []
+
+    with pytest.raises(AgentContractError, match="lazy returned 0 choices"):
+        play_match(Lazy("lazy"), RandomAgent(), games=2, progress=False)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"games": -1}, "games"),
+        ({"games": 2, "concurrency": 0}, "concurrency"),
+        ({"games": 2, "resign_threshold": 0.9}, "resign_threshold"),
+        ({"games": 2, "resign_moves": 0}, "resign_moves"),
+        ({"games": 2, "match_id": "../x"}, "match id"),
+        ({"games": 2, "openings": []}, "empty"),
+    ],
+)
+def test_bad_match_arguments(kwargs: dict, message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        play_match(RandomAgent(), RandomAgent(), progress=False, **kwargs)
+
+
+def test_format_summary() -> None:
+    def record(score: float) -> GameRecord:
+        result = {1.0: "1-0", 0.5: "1/2-1/2", 0.0: "0-1"}[score]
+        return GameRecord("m", 1, "o", 0, "A", "B", True, result, "checkmate", [], [], "", "")
+
+    games = [record(1.0)] * 12 + [record(0.5)] * 5 + [record(0.0)] * 3
+    text = format_summary(MatchResult("m", "A", "B", games))
+    assert text.startswith("A vs B: +12 =5 -3, score 72.5%, Elo +168 (95%: ")
+    assert re.fullmatch(r"A vs B: \+12 =5 -3, score 72\.5%, Elo \+168 \(95%: \+\d+\.\.\+\d+\), LOS 99\.\d%", text)
+    assert format_summary(MatchResult("m", "A", "B", [])) == "A vs B: +0 =0 -0, no games"
+    # 4 wins of 4: the exact lower bound 0.025^(1/4) = 0.398 is -72 Elo.
+    assert "score 100.0%, Elo +inf (95%: -72..+inf)" in format_summary(MatchResult("m", "A", "B", [record(1.0)] * 4))
+
+
+# --- player specs ----------------------------------------------------------------------
+
+
+def test_split_spec() -> None:
+    assert split_spec("stockfish") == ("stockfish", [])
+    assert split_spec(" Stockfish:ELO=1500, depth=3 ") == ("stockfish", [("elo", "1500"), ("depth", "3")])
+    assert split_spec("search:400,checkpoint=runs/x/step_1.pt") == (
+        "search", [(None, "400"), ("checkpoint", "runs/x/step_1.pt")]
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "fragments"),
+    [
+        ("alphabeta", ["unknown player 'alphabeta'", "random", "stockfish"]),
+        ("random:depth=3", ["unknown option 'depth'", "seed"]),
+        ("random:3", ["takes no bare value"]),
+        ("random:seed=x", ["must be an integer"]),
+        ("random:seed=1,seed=2", ["given twice"]),
+        ("random:=3", ["malformed option"]),
+        (":elo=3", ["empty player name"]),
+    ],
+)
+def test_parse_player_errors(spec: str, fragments: list[str]) -> None:
+    with pytest.raises(UserError) as info:
+        parse_player(spec)
+    for fragment in fragments:
+        assert fragment in str(info.value)
+
+
+def test_parse_random_and_register_a_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert parse_player("random").name == "random"
+    assert parse_player("random", seed=4).name == "random:seed=4"
+    assert parse_player("random:seed=9,name=rnd").name == "rnd"
+    monkeypatch.setattr(agents_module, "PLAYERS", dict(agents_module.PLAYERS))
+    seen: dict[str, object] = {}
+
+    def factory(options: dict[str, str], context: dict) -> Agent:
+        seen.update(options=options, context=context)
+        return RandomAgent(name=f"search{options['sims']}")
+
+    register_player("search", factory, help="test kind", options={"sims": "simulations"}, positional="sims")
+    agent = parse_player("search:400", run="runs/x")
+    assert agent.name == "search400"
+    assert seen == {"options": {"sims": "400"}, "context": {"run": "runs/x"}}
+    with pytest.raises(ValueError, match="already registered"):
+        register_player("search", factory, help="again")
+    with pytest.raises(UserError, match="unknown option 'depth' for 'search'"):
+        parse_player("search:depth=3")
+
+
+# --- Stockfish ---------------------------------------------------------------------------
+
+
+def test_stockfish_gate_fails_when_required(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(REQUIRE_ENV, "1")
+    with pytest.raises(pytest.fail.Exception, match="required"):
+        stockfish_or_skip(lambda: None)
+    monkeypatch.delenv(REQUIRE_ENV)
+    with pytest.raises(pytest.skip.Exception):
+        stockfish_or_skip(lambda: None)
+
+
+def test_stockfish_match_completes(stockfish_path: str, tmp_path: Path) -> None:
+    with StockfishAgent(depth=1, path=stockfish_path) as sf, RandomAgent(8) as rnd:
+        result = play_match(sf, rnd, games=2, out_dir=tmp_path, progress=False, match_id="sf")
+    assert sf.name == "stockfish:depth=1"
+    assert len(result.games) == 2 and (tmp_path / "sf.pgn").is_file() and (tmp_path / "sf.jsonl").is_file()
+    for pgn, record in zip(_read_pgn(tmp_path / "sf.pgn"), result.games):
+        _check_replay(pgn, record)
+    lines = [json.loads(line) for line in (tmp_path / "sf.jsonl").read_text().splitlines()]
+    assert len(lines) == 2
+    # Stockfish reports values (its plies), random does not.
+    sf_values = [v for line in lines for i, v in enumerate(line["values"])
+                 if i >= line["opening_plies"] and (i % 2 == 0) == (line["white"] == sf.name)]
+    assert sf_values and all(isinstance(v, float) and -1.0 <= v <= 1.0 for v in sf_values)
+
+
+def test_stockfish_elo_out_of_range_quotes_the_range(stockfish_path: str) -> None:
+    with chess.engine.SimpleEngine.popen_uci(stockfish_path) as engine:
+        low, high = engine.options["UCI_Elo"].min, engine.options["UCI_Elo"].max
+    with pytest.raises(UserError) as info:
+        StockfishAgent(elo=low - 100, path=stockfish_path)
+    assert f"from {low} to {high}" in str(info.value) and f"elo={low - 100}" in str(info.value)
+    with pytest.raises(UserError, match="not both"):
+        StockfishAgent(elo=1500, skill=3, path=stockfish_path)
+
+
+def test_stockfish_specs_and_limits(stockfish_path: str) -> None:
+    with parse_player("stockfish:1500", stockfish_path=stockfish_path) as sf:
+        assert sf.name == "stockfish:elo=1500"
+        assert sf.limit.depth == 2  # Stockfish 15.1 fixes its move at depth 1 + int(level(1500))
+    with parse_player("stockfish:skill=5,movetime=50,name=sf5", stockfish_path=stockfish_path) as sf:
+        assert sf.name == "sf5" and sf.limit.time == 0.05 and sf.limit.depth is None
+    with parse_player("stockfish:depth=1,processes=2", stockfish_path=stockfish_path) as sf:
+        boards = [chess.Board(), load_openings()[0].board(), chess.Board("7k/8/8/8/8/8/8/K6R w - - 0 1")]
+        choices = sf.choose(boards)
+        assert len(choices) == 3 and all(b.is_legal(c.move) for b, c in zip(boards, choices))
+        assert choices[2].value is not None and choices[2].value > 0.9  # a rook up
+    with pytest.raises(UserError, match="at least 1"):
+        parse_player("stockfish:depth=0", stockfish_path=stockfish_path)
