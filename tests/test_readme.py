@@ -1,0 +1,25 @@
+"""The README's promises that a new user meets first."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _code_blocks_after(heading: str) -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    section = text.split(heading, 1)[1]
+    return re.findall(r"```bash\n(.*?)\n```", section, flags=re.S)
+
+
+def test_ci_runs_the_readme_test_command():
+    test_command = _code_blocks_after("Run the tests")[0].strip()
+    ci_lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert test_command in ci_lines
+
+
+def test_readme_commands_pin_the_cpu_torch_build():
+    for command in _code_blocks_after("## Two commands")[:2]:
+        assert "torch==2.13.0" in command
