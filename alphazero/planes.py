@@ -21,6 +21,8 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import torch
 
@@ -152,3 +154,20 @@ def compact_to_torch(
         non_blocking = device.type == "cuda" and tensor.is_pinned()
         tensors.append(tensor.to(device, non_blocking=non_blocking))
     return tensors[0], tensors[1]
+
+
+def encode_position(fen: str | None = None, moves: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
+    """Encodes the position after UCI ``moves`` from ``fen`` (default: the start), with that history.
+
+    Returns (planes uint64 [1, 112], scalars float32 [1, 7]), the compact form.
+
+    Raises:
+        mcts_ext.InvalidFenError / IllegalMoveError: a bad FEN or move.
+    """
+    from mcts_ext import STARTING_FEN, Board
+    from mcts_ext.encode import encode_board, new_batch
+
+    board = Board.from_moves(list(moves), fen or STARTING_FEN, ply_limit=None)
+    planes, scalars = new_batch(1)
+    encode_board(board, planes, scalars)
+    return planes, scalars

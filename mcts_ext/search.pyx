@@ -284,7 +284,7 @@ cdef int32_t most_visited_edge(const Tree* tree, int32_t node) noexcept nogil:
 
 
 cdef int record_sample(Slot* s) noexcept nogil:
-    """Appends the root's compact input and visit distribution to the game's record."""
+    """Appends the root's compact input and its visit distribution over the legal moves to the record."""
     cdef Record* r = &s.record
     cdef Tree* tree = &s.tree
     cdef int32_t first = tree.first_edge[ROOT], count = tree.edge_count[ROOT], i, child
@@ -302,12 +302,14 @@ cdef int record_sample(Slot* s) noexcept nogil:
     r.root_value[k] = root_value(tree)
     if k == 0:
         r.policy_start[0] = 0
+    # Every legal move is listed, unvisited ones with 0: the learner masks the
+    # policy to these moves before its softmax.
     for i in range(first, first + count):
         child = tree.child[i]
-        if child != NO_NODE and tree.visits[child] > 0 and total > 0:
-            r.policy_index[r.policy_total] = <int16_t>move_index(tree.move[i], turn)
-            r.policy_prob[r.policy_total] = <float>tree.visits[child] / total
-            r.policy_total += 1
+        r.policy_index[r.policy_total] = <int16_t>move_index(tree.move[i], turn)
+        r.policy_prob[r.policy_total] = <float>tree.visits[child] / total \
+            if child != NO_NODE and total > 0 else 0.0
+        r.policy_total += 1
     r.samples = k + 1
     r.policy_start[k + 1] = r.policy_total
     return 0
@@ -817,7 +819,8 @@ cdef class MultiGameSearch:
         None), full_search (uint8 [plies]) and the training samples:
         planes uint64 [S, 112], scalars float32 [S, 7], plies_of_samples int16 [S],
         root_values float32 [S], policy_offsets int32 [S + 1], policy_indices
-        int16 [P], policy_probs float32 [P], and results int8 [S]: the game's
+        int16 [P] (every legal move of each sample) and policy_probs float32 [P]
+        (its share of the root's visits, 0 when unvisited), and results int8 [S]: the game's
         result from each sample's side to move (+1 win, 0 draw, -1 loss).
         """
         cdef Slot* s = self._slot(slot)

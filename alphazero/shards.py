@@ -1,0 +1,283 @@
+"""Self-play shard files: the training data that self-play writes and the learner reads.
+
+A shard holds the training samples of a few complete games in one compressed
+numpy archive (``.npz``, no pickles). Version 1 holds, for S samples and P
+policy entries:
+
+=================  ========  ==========  ==============================================
+array              dtype     shape       meaning
+=================  ========  ==========  ==============================================
+version            int64     [1]         SHARD_VERSION
+planes             uint64    [S, 112]    compact input bitboards (see README, Encodings)
+scalars            float32   [S, 7]      compact input scalars (raw, unscaled)
+policy_offsets     int64     [S + 1]     sample i's policy is entries offsets[i]:offsets[i+1]
+policy_indices     int16     [P]         policy index (0..4671) of each legal move
+policy_probs       float32   [P]         its share of the root's visits (0 if unvisited; sums to 1)
+results            int8      [S]         the game's result for the sample's side to move
+game               int32     [S]         the sample's game, an index into ``games``
+ply                int16     [S]         the sample's ply in its game
+root_values        float32   [S]         the search's value of the position for its mover
+games              uint8     [bytes]     JSON list, one object per game (see GAME_KEYS)
+meta               uint8     [bytes]     JSON object: writer, created_at, ...
+=================  ========  ==========  ==============================================
+
+Files are written to a temporary name and renamed (alphazero.rundir), so a
+reader sees whole shards or none; readers list only ``*.npz`` names that are
+not temporary. Names start with the write time in nanoseconds, so sorting
+them sorts them by age.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import time
+import uuid
+import zipfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from alphazero.planes import COMPACT_PLANES, NUM_SCALARS
+from alphazero.rundir import atomic_write_bytes, complete_files
+
+SHARD_VERSION = 1
+SHARD_SUFFIX = ".npz"
+NUM_MOVES = 4672
+
+# name -> (dtype, trailing shape) of the per-sample and per-entry arrays.
+SAMPLE_ARRAYS: dict[str, tuple[np.dtype, tuple[int, ...]]] = {
+    "planes": (np.dtype(np.uint64), (COMPACT_PLANES,)),
+    "scalars": (np.dtype(np.float32), (NUM_SCALARS,)),
+    "results": (np.dtype(np.int8), ()),
+    "game": (np.dtype(np.int32), ()),
+    "ply": (np.dtype(np.int16), ()),
+    "root_values": (np.dtype(np.float32), ()),
+}
+POLICY_ARRAYS: dict[str, np.dtype] = {
+    "policy_indices": np.dtype(np.int16),
+    "policy_probs": np.dtype(np.float32),
+}
+# Keys of each game's metadata object (JSON); writers may add more.
+GAME_KEYS = ("start_fen", "moves", "result", "winner", "termination", "plies", "resign_enabled",
+             "would_resign_ply", "would_resign_side", "weights_step", "samples")
+_RECORD_ARRAYS = {"planes", "scalars", "plies_of_samples", "root_values", "policy_offsets", "policy_indices",
+                  "policy_probs", "results", "full_search"}
+
+
+class ShardError(ValueError):
+    """A shard that cannot be read or breaks the format; the message names the file and the problem."""
+
+
+@dataclass(frozen=True)
+class Shard:
+    """The samples of a few complete games (see the module docstring for the arrays)."""
+
+    planes: np.ndarray
+    scalars: np.ndarray
+    policy_offsets: np.ndarray
+    policy_indices: np.ndarray
+    policy_probs: np.ndarray
+    results: np.ndarray
+    game: np.ndarray
+    ply: np.ndarray
+    root_values: np.ndarray
+    games: list[dict[str, Any]]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def dense_policy(self, rows: np.ndarray | Sequence[int]) -> np.ndarray:
+        """The policy targets of samples ``rows`` as float32 [len(rows), 4672] (zeros off the visited moves)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        out = np.zeros((len(rows), NUM_MOVES), dtype=np.float32)
+        starts, ends = self.policy_offsets[rows], self.policy_offsets[rows + 1]
+        lengths = ends - starts
+        entries = np.repeat(starts, lengths) + _ranges(lengths)
+        out[np.repeat(np.arange(len(rows)), lengths), self.policy_indices[entries]] = self.policy_probs[entries]
+        return out
+
+
+def _ranges(lengths: np.ndarray) -> np.ndarray:
+    """Concatenated aranges: [0..l0), [0..l1), ... for lengths l."""
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    ends = np.cumsum(lengths)
+    return np.arange(total, dtype=np.int64) - np.repeat(ends - lengths, lengths)
+
+
+def shard_from_records(records: Sequence[Mapping[str, Any]], meta: Mapping[str, Any] | None = None) -> Shard:
+    """Builds a shard from finished-game records (MultiGameSearch.take_record(), plus metadata keys).
+
+    Every key of a record that is not one of its sample arrays goes into the
+    game's metadata object (weights_step, actor, ...).
+    """
+    offsets = [np.zeros(1, dtype=np.int64)]
+    base = 0
+    games = []
+    for number, record in enumerate(records):
+        record_offsets = np.asarray(record["policy_offsets"], dtype=np.int64)
+        offsets.append(record_offsets[1:] + base)
+        base += int(record_offsets[-1])
+        info = {key: _jsonable(value) for key, value in record.items() if key not in _RECORD_ARRAYS}
+        info["samples"] = len(record["results"])
+        games.append(info)
+
+    def join(key: str, dtype: np.dtype, width: tuple[int, ...] = ()) -> np.ndarray:
+        parts = [np.asarray(r[key], dtype=dtype).reshape((-1, *width)) for r in records]
+        return np.concatenate(parts) if parts else np.zeros((0, *width), dtype=dtype)
+
+    return Shard(
+        planes=join("planes", np.dtype(np.uint64), (COMPACT_PLANES,)),
+        scalars=join("scalars", np.dtype(np.float32), (NUM_SCALARS,)),
+        policy_offsets=np.concatenate(offsets),
+        policy_indices=join("policy_indices", np.dtype(np.int16)),
+        policy_probs=join("policy_probs", np.dtype(np.float32)),
+        results=join("results", np.dtype(np.int8)),
+        game=np.concatenate([np.full(len(r["results"]), i, np.int32) for i, r in enumerate(records)])
+        if records else np.zeros(0, np.int32),
+        ply=join("plies_of_samples", np.dtype(np.int16)),
+        root_values=join("root_values", np.dtype(np.float32)),
+        games=games,
+        meta=dict(meta or {}),
+    )
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def encode_shard(shard: Shard) -> bytes:
+    """The shard as the bytes of a compressed .npz file."""
+    meta = {"version": SHARD_VERSION, "created_at": time.time(), **shard.meta}
+    arrays = {
+        "version": np.array([SHARD_VERSION], dtype=np.int64),
+        **{name: getattr(shard, name) for name in (*SAMPLE_ARRAYS, *POLICY_ARRAYS, "policy_offsets")},
+        "games": np.frombuffer(json.dumps(shard.games).encode(), dtype=np.uint8),
+        "meta": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
+    }
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def write_shard(path: str | os.PathLike[str], shard: Shard) -> None:
+    """Writes the shard atomically (temporary name, then rename); checks it first.
+
+    Raises:
+        ShardError: the shard breaks the format (a bug in the writer).
+    """
+    validate(shard, str(path))
+    atomic_write_bytes(path, encode_shard(shard))
+
+
+def shard_name(writer: str) -> str:
+    """A fresh shard file name: write time (ns), the writer's name, a random tag."""
+    safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in writer)[:40] or "writer"
+    return f"{time.time_ns():020d}-{safe}-{uuid.uuid4().hex[:8]}{SHARD_SUFFIX}"
+
+
+def list_shards(directory: str | os.PathLike[str]) -> list[Path]:
+    """Complete shard files in ``directory``, oldest first (temporary files are skipped)."""
+    if not Path(directory).is_dir():
+        return []
+    return sorted(complete_files(directory, f"*{SHARD_SUFFIX}"), key=lambda p: p.name)
+
+
+def read_shard(path: str | os.PathLike[str]) -> Shard:
+    """Reads and checks a shard file.
+
+    Raises:
+        ShardError: the file is missing, truncated, not a shard, of another
+            version, or breaks the format; the message says which.
+    """
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {name: archive[name] for name in archive.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as error:
+        raise ShardError(f"{path}: not a readable shard ({type(error).__name__}: {error})") from None
+    version = arrays.get("version")
+    if version is None or version.shape != (1,) or int(version[0]) != SHARD_VERSION:
+        raise ShardError(f"{path}: shard version {None if version is None else version.tolist()}, "
+                         f"this program reads version {SHARD_VERSION}")
+    missing = [name for name in (*SAMPLE_ARRAYS, *POLICY_ARRAYS, "policy_offsets", "games", "meta")
+               if name not in arrays]
+    if missing:
+        raise ShardError(f"{path}: missing arrays {missing}")
+    try:
+        games = json.loads(arrays["games"].tobytes().decode())
+        meta = json.loads(arrays["meta"].tobytes().decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ShardError(f"{path}: unreadable metadata ({error})") from None
+    shard = Shard(**{name: arrays[name] for name in (*SAMPLE_ARRAYS, *POLICY_ARRAYS, "policy_offsets")},
+                  games=games, meta=meta)
+    validate(shard, str(path))
+    return shard
+
+
+def validate(shard: Shard, source: str = "shard") -> None:
+    """Checks dtypes, shapes and the invariants of the format.
+
+    Raises:
+        ShardError: naming ``source`` and the broken rule.
+    """
+    samples = len(shard.results)
+    for name, (dtype, width) in SAMPLE_ARRAYS.items():
+        array = getattr(shard, name)
+        if array.dtype != dtype or array.shape != (samples, *width):
+            raise ShardError(f"{source}: {name} is {array.dtype}{list(array.shape)}, "
+                             f"expected {dtype}{[samples, *width]}")
+    offsets = shard.policy_offsets
+    if offsets.dtype != np.int64 or offsets.shape != (samples + 1,) or offsets[0] != 0 \
+            or np.any(np.diff(offsets) < 1):
+        raise ShardError(f"{source}: policy_offsets must start at 0 and grow by at least 1 per sample")
+    entries = int(offsets[-1])
+    for name, dtype in POLICY_ARRAYS.items():
+        array = getattr(shard, name)
+        if array.dtype != dtype or array.shape != (entries,):
+            raise ShardError(f"{source}: {name} is {array.dtype}{list(array.shape)}, expected {dtype}[{entries}]")
+    if entries and (shard.policy_indices.min() < 0 or shard.policy_indices.max() >= NUM_MOVES):
+        raise ShardError(f"{source}: a policy index lies outside 0..{NUM_MOVES - 1}")
+    if samples:
+        sums = np.add.reduceat(shard.policy_probs.astype(np.float64), offsets[:-1])
+        if not np.all(np.abs(sums - 1.0) < 1e-3) or np.any(shard.policy_probs < 0):
+            raise ShardError(f"{source}: a policy does not sum to 1")
+    if not np.isin(shard.results, (-1, 0, 1)).all():
+        raise ShardError(f"{source}: results must be -1, 0 or 1")
+    if samples and (shard.game.min() < 0 or shard.game.max() >= len(shard.games)):
+        raise ShardError(f"{source}: a sample points at a game that is not in the shard")
+
+
+def concatenate(shards: Iterable[Shard]) -> Shard:
+    """One shard holding the samples and games of several (game indices renumbered)."""
+    shards = list(shards)
+    games: list[dict[str, Any]] = []
+    offsets = [np.zeros(1, dtype=np.int64)]
+    game_columns, base = [], 0
+    for shard in shards:
+        offsets.append(shard.policy_offsets[1:] + base)
+        base += int(shard.policy_offsets[-1])
+        game_columns.append(shard.game + len(games))
+        games.extend(shard.games)
+
+    def join(name: str) -> np.ndarray:
+        dtype, width = SAMPLE_ARRAYS[name] if name in SAMPLE_ARRAYS else (POLICY_ARRAYS[name], ())
+        parts = [getattr(s, name) for s in shards]
+        return np.concatenate(parts) if parts else np.zeros((0, *width), dtype=dtype)
+
+    return Shard(
+        **{name: join(name) for name in (*SAMPLE_ARRAYS, *POLICY_ARRAYS) if name != "game"},
+        game=np.concatenate(game_columns) if game_columns else np.zeros(0, np.int32),
+        policy_offsets=np.concatenate(offsets),
+        games=games,
+    )

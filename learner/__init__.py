@@ -1,0 +1,1 @@
+"""The learner: replay window over self-play shards, training loop, checkpoints, TensorBoard."""
