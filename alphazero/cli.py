@@ -51,7 +51,50 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_bench)
 
 
-SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_perft, _add_bench]
+def _add_selfplay(sub: argparse._SubParsersAction) -> None:
+    from selfplay.cli import add_arguments
+
+    p = sub.add_parser("selfplay", help="self-play actors filling a run directory (local Ray or a cluster)")
+    add_arguments(p)
+    p.set_defaults(func=_lazy("selfplay.cli", "run"))
+
+
+def _lazy(module: str, function: str) -> Callable[[argparse.Namespace], None]:
+    """A subcommand handler that imports its module only when it runs."""
+
+    def handler(args: argparse.Namespace) -> None:
+        import importlib
+
+        getattr(importlib.import_module(module), function)(args)
+
+    return handler
+
+
+def _add_learn(sub: argparse._SubParsersAction) -> None:
+    from learner.cli import add_arguments
+
+    p = sub.add_parser("learn", help="the central learner: trains on the run's games, publishes checkpoints")
+    add_arguments(p)
+    p.add_argument("--address", default=None,
+                   help="Ray cluster address: also push each new checkpoint to the run's self-play actors there")
+    p.set_defaults(func=_cmd_learn)
+
+
+def _cmd_learn(args: argparse.Namespace) -> None:
+    from learner.cli import run
+
+    if args.address is None:
+        run(args)
+        return
+    from selfplay.publish import WeightPublisher
+
+    with WeightPublisher(args.run, args.address) as publisher:
+        run(args, on_checkpoint=publisher.publish)
+
+
+SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
+    _add_perft, _add_bench, _add_selfplay, _add_learn,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -22,6 +22,7 @@ Hand-off contract (every process may be killed at any moment):
 
 from __future__ import annotations
 
+import argparse
 import errno
 import os
 import secrets
@@ -303,3 +304,40 @@ def _check_compatible(run: RunDir, saved: Config, requested: Config) -> None:
         raise UserError(f"run {run.root} was created with a different configuration, and these fields cannot "
                         f"change: {describe_differences(saved, requested, names)}. Use a new run directory, "
                         f"or drop the options that change them")
+
+
+# --- the command-line options that open a run ------------------------------------
+
+DEFAULT_RUN = "runs/default"
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds --run, --preset and --set: the options of every command that opens a run."""
+    from alphazero.config import DEFAULT_PRESET, PRESET_NAMES
+
+    parser.add_argument("--run", default=DEFAULT_RUN, metavar="DIR",
+                        help=f"run directory, created with --preset when it has no config.toml "
+                             f"(default: {DEFAULT_RUN})")
+    parser.add_argument("--preset", choices=PRESET_NAMES, default=None,
+                        help=f"preset of a new run (default: {DEFAULT_PRESET}, the CPU preset); "
+                             "an existing run keeps its own")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config field, e.g. --set search.simulations=100 (repeatable); "
+                             "on an existing run, for this process only")
+
+
+def open_run_from_args(args: argparse.Namespace, extra_overrides: Iterable[str] = (),
+                       *, announce: bool = True) -> tuple[RunDir, Config]:
+    """Creates or reopens the run named by --run, with --preset and the --set overrides.
+
+    Raises:
+        UserError: see RunDir.create_or_open.
+    """
+    from alphazero.config import get_preset
+
+    existed = RunDir(args.run).exists()
+    preset = get_preset(args.preset) if args.preset else None
+    run, config = RunDir.create_or_open(args.run, preset, [*args.overrides, *extra_overrides])
+    if not existed and announce:
+        print(f"created run {run.root} (preset {config.preset})", flush=True)
+    return run, config

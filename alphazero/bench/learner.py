@@ -1,0 +1,229 @@
+"""`alphazero bench learner`: training samples per second, beside inference at the same batch size.
+
+Each point times the learner's real step (``learner.trainer.Trainer.step``:
+numpy batch to the device, forward, the masked-softmax and value losses,
+backward, gradient norm, SGD with momentum and weight decay) on a synthetic
+batch of random positions with 30 legal moves each. The baseline, measured in
+the same run on the same network, device and batch size, is inference alone
+(``Evaluator.evaluate``: compact numpy in, numpy out, no gradients); a training
+step costs about three forward passes, so expect about 0.3x. A third figure
+times the replay window's batch assembly (``ReplayWindow.sample``: dense
+policies and legal masks from the compact shards) against the training rate.
+
+Batch sizes: each preset's ``learner.batch_size`` on CUDA (bf16 autocast,
+channels_last). On a CPU the tiny preset keeps its batch of 256, but the
+20x256 alphazero network is slow there (a training step at batch 16 takes
+about 0.8 s on 2 cores; at 4096 it would take minutes), so it runs batch 16
+and the fewest rounds: the whole default run takes under half a minute on 2
+cores. Each point is the fastest of
+several timed rounds (other processes only ever make a round slower).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from alphazero.bench import rate, ratio
+from alphazero.config import PRESET_NAMES, get_preset
+from alphazero.errors import UserError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from learner.replay import Batch
+
+# torch, numpy, rich and the learner are imported inside the functions that use
+# them: the CLI imports every bench module to build its parser.
+
+DEFAULT_PRESETS = "tiny,alphazero"
+CPU_BATCH = {"alphazero": 16}  # CPU batch sizes where the preset's own is far too slow
+LEGAL_MOVES = 30  # about the number of legal moves in a middlegame
+WARMUP_STEPS = 2  # the first steps allocate buffers and pick convolution algorithms
+MIN_ROUNDS = 3
+
+
+@dataclass
+class Point:
+    preset: str
+    parameters: int
+    device: str
+    batch: int
+    train_s: float  # seconds per training step
+    infer_s: float  # seconds per inference pass
+    sample_s: float  # seconds per replay batch
+
+    def per_second(self, seconds: float) -> float:
+        return self.batch / seconds if seconds > 0 else 0.0
+
+
+def _preset_list(text: str) -> list[str]:
+    names = [part for part in text.replace(" ", ",").split(",") if part]
+    for name in names:
+        if name not in PRESET_NAMES:
+            raise argparse.ArgumentTypeError(f"unknown preset {name!r}; the presets are: {', '.join(PRESET_NAMES)}")
+    return names
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--preset", type=_preset_list, default=_preset_list(DEFAULT_PRESETS), metavar="NAMES",
+                        help=f"comma-separated presets to measure (default: {DEFAULT_PRESETS})")
+    parser.add_argument("--device", default="auto", help="auto (the CPU, and CUDA when present), cpu, cuda or cuda:N")
+    parser.add_argument("--batch-size", type=int, default=0, metavar="N",
+                        help="batch size for every point (default: the preset's learner.batch_size; on a CPU "
+                             f"{', '.join(f'{k} {v}' for k, v in CPU_BATCH.items())})")
+    parser.add_argument("--seconds", type=float, default=2.0, help="timed seconds per figure (default: 2.0)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the network (slow first steps)")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
+
+
+def _devices(spec: str) -> list[torch.device]:
+    import torch
+
+    from alphazero.network import pick_device
+
+    if spec.strip().lower() == "auto":
+        return [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
+    return [pick_device(spec)]
+
+
+def _batch_size(preset: str, device: torch.device, requested: int) -> int:
+    if requested > 0:
+        return requested
+    own = get_preset(preset).learner.batch_size
+    return own if device.type == "cuda" else min(own, CPU_BATCH.get(preset, own))
+
+
+def synthetic_batch(size: int, rng: np.random.Generator) -> Batch:
+    """Builds a batch of random positions, each with LEGAL_MOVES legal moves and a visit share over them."""
+    import numpy as np
+
+    from learner.replay import Batch
+
+    legal = np.zeros((size, 4672), dtype=bool)
+    policy = np.zeros((size, 4672), dtype=np.float32)
+    rows = np.repeat(np.arange(size), LEGAL_MOVES)
+    moves = np.argsort(rng.random((size, 4672)), axis=1)[:, :LEGAL_MOVES].reshape(-1)
+    legal[rows, moves] = True
+    policy[rows, moves] = rng.dirichlet(np.full(LEGAL_MOVES, 0.3), size=size).reshape(-1)
+    planes = rng.integers(0, np.iinfo(np.uint64).max, size=(size, 112), dtype=np.uint64, endpoint=True)
+    scalars = rng.integers(0, 100, size=(size, 7)).astype(np.float32)
+    return Batch(planes, scalars, policy, legal, rng.integers(-1, 2, size).astype(np.float32))
+
+
+def _fastest(run_once: Callable[[], object], seconds: float, sync: Callable[[], object]) -> float:
+    """Times ``run_once``; returns the seconds per call of the fastest of at least MIN_ROUNDS rounds.
+
+    The budget is split into rounds of several calls when one call is short;
+    ``sync`` waits for the device at the end of each round.
+    """
+    for _ in range(WARMUP_STEPS):
+        run_once()
+    sync()
+    start = time.perf_counter()
+    run_once()
+    sync()
+    one = time.perf_counter() - start
+    per_round = max(1, round(seconds / MIN_ROUNDS / max(one, 1e-9)))
+    best, rounds, start = one, 0, time.perf_counter()
+    while rounds < MIN_ROUNDS or time.perf_counter() - start < seconds:
+        round_start = time.perf_counter()
+        for _ in range(per_round):
+            run_once()
+        sync()
+        best = min(best, (time.perf_counter() - round_start) / per_round)
+        rounds += 1
+    return best
+
+
+def _sampling_seconds(batch: int, seconds: float) -> float:
+    """Times ReplayWindow.sample(batch) over a window of synthetic shards on disk."""
+    import numpy as np
+
+    from alphazero.shards import Shard, shard_name, write_shard
+    from learner.replay import ReplayWindow
+
+    rng = np.random.default_rng(1)
+    with tempfile.TemporaryDirectory() as directory:
+        n = max(batch, 256)  # positions per shard; four shards
+        for _ in range(4):
+            offsets = np.arange(n + 1, dtype=np.int64) * LEGAL_MOVES
+            indices = np.tile(rng.choice(4672, LEGAL_MOVES, replace=False), n).astype(np.int16)
+            probs = rng.dirichlet(np.full(LEGAL_MOVES, 0.3), size=n).astype(np.float32).reshape(-1)
+            write_shard(Path(directory) / shard_name("bench"), Shard(
+                planes=rng.integers(0, 2**63, size=(n, 112), dtype=np.uint64), scalars=np.zeros((n, 7), np.float32),
+                policy_offsets=offsets, policy_indices=indices, policy_probs=probs,
+                results=np.zeros(n, np.int8), game=np.zeros(n, np.int32), ply=np.zeros(n, np.int16),
+                root_values=np.zeros(n, np.float32), games=[{}]))
+        window = ReplayWindow(directory, window_positions=10**9, max_sample_reuse=0)
+        window.refresh()
+        return _fastest(lambda: window.sample(batch), seconds / 2, lambda: None)
+
+
+def _measure(preset: str, device: torch.device, args: argparse.Namespace) -> Point:
+    import numpy as np
+    import torch
+
+    from alphazero.network import AlphaZeroNet, Evaluator, count_parameters
+    from learner.trainer import Trainer
+
+    config = get_preset(preset)
+    batch_size = _batch_size(preset, device, args.batch_size)
+    batch = synthetic_batch(batch_size, np.random.default_rng(0))
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    torch.manual_seed(0)
+    trainer = Trainer(AlphaZeroNet(config.network), config.learner, device, compile=args.compile)
+    steps = iter(range(10**9))
+    train_s = _fastest(lambda: trainer.step(batch, next(steps)), args.seconds, sync)
+    parameters = count_parameters(trainer.model)
+    del trainer
+    torch.manual_seed(0)
+    evaluator = Evaluator(AlphaZeroNet(config.network), device, compile=args.compile)
+    infer_s = _fastest(lambda: evaluator.evaluate(batch.planes, batch.scalars), args.seconds, sync)
+    del evaluator
+    sample_s = _sampling_seconds(batch_size, args.seconds)
+    return Point(preset, parameters, _device_label(device), batch_size, train_s, infer_s, sample_s)
+
+
+def _device_label(device: torch.device) -> str:
+    import torch
+
+    if device.type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name(device)}, bf16)"
+    return f"cpu ({torch.get_num_threads()} threads)"
+
+
+def run(args: argparse.Namespace) -> None:
+    import torch
+    from rich.console import Console
+    from rich.table import Table
+
+    if args.seconds <= 0 or args.batch_size < 0 or args.threads < 0:
+        raise UserError("--seconds must be positive, --batch-size and --threads 0 or more")
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    points = [_measure(name, device, args) for name in args.preset for device in _devices(args.device)]
+    table = Table(title="learner training samples/s (Trainer.step on numpy batches) vs inference at the same batch")
+    for column in ("preset", "parameters", "device", "batch", "train samples/s", "ms/step",
+                   "inference evals/s", "train vs inference"):
+        table.add_column(column, justify="right")
+    for p in points:
+        table.add_row(p.preset, f"{p.parameters / 1e6:.2f}M", p.device, str(p.batch), rate(p.per_second(p.train_s)),
+                      f"{p.train_s * 1e3:.1f}", rate(p.per_second(p.infer_s)),
+                      ratio(p.per_second(p.train_s), p.per_second(p.infer_s)))
+    console = Console(width=max(Console().width, 125))
+    console.print(table)
+    for p in points:
+        print(f"{p.preset} on {p.device}: {rate(p.per_second(p.train_s))} training samples/s at batch {p.batch} = "
+              f"{ratio(p.per_second(p.train_s), p.per_second(p.infer_s))} inference; replay batch assembly "
+              f"{rate(p.per_second(p.sample_s))} samples/s = {ratio(p.per_second(p.sample_s), p.per_second(p.train_s))}"
+              f" training")
+    if any(p.batch < get_preset(p.preset).learner.batch_size for p in points):
+        print("on a CPU the alphazero preset runs a small batch (its 4096 would take minutes a step); "
+              "--batch-size N measures another")

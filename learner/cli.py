@@ -1,0 +1,76 @@
+"""`alphazero learn`: the central learner of a run, as a command.
+
+``alphazero learn [--run DIR] [--steps N] [--device D] [--preset P] [--set key=value ...]``
+trains on the shards self-play writes into DIR/selfplay and checkpoints into
+DIR/checkpoints, resuming from the newest checkpoint. A DIR without
+config.toml becomes a new run with the preset (tiny by default) and the
+``--set`` overrides, as every command that writes a run does; the learner then
+waits, saying so, until self-play has written ``learner.min_window_positions``
+positions. On an existing run ``--set`` changes this process only (fixed
+fields such as the network may not change: RunDir says which).
+
+The CLI module wires it in with ``add_arguments(subparser)`` and
+``run(args, on_checkpoint=hook)``: the hook (for pushing weights to Ray actors
+under ``--address``) is called as ``hook(step, checkpoint_path)`` after every
+checkpoint. This module imports torch only when ``run`` is called.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+from alphazero.errors import UserError
+from alphazero.rundir import add_run_arguments, open_run_from_args
+
+__all__ = ["add_arguments", "run"]
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds the options of `alphazero learn` to ``parser``."""
+    add_run_arguments(parser)
+    parser.add_argument("--steps", type=int, metavar="N",
+                        help="train N more steps, then save and stop (default: until learner.training_steps)")
+    parser.add_argument("--device", metavar="DEVICE",
+                        help="training device, overriding learner.device: auto, cpu, cuda or cuda:N")
+    group = parser.add_argument_group("training details")
+    group.add_argument("--clip-grad-norm", type=float, metavar="NORM",
+                       help="clip the gradient's global norm to NORM (default: measure only)")
+    group.add_argument("--threads", type=int, default=0, metavar="N",
+                       help="torch CPU threads (default: torch's choice)")
+    group.add_argument("--poll-seconds", type=float, default=2.0, metavar="S",
+                       help="how often a waiting learner looks for new shards (default: 2)")
+    group.add_argument("--quiet", action="store_true", help="no progress line")
+
+
+def _check(args: argparse.Namespace) -> None:
+    """Checks option values argparse cannot.
+
+    Raises:
+        UserError: a value out of range.
+    """
+    if args.steps is not None and args.steps < 1:
+        raise UserError(f"--steps must be at least 1, got {args.steps}")
+    if args.clip_grad_norm is not None and not args.clip_grad_norm > 0:
+        raise UserError(f"--clip-grad-norm must be positive, got {args.clip_grad_norm}")
+    if args.threads < 0:
+        raise UserError(f"--threads must be 0 (torch's choice) or more, got {args.threads}")
+    if not args.poll_seconds > 0:
+        raise UserError(f"--poll-seconds must be positive, got {args.poll_seconds}")
+
+
+def run(args: argparse.Namespace, on_checkpoint: Callable[[int, Path], None] | None = None) -> int:
+    """Runs the learner of ``args.run``; returns the final step.
+
+    Raises:
+        UserError: bad options, a run of another configuration, an unusable
+            device, a corrupt checkpoint, a full disk.
+        KeyboardInterrupt: Ctrl-C (the step in flight is finished and saved first).
+    """
+    from learner.loop import run_learner
+
+    _check(args)
+    run_dir, config = open_run_from_args(args, announce=not args.quiet)
+    return run_learner(run_dir, config, steps=args.steps, device=args.device, on_checkpoint=on_checkpoint,
+                       progress=not args.quiet, clip_grad_norm=args.clip_grad_norm,
+                       poll_seconds=args.poll_seconds, threads=args.threads or None)

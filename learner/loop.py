@@ -1,0 +1,550 @@
+"""The learner's loop: sample the replay window, train, log, checkpoint, publish.
+
+``run_learner`` is the whole learner for the command line and for
+``alphazero train`` (which runs it in a thread beside self-play):
+
+- **Resume**: it starts from the run's LATEST checkpoint when there is one
+  (same step, optimiser state, RNG states, replay counters); the window is
+  rebuilt from the shards on disk. A fresh run saves step 0 at once, so that
+  self-play and the learner start from the same weights.
+- **Waiting**: while the window holds fewer than ``min_window_positions``, or
+  the reuse cap is reached, it says so (once per reason) and looks for new
+  shards every ``poll_seconds``.
+- **Checkpoints** every ``checkpoint_every`` steps (alphazero.checkpoint:
+  atomic, LATEST, thinned), then ``on_checkpoint(step, path)`` so the caller
+  can push the weights to self-play actors. A clean stop (the ``stop`` event,
+  Ctrl-C, ``steps`` done, ``training_steps`` reached) saves the last step too.
+  Ctrl-C in the main thread finishes the step in flight first; a second Ctrl-C
+  quits at once, without saving. An error saves nothing (the weights may be
+  half updated): the last checkpoint stands.
+- **TensorBoard** in ``run/tb/learner/`` every ``log_every`` steps: means over
+  the steps since the last log of loss/total, loss/policy, loss/value,
+  loss/value_mse, policy/entropy, value/accuracy and grad_norm; the
+  learning_rate; loss/weight_decay (c * ||theta||^2); throughput/samples_per_s
+  (training time only, waits excluded); replay/window_positions,
+  replay/average_reuse, replay/positions_added, replay/corrupt_shards,
+  replay/skipped_shards and replay/waiting_s. At every checkpoint, a text
+  summary ``probes`` of the net's value and top-3 moves in a few fixed
+  positions (see PROBES).
+- **Progress**: a live line on a terminal (step, losses, samples/s, window,
+  reuse); elsewhere one line per ``log_every`` steps.
+
+Example::
+
+    run, config = RunDir.open("runs/x")
+    final_step = run_learner(run, config, steps=1000, progress=False)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, fields
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import chess
+import numpy as np
+import torch
+
+from alphazero.checkpoint import (
+    latest_checkpoint, load_checkpoint, restore_checkpoint, save_checkpoint, thin_checkpoints,
+)
+from alphazero.config import Config
+from alphazero.errors import UserError
+from alphazero.moves import index_to_move, legal_move_indices
+from alphazero.network import AlphaZeroNet, pick_device
+from alphazero.planes import compact_to_torch, encode_position
+from alphazero.rundir import RunDir
+from learner.replay import WAIT_POSITIONS, Batch, ReplayWindow
+from learner.trainer import StepStats, Trainer, weight_decay_term
+
+__all__ = ["PROBES", "Learner", "OnCheckpoint", "Probe", "probe_report", "run_learner"]
+
+log = logging.getLogger(__name__)
+
+OnCheckpoint = Callable[[int, Path], None]  # (step, checkpoint path), called after each checkpoint
+TB_SUBDIR = "learner"
+PROGRESS_SECONDS = 0.25  # the live line is redrawn (and the device synced for it) at most this often
+
+
+# --- probe positions ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Probe:
+    """A fixed position whose evaluation is logged as text: ``moves`` (UCI) played from ``fen``."""
+
+    name: str
+    fen: str = chess.STARTING_FEN
+    moves: tuple[str, ...] = ()
+    expect: str = ""  # what a good net says here, for the reader
+
+
+PROBES = (
+    Probe("start position", expect="about even; e4, d4, Nf3 or c4"),
+    Probe("1.e4 e5 2.Nf3", moves=("e2e4", "e7e5", "g1f3"), expect="about even; Nc6, d6 or Nf6 (defend e5)"),
+    Probe("mate in one", "6k1/5ppp/8/8/8/8/8/R5K1 w - - 0 1", expect="winning; Ra8#"),
+    Probe("K+Q vs K", "8/8/8/4k3/8/8/8/3QK3 w - - 0 1", expect="winning for White, to move"),
+)
+
+
+@dataclass(frozen=True)
+class _EncodedProbe:
+    probe: Probe
+    board: chess.Board
+    planes: np.ndarray
+    scalars: np.ndarray
+    legal: np.ndarray  # int64 policy indices of the legal moves
+
+
+def _encode_probes(probes: tuple[Probe, ...]) -> list[_EncodedProbe]:
+    encoded = []
+    for probe in probes:
+        board = chess.Board(probe.fen)
+        for uci in probe.moves:
+            board.push_uci(uci)
+        planes, scalars = encode_position(probe.fen, list(probe.moves))
+        encoded.append(_EncodedProbe(probe, board, planes, scalars, legal_move_indices(board)))
+    return encoded
+
+
+def probe_report(model: AlphaZeroNet, device: torch.device, probes: tuple[Probe, ...] = PROBES,
+                 *, _encoded: list[_EncodedProbe] | None = None) -> str:
+    """Formats a markdown table of the net's value and top-3 moves (softmax over legal moves) in ``probes``.
+
+    Values are for the side to move. The model is evaluated in eval mode and
+    left in the mode it was in.
+    """
+    encoded = _encoded if _encoded is not None else _encode_probes(probes)
+    planes, scalars = compact_to_torch(np.concatenate([e.planes for e in encoded]),
+                                       np.concatenate([e.scalars for e in encoded]), device)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model(planes, scalars)
+    finally:
+        model.train(was_training)
+    logits = out.policy_logits.float().cpu().numpy()
+    values = out.value.float().cpu().numpy()
+    wdl = out.wdl_logits.float().softmax(dim=1).cpu().numpy() if out.wdl_logits is not None else None
+    lines = ["| position | to move | value | top moves | a good net |", "|---|---|---|---|---|"]
+    for row, probe in enumerate(encoded):
+        legal_logits = logits[row, probe.legal]
+        shares = np.exp(legal_logits - legal_logits.max())
+        shares /= shares.sum()
+        top = np.argsort(-shares, kind="stable")[:3]
+        moves = ", ".join(f"{probe.board.san(index_to_move(probe.board, int(probe.legal[i])))} {shares[i]:.0%}"
+                          for i in top)
+        value = f"{values[row]:+.2f}"
+        if wdl is not None:
+            value += " (W/D/L " + "/".join(f"{p:.0%}" for p in wdl[row]) + ")"
+        side = "White" if probe.board.turn == chess.WHITE else "Black"
+        lines.append(f"| {probe.probe.name} | {side} | {value} | {moves} | {probe.probe.expect} |")
+    return "\n".join(lines)
+
+
+# --- running figures ------------------------------------------------------------------------
+
+_FIGURES = tuple(f.name for f in fields(StepStats))
+_TB_NAMES = {"total": "loss/total", "policy": "loss/policy", "value": "loss/value", "value_mse": "loss/value_mse",
+             "entropy": "policy/entropy", "value_accuracy": "value/accuracy", "grad_norm": "grad_norm"}
+
+
+class _Running:
+    """Sums of step figures since the last log, kept on the device so that a step needs no sync."""
+
+    def __init__(self) -> None:
+        self.sums: torch.Tensor | None = None
+        self.steps = 0
+        self.samples = 0
+        self.seconds = 0.0  # training time (sampling, transfer, step), waits excluded
+        self.waited = 0.0
+
+    def add(self, stats: StepStats, samples: int, seconds: float) -> None:
+        figures = torch.stack([getattr(stats, name).float() for name in _FIGURES])
+        self.sums = figures if self.sums is None else self.sums + figures
+        self.steps += 1
+        self.samples += samples
+        self.seconds += seconds
+
+    def means(self) -> dict[str, float]:
+        """Gets the mean of every figure (one device sync); empty before the first step."""
+        if self.sums is None or self.steps == 0:
+            return {}
+        return dict(zip(_FIGURES, (self.sums / self.steps).tolist(), strict=True))
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.seconds if self.seconds > 0 else 0.0
+
+
+# --- progress output ---------------------------------------------------------------------------
+
+class _Progress:
+    """A live status line on a terminal; plain lines elsewhere; the logger when output is off."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._live: Any = None
+        self._console: Any = None
+        if enabled:
+            from rich.console import Console
+
+            self._console = Console(stderr=True)
+            if self._console.is_terminal:
+                from rich.live import Live
+
+                self._live = Live("", console=self._console, refresh_per_second=4, transient=True)
+                self._live.start()
+
+    def message(self, text: str) -> None:
+        """Prints a line that stays (above the live line)."""
+        if not self.enabled:
+            log.info(text)
+        elif self._live is not None:
+            self._live.console.print(text, markup=False, highlight=False)
+        else:
+            print(text, flush=True)
+
+    def status(self, text: str, *, milestone: bool = False) -> None:
+        """Shows ``text`` as the live line; without a terminal, prints it at milestones only."""
+        if self._live is not None:
+            from rich.text import Text
+
+            self._live.update(Text(text))
+        elif milestone and self.enabled:
+            print(text, flush=True)
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+
+# --- the learner -----------------------------------------------------------------------------------
+
+class Learner:
+    """The network, its optimiser and the replay window of one run, trained step by step.
+
+    Build it, ``resume()``, then ``train()``; ``close()`` (or ``with``) at the end.
+
+    Args:
+        run: the run directory (shards in run/selfplay, checkpoints, tb).
+        config: the run's config (RunDir.open / create_or_open).
+        device: overrides ``learner.device`` ('auto', 'cpu', 'cuda', 'cuda:N').
+        on_checkpoint: called as ``on_checkpoint(step, path)`` after every checkpoint.
+        progress: show progress on stderr; False logs messages instead.
+        clip_grad_norm: clip gradients to this global norm; None measures only.
+        poll_seconds: how often a waiting learner looks for new shards.
+        threads: torch CPU threads (None leaves torch's setting).
+
+    Raises:
+        UserError: an unknown or missing device.
+    """
+
+    def __init__(self, run: RunDir, config: Config, *, device: str | None = None,
+                 on_checkpoint: OnCheckpoint | None = None, progress: bool = False,
+                 clip_grad_norm: float | None = None, poll_seconds: float = 2.0, threads: int | None = None) -> None:
+        if threads:
+            torch.set_num_threads(threads)
+        self.run = run
+        self.config = config
+        self.settings = config.learner
+        self.device = pick_device(device or self.settings.device)
+        self.on_checkpoint = on_checkpoint
+        self.poll_seconds = poll_seconds
+        torch.manual_seed(self.settings.seed)  # the initial weights; a resumed run loads its own
+        self.trainer = Trainer(AlphaZeroNet(config.network), self.settings, self.device,
+                               clip_grad_norm=clip_grad_norm, compile=self.settings.compile)
+        self.window = ReplayWindow(run.selfplay, window_positions=self.settings.window_positions,
+                                   max_sample_reuse=self.settings.max_sample_reuse,
+                                   min_positions=self.settings.min_window_positions, seed=self.settings.seed)
+        self.step = 0
+        self.saved_step: int | None = None
+        self._start_step = 0  # TensorBoard hides events a killed learner wrote from here on
+        self._progress = _Progress(progress)
+        self._running = _Running()
+        self._writer: Any = None
+        self._probes = _encode_probes(PROBES)
+        self._last_status = 0.0
+        self._announced: str | None = None  # the last waiting reason printed
+
+    def __enter__(self) -> Learner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def model(self) -> AlphaZeroNet:
+        return self.trainer.model
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        return self.trainer.optimizer
+
+    # --- checkpoints ------------------------------------------------------------------------------
+
+    def resume(self) -> int:
+        """Loads the run's newest checkpoint, if any, and reads the window from disk; returns the step.
+
+        Raises:
+            UserError: the checkpoint is corrupt, of another architecture, or
+                its optimiser state does not fit (the message says what to do).
+        """
+        path = latest_checkpoint(self.run)
+        if path is not None:
+            try:
+                payload = load_checkpoint(path, "cpu", expected=self.config.network)
+                self.step = restore_checkpoint(payload, self.model, self.optimizer)
+                self.window.restore(payload.get("replay") or {})
+            except (UserError, ValueError) as error:
+                raise UserError(f"cannot resume the learner: {error}. Delete {path} (a restart then resumes "
+                                f"from the checkpoint before it) or use a new run directory") from None
+            self.saved_step = self._start_step = self.step
+            self._progress.message(f"resumed from {path} (step {self.step:,})")
+        self.window.refresh(force=True)
+        return self.step
+
+    def save(self) -> Path:
+        """Writes a checkpoint of the current step, thins old ones, logs the probes, calls on_checkpoint.
+
+        Raises:
+            UserError: the disk is full or the folder unwritable (nothing of
+                the run is lost: the previous checkpoint stands), or the loss
+                is no longer finite (nothing is saved).
+        """
+        self._check_finite()
+        try:
+            path = save_checkpoint(self.run, self.model, self.optimizer, self.step, self.config,
+                                   replay=self.window.state())
+        except UserError as error:
+            last = f"step {self.saved_step:,}" if self.saved_step is not None else "the start"
+            raise UserError(f"{error}; the learner stopped at step {self.step:,}, and a restart resumes from "
+                            f"{last}") from None
+        thin_checkpoints(self.run.checkpoints, self.settings.keep_checkpoints,
+                         keep_every=self.settings.keep_every_steps)
+        self.saved_step = self.step
+        self._tensorboard(lambda w: w.add_text("probes", self._probe_text(), self.step))
+        self._tensorboard(lambda w: w.flush())
+        if self.on_checkpoint is not None:
+            self.on_checkpoint(self.step, path)
+        return path
+
+    def _probe_text(self) -> str:
+        return probe_report(self.model, self.device, _encoded=self._probes)
+
+    def _check_finite(self) -> None:
+        means = self._running.means()
+        if means and not np.isfinite(means["total"]):
+            last = f"step {self.saved_step:,}" if self.saved_step is not None else "none"
+            raise UserError(f"the loss is {means['total']} by step {self.step:,} (learning rate "
+                            f"{self.settings.learning_rate(self.step):g} too high?); nothing was saved, "
+                            f"the last checkpoint is {last}")
+
+    # --- TensorBoard -------------------------------------------------------------------------------
+
+    def _tensorboard(self, write: Callable[[Any], object]) -> None:
+        """Runs ``write(writer)``, opening the writer on first use.
+
+        Raises:
+            UserError: the event file cannot be written (a full disk, say).
+        """
+        directory = self.run.tb / TB_SUBDIR
+        try:
+            if self._writer is None:
+                from torch.utils.tensorboard import SummaryWriter
+
+                # purge_step hides events a killed learner wrote after its last checkpoint.
+                self._writer = SummaryWriter(str(directory), purge_step=self._start_step or None, flush_secs=30)
+            write(self._writer)
+        except OSError as error:
+            full = " (no space left on device)" if error.errno == errno.ENOSPC else ""
+            raise UserError(f"cannot write TensorBoard events in {directory}{full}: "
+                            f"{error.strerror or error}") from None
+
+    def _log(self) -> dict[str, float]:
+        """Writes the means since the last log to TensorBoard and starts new sums; returns them."""
+        running, self._running = self._running, _Running()
+        means = running.means()
+        window = self.window
+        scalars = {_TB_NAMES[name]: value for name, value in means.items()}
+        scalars.update({
+            "learning_rate": self.settings.learning_rate(self.step - 1),
+            "loss/weight_decay": weight_decay_term(self.model, self.settings),
+            "throughput/samples_per_s": running.samples_per_s,
+            "replay/window_positions": len(window),
+            "replay/average_reuse": window.average_reuse,
+            "replay/positions_added": window.positions_added,
+            "replay/corrupt_shards": window.corrupt_shards,
+            "replay/skipped_shards": window.skipped_shards,
+            "replay/waiting_s": running.waited,
+        })
+
+        def write(writer: Any) -> None:
+            for tag, value in scalars.items():
+                writer.add_scalar(tag, value, self.step)
+
+        self._tensorboard(write)
+        if not np.isfinite(means.get("total", 0.0)):
+            self._running = running  # keeps the evidence for _check_finite
+            self._check_finite()
+        return scalars
+
+    # --- training ----------------------------------------------------------------------------------
+
+    def _target(self, steps: int | None) -> float:
+        target: float = self.settings.training_steps if self.settings.training_steps > 0 else float("inf")
+        if steps is not None:
+            target = min(target, self.step + steps)
+        return target
+
+    def train(self, steps: int | None = None, *, stop: threading.Event | None = None) -> int:
+        """Trains until ``steps`` more steps, ``training_steps``, or ``stop``; saves the last step; returns it.
+
+        Raises:
+            UserError: a checkpoint or event file cannot be written, or the loss is not finite.
+            KeyboardInterrupt: after a Ctrl-C (the step was finished and saved
+                first), or at once after a second one.
+        """
+        stop = stop if stop is not None else threading.Event()
+        if self.saved_step is None:
+            self.save()  # step 0 of a fresh run: self-play and learner start from the same weights
+        target = self._target(steps)
+        if 0 < self.settings.training_steps <= self.step:
+            self._progress.message(f"training is finished: step {self.step:,} reached learner.training_steps")
+        interrupted = threading.Event()
+        with _stop_on_interrupt(stop, interrupted, self._progress):
+            while self.step < target and not stop.is_set():
+                started = time.perf_counter()
+                batch, waited = self._next_batch(stop)
+                if batch is None:
+                    break
+                stats = self.trainer.step(batch, self.step)
+                self.step += 1
+                self._running.add(stats, len(batch), time.perf_counter() - started - waited)
+                self._after_step()
+            if self.saved_step != self.step:
+                self.save()
+        self._progress.message(f"stopped at step {self.step:,}; checkpoint saved in {self.run.checkpoints}")
+        if interrupted.is_set():
+            raise KeyboardInterrupt
+        return self.step
+
+    def _after_step(self) -> None:
+        milestone = self.step % self.settings.log_every == 0
+        now = time.monotonic()
+        if milestone or now - self._last_status >= PROGRESS_SECONDS:
+            self._last_status = now
+            self._progress.status(self._status_line(self._running), milestone=milestone)
+        if milestone:
+            self._log()
+        if self.step % self.settings.checkpoint_every == 0:
+            self.save()
+
+    def _status_line(self, running: _Running) -> str:
+        means = running.means()
+        window = self.window
+        cap = f"/{window.max_sample_reuse:g}" if window.max_sample_reuse > 0 else ""
+        total = f"/{self.settings.training_steps:,}" if self.settings.training_steps else ""
+        losses = (f"loss {means['total']:.3f} (policy {means['policy']:.3f}, value {means['value']:.3f})"
+                  if means else "loss -")
+        waited = f" | waited {running.waited:,.0f} s" if running.waited >= 0.5 else ""
+        return (f"step {self.step:,}{total} | {losses} | {running.samples_per_s:,.0f} samples/s | "
+                f"window {len(window):,} | reuse {window.average_reuse:.2f}{cap} | "
+                f"lr {self.settings.learning_rate(max(self.step - 1, 0)):.3g}{waited}")
+
+    def _next_batch(self, stop: threading.Event) -> tuple[Batch | None, float]:
+        """Gets the next batch and the seconds waited for it, saying why while it waits; None once ``stop`` is set."""
+        size = self.settings.batch_size
+        self.window.refresh()
+        batch = self.window.sample(size)
+        if batch is not None:
+            return batch, 0.0
+        started = time.perf_counter()
+        while not stop.is_set():
+            self.window.refresh(force=True)
+            batch = self.window.sample(size)
+            if batch is not None:
+                break
+            reason, text = self.window.waiting_reason(size), self._waiting_text(size)
+            # A learner ahead of self-play waits every few steps: say so when the reason
+            # changes, not every time; the live line and the waited seconds tell the rest.
+            if reason != self._announced:
+                self._progress.message(text)
+                self._announced = reason
+            self._progress.status(text)
+            stop.wait(self.poll_seconds)
+        waited = time.perf_counter() - started
+        self._running.waited += waited
+        return batch, waited
+
+    def _waiting_text(self, size: int) -> str:
+        window = self.window
+        if window.waiting_reason(size) == WAIT_POSITIONS:
+            return (f"waiting for self-play: {len(window):,} of {window.min_positions:,} positions "
+                    f"(learner.min_window_positions) in {window.directory}; self-play writes them "
+                    f"(alphazero selfplay --run {self.run.root})")
+        return (f"waiting for new self-play positions: the reuse cap of {window.max_sample_reuse:g} samples per "
+                f"position is reached ({window.samples_drawn:,} samples of {window.positions_added:,} positions; "
+                f"learner.max_sample_reuse)")
+
+    def close(self) -> None:
+        """Closes the TensorBoard writer and the progress line."""
+        self._progress.close()
+        if self._writer is not None:
+            with contextlib.suppress(OSError):
+                self._writer.close()
+            self._writer = None
+
+
+@contextlib.contextmanager
+def _stop_on_interrupt(stop: threading.Event, interrupted: threading.Event, progress: _Progress) -> Iterator[None]:
+    """Makes the first Ctrl-C set ``stop`` (and ``interrupted``) instead of raising; the second raises.
+
+    Only the main thread can handle signals; elsewhere this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        if interrupted.is_set():
+            raise KeyboardInterrupt
+        interrupted.set()
+        stop.set()
+        progress.message("stopping after this step and saving a checkpoint (Ctrl-C again to quit without saving)")
+
+    previous = signal.signal(signal.SIGINT, handle)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def run_learner(run: RunDir, config: Config, *, steps: int | None = None, device: str | None = None,
+                stop: threading.Event | None = None, on_checkpoint: OnCheckpoint | None = None,
+                progress: bool = True, clip_grad_norm: float | None = None, poll_seconds: float = 2.0,
+                threads: int | None = None) -> int:
+    """Resumes or starts the run's learner and trains it; returns the final step.
+
+    Trains ``steps`` more steps (None: until ``learner.training_steps``, or for
+    ever when that is 0) or until ``stop`` is set; the other arguments are
+    Learner's.
+
+    Raises:
+        UserError: an unusable device, a corrupt checkpoint, a full disk, a
+            non-finite loss.
+        KeyboardInterrupt: after a Ctrl-C in the main thread (the last step saved first).
+    """
+    with Learner(run, config, device=device, on_checkpoint=on_checkpoint, progress=progress,
+                 clip_grad_norm=clip_grad_norm, poll_seconds=poll_seconds, threads=threads) as learner:
+        learner.resume()
+        return learner.train(steps, stop=stop)

@@ -1,0 +1,366 @@
+"""The replay window: the newest self-play positions, sampled uniformly for training.
+
+Self-play writes shard files into ``run/selfplay/`` (alphazero.shards); their
+names start with the write time, so sorting them sorts them by age. The window:
+
+- holds the newest ``window_positions`` positions, in arrival order. Only the
+  compact arrays are kept (planes, scalars, the sparse policy, results: under
+  1 KB a position); dense policies are built per batch. Small shards are
+  joined into blocks of about 1/32 of the window, so a batch gathers from a
+  few dozen arrays; the oldest block may be partly outside the window (never
+  sampled there) and is dropped once none of it is inside.
+- remembers every shard name it has seen, so a scan only reads new names.
+  Among new names it reads the newest first and stops once they alone fill the
+  window: a learner that fell behind skips old data (``skipped_shards``)
+  instead of reading files it would evict at once.
+- skips a shard that cannot be read, logs it once and counts it
+  (``corrupt_shards``); the name is never retried.
+- enforces a reuse cap: at most ``max_sample_reuse`` samples may be drawn per
+  position that ever entered the window (``positions_added``). A learner ahead
+  of self-play gets None from ``sample`` and waits for new shards, instead of
+  overfitting the few games there are. ``max_sample_reuse`` <= 0 means no cap.
+
+``sample`` never blocks: it returns None and ``waiting_reason`` says why (too
+few positions, or the reuse cap). The training loop does the waiting.
+
+The counters and the sampler's generator are plain data (``state``), saved in
+checkpoints; ``restore`` puts them back before the first scan, so positions of
+shards seen before a restart are not counted twice.
+
+Example::
+
+    window = ReplayWindow(run.selfplay, window_positions=100_000, max_sample_reuse=4.0, seed=0)
+    window.refresh()
+    batch = window.sample(256)        # a Batch of numpy arrays, or None
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from alphazero.planes import COMPACT_PLANES, NUM_SCALARS
+from alphazero.rundir import is_temporary
+from alphazero.shards import NUM_MOVES, SHARD_SUFFIX, Shard, ShardError, read_shard
+
+__all__ = ["Batch", "ReplayWindow", "WAIT_POSITIONS", "WAIT_REUSE"]
+
+log = logging.getLogger(__name__)
+
+WAIT_POSITIONS = "positions"  # waiting_reason: fewer positions than min_positions
+WAIT_REUSE = "reuse"  # waiting_reason: the reuse cap is reached
+_BLOCKS_PER_WINDOW = 32  # see ReplayWindow._block_target
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One training batch of B positions, as numpy arrays."""
+
+    planes: np.ndarray  # uint64 [B, 112] compact bitboards
+    scalars: np.ndarray  # float32 [B, 7] raw scalars
+    policy: np.ndarray  # float32 [B, 4672] visit shares (zero off the visited moves)
+    legal: np.ndarray  # bool [B, 4672] True at the position's legal moves
+    z: np.ndarray  # float32 [B] the game's result for the side to move: 1, 0 or -1
+
+    def __len__(self) -> int:
+        return len(self.z)
+
+
+@dataclass(frozen=True)
+class _Block:
+    """The compact arrays of one shard inside the window; ``start`` is its first position's number."""
+
+    name: str
+    start: int  # position number (over all positions that ever entered) of row 0
+    planes: np.ndarray
+    scalars: np.ndarray
+    policy_offsets: np.ndarray
+    policy_indices: np.ndarray
+    policy_probs: np.ndarray
+    results: np.ndarray
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.results)
+
+    @classmethod
+    def of(cls, name: str, start: int, shard: Shard) -> _Block:
+        # Keeps only these arrays; the shard's others (games, root values, ...) are freed with it.
+        return cls(name, start, np.ascontiguousarray(shard.planes), np.ascontiguousarray(shard.scalars),
+                   np.ascontiguousarray(shard.policy_offsets), np.ascontiguousarray(shard.policy_indices),
+                   np.ascontiguousarray(shard.policy_probs), np.ascontiguousarray(shard.results))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.planes, self.scalars, self.policy_offsets, self.policy_indices,
+                                      self.policy_probs, self.results))
+
+    @classmethod
+    def merge(cls, blocks: Sequence[_Block]) -> _Block:
+        """Joins consecutive blocks into one (their policy offsets renumbered)."""
+        bases = np.cumsum([0] + [int(b.policy_offsets[-1]) for b in blocks[:-1]])
+        offsets = [blocks[0].policy_offsets[:1]] + [b.policy_offsets[1:] + base for b, base in zip(blocks, bases)]
+        return cls(
+            blocks[-1].name, blocks[0].start,
+            np.concatenate([b.planes for b in blocks]), np.concatenate([b.scalars for b in blocks]),
+            np.concatenate(offsets), np.concatenate([b.policy_indices for b in blocks]),
+            np.concatenate([b.policy_probs for b in blocks]), np.concatenate([b.results for b in blocks]),
+        )
+
+
+def _ranges(lengths: np.ndarray) -> np.ndarray:
+    """Concatenated aranges [0..l0), [0..l1), ... for the lengths l."""
+    total = int(lengths.sum())
+    ends = np.cumsum(lengths)
+    return np.arange(total, dtype=np.int64) - np.repeat(ends - lengths, lengths)
+
+
+def _scan_names(directory: Path) -> list[str]:
+    """Lists the complete shard names in ``directory``, oldest first (no stat per file: scandir's types)."""
+    try:
+        with os.scandir(directory) as entries:
+            names = [e.name for e in entries
+                     if e.name.endswith(SHARD_SUFFIX) and not is_temporary(e.name) and e.is_file()]
+    except FileNotFoundError:
+        return []
+    return sorted(names)
+
+
+class ReplayWindow:
+    """The newest ``window_positions`` self-play positions of a folder of shards.
+
+    Args:
+        directory: the folder self-play writes shards into (``run.selfplay``).
+        window_positions: the most positions sampled from (the newest).
+        max_sample_reuse: the most samples drawn per position that ever
+            entered the window; <= 0 for no cap.
+        min_positions: ``sample`` returns None while the window holds fewer.
+        seed: seeds the sampler's generator (``restore`` replaces its state).
+        scan_interval_s: ``refresh`` lists the folder at most this often
+            unless forced.
+
+    Raises:
+        ValueError: window_positions < 1.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], *, window_positions: int, max_sample_reuse: float,
+                 min_positions: int = 1, seed: int = 0, scan_interval_s: float = 1.0) -> None:
+        if window_positions < 1:
+            raise ValueError(f"window_positions must be at least 1, got {window_positions}")
+        self.directory = Path(directory)
+        self.window_positions = window_positions
+        self.max_sample_reuse = max_sample_reuse
+        self.min_positions = max(1, min_positions)
+        self.scan_interval_s = scan_interval_s
+        # Small shards are joined into blocks of about this many positions, so a
+        # batch gathers from a few dozen arrays, not thousands; a block leaves
+        # the window whole, so up to this many stale positions stay in memory.
+        self._block_target = max(1, window_positions // _BLOCKS_PER_WINDOW)
+        self._rng = np.random.default_rng(seed)
+        self._blocks: list[_Block] = []
+        self._known: set[str] = set()
+        self._counted_up_to = ""  # names <= this entered the window before a restart
+        self._newest_name = ""
+        self._last_scan = -float("inf")
+        self.positions_added = 0  # positions that ever entered the window
+        self.samples_drawn = 0  # positions handed out in batches, over the life of the run
+        self.shards_loaded = 0  # this session
+        self.skipped_shards = 0  # too old to enter the window when first seen
+        self.corrupt_shards = 0
+
+    # --- size and state ---------------------------------------------------------------
+
+    @property
+    def total(self) -> int:
+        """Gets the number of the position after the newest (positions are numbered by arrival, per session)."""
+        return self._blocks[-1].end if self._blocks else 0
+
+    @property
+    def first(self) -> int:
+        """Gets the number of the oldest position inside the window."""
+        return max(self._blocks[0].start if self._blocks else 0, self.total - self.window_positions)
+
+    def __len__(self) -> int:
+        """Counts the positions in the window."""
+        return self.total - self.first
+
+    @property
+    def nbytes(self) -> int:
+        """Counts the bytes of the arrays held."""
+        return sum(block.nbytes for block in self._blocks)
+
+    @property
+    def average_reuse(self) -> float:
+        """Gets the samples drawn per position that ever entered the window."""
+        return self.samples_drawn / self.positions_added if self.positions_added else 0.0
+
+    @property
+    def reuse_budget(self) -> float:
+        """Gets how many more samples the reuse cap allows now (inf without a cap)."""
+        if self.max_sample_reuse <= 0:
+            return float("inf")
+        return self.max_sample_reuse * self.positions_added - self.samples_drawn
+
+    def waiting_reason(self, batch_size: int) -> str | None:
+        """Says why ``sample(batch_size)`` would return None: WAIT_POSITIONS, WAIT_REUSE, or None if it would not."""
+        if len(self) < self.min_positions:
+            return WAIT_POSITIONS
+        if self.reuse_budget < batch_size:
+            return WAIT_REUSE
+        return None
+
+    def state(self) -> dict[str, Any]:
+        """Gets the counters and the sampler's generator state as plain data (for a checkpoint)."""
+        return {
+            "positions_added": self.positions_added,
+            "samples_drawn": self.samples_drawn,
+            "corrupt_shards": self.corrupt_shards,
+            "skipped_shards": self.skipped_shards,
+            "newest_shard": max(self._newest_name, self._counted_up_to),
+            "rng": json.dumps(self._rng.bit_generator.state),
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Puts back counters saved by ``state``; call before the first ``refresh``.
+
+        Shards whose names sort at or before the saved newest shard were
+        counted before the restart and are not counted again when reloaded.
+
+        Raises:
+            ValueError: the state is malformed.
+        """
+        try:
+            self.positions_added = int(state["positions_added"])
+            self.samples_drawn = int(state["samples_drawn"])
+            self.corrupt_shards = int(state.get("corrupt_shards", 0))
+            self.skipped_shards = int(state.get("skipped_shards", 0))
+            self._counted_up_to = str(state.get("newest_shard", ""))
+            if state.get("rng"):
+                self._rng.bit_generator.state = json.loads(state["rng"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise ValueError(f"malformed replay state: {error!r}") from None
+
+    # --- loading ------------------------------------------------------------------------
+
+    def refresh(self, *, force: bool = False) -> int:
+        """Reads the shards that appeared since the last scan; returns how many positions entered.
+
+        Lists the folder at most every ``scan_interval_s`` unless ``force``.
+        Unreadable shards are logged once, counted and never retried.
+        """
+        now = time.monotonic()
+        if not force and now - self._last_scan < self.scan_interval_s:
+            return 0
+        self._last_scan = now
+        new = [name for name in _scan_names(self.directory) if name not in self._known]
+        if not new:
+            return 0
+        self._known.update(new)
+        loaded: list[tuple[str, Shard]] = []
+        covered = 0
+        # Newest first, until the new shards alone fill the window: older ones would be evicted at once.
+        for name in reversed(new):
+            if covered >= self.window_positions:
+                self.skipped_shards += name > self._counted_up_to
+                continue
+            shard = self._read(name)
+            if shard is not None and len(shard):
+                loaded.append((name, shard))
+                covered += len(shard)
+        added = sum(self._append(name, shard) for name, shard in reversed(loaded))
+        self._evict()
+        return added
+
+    def _read(self, name: str) -> Shard | None:
+        path = self.directory / name
+        try:
+            return read_shard(path)
+        except ShardError as error:
+            if not path.exists():
+                return None  # removed between the listing and the read: nothing to report
+            self.corrupt_shards += name > self._counted_up_to  # counted before a restart otherwise
+            log.warning("skipping unreadable shard (%s)", error)
+            return None
+
+    def _append(self, name: str, shard: Shard) -> int:
+        self._blocks.append(_Block.of(name, self.total, shard))
+        self.shards_loaded += 1
+        self._newest_name = max(self._newest_name, name)
+        self._join_small_blocks()
+        if name <= self._counted_up_to:
+            return 0
+        self.positions_added += len(shard)
+        return len(shard)
+
+    def _join_small_blocks(self) -> None:
+        """Joins the newest run of small blocks into one once together they reach the block size."""
+        run, size = 0, 0
+        for block in reversed(self._blocks):
+            if len(block.results) >= self._block_target:
+                break
+            run += 1
+            size += len(block.results)
+        if run > 1 and size >= self._block_target:
+            self._blocks[-run:] = [_Block.merge(self._blocks[-run:])]
+
+    def _evict(self) -> None:
+        first = self.total - self.window_positions
+        drop = 0
+        while drop < len(self._blocks) - 1 and self._blocks[drop].end <= first:
+            drop += 1
+        del self._blocks[:drop]
+
+    # --- sampling ---------------------------------------------------------------------------
+
+    def sample(self, batch_size: int) -> Batch | None:
+        """Draws ``batch_size`` positions uniformly (with replacement) from the window.
+
+        Returns None, drawing nothing, while ``waiting_reason(batch_size)`` is
+        not None: too few positions, or the reuse cap would be passed.
+
+        Raises:
+            ValueError: batch_size < 1.
+        """
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        if self.waiting_reason(batch_size) is not None:
+            return None
+        numbers = np.sort(self._rng.integers(self.first, self.total, size=batch_size))
+        self.samples_drawn += batch_size
+        return self._gather(numbers)
+
+    def _gather(self, numbers: np.ndarray) -> Batch:
+        """Builds the batch of the positions numbered ``numbers`` (sorted)."""
+        size = len(numbers)
+        planes = np.empty((size, COMPACT_PLANES), np.uint64)
+        scalars = np.empty((size, NUM_SCALARS), np.float32)
+        policy = np.zeros((size, NUM_MOVES), np.float32)
+        legal = np.zeros((size, NUM_MOVES), np.bool_)
+        z = np.empty(size, np.float32)
+        starts = np.array([block.start for block in self._blocks], dtype=np.int64)
+        owner = np.searchsorted(starts, numbers, side="right") - 1
+        # numbers are sorted, so each block's positions are one slice of the batch.
+        bounds = np.searchsorted(owner, np.arange(len(self._blocks) + 1))
+        for b, block in enumerate(self._blocks):
+            lo_out, hi_out = int(bounds[b]), int(bounds[b + 1])
+            if lo_out == hi_out:
+                continue
+            rows = numbers[lo_out:hi_out] - block.start
+            planes[lo_out:hi_out] = block.planes[rows]
+            scalars[lo_out:hi_out] = block.scalars[rows]
+            z[lo_out:hi_out] = block.results[rows]
+            lo, hi = block.policy_offsets[rows], block.policy_offsets[rows + 1]
+            entries = np.repeat(lo, hi - lo) + _ranges(hi - lo)
+            batch_rows = np.repeat(np.arange(lo_out, hi_out), hi - lo)
+            moves = block.policy_indices[entries].astype(np.int64)
+            policy[batch_rows, moves] = block.policy_probs[entries]
+            legal[batch_rows, moves] = True
+        return Batch(planes, scalars, policy, legal, z)

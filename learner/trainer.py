@@ -1,0 +1,233 @@
+"""The AlphaZero loss and one optimisation step of the network.
+
+Loss of one position, with p the network's policy and v its value::
+
+    l = value_loss_weight * (z - v)^2  -  sum over legal moves a of pi(a) * log p(a)
+
+averaged over the batch, plus c * ||theta||^2 (c = learner.weight_decay):
+
+- **Policy**: p is a softmax over the position's LEGAL moves only: the other
+  logits are set to -inf before log_softmax (the sample's policy indices list
+  every legal move). The loss is the cross-entropy against the search's visit
+  shares pi (so it includes pi's own entropy; ``policy_kl`` gives the KL).
+  Products with the -inf of illegal moves are masked out with ``where``,
+  never multiplied (0 * -inf is NaN).
+- **Value**: a 'scalar' head uses the squared error (z - v)^2 (0..4); a
+  'wdl' head uses the cross-entropy of its win/draw/loss logits against the
+  class of z (z = 1 win, 0 draw, -1 loss).
+- **Weight decay**: the optimiser's L2 weight decay, set to 2c, the gradient
+  of c * ||theta||^2, so the objective is AlphaZero's exactly (every parameter,
+  batch-norm scales and biases included, as in the paper). The term is left out
+  of ``total``; ``weight_decay_term`` computes it for logging.
+- **Value accuracy**: the share of positions whose predicted result class
+  matches z's. A 'scalar' head predicts the result nearest to v (win for
+  v > 1/3, loss for v < -1/3, else draw); a 'wdl' head predicts its most
+  likely class.
+
+Optimiser: SGD with momentum (AlphaZero) or Adam (``momentum`` is its beta1),
+with ``learner.learning_rate(step)`` set before each step. On CUDA the forward
+pass runs under bf16 autocast (no loss scaling needed for bf16) in
+channels_last; the losses are computed in float32. The gradient norm is
+measured every step and clipped only when ``clip_grad_norm`` is given.
+
+Example::
+
+    trainer = Trainer(AlphaZeroNet(config.network), config.learner, torch.device("cpu"))
+    stats = trainer.step(batch, step=0)      # StepStats of 0-dim tensors; float(stats.total)
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from alphazero.config import LearnerConfig
+from alphazero.network import AlphaZeroNet, NetOutput
+from alphazero.planes import compact_to_torch
+from learner.replay import Batch
+
+__all__ = [
+    "DRAW_BAND", "StepStats", "Trainer", "build_optimizer", "compute_losses", "masked_log_softmax",
+    "policy_kl", "result_classes", "value_classes", "weight_decay_term",
+]
+
+WIN, DRAW, LOSS = 0, 1, 2  # the classes of the wdl head's logits, in its order
+DRAW_BAND = 1.0 / 3.0  # a scalar value within this of 0 predicts a draw (the nearest result)
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """Figures of one batch as 0-dim float32 tensors on the training device (read them with float())."""
+
+    total: torch.Tensor  # policy + value_loss_weight * value (weight decay not included)
+    policy: torch.Tensor  # cross-entropy of the targets and the legal-move softmax
+    value: torch.Tensor  # squared error (scalar head) or win/draw/loss cross-entropy (wdl head)
+    value_mse: torch.Tensor  # (z - v)^2 for either head, so runs with either compare
+    entropy: torch.Tensor  # entropy of the network's policy over the legal moves
+    value_accuracy: torch.Tensor  # share of predicted result classes equal to z's
+    grad_norm: torch.Tensor  # global L2 norm of the gradient, before clipping
+
+    def as_floats(self) -> dict[str, float]:
+        """Gets every figure as a Python float (one device sync per figure)."""
+        return {f.name: float(getattr(self, f.name)) for f in fields(self)}
+
+
+def result_classes(z: torch.Tensor) -> torch.Tensor:
+    """Maps results 1, 0, -1 to the classes WIN, DRAW, LOSS (int64)."""
+    return (1 - torch.sign(z)).long()
+
+
+def value_classes(value: torch.Tensor, wdl_logits: torch.Tensor | None) -> torch.Tensor:
+    """Gets the predicted result class: the wdl head's most likely one, or the result nearest to a scalar v."""
+    if wdl_logits is not None:
+        return wdl_logits.argmax(dim=1)
+    draws = torch.full_like(value, DRAW, dtype=torch.long)
+    return torch.where(value > DRAW_BAND, WIN, torch.where(value < -DRAW_BAND, LOSS, draws))
+
+
+def masked_log_softmax(logits: torch.Tensor, legal: torch.Tensor) -> torch.Tensor:
+    """Gets log_softmax over the legal moves: -inf at illegal ones (every row needs a legal move)."""
+    return logits.float().masked_fill(~legal, float("-inf")).log_softmax(dim=1)
+
+
+def _legal_sum(values: torch.Tensor, legal: torch.Tensor) -> torch.Tensor:
+    # where, not a product: values hold -inf * 0 = NaN at illegal moves.
+    return torch.where(legal, values, torch.zeros_like(values)).sum(dim=1)
+
+
+def policy_kl(logits: torch.Tensor, policy: torch.Tensor, legal: torch.Tensor) -> torch.Tensor:
+    """Gets the mean KL(pi || p) of targets pi and the legal-move softmax p of ``logits``."""
+    log_p = masked_log_softmax(logits, legal)
+    log_pi = torch.log(policy.clamp_min(1e-30))
+    return _legal_sum(policy * (log_pi - log_p), legal & (policy > 0)).mean()
+
+
+def compute_losses(out: NetOutput, policy: torch.Tensor, legal: torch.Tensor, z: torch.Tensor,
+                   *, value_loss_weight: float) -> StepStats:
+    """Computes the loss and the logged figures of a batch (grad_norm left at 0).
+
+    Args:
+        out: the network's output for the batch.
+        policy: float32 [B, 4672] target visit shares (zero off the legal moves).
+        legal: bool [B, 4672], True at legal moves; every row has one.
+        z: float32 [B] game results for the side to move.
+        value_loss_weight: the value loss's weight beside the policy loss.
+    """
+    log_p = masked_log_softmax(out.policy_logits, legal)
+    policy_loss = -_legal_sum(policy * log_p, legal).mean()
+    entropy = -_legal_sum(log_p.exp() * log_p, legal).mean()
+    value = out.value.float()
+    value_mse = (z - value).square().mean()
+    targets = result_classes(z)
+    if out.wdl_logits is not None:
+        value_loss = F.cross_entropy(out.wdl_logits.float(), targets)
+    else:
+        value_loss = value_mse
+    accuracy = (value_classes(value, out.wdl_logits) == targets).float().mean()
+    total = policy_loss + value_loss_weight * value_loss
+    return StepStats(total, policy_loss.detach(), value_loss.detach(), value_mse.detach(), entropy.detach(),
+                     accuracy, torch.zeros((), device=total.device))
+
+
+def build_optimizer(model: nn.Module, config: LearnerConfig) -> torch.optim.Optimizer:
+    """Builds the configured optimiser over the model's parameters (weight decay 2c: see the module docstring)."""
+    rate = config.learning_rate(0)
+    decay = 2.0 * config.weight_decay
+    if config.optimizer == "adam":
+        return torch.optim.Adam(model.parameters(), lr=rate, betas=(config.momentum, 0.999), weight_decay=decay)
+    return torch.optim.SGD(model.parameters(), lr=rate, momentum=config.momentum, weight_decay=decay)
+
+
+def weight_decay_term(model: nn.Module, config: LearnerConfig) -> float:
+    """Gets c * ||theta||^2, the weight decay's share of the objective."""
+    with torch.no_grad():
+        squares = sum(p.float().square().sum() for p in model.parameters())
+    return config.weight_decay * float(squares)
+
+
+class Trainer:
+    """A network, its optimiser and one training step.
+
+    The model is moved to ``device`` (channels_last on CUDA) and kept in
+    training mode; ``compile`` wraps it in torch.compile for the steps.
+
+    Args:
+        model: the network to train (its weights are updated in place).
+        config: learning rates, optimiser, weight decay, value loss weight.
+        device: where to train.
+        clip_grad_norm: clip the gradient's global norm to this; None measures only.
+        bf16: use bf16 autocast on CUDA.
+        compile: torch.compile the forward pass.
+    """
+
+    def __init__(self, model: AlphaZeroNet, config: LearnerConfig, device: torch.device, *,
+                 clip_grad_norm: float | None = None, bf16: bool = True, compile: bool = False) -> None:
+        self.device = device
+        self.config = config
+        self.model = model.to(device)
+        if device.type == "cuda":
+            self.model = self.model.to(memory_format=torch.channels_last)
+        self.model.train()
+        self.optimizer = build_optimizer(self.model, config)
+        self.clip_grad_norm = clip_grad_norm
+        self.autocast = bf16 and device.type == "cuda"
+        self._forward: nn.Module = torch.compile(self.model) if compile else self.model  # type: ignore[assignment]
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if self.autocast:
+            return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def to_device(self, batch: Batch) -> tuple[torch.Tensor, ...]:
+        """Moves a batch to the device: (planes int64, scalars, policy, legal, z)."""
+        planes, scalars = compact_to_torch(batch.planes, batch.scalars, self.device)
+        rest = (torch.from_numpy(np.ascontiguousarray(a)).to(self.device) for a in (batch.policy, batch.legal, batch.z))
+        return (planes, scalars, *rest)
+
+    def set_learning_rate(self, step: int) -> float:
+        """Sets the learning rate of training step ``step`` (0-based) in the optimiser; returns it."""
+        rate = self.config.learning_rate(step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = rate
+        return rate
+
+    def step(self, batch: Batch, step: int) -> StepStats:
+        """Runs training step ``step`` (0-based) on ``batch``: forward, loss, backward, update.
+
+        Returns the batch's figures without waiting for the device (the
+        tensors are read when the caller converts them); a non-finite loss is
+        not checked here, since that would cost a sync every step.
+        """
+        self.set_learning_rate(step)
+        planes, scalars, policy, legal, z = self.to_device(batch)
+        with self._autocast():
+            out = self._forward(planes, scalars)
+        stats = compute_losses(out, policy, legal, z, value_loss_weight=self.config.value_loss_weight)
+        self.optimizer.zero_grad(set_to_none=True)
+        stats.total.backward()
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        if self.clip_grad_norm is None:
+            grad_norm = torch.nn.utils.get_total_norm(grads)
+        else:
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
+        self.optimizer.step()
+        return StepStats(stats.total.detach(), stats.policy, stats.value, stats.value_mse, stats.entropy,
+                         stats.value_accuracy, grad_norm.detach().float())
+
+    @torch.no_grad()
+    def evaluate(self, batch: Batch) -> StepStats:
+        """Computes a batch's figures in eval mode (batch-norm running statistics), without training."""
+        planes, scalars, policy, legal, z = self.to_device(batch)
+        self.model.eval()
+        try:
+            with self._autocast():
+                out = self.model(planes, scalars)
+            return compute_losses(out, policy, legal, z, value_loss_weight=self.config.value_loss_weight)
+        finally:
+            self.model.train()

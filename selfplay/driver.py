@@ -1,0 +1,336 @@
+"""Runs self-play on Ray: N actors (and, on GPUs, inference servers) filling a run directory.
+
+Ray moves work and weights; the run directory keeps what matters: each actor
+writes complete shards itself, so a lost actor costs only its games in flight.
+Actors restart after a crash (max_restarts); the driver resubmits their work.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from alphazero.checkpoint import latest_checkpoint, load_checkpoint
+from alphazero.config import Config, to_toml
+from alphazero.errors import UserError
+from alphazero.rundir import RunDir, remove_stale_temporaries
+from selfplay.inference import InferenceServer
+from selfplay.worker import PlayStats, SelfPlayWorker
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "alphazero"
+
+
+def actor_name_prefix(run: RunDir) -> str:
+    """Self-play actors of a run are named with this prefix (for pushing weights to them)."""
+    return f"selfplay:{run.root.resolve()}:"
+
+
+def connect_ray(address: str | None, num_cpus: int, num_gpus: float | None = None) -> bool:
+    """Connects to the Ray cluster at `address`, or starts a local one; returns True if it started one.
+
+    Reuses a connection that already exists in this process (tests, `alphazero train`).
+
+    Raises:
+        UserError: the address cannot be reached.
+    """
+    import ray
+
+    if address:
+        _check_reachable(address)
+    if ray.is_initialized():
+        return False
+    if address:
+        try:
+            ray.init(address=address, namespace=NAMESPACE, logging_level=logging.WARNING)
+        except (ConnectionError, RuntimeError, ValueError) as error:
+            raise UserError(f"cannot connect to the Ray cluster at {address}: {error}") from None
+        return True
+    ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, namespace=NAMESPACE,
+             logging_level=logging.WARNING)
+    return True
+
+
+def _check_reachable(address: str) -> None:
+    """Fails fast, with a clear message, on a host:port nobody listens at (ray.init would retry for long)."""
+    if address == "auto" or "://" in address and not address.startswith("ray://"):
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise UserError(f"a Ray address is HOST:PORT, ray://HOST:PORT or 'auto', got {address!r}")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as error:
+        raise UserError(f"cannot reach the Ray cluster at {address}: {error.strerror or error}") from None
+
+
+def check_checkpoint(run: RunDir, config: Config) -> int | None:
+    """The step of the run's latest checkpoint after checking it loads into this architecture.
+
+    Raises:
+        UserError: the checkpoint is corrupt or of another architecture.
+    """
+    path = latest_checkpoint(run)
+    if path is None:
+        return None
+    payload = load_checkpoint(path, "cpu", expected=config.network, mmap=True)
+    return int(payload["step"])
+
+
+@dataclass
+class Totals:
+    """Self-play statistics summed over actors and play() calls."""
+
+    started: float = field(default_factory=time.monotonic)
+    games: int = 0
+    moves: int = 0
+    samples: int = 0
+    evaluations: int = 0
+    batches: int = 0
+    network_seconds: float = 0.0
+    actor_seconds: float = 0.0
+    plies: list[int] = field(default_factory=list)
+    results: dict[str, int] = field(default_factory=lambda: {"white": 0, "draw": 0, "black": 0})
+    terminations: dict[str, int] = field(default_factory=dict)
+    shards: list[str] = field(default_factory=list)
+    resigned: int = 0
+    played_through: int = 0
+    would_have_resigned: int = 0
+    false_resignations: int = 0
+    lost_calls: int = 0
+    weights_step: int = -1
+
+    def add(self, stats: PlayStats) -> None:
+        self.games += stats.games
+        self.moves += stats.moves
+        self.samples += stats.samples
+        self.evaluations += stats.evaluations
+        self.batches += stats.batches
+        self.network_seconds += stats.network_seconds
+        self.actor_seconds += stats.wall_seconds
+        self.plies.extend(stats.game_plies)
+        for key, count in stats.results.items():
+            self.results[key] += count
+        for key, count in stats.terminations.items():
+            self.terminations[key] = self.terminations.get(key, 0) + count
+        self.shards.extend(stats.shards)
+        self.resigned += stats.resigned
+        self.played_through += stats.played_through
+        self.would_have_resigned += stats.would_have_resigned
+        self.false_resignations += stats.false_resignations
+        self.weights_step = max(self.weights_step, stats.weights_step)
+
+    @property
+    def elapsed(self) -> float:
+        return max(time.monotonic() - self.started, 1e-9)
+
+    def scalars(self) -> dict[str, float]:
+        """The TensorBoard scalars of self-play (cumulative rates since the start)."""
+        decided = max(self.games, 1)
+        values = {
+            "selfplay/positions_per_s": self.moves / self.elapsed,
+            "selfplay/games_per_hour": self.games / self.elapsed * 3600,
+            "selfplay/evaluations_per_s": self.evaluations / self.elapsed,
+            "selfplay/average_batch": self.evaluations / max(self.batches, 1),
+            "selfplay/network_share": self.network_seconds / max(self.actor_seconds, 1e-9),
+            "selfplay/games": self.games,
+            "results/white_wins": self.results["white"] / decided,
+            "results/draws": self.results["draw"] / decided,
+            "results/black_wins": self.results["black"] / decided,
+            "resign/resigned_share": self.resigned / decided,
+            "resign/false_positive_rate": self.false_resignations / max(self.would_have_resigned, 1),
+        }
+        if self.plies:
+            values["selfplay/game_length"] = sum(self.plies) / len(self.plies)
+        return values
+
+    def line(self, actors_alive: int, actors: int) -> str:
+        """The live progress line."""
+        weights = "fresh weights" if self.weights_step < 0 else f"weights step {self.weights_step}"
+        return (f"self-play: {self.games} games, {self.moves:,} positions ({self.moves / self.elapsed:.1f}/s), "
+                f"{self.evaluations / self.elapsed:,.0f} evals/s, batch {self.evaluations / max(self.batches, 1):.1f}, "
+                f"W/D/B {self.results['white']}/{self.results['draw']}/{self.results['black']}, "
+                f"{actors_alive}/{actors} actors playing, {weights}")
+
+
+class _Reporter:
+    """The progress line on the terminal and the scalars in run/tb/selfplay."""
+
+    def __init__(self, run: RunDir, progress: bool, every_s: float = 10.0) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(str(run.tb / "selfplay"))
+        self.every_s = every_s
+        self.last = 0.0
+        self.live: Any = None
+        if progress:
+            from rich.console import Console
+            from rich.live import Live
+
+            self.live = Live("self-play: starting actors...", console=Console(stderr=True), refresh_per_second=2,
+                             transient=False)
+            self.live.start()
+
+    def update(self, totals: Totals, alive: int, actors: int, force: bool = False) -> None:
+        if self.live is not None:
+            self.live.update(totals.line(alive, actors))
+        now = time.monotonic()
+        if force or now - self.last >= self.every_s:
+            self.last = now
+            for tag, value in totals.scalars().items():
+                self.writer.add_scalar(tag, value, totals.games)
+            self.writer.flush()
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+        self.writer.close()
+
+
+def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | None = None, gpus: float = 0.0,
+                 minutes: float | None = None, games: int | None = None, progress: bool = True,
+                 stop: threading.Event | None = None, chunk_seconds: float = 2.0,
+                 on_update: Callable[[Totals], None] | None = None) -> Totals:
+    """Plays self-play games on Ray until `minutes` pass, `games` finish, `stop` is set or Ctrl-C.
+
+    Finished games are kept: at the end every actor writes the games it holds.
+
+    Raises:
+        UserError: an unreachable Ray address, a corrupt checkpoint, an actor
+            that fails with a user error, or bad arguments.
+    """
+    import ray
+
+    if actors < 1:
+        raise UserError(f"--actors must be at least 1, got {actors}")
+    step = check_checkpoint(run, config)
+    if step is None:
+        print(f"self-play: no checkpoint in {run.checkpoints} yet: playing with freshly initialised weights",
+              flush=True)
+    remove_stale_temporaries(run.selfplay)
+    inference = config.selfplay.inference if gpus > 0 else "local"
+    servers_wanted = max(1, int(gpus)) if inference == "server" else 0
+    started_ray = connect_ray(address, num_cpus=max(actors + servers_wanted, os.cpu_count() or 1),
+                              num_gpus=gpus or None)
+    quota = math.ceil(games / actors) if games else None
+    handles, servers = _start_actors(run, config, actors, gpus, inference, servers_wanted, quota)
+    totals = Totals(weights_step=step if step is not None else -1)
+    reporter = _Reporter(run, progress)
+    deadline = time.monotonic() + minutes * 60 if minutes else None
+    pending: dict[Any, int] = {handle.play.remote(chunk_seconds): i for i, handle in enumerate(handles)}
+    idle: set[int] = set()
+    try:
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
+            for ref in ready:
+                index = pending.pop(ref)
+                if _collect(ref, totals, index, idle):
+                    continue
+                if not _should_stop(totals, games, deadline, stop):
+                    pending[handles[index].play.remote(chunk_seconds)] = index
+            reporter.update(totals, actors - len(idle), actors)
+            if on_update is not None:
+                on_update(totals)
+            if _should_stop(totals, games, deadline, stop):
+                _drain(pending, totals, idle, timeout=4 * chunk_seconds + 30)
+                break
+    except KeyboardInterrupt:
+        print("\nself-play: stopping; writing the finished games", flush=True)
+    finally:
+        _flush(handles, totals)
+        reporter.update(totals, actors - len(idle), actors, force=True)
+        reporter.close()
+        for handle in [*handles, *servers]:
+            ray.kill(handle, no_restart=True)
+        if started_ray:
+            ray.shutdown()
+    return totals
+
+
+def _start_actors(run: RunDir, config: Config, actors: int, gpus: float, inference: str, servers_wanted: int,
+                  quota: int | None) -> tuple[list[Any], list[Any]]:
+    import ray
+
+    config_toml = to_toml(config)
+    servers = [
+        ray.remote(InferenceServer).options(num_cpus=1, num_gpus=1 if gpus > 0 else 0, max_restarts=-1,
+                                            max_concurrency=1000)
+        .remote(str(run.root), config_toml)
+        for _ in range(servers_wanted)
+    ]
+    per_actor_gpu = gpus / actors if inference == "local" and gpus > 0 else 0
+    worker = ray.remote(SelfPlayWorker)
+    handles = []
+    for i in range(actors):
+        options: dict[str, Any] = {"num_cpus": 1, "max_restarts": -1, "max_task_retries": 0,
+                                   "name": f"{actor_name_prefix(run)}{i}", "namespace": NAMESPACE}
+        if per_actor_gpu:
+            options["num_gpus"] = per_actor_gpu
+        server = servers[i % len(servers)] if servers else None
+        handles.append(worker.options(**options).remote(str(run.root), config_toml, f"actor{i}-{os.getpid()}",
+                                                        server=server, max_games=quota))
+    return handles, servers
+
+
+def _collect(ref: Any, totals: Totals, index: int, idle: set[int]) -> bool:
+    """Adds a finished play() call's statistics; True when that actor has nothing more to do.
+
+    Raises:
+        UserError: the actor failed with a user error (a corrupt checkpoint, ...).
+    """
+    import ray
+    from ray.exceptions import RayActorError, RayTaskError
+
+    try:
+        stats: PlayStats = ray.get(ref)
+    except RayActorError:
+        # Killed or crashed: Ray restarts it; its finished shards are on disk,
+        # its games in flight are lost. Give it a moment and carry on.
+        totals.lost_calls += 1
+        time.sleep(0.5)
+        return False
+    except RayTaskError as error:
+        cause = error.cause if isinstance(error.cause, Exception) else error
+        raise UserError(f"a self-play actor failed: {cause}") from None
+    totals.add(stats)
+    if stats.games == 0 and stats.batches == 0:
+        idle.add(index)  # its game quota is played
+        return True
+    return False
+
+
+def _should_stop(totals: Totals, games: int | None, deadline: float | None, stop: threading.Event | None) -> bool:
+    return bool((games and totals.games >= games) or (deadline and time.monotonic() >= deadline)
+                or (stop is not None and stop.is_set()))
+
+
+def _drain(pending: dict[Any, int], totals: Totals, idle: set[int], timeout: float) -> None:
+    """Waits for the play() calls in progress (they end within a chunk) and counts them."""
+    import ray
+
+    ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=timeout)
+    for ref in ready:
+        _collect(ref, totals, pending.pop(ref), idle)
+
+
+def _flush(handles: list[Any], totals: Totals) -> None:
+    """Asks every actor to write the finished games it still holds."""
+    import ray
+    from ray.exceptions import RayError
+
+    refs = [handle.flush.remote() for handle in handles]
+    for ref in refs:
+        try:
+            path = ray.get(ref, timeout=60)
+        except (RayError, TimeoutError):
+            continue
+        if path:
+            totals.shards.append(path)

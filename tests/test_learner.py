@@ -1,0 +1,374 @@
+"""The learner: the loss, fitting, the training loop, checkpoints and restarts, TensorBoard, the command."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import errno
+import logging
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from alphazero.checkpoint import LATEST_NAME, checkpoint_name, load_checkpoint, step_of
+from alphazero.config import Config, apply_overrides, get_preset
+from alphazero.errors import UserError
+from alphazero.network import AlphaZeroNet, NetOutput
+from alphazero.rundir import RunDir
+from learner import cli
+from learner.loop import PROBES, Learner, probe_report, run_learner
+from learner.replay import Batch, ReplayWindow
+from learner.trainer import (
+    DRAW_BAND, Trainer, build_optimizer, compute_losses, masked_log_softmax, policy_kl, value_classes,
+)
+from tests.test_replay import add_shard
+
+SMALL_NET = ["network.blocks=1", "network.filters=16", "network.policy_filters=16", "network.value_filters=2",
+             "network.value_hidden=16"]
+LEARNER = ["learner.batch_size=32", "learner.min_window_positions=50", "learner.window_positions=1000",
+           "learner.max_sample_reuse=0", "learner.checkpoint_every=5", "learner.log_every=2",
+           "learner.keep_checkpoints=20", "learner.learning_rates=[0.1]", "learner.lr_boundaries=[]",
+           "learner.scale_lr=false", "learner.device=cpu"]
+
+
+@pytest.fixture(autouse=True)
+def _threads() -> None:
+    torch.set_num_threads(min(2, torch.get_num_threads()))
+
+
+def small_config(*overrides: str, value_head: str = "scalar") -> Config:
+    return apply_overrides(get_preset("tiny"), [*SMALL_NET, f"network.value_head={value_head}", *LEARNER,
+                                                *overrides])
+
+
+@pytest.fixture()
+def run(tmp_path: Path) -> tuple[RunDir, Config]:
+    rundir, config = RunDir.create_or_open(tmp_path / "run", small_config())
+    add_shard(rundir.selfplay, range(0, 100))
+    add_shard(rundir.selfplay, range(100, 200))
+    return rundir, config
+
+
+class StopOn(logging.Handler):
+    """Sets ``stop`` when the learner logs a message containing ``text`` (a waiting learner, say)."""
+
+    def __init__(self, stop: threading.Event, text: str) -> None:
+        super().__init__()
+        self.stop, self.text, self.seen = stop, text, []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.seen.append(record.getMessage())
+        if self.text in record.getMessage():
+            self.stop.set()
+
+
+def momentum_buffers(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [optimizer.state[p]["momentum_buffer"].clone() for group in optimizer.param_groups
+            for p in group["params"]]
+
+
+def fixed_batch(size: int = 48, seed: int = 0) -> Batch:
+    """Random positions, each with 10 legal moves and a peaked target over them."""
+    rng = np.random.default_rng(seed)
+    legal = np.zeros((size, 4672), dtype=bool)
+    policy = np.zeros((size, 4672), dtype=np.float32)
+    for row in range(size):
+        moves = rng.choice(4672, 10, replace=False)
+        legal[row, moves] = True
+        policy[row, moves] = rng.dirichlet(np.full(10, 0.3))
+    planes = rng.integers(0, np.iinfo(np.uint64).max, size=(size, 112), dtype=np.uint64, endpoint=True)
+    scalars = rng.random((size, 7), dtype=np.float32)
+    return Batch(planes, scalars, policy, legal, rng.integers(-1, 2, size).astype(np.float32))
+
+
+# --- the loss ---------------------------------------------------------------------------------------
+
+def test_the_loss_is_a_softmax_over_legal_moves_and_the_value_error() -> None:
+    logits = torch.tensor([[1.0, 2.0, 50.0, 0.0], [0.0, 0.0, 0.0, 3.0]]).repeat_interleave(1, 0)
+    logits = torch.nn.functional.pad(logits, (0, 4672 - 4))
+    legal = torch.zeros(2, 4672, dtype=torch.bool)
+    legal[0, :2] = True  # the 50 is illegal and must not count
+    legal[1, [0, 3]] = True
+    policy = torch.zeros(2, 4672)
+    policy[0, :2] = torch.tensor([0.25, 0.75])
+    policy[1, 3] = 1.0
+    value, z = torch.tensor([0.5, -0.2]), torch.tensor([1.0, 0.0])
+    stats = compute_losses(NetOutput(logits, value, None), policy, legal, z, value_loss_weight=2.0)
+    log_p0 = torch.log_softmax(torch.tensor([1.0, 2.0]), 0)
+    log_p1 = torch.log_softmax(torch.tensor([0.0, 3.0]), 0)
+    expected_policy = -(0.25 * log_p0[0] + 0.75 * log_p0[1] + log_p1[1]) / 2
+    expected_value = ((1 - 0.5) ** 2 + 0.2 ** 2) / 2
+    torch.testing.assert_close(stats.policy, expected_policy)
+    torch.testing.assert_close(stats.value, torch.tensor(expected_value))
+    torch.testing.assert_close(stats.total, expected_policy + 2.0 * expected_value)
+    entropy = -(log_p0.exp() * log_p0).sum() - (log_p1.exp() * log_p1).sum()
+    torch.testing.assert_close(stats.entropy, entropy / 2)
+    assert float(stats.value_accuracy) == 1.0  # 0.5 > 1/3 predicts a win, |-0.2| < 1/3 a draw
+
+
+def test_gradients_are_finite_and_zero_at_illegal_moves() -> None:
+    logits = torch.randn(3, 4672, requires_grad=True)
+    legal = torch.zeros(3, 4672, dtype=torch.bool)
+    legal[:, 100:105] = True
+    policy = torch.zeros(3, 4672)
+    policy[:, 100] = 1.0
+    stats = compute_losses(NetOutput(logits, torch.zeros(3, requires_grad=True), None), policy, legal,
+                           torch.zeros(3), value_loss_weight=1.0)
+    stats.total.backward()
+    assert logits.grad is not None and torch.isfinite(logits.grad).all()
+    assert (logits.grad[~legal] == 0).all() and (logits.grad[legal] != 0).all()
+    assert torch.isinf(masked_log_softmax(logits, legal)[~legal]).all()
+
+
+def test_the_wdl_head_uses_cross_entropy_and_its_most_likely_class() -> None:
+    wdl = torch.tensor([[3.0, 0.0, 0.0], [0.0, 0.0, 3.0], [0.0, 3.0, 0.0]])
+    probabilities = wdl.softmax(1)
+    value = probabilities[:, 0] - probabilities[:, 2]
+    z = torch.tensor([1.0, 1.0, 0.0])
+    legal = torch.ones(3, 4672, dtype=torch.bool)
+    policy = torch.full((3, 4672), 1 / 4672)
+    stats = compute_losses(NetOutput(torch.zeros(3, 4672), value, wdl), policy, legal, z, value_loss_weight=1.0)
+    torch.testing.assert_close(stats.value, torch.nn.functional.cross_entropy(wdl, torch.tensor([0, 0, 1])))
+    assert float(stats.value_accuracy) == pytest.approx(2 / 3)
+    assert value_classes(torch.tensor([DRAW_BAND + 0.01, -DRAW_BAND - 0.01, 0.0]), None).tolist() == [0, 2, 1]
+
+
+def test_the_optimiser_decays_weights_by_2c_and_adam_is_an_option() -> None:
+    config = small_config()
+    model = AlphaZeroNet(config.network)
+    sgd = build_optimizer(model, config.learner)
+    assert isinstance(sgd, torch.optim.SGD)
+    assert sgd.param_groups[0]["weight_decay"] == 2e-4 and sgd.param_groups[0]["momentum"] == 0.9
+    adam = build_optimizer(model, small_config("learner.optimizer=adam", "learner.momentum=0.8").learner)
+    assert isinstance(adam, torch.optim.Adam) and adam.param_groups[0]["betas"] == (0.8, 0.999)
+
+
+@pytest.mark.parametrize("value_head", ["scalar", "wdl"])
+def test_training_fits_a_fixed_set_of_positions(value_head: str) -> None:
+    torch.manual_seed(0)
+    config = small_config("learner.learning_rates=[0.05]", value_head=value_head)
+    trainer = Trainer(AlphaZeroNet(config.network), config.learner, torch.device("cpu"))
+    batch = fixed_batch()
+    tensors = trainer.to_device(batch)
+
+    def kl() -> float:
+        with torch.no_grad():
+            return float(policy_kl(trainer.model(*tensors[:2]).policy_logits, tensors[2], tensors[3]))
+
+    before_kl = kl()
+    stats = [trainer.step(batch, step).as_floats() for step in range(60)]
+    assert all(np.isfinite(list(s.values())).all() for s in stats)
+    # The policy loss cannot fall below the targets' entropy (~1.5 here); the KL can fall to 0.
+    assert stats[-1]["total"] < 0.6 * stats[0]["total"]
+    assert kl() < 0.1 * before_kl
+    assert stats[-1]["value"] < 0.1 * stats[0]["value"] and stats[-1]["value_accuracy"] == 1.0
+    assert float(trainer.evaluate(batch).policy) < float(trainer.evaluate(fixed_batch(seed=1)).policy)
+
+
+def test_probe_report_names_legal_moves_for_each_probe() -> None:
+    report = probe_report(AlphaZeroNet(small_config(value_head="wdl").network), torch.device("cpu"))
+    lines = report.splitlines()
+    assert len(lines) == 2 + len(PROBES)
+    assert "W/D/L" in lines[2] and "mate in one" in report
+    assert all(line.count("%") >= 3 for line in lines[2:])
+
+
+# --- the loop ---------------------------------------------------------------------------------------------
+
+def test_run_learner_checkpoints_publishes_and_logs(run: tuple[RunDir, Config]) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    rundir, config = run
+    published: list[tuple[int, Path]] = []
+    assert run_learner(rundir, config, steps=12, progress=False,
+                       on_checkpoint=lambda step, path: published.append((step, path))) == 12
+    assert [step for step, _ in published] == [0, 5, 10, 12]
+    assert all(path.is_file() and step_of(path) == step for step, path in published)
+    assert (rundir.checkpoints / LATEST_NAME).read_text().strip() == checkpoint_name(12)
+    payload = load_checkpoint(published[-1][1])
+    assert payload["replay"]["samples_drawn"] == 12 * 32 and payload["replay"]["positions_added"] == 200
+
+    events = EventAccumulator(str(rundir.tb / "learner"))
+    events.Reload()
+    scalars = events.Tags()["scalars"]
+    for tag in ("loss/total", "loss/policy", "loss/value", "learning_rate", "grad_norm", "policy/entropy",
+                "value/accuracy", "throughput/samples_per_s", "replay/window_positions", "replay/average_reuse",
+                "replay/corrupt_shards"):
+        assert tag in scalars, tag
+    assert [e.step for e in events.Scalars("loss/total")] == [2, 4, 6, 8, 10, 12]
+    assert all(np.isfinite(e.value) and e.value > 0 for e in events.Scalars("loss/total"))
+    assert events.Scalars("replay/window_positions")[-1].value == 200
+    assert events.Scalars("replay/average_reuse")[-1].value == pytest.approx(12 * 32 / 200)
+    assert "probes" in str(events.Tags()["tensors"])
+
+
+def test_a_restart_resumes_where_a_clean_stop_saved(run: tuple[RunDir, Config]) -> None:
+    rundir, config = run
+    with Learner(rundir, config) as first:
+        first.resume()
+        assert first.train(7) == 7
+        momentum = momentum_buffers(first.optimizer)
+        weights = copy.deepcopy(first.model.state_dict())
+        drawn = first.window.samples_drawn
+    saved = sorted(p.name for p in rundir.checkpoints.glob("step_*.pt"))
+    assert saved == [checkpoint_name(s) for s in (0, 5, 7)]
+
+    with Learner(rundir, config) as second:
+        assert second.resume() == 7
+        for a, b in zip(momentum, momentum_buffers(second.optimizer), strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+        for key, value in weights.items():
+            torch.testing.assert_close(second.model.state_dict()[key], value, rtol=0, atol=0)
+        assert second.window.samples_drawn == drawn and second.window.positions_added == 200
+        assert second.train(3) == 10
+        resumed = copy.deepcopy(second.model.state_dict())
+    assert sorted(p.name for p in rundir.checkpoints.glob("step_*.pt")) == sorted(saved + [checkpoint_name(10)])
+
+    # The same ten steps without the restart reach the same weights: nothing was lost or repeated.
+    fresh, _ = RunDir.create_or_open(rundir.root.parent / "fresh", config)
+    for path in sorted(rundir.selfplay.iterdir()):
+        os.link(path, fresh.selfplay / path.name)
+    with Learner(fresh, config) as straight:
+        straight.resume()
+        straight.train(10)
+        for key, value in resumed.items():
+            torch.testing.assert_close(straight.model.state_dict()[key], value)
+
+
+def test_a_crash_loses_only_the_steps_after_the_last_checkpoint(run: tuple[RunDir, Config],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    rundir, config = run
+    config = apply_overrides(config, ["learner.checkpoint_every=3"])
+    at_checkpoint: dict[int, list[torch.Tensor]] = {}
+    learner = Learner(rundir, config)
+    learner.on_checkpoint = lambda step, path: at_checkpoint.update({step: momentum_buffers(learner.optimizer)}
+                                                                     if step else {})
+    original_step = Trainer.step
+
+    def crash_in_the_ninth_step(self: Trainer, batch: Batch, step: int) -> object:
+        if step == 8:
+            raise RuntimeError("killed")
+        return original_step(self, batch, step)
+
+    monkeypatch.setattr(Trainer, "step", crash_in_the_ninth_step)
+    learner.resume()
+    with pytest.raises(RuntimeError, match="killed"):
+        learner.train(20)
+    learner.close()
+    monkeypatch.undo()
+    assert sorted(step_of(p) for p in rundir.checkpoints.glob("step_*.pt")) == [0, 3, 6]
+    with Learner(rundir, config) as restarted:
+        assert restarted.resume() == 6
+        for a, b in zip(at_checkpoint[6], momentum_buffers(restarted.optimizer), strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+        assert restarted.train(2) == 8
+    events = EventAccumulator(str(rundir.tb / "learner"))
+    events.Reload()
+    # The first run logged steps 2, 4, 6 and 8; those from the resumed step on are its lost future.
+    assert [e.step for e in events.Scalars("loss/total")] == [2, 4, 8]
+
+
+def test_the_reuse_cap_makes_the_learner_wait_until_stopped(run: tuple[RunDir, Config]) -> None:
+    rundir, config = run
+    config = apply_overrides(config, ["learner.max_sample_reuse=1.0", "learner.batch_size=50"])
+    stop = threading.Event()
+    handler = StopOn(stop, "reuse cap")
+    logger = logging.getLogger("learner.loop")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        final = run_learner(rundir, config, steps=100, stop=stop, progress=False, poll_seconds=0.01)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(logging.NOTSET)
+    assert final == 4  # 200 positions x 1 sample each = 4 batches of 50, then a wait
+    assert load_checkpoint(rundir.checkpoints / checkpoint_name(4))["replay"]["samples_drawn"] == 200
+
+
+def test_an_empty_run_waits_for_self_play_and_saves_step_zero(tmp_path: Path) -> None:
+    rundir, config = RunDir.create_or_open(tmp_path / "run", small_config())
+    stop = threading.Event()
+    handler = StopOn(stop, "waiting for self-play: 0 of 50 positions")
+    logger = logging.getLogger("learner.loop")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        assert run_learner(rundir, config, stop=stop, progress=False, poll_seconds=0.01) == 0
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(logging.NOTSET)
+    assert (rundir.checkpoints / checkpoint_name(0)).is_file()
+
+
+def test_a_full_disk_is_a_user_error(run: tuple[RunDir, Config], monkeypatch: pytest.MonkeyPatch) -> None:
+    rundir, config = run
+
+    def full(path: object, data: bytes) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr("alphazero.checkpoint.atomic_write_bytes", full)
+    with pytest.raises(UserError, match="No space left on device"):
+        run_learner(rundir, config, steps=3, progress=False)
+
+
+def test_a_corrupt_checkpoint_is_a_user_error(run: tuple[RunDir, Config]) -> None:
+    rundir, config = run
+    run_learner(rundir, config, steps=1, progress=False)
+    (rundir.checkpoints / checkpoint_name(1)).write_bytes(b"\x00" * 100)
+    with pytest.raises(UserError, match="cannot resume the learner: .*step_000000001.pt is corrupt"):
+        run_learner(rundir, config, steps=1, progress=False)
+
+
+# --- the command -------------------------------------------------------------------------------------------
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_learn_creates_a_missing_run_and_calls_the_hook(tmp_path: Path) -> None:
+    add_shard(tmp_path / "new" / "selfplay", range(0, 100))
+    published: list[int] = []
+    settings = [f"--set={item}" for item in [*SMALL_NET, *LEARNER]]
+    args = parse("--run", str(tmp_path / "new"), "--steps", "3", "--quiet", *settings)
+    assert cli.run(args, on_checkpoint=lambda step, path: published.append(step)) == 3
+    assert RunDir(tmp_path / "new").read_config().network.blocks == 1
+    assert published == [0, 3]
+
+
+def test_learn_refuses_another_runs_network_and_bad_options(run: tuple[RunDir, Config]) -> None:
+    rundir, _ = run
+    with pytest.raises(UserError, match="network.blocks"):
+        cli.run(parse("--run", str(rundir.root), "--preset", "small", "--steps", "1", "--quiet"))
+    with pytest.raises(UserError, match="--steps"):
+        cli.run(parse("--run", str(rundir.root), "--steps", "0"))
+    with pytest.raises(UserError, match="unknown device"):
+        cli.run(parse("--run", str(rundir.root), "--device", "tpu", "--steps", "1", "--quiet"))
+
+
+def test_the_window_used_by_the_loop_matches_the_config(run: tuple[RunDir, Config]) -> None:
+    rundir, config = run
+    with Learner(rundir, dataclasses.replace(config, learner=dataclasses.replace(
+            config.learner, window_positions=150, min_window_positions=100))) as learner:
+        learner.resume()
+        assert isinstance(learner.window, ReplayWindow)
+        assert len(learner.window) == 150 and learner.window.min_positions == 100
+
+
+def test_the_learner_bench_prints_training_beside_inference(capsys: pytest.CaptureFixture[str]) -> None:
+    from alphazero.bench import learner as bench
+
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    bench.run(parser.parse_args(["--preset", "tiny", "--device", "cpu", "--batch-size", "8", "--seconds", "0.05"]))
+    out = capsys.readouterr().out
+    assert "tiny on cpu" in out and "training samples/s at batch 8 = " in out
+    assert out.count("x inference") == 1 and "x training" in out

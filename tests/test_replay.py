@@ -1,0 +1,190 @@
+"""The replay window: newest-W eviction, new shards, the reuse cap, unreadable shards, restarts."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import chess
+import numpy as np
+import pytest
+
+from alphazero.moves import policy_mask
+from alphazero.shards import NUM_MOVES, Shard, encode_shard, shard_from_records, shard_name, write_shard
+from learner.replay import WAIT_POSITIONS, WAIT_REUSE, ReplayWindow
+
+LEGAL_MOVES = 20
+
+
+def make_shard(ids: range, seed: int = 0, legal: int = LEGAL_MOVES) -> Shard:
+    """Builds a shard of synthetic positions whose scalars[:, 1] (the move number) is the position's id.
+
+    Each position has ``legal`` random legal moves and a random visit share over them.
+    """
+    rng = np.random.default_rng([seed, ids.start])
+    n = len(ids)
+    scalars = rng.random((n, 7), dtype=np.float32)
+    scalars[:, 1] = np.asarray(ids, dtype=np.float32)
+    indices = np.concatenate([rng.choice(NUM_MOVES, legal, replace=False) for _ in range(n)]).astype(np.int16)
+    probs = rng.dirichlet(np.full(legal, 0.5), size=n).astype(np.float32).reshape(-1)
+    return Shard(
+        planes=rng.integers(0, np.iinfo(np.uint64).max, size=(n, 112), dtype=np.uint64, endpoint=True),
+        scalars=scalars,
+        policy_offsets=np.arange(n + 1, dtype=np.int64) * legal,
+        policy_indices=indices,
+        policy_probs=probs,
+        results=rng.integers(-1, 2, n).astype(np.int8),
+        game=np.zeros(n, np.int32),
+        ply=np.arange(n, dtype=np.int16),
+        root_values=np.zeros(n, np.float32),
+        games=[{"samples": n}],
+    )
+
+
+def add_shard(directory: Path, ids: range, seed: int = 0) -> Path:
+    """Writes a synthetic shard of positions ``ids`` into ``directory``; returns its path (names sort by age)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / shard_name("test")
+    write_shard(path, make_shard(ids, seed))
+    return path
+
+
+def sampled_ids(window: ReplayWindow, batch_size: int) -> np.ndarray:
+    batch = window.sample(batch_size)
+    assert batch is not None
+    return batch.scalars[:, 1].astype(np.int64)
+
+
+def test_a_batch_carries_the_shards_positions(tmp_path: Path) -> None:
+    # Many small shards, so that the window joins them into blocks (block size 1000 // 32 = 31).
+    shards = {start: make_shard(range(start, start + 7)) for start in range(0, 210, 7)}
+    for start, shard in shards.items():
+        write_shard(tmp_path / shard_name("test"), shard)
+    window = ReplayWindow(tmp_path, window_positions=1000, max_sample_reuse=0)
+    assert window.refresh() == 210 and len(window) == 210
+    batch = window.sample(300)
+    assert batch is not None and len(batch) == 300
+    assert batch.planes.dtype == np.uint64 and batch.planes.shape == (300, 112)
+    assert batch.scalars.dtype == np.float32 and batch.scalars.shape == (300, 7)
+    assert batch.policy.dtype == np.float32 and batch.policy.shape == (300, NUM_MOVES)
+    assert batch.legal.dtype == np.bool_ and batch.legal.shape == (300, NUM_MOVES)
+    assert batch.z.dtype == np.float32 and batch.z.shape == (300,)
+    for row, position in enumerate(batch.scalars[:, 1].astype(int)):
+        shard, index = shards[position - position % 7], position % 7
+        np.testing.assert_array_equal(batch.planes[row], shard.planes[index])
+        np.testing.assert_array_equal(batch.policy[row], shard.dense_policy([index])[0])
+        legal = shard.policy_indices[shard.policy_offsets[index]:shard.policy_offsets[index + 1]]
+        assert sorted(np.flatnonzero(batch.legal[row])) == sorted(legal)
+        assert batch.z[row] == shard.results[index]
+
+
+def test_the_window_keeps_the_newest_positions(tmp_path: Path) -> None:
+    window = ReplayWindow(tmp_path, window_positions=100, max_sample_reuse=0)
+    for start in range(0, 160, 40):
+        add_shard(tmp_path, range(start, start + 40))
+        window.refresh(force=True)
+    assert len(window) == 100 and window.positions_added == 160
+    ids = sampled_ids(window, 2000)
+    assert ids.min() == 60 and ids.max() == 159  # the oldest shard is gone, the next one half inside
+    per_position = 112 * 8 + 7 * 4 + 1 + 8 + LEGAL_MOVES * (2 + 4)  # compact arrays only, no dense policy
+    assert window.nbytes <= 3 * 40 * per_position + 3 * 8  # the three newest shards
+
+
+def test_new_shards_are_picked_up_and_scans_are_rate_limited(tmp_path: Path) -> None:
+    window = ReplayWindow(tmp_path / "selfplay", window_positions=1000, max_sample_reuse=0, scan_interval_s=60)
+    assert window.refresh() == 0 and len(window) == 0  # the folder does not exist yet
+    add_shard(tmp_path / "selfplay", range(0, 30))
+    assert window.refresh() == 0  # within the scan interval: the folder is not listed
+    assert window.refresh(force=True) == 30
+    assert window.refresh(force=True) == 0  # known names are not read again
+    (tmp_path / "selfplay" / ".x.npz.123.ab.tmp").write_bytes(b"partial")  # a writer's temporary
+    add_shard(tmp_path / "selfplay", range(30, 50))
+    assert window.refresh(force=True) == 20 and len(window) == 50 and window.corrupt_shards == 0
+    assert set(sampled_ids(window, 500)) == set(range(50))
+
+
+def test_a_learner_behind_self_play_skips_old_shards(tmp_path: Path) -> None:
+    for start in range(0, 400, 40):
+        add_shard(tmp_path, range(start, start + 40))
+    window = ReplayWindow(tmp_path, window_positions=100, max_sample_reuse=4)
+    assert window.refresh() == 120  # only the newest three shards are read
+    assert window.shards_loaded == 3 and window.skipped_shards == 7 and window.positions_added == 120
+    assert sampled_ids(window, 400).min() >= 300
+
+
+def test_the_reuse_cap_makes_sample_wait_for_new_shards(tmp_path: Path) -> None:
+    window = ReplayWindow(tmp_path, window_positions=1000, max_sample_reuse=2.0, min_positions=80)
+    window.refresh()
+    assert window.waiting_reason(50) == WAIT_POSITIONS and window.sample(50) is None
+    add_shard(tmp_path, range(0, 100))
+    window.refresh(force=True)
+    assert [window.sample(50) is not None for _ in range(5)] == [True, True, True, True, False]
+    assert window.waiting_reason(50) == WAIT_REUSE
+    assert window.samples_drawn == 200 and window.average_reuse == 2.0  # the refused batch drew nothing
+    add_shard(tmp_path, range(100, 150))  # +50 positions: +100 samples
+    window.refresh(force=True)
+    assert window.waiting_reason(50) is None
+    assert window.sample(50) is not None and window.sample(50) is not None and window.sample(50) is None
+    unlimited = ReplayWindow(tmp_path, window_positions=1000, max_sample_reuse=0)
+    unlimited.refresh()
+    assert all(unlimited.sample(150) is not None for _ in range(20))
+
+
+def test_unreadable_shards_are_skipped_logged_once_and_counted(tmp_path: Path,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    add_shard(tmp_path, range(0, 10))
+    data = encode_shard(make_shard(range(10, 20)))
+    (tmp_path / shard_name("truncated")).write_bytes(data[: len(data) // 2])
+    (tmp_path / shard_name("garbage")).write_bytes(np.random.default_rng(0).bytes(5000))
+    window = ReplayWindow(tmp_path, window_positions=1000, max_sample_reuse=0)
+    with caplog.at_level(logging.WARNING, logger="learner.replay"):
+        assert window.refresh() == 10
+        add_shard(tmp_path, range(20, 30))
+        assert window.refresh(force=True) == 10
+        window.refresh(force=True)
+    assert window.corrupt_shards == 2 and len(window) == 20
+    warnings = [r.getMessage() for r in caplog.records if "unreadable shard" in r.getMessage()]
+    assert len(warnings) == 2
+    assert any("truncated" in w for w in warnings) and any("garbage" in w for w in warnings)
+
+
+def test_a_restored_window_counts_nothing_twice_and_draws_the_same(tmp_path: Path) -> None:
+    add_shard(tmp_path, range(0, 60))
+    add_shard(tmp_path, range(60, 100))
+    first = ReplayWindow(tmp_path, window_positions=80, max_sample_reuse=3, seed=1)
+    first.refresh()
+    first.sample(70)
+    state = first.state()
+    again = ReplayWindow(tmp_path, window_positions=80, max_sample_reuse=3, seed=99)
+    again.restore(state)
+    again.refresh()
+    assert (again.positions_added, again.samples_drawn, len(again)) == (100, 70, 80)
+    np.testing.assert_array_equal(sampled_ids(again, 50), sampled_ids(first, 50))
+    add_shard(tmp_path, range(100, 110))
+    again.refresh(force=True)
+    assert again.positions_added == 110  # only the shard written after the state counts
+    with pytest.raises(ValueError, match="malformed replay state"):
+        again.restore({"samples_drawn": 3})
+
+
+def test_batches_of_real_games_mask_the_legal_moves(tmp_path: Path) -> None:
+    from mcts_ext.driver import run, uniform_evaluator
+    from mcts_ext.search import MultiGameSearch
+
+    search = MultiGameSearch(2, simulations=8, ply_limit=12, seed=3)
+    for slot in range(2):
+        search.start_game(slot)
+    records: list[dict] = []
+    run(search, uniform_evaluator, on_step=lambda rows: records.extend(r for _, r in search.take_finished()))
+    write_shard(tmp_path / shard_name("games"), shard_from_records(records))
+    window = ReplayWindow(tmp_path, window_positions=1000, max_sample_reuse=0)
+    window.refresh()
+    batch = window.sample(200)
+    assert batch is not None
+    np.testing.assert_allclose(batch.policy.sum(axis=1), 1.0, atol=1e-5)
+    assert not (batch.policy[~batch.legal]).any()
+    start = batch.scalars[:, 1] == 1  # move number 1 with White to move: the start position
+    start &= batch.scalars[:, 0] == 1
+    assert start.any()
+    for row in np.flatnonzero(start):
+        np.testing.assert_array_equal(batch.legal[row], policy_mask(chess.Board()))
