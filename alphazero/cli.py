@@ -92,8 +92,16 @@ def _cmd_learn(args: argparse.Namespace) -> None:
         run(args, on_checkpoint=publisher.publish)
 
 
+def _add_train(sub: argparse._SubParsersAction) -> None:
+    from alphazero.train import add_arguments
+
+    p = sub.add_parser("train", help="self-play and the learner together on this machine (the main job)")
+    add_arguments(p)
+    p.set_defaults(func=_lazy("alphazero.train", "run"))
+
+
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
-    _add_perft, _add_bench, _add_selfplay, _add_learn,
+    _add_train, _add_selfplay, _add_learn, _add_perft, _add_bench,
 ]
 
 

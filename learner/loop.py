@@ -449,6 +449,10 @@ class Learner:
         if self.step % self.settings.checkpoint_every == 0:
             self.save()
 
+    def status(self) -> str:
+        """The learner's progress line as it stands (step, losses, samples/s, window, reuse)."""
+        return self._status_line(self._running)
+
     def _status_line(self, running: _Running) -> str:
         means = running.means()
         window = self.window

@@ -179,9 +179,11 @@ class _Reporter:
                              transient=False)
             self.live.start()
 
-    def update(self, totals: Totals, alive: int, actors: int, force: bool = False) -> None:
+    def update(self, totals: Totals, alive: int, actors: int, force: bool = False,
+               suffix: Callable[[], str] | None = None) -> None:
         if self.live is not None:
-            self.live.update(totals.line(alive, actors))
+            line = totals.line(alive, actors)
+            self.live.update(line if suffix is None else f"{line}\n{suffix()}")
         now = time.monotonic()
         if force or now - self.last >= self.every_s:
             self.last = now
@@ -192,16 +194,20 @@ class _Reporter:
     def close(self) -> None:
         if self.live is not None:
             self.live.stop()
+            self.live.console.line()  # what is printed next starts on a line of its own
         self.writer.close()
 
 
 def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | None = None, gpus: float = 0.0,
                  minutes: float | None = None, games: int | None = None, progress: bool = True,
                  stop: threading.Event | None = None, chunk_seconds: float = 2.0,
-                 on_update: Callable[[Totals], None] | None = None) -> Totals:
+                 on_update: Callable[[Totals], None] | None = None,
+                 status_suffix: Callable[[], str] | None = None) -> Totals:
     """Plays self-play games on Ray until `minutes` pass, `games` finish, `stop` is set or Ctrl-C.
 
     Finished games are kept: at the end every actor writes the games it holds.
+    `status_suffix` adds a second line to the live progress (alphazero train
+    shows the learner's there).
 
     Raises:
         UserError: an unreachable Ray address, a corrupt checkpoint, an actor
@@ -236,7 +242,7 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
                     continue
                 if not _should_stop(totals, games, deadline, stop):
                     pending[handles[index].play.remote(chunk_seconds)] = index
-            reporter.update(totals, actors - len(idle), actors)
+            reporter.update(totals, actors - len(idle), actors, suffix=status_suffix)
             if on_update is not None:
                 on_update(totals)
             if _should_stop(totals, games, deadline, stop):
@@ -246,7 +252,7 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
         print("\nself-play: stopping; writing the finished games", flush=True)
     finally:
         _flush(handles, totals)
-        reporter.update(totals, actors - len(idle), actors, force=True)
+        reporter.update(totals, actors - len(idle), actors, force=True, suffix=status_suffix)
         reporter.close()
         for handle in [*handles, *servers]:
             ray.kill(handle, no_restart=True)

@@ -1,0 +1,46 @@
+"""`alphazero train`: self-play and the learner together, stopped and resumed."""
+
+from __future__ import annotations
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from alphazero import cli
+from alphazero.checkpoint import latest_checkpoint, step_of
+from alphazero.rundir import RunDir
+from alphazero.shards import list_shards
+
+pytest.importorskip("ray")
+
+FAST = ["search.simulations=8", "search.ply_limit=30", "selfplay.games_per_actor=4", "selfplay.shard_games=2",
+        "selfplay.weights_poll_seconds=1", "learner.batch_size=32", "learner.min_window_positions=64",
+        "learner.window_positions=5000", "learner.checkpoint_every=5", "learner.log_every=5",
+        "learner.max_sample_reuse=50"]
+
+
+def train(run_path, minutes: float) -> int:
+    overrides = [item for override in FAST for item in ("--set", override)]
+    return cli.main(["train", "--run", str(run_path), "--minutes", str(minutes), "--actors", "1", "--quiet",
+                     *overrides])
+
+
+@pytest.mark.slow
+def test_train_writes_games_checkpoints_and_curves_then_resumes(tmp_path, capsys):
+    run = RunDir(tmp_path / "run")
+    assert train(run.root, 0.5) == 0
+    assert "learner at step" in capsys.readouterr().out
+    assert list_shards(run.selfplay) and list(run.games.glob("*.pgn"))
+    first = latest_checkpoint(run)
+    assert first is not None and step_of(first) > 0
+    events = EventAccumulator(str(run.tb / "learner"))
+    events.Reload()
+    assert {"loss/total", "loss/policy", "loss/value"} <= set(events.Tags()["scalars"])
+    assert events.Scalars("loss/total")
+    selfplay_events = EventAccumulator(str(run.tb / "selfplay"))
+    selfplay_events.Reload()
+    assert "selfplay/positions_per_s" in selfplay_events.Tags()["scalars"]
+
+    shards_before = set(list_shards(run.selfplay))
+    assert train(run.root, 0.3) == 0  # a rerun resumes: nothing is lost, the step goes on
+    assert shards_before <= set(list_shards(run.selfplay))
+    assert step_of(latest_checkpoint(run)) >= step_of(first)
