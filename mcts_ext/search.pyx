@@ -111,6 +111,7 @@ ctypedef struct Slot:
     int resign_streak[2]             # consecutive moves each side's value was below the threshold
     int would_resign_ply             # played-through games: first ply a resignation would have come, or -1
     int would_resign_side
+    long long moves_played           # moves this slot has played, over all its games
     Record record
 
 
@@ -358,6 +359,7 @@ cdef int finish_move(Slot* s, const Options* o, Tree* scratch) noexcept nogil:
     if stack_push(&s.stack, s.tree.move[edge]) < 0:
         return -1
     s.root_length += 1
+    s.moves_played += 1
     n = generate_legal(&s.stack.positions[s.root_length - 1], moves)
     status = stack_status(&s.stack, n, o.ply_limit)
     if status != ONGOING:
@@ -560,6 +562,15 @@ cdef class MultiGameSearch:
     def games(self) -> int:
         """The number of slots."""
         return self.n_slots
+
+    @property
+    def total_moves(self) -> int:
+        """Moves played by autoplay in all slots since the search was made."""
+        cdef int g
+        cdef long long total = 0
+        for g in range(self.n_slots):
+            total += self.slots[g].moves_played
+        return total
 
     def searching(self) -> int:
         """How many slots still want simulations."""

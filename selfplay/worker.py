@@ -45,7 +45,7 @@ class PlayStats:
     network_seconds: float = 0.0      # inside the evaluator (forward pass, transfers, Ray for a server)
     batches: int = 0
     evaluations: int = 0              # positions sent to the network
-    moves: int = 0                    # positions played (plies)
+    moves: int = 0                    # positions played (plies), finished games or not
     games: int = 0
     samples: int = 0                  # training samples recorded
     shards: list[str] = field(default_factory=list)
@@ -138,6 +138,7 @@ class SelfPlayWorker:
     def play(self, seconds: float) -> PlayStats:
         """Runs the search loop for about `seconds`; finished games are written as shards fill up."""
         stats = PlayStats(worker=self.name)
+        moves_before = self.search.total_moves
         start = time.perf_counter()
         while time.perf_counter() - start < seconds and self.search.searching():
             self._poll_weights()
@@ -151,6 +152,7 @@ class SelfPlayWorker:
                 stats.evaluations += rows
             self._collect(stats)
         stats.wall_seconds = time.perf_counter() - start
+        stats.moves = self.search.total_moves - moves_before
         stats.weights_step = self.step
         return stats
 
@@ -172,7 +174,6 @@ class SelfPlayWorker:
     @staticmethod
     def _count(stats: PlayStats, record: dict[str, Any]) -> None:
         stats.games += 1
-        stats.moves += record["plies"]
         stats.samples += len(record["results"])
         stats.game_plies.append(record["plies"])
         stats.results[record["winner"] or "draw"] += 1

@@ -12,6 +12,7 @@ BENCHES = {
     "movegen": "perft nodes/s of the Cython core vs python-chess and Stockfish",
     "search": "simulations/s of the Cython search vs a plain-Python PUCT over python-chess",
     "network": "network evaluations/s by batch size for each preset (CPU, and CUDA when present)",
+    "selfplay": "self-play positions/s and the share of time spent in the network",
     "learner": "training samples/s per preset (CPU, and CUDA when present) vs inference-only evals/s at the same batch",
 }
 
