@@ -100,8 +100,22 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_lazy("alphazero.train", "run"))
 
 
+def _add_eval_commands(sub: argparse._SubParsersAction) -> None:
+    from eval.cli import add_eval_arguments, add_match_arguments, add_uci_arguments
+
+    p = sub.add_parser("eval", help="rate a checkpoint's policy, value and search agents against Stockfish (Elo)")
+    add_eval_arguments(p)
+    p.set_defaults(func=_lazy("eval.cli", "run_eval"))
+    p = sub.add_parser("match", help="play a match: alphazero match [A] vs B (e.g. vs stockfish --elo 1500)")
+    add_match_arguments(p)
+    p.set_defaults(func=_lazy("eval.cli", "run_match"))
+    p = sub.add_parser("uci", help="a UCI engine on the run's latest network, for chess GUIs and lichess-bot")
+    add_uci_arguments(p)
+    p.set_defaults(func=_lazy("eval.cli", "run_uci_command"))
+
+
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
-    _add_train, _add_selfplay, _add_learn, _add_perft, _add_bench,
+    _add_train, _add_selfplay, _add_learn, _add_eval_commands, _add_perft, _add_bench,
 ]
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -37,6 +36,7 @@ import chess.pgn
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from alphazero.errors import UserError
+from alphazero.rundir import atomic_write_text
 from eval.agents import Agent, Choice
 from eval.elo import Summary, match_summary
 from eval.openings import Opening, load_openings
@@ -309,21 +309,11 @@ def _advance(agent: Agent, games: list[_Game], rules: _Rules) -> None:
 # --- output --------------------------------------------------------------------------
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    """Writes text to `.NAME.tmp` beside path, then renames it over path."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def _write_games(pgn_path: Path, jsonl_path: Path, records: Sequence[GameRecord]) -> None:
     """Rewrites both output files with every finished game, in round order."""
     ordered = sorted(records, key=lambda r: r.round)
-    _atomic_write(pgn_path, "".join(str(r.to_pgn()) + "\n\n" for r in ordered))
-    _atomic_write(jsonl_path, "".join(json.dumps(r.to_json()) + "\n" for r in ordered))
+    atomic_write_text(pgn_path, "".join(str(r.to_pgn()) + "\n\n" for r in ordered))
+    atomic_write_text(jsonl_path, "".join(json.dumps(r.to_json()) + "\n" for r in ordered))
 
 
 def _slug(name: str) -> str:
@@ -392,6 +382,7 @@ def play_match(
     resign_threshold: float | None = None,
     resign_moves: int = DEFAULT_RESIGN_MOVES,
     out_dir: Path | None = None,
+    pgn_dir: Path | None = None,
     progress: bool = True,
     seed: int = 0,
     match_id: str | None = None,
@@ -410,7 +401,9 @@ def play_match(
 
     `ply_limit` (None for none) ends a game as a draw after that many plies,
     opening included. `match_id` (default `<a>-vs-<b>-<UTC time>`) names the
-    files in `out_dir` and is the PGN Event. The agents are not closed here.
+    files and is the PGN Event: `out_dir/<match_id>.jsonl` and
+    `pgn_dir/<match_id>.pgn` (pgn_dir defaults to out_dir). The agents are not
+    closed here.
 
     Raises UserError on a bad argument; IllegalAgentMoveError or
     AgentContractError when an agent misbehaves; anything an agent raises. On
@@ -421,9 +414,10 @@ def play_match(
     rules = _Rules(ply_limit, resign_threshold, resign_moves)
     result = MatchResult(match_id or _default_match_id(agent_a, agent_b), agent_a.name, agent_b.name, [])
     if out_dir is not None:
-        out_dir = Path(out_dir)
+        out_dir, pgn_dir = Path(out_dir), Path(pgn_dir if pgn_dir is not None else out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
-        result.pgn_path, result.jsonl_path = out_dir / f"{result.match_id}.pgn", out_dir / f"{result.match_id}.jsonl"
+        pgn_dir.mkdir(parents=True, exist_ok=True)
+        result.pgn_path, result.jsonl_path = pgn_dir / f"{result.match_id}.pgn", out_dir / f"{result.match_id}.jsonl"
     agents = [agent_a] if agent_a is agent_b else [agent_a, agent_b]
     running: list[_Game] = []
     with _progress_bar(progress, agent_a, agent_b, len(pending)) as (bar, task):

@@ -256,16 +256,16 @@ def test_parse_random_and_register_a_kind(monkeypatch: pytest.MonkeyPatch) -> No
 
     def factory(options: dict[str, str], context: dict) -> Agent:
         seen.update(options=options, context=context)
-        return RandomAgent(name=f"search{options['sims']}")
+        return RandomAgent(name=f"toy{options['sims']}")
 
-    register_player("search", factory, help="test kind", options={"sims": "simulations"}, positional="sims")
-    agent = parse_player("search:400", run="runs/x")
-    assert agent.name == "search400"
+    register_player("toy", factory, help="test kind", options={"sims": "simulations"}, positional="sims")
+    agent = parse_player("toy:400", run="runs/x")
+    assert agent.name == "toy400"
     assert seen == {"options": {"sims": "400"}, "context": {"run": "runs/x"}}
     with pytest.raises(ValueError, match="already registered"):
-        register_player("search", factory, help="again")
-    with pytest.raises(UserError, match="unknown option 'depth' for 'search'"):
-        parse_player("search:depth=3")
+        register_player("toy", factory, help="again")
+    with pytest.raises(UserError, match="unknown option 'depth' for 'toy'"):
+        parse_player("toy:depth=3")
 
 
 # --- Stockfish ---------------------------------------------------------------------------

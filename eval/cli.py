@@ -1,0 +1,216 @@
+"""The command-line front ends of eval: `alphazero match`, `alphazero eval` and `alphazero uci`.
+
+Each command is a pair, `add_<name>_arguments(parser)` and a runner taking
+the parsed namespace, for alphazero/cli.py to wire in::
+
+    def _add_match(sub):
+        from eval.cli import add_match_arguments, run_match
+        p = sub.add_parser("match", help="play a match: alphazero match [A] vs B")
+        add_match_arguments(p)
+        p.set_defaults(func=run_match)
+
+At load time this module imports only the standard library and
+alphazero.rundir (no torch, no python-chess), so building the parser stays
+cheap; the runners import the rest. Runners raise UserError for bad input, which the CLI prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from alphazero.rundir import DEFAULT_RUN
+
+DEFAULT_RUN_DIR = Path(DEFAULT_RUN)
+"""The run every command uses without --run: alphazero.rundir.DEFAULT_RUN, as everywhere."""
+
+_VERSUS = "vs"
+
+
+# --- alphazero match --------------------------------------------------------------------
+
+
+def add_match_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds the arguments of `alphazero match [A] vs B [--games N] [--run DIR] [--elo E] ...`."""
+    parser.add_argument(
+        "players", nargs="+", metavar="[A] vs B",
+        help="players such as search:400, policy, value, random, stockfish, stockfish:depth=3, "
+             "stockfish:elo=1500; A defaults to the run's latest checkpoint searching --simulations",
+    )
+    parser.add_argument("--games", type=int, default=None,
+                        help="games to play, half with each colour (default: the run's eval.games)")
+    parser.add_argument("--run", type=Path, default=DEFAULT_RUN_DIR,
+                        help=f"run directory: network checkpoints, and where games go (default {DEFAULT_RUN_DIR})")
+    parser.add_argument("--elo", type=int, default=None, help="UCI_Elo of a bare `stockfish` player, e.g. 1500")
+    parser.add_argument("--concurrency", type=int, default=8, help="games played at once (default 8)")
+    parser.add_argument("--simulations", type=int, default=None,
+                        help="simulations of A and of a bare `search` (default: the run's eval.simulations)")
+    parser.add_argument("--device", default="auto", help="network device: auto, cpu, cuda or cuda:N")
+    parser.add_argument("--ply-limit", type=int, default=512, help="plies after which a game is drawn (default 512)")
+    parser.add_argument("--resign", type=float, default=None, metavar="VALUE",
+                        help="resign when both sides' values agree below VALUE, e.g. -0.9 (default: never)")
+    parser.add_argument("--seed", type=int, default=0, help="first opening of the suite, and random's seed")
+    parser.add_argument("--match-id", default=None, help="names the output files (default: players and time)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def parse_versus(tokens: list[str], default_a: str) -> tuple[str, str]:
+    """Splits `[A] vs B` into two player specs, A defaulting to `default_a`.
+
+    Raises UserError unless the tokens are `vs B` or `A vs B`.
+    """
+    from alphazero.errors import UserError
+
+    lowered = [token.lower() for token in tokens]
+    if lowered.count(_VERSUS) != 1:
+        raise UserError(f"write the players as `[A] vs B`, e.g. `search:400 vs stockfish:elo=1500`; "
+                        f"got {' '.join(tokens)!r}")
+    split = lowered.index(_VERSUS)
+    left, right = tokens[:split], tokens[split + 1:]
+    if len(left) > 1 or len(right) != 1:
+        raise UserError(f"write one player on each side of `vs` (A may be left out); got {' '.join(tokens)!r}")
+    return (left[0] if left else default_a), right[0]
+
+
+def _apply_elo(specs: list[str], elo: int | None) -> list[str]:
+    """Gives every bare `stockfish` the --elo level. Raises UserError if --elo has no bare stockfish."""
+    from alphazero.errors import UserError
+    from eval.agents import split_spec
+
+    if elo is None:
+        return specs
+    bare = [split_spec(spec) == ("stockfish", []) for spec in specs]
+    if not any(bare):
+        raise UserError(f"--elo applies to a bare `stockfish` player; write stockfish:elo={elo} instead")
+    return [f"stockfish:elo={elo}" if is_bare else spec for spec, is_bare in zip(specs, bare)]
+
+
+def run_match(args: argparse.Namespace) -> None:
+    """Plays `alphazero match`: JSON lines to run/eval/, PGN to run/games/, the summary line on stdout.
+
+    Raises UserError for a bad player spec or option, a missing Stockfish or checkpoint.
+    """
+    from alphazero.config import DEFAULT_PRESET, get_preset
+    from alphazero.rundir import RunDir
+    from eval.agents import parse_player
+    from eval.match import format_summary, play_match
+    from eval.network_agents import NetworkCache
+
+    run = RunDir(args.run)
+    config = run.read_config() if run.exists() else get_preset(DEFAULT_PRESET)
+    simulations = args.simulations if args.simulations is not None else config.eval.simulations
+    games = args.games if args.games is not None else config.eval.games
+    spec_a, spec_b = parse_versus(args.players, f"search:{simulations}")
+    spec_a, spec_b = _apply_elo([spec_a, spec_b], args.elo)
+    context: dict[str, Any] = {"run": run.root, "device": args.device, "simulations": simulations,
+                               "networks": NetworkCache(), "seed": args.seed}
+    with parse_player(spec_a, **context) as agent_a, parse_player(spec_b, **context) as agent_b:
+        result = play_match(agent_a, agent_b, games=games, concurrency=args.concurrency, ply_limit=args.ply_limit,
+                            resign_threshold=args.resign, out_dir=run.eval, pgn_dir=run.games,
+                            progress=not args.no_progress,
+                            seed=args.seed, match_id=args.match_id)
+    print(format_summary(result))
+    print(f"games: {result.pgn_path}\nrecords: {result.jsonl_path}")
+
+
+# --- alphazero eval ---------------------------------------------------------------------------
+
+
+def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds the arguments of `alphazero eval --run DIR [--checkpoint STEP] [--games N] ...`."""
+    parser.add_argument("--run", type=Path, default=DEFAULT_RUN_DIR, help=f"run directory (default {DEFAULT_RUN_DIR})")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config field for this evaluation, e.g. --set eval.stockfish_elos=1400,1700 "
+                             "(repeatable; --full reads the eval section)")
+    parser.add_argument("--checkpoint", type=int, default=None, metavar="STEP",
+                        help="learner step to rate (default: the latest checkpoint)")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_const", const="quick", dest="size",
+                      help="4 games per pair, 64 simulations, the lowest Stockfish level, 200-ply games "
+                           "(the default on a CPU)")
+    size.add_argument("--full", action="store_const", const="full", dest="size",
+                      help="the run's eval section: eval.games per pair, eval.simulations, every "
+                           "eval.stockfish_elos level (the default on a GPU)")
+    parser.add_argument("--games", type=int, default=None, help="games per pair of agents (overrides the size)")
+    parser.add_argument("--simulations", type=int, default=None, help="simulations of the search agent")
+    parser.add_argument("--stockfish-elos", default=None, metavar="E1,E2,...",
+                        help="Stockfish UCI_Elo levels, the rating anchors (e.g. 1400,1700,2000); '' for none")
+    parser.add_argument("--stockfish-depth", type=int, default=None,
+                        help="search depth of the Stockfish levels (default: Elo-calibrated)")
+    parser.add_argument("--ply-limit", type=int, default=None, help="plies after which a game is drawn")
+    parser.add_argument("--concurrency", type=int, default=16, help="games of a match played at once (default 16)")
+    parser.add_argument("--no-random", action="store_true", help="leave the random agent out")
+    parser.add_argument("--device", default="auto", help="network device: auto, cpu, cuda or cuda:N")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars or table")
+
+
+def _parse_elos(text: str | None) -> tuple[int, ...] | None:
+    """Parses '1400,1700' into levels; None when not given. Raises UserError on a non-integer."""
+    from alphazero.errors import UserError
+
+    if text is None:
+        return None
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise UserError(f"--stockfish-elos takes integers separated by commas, got {text!r}") from None
+
+
+def run_eval(args: argparse.Namespace) -> None:
+    """Runs `alphazero eval`: matches, the Elo table, ratings JSON and TensorBoard scalars.
+
+    Raises UserError for a run that does not exist, a missing checkpoint or Stockfish, or bad sizes.
+    """
+    import dataclasses
+
+    from alphazero.network import pick_device
+    from alphazero.rundir import RunDir
+    from eval.evaluate import EvalSettings, evaluate_checkpoint
+
+    run, config = RunDir.open(args.run, args.overrides)
+    size = args.size or ("full" if pick_device(args.device).type == "cuda" else "quick")
+    settings = EvalSettings.full(config.eval) if size == "full" else EvalSettings.quick(config.eval)
+    changes: dict[str, Any] = {"include_random": not args.no_random, "concurrency": args.concurrency}
+    if args.ply_limit is not None:
+        changes["ply_limit"] = args.ply_limit
+    settings = dataclasses.replace(settings, **changes)
+    evaluate_checkpoint(
+        run, config, args.checkpoint, settings=settings, games_per_pair=args.games, simulations=args.simulations,
+        stockfish_elos=_parse_elos(args.stockfish_elos), stockfish_depth=args.stockfish_depth,
+        device=args.device, progress=not args.no_progress,
+    )
+
+
+# --- alphazero uci -----------------------------------------------------------------------------
+
+
+def add_uci_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds the arguments of `alphazero uci [--run DIR | --weights FILE] [--device D] [--nodes N] [--threads N]`."""
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--run", type=Path, default=None,
+                        help=f"run whose latest checkpoint plays (default {DEFAULT_RUN_DIR})")
+    source.add_argument("--weights", type=Path, default=None, help="a model file or checkpoint to play with")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default auto)")
+    parser.add_argument("--nodes", type=int, default=None, help="simulations a move for a bare `go` (default 400)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+
+
+def run_uci_command(args: argparse.Namespace) -> None:
+    """Runs `alphazero uci` over stdin/stdout until `quit`. Raises UserError for an unusable network source."""
+    from eval.uci import run_uci
+
+    run_uci(args.run if args.run is not None else DEFAULT_RUN_DIR, args.weights, args.device,
+            nodes=args.nodes, threads=args.threads)
+
+
+__all__ = [
+    "DEFAULT_RUN_DIR",
+    "add_eval_arguments",
+    "add_match_arguments",
+    "add_uci_arguments",
+    "parse_versus",
+    "run_eval",
+    "run_match",
+    "run_uci_command",
+]

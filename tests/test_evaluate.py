@@ -1,0 +1,125 @@
+"""`alphazero eval`: matches between a checkpoint's agents, random and Stockfish; ratings JSON and TensorBoard."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from rich.console import Console
+
+from alphazero.checkpoint import save_checkpoint
+from alphazero.config import Config, EvalConfig, get_preset
+from alphazero.errors import UserError
+from alphazero.network import AlphaZeroNet
+from alphazero.rundir import RunDir
+from eval.cli import add_eval_arguments, run_eval
+from eval.elo import Rating
+from eval.evaluate import EvalSettings, evaluate_checkpoint, load_ratings, ratings_path
+from tests.test_match import stockfish_or_skip
+
+
+TINY: Config = get_preset("tiny")
+# Small enough for a CPU test: 2 games a pair, 8 simulations, games cut at 40 plies.
+SMALL = EvalSettings(games_per_pair=2, simulations=8, stockfish_elos=(1400,), stockfish_depth=1, ply_limit=40)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread() -> Iterator[None]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> RunDir:
+    run, _ = RunDir.create_or_open(tmp_path / "run", TINY)
+    return run
+
+
+def _tb_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(folder))
+    accumulator.Reload()
+    return {tag: [(e.step, e.value) for e in accumulator.Scalars(tag)] for tag in accumulator.Tags()["scalars"]}
+
+
+def test_a_fresh_run_is_rated_against_stockfish(run: RunDir, capsys) -> None:
+    stockfish_or_skip()
+    ratings = evaluate_checkpoint(run, TINY, settings=SMALL, device="cpu", progress=False)
+    assert "no checkpoint" in capsys.readouterr().err
+    names = {"policy", "value", "search:8", "random", "stockfish:elo=1400"}
+    assert set(ratings) == names
+    assert ratings["stockfish:elo=1400"] == Rating(1400.0, 1400.0, 1400.0, 6)
+    assert all(ratings[name].low <= ratings[name].elo <= ratings[name].high for name in names)
+    payload = json.loads(ratings_path(run, 0).read_text())
+    assert payload["step"] == 0 and payload["fresh_weights"] is True
+    assert payload["anchors"] == {"stockfish:elo=1400": 1400.0}
+    assert len(payload["matches"]) == 3 + 3 + 3
+    assert load_ratings(ratings_path(run, 0)) == dict(ratings)
+    scalars = _tb_scalars(run.tb / "eval")
+    assert scalars["elo/search:8"] == [(0, pytest.approx(ratings["search:8"].elo))]
+    assert "elo/stockfish:elo=1400" not in scalars  # anchors are not curves
+    assert len(list((run.games / "eval" / "step_000000000").glob("*.pgn"))) == 9
+    assert len(list((run.eval / "step_000000000").glob("*.jsonl"))) == 9
+
+
+def test_the_cli_rates_a_named_checkpoint_and_prints_the_table(run: RunDir, capsys) -> None:
+    stockfish_or_skip()
+    model = AlphaZeroNet(TINY.network)
+    for step in (200, 400):
+        save_checkpoint(run.root, model, None, step, TINY)
+    parser = argparse.ArgumentParser()
+    add_eval_arguments(parser)
+    run_eval(parser.parse_args(["--run", str(run.root), "--checkpoint", "200", "--quick", "--games", "2",
+                                "--simulations", "4", "--stockfish-depth", "1", "--ply-limit", "30",
+                                "--device", "cpu", "--no-random"]))
+    out = capsys.readouterr().out
+    for column in ("Agent", "Elo", "95% interval", "Games", "Score", "search:4", "anchor"):
+        assert column in out
+    payload = json.loads(ratings_path(run, 200).read_text())
+    assert payload["network"] == "step 200" and "random" not in payload["ratings"]
+    assert _tb_scalars(run.tb / "eval")["elo/policy"][0][0] == 200
+
+
+def test_without_stockfish_random_is_the_anchor(run: RunDir) -> None:
+    # Needs no Stockfish, so the machinery is tested everywhere.
+    settings = EvalSettings(games_per_pair=2, simulations=4, stockfish_elos=(), ply_limit=30)
+    ratings = evaluate_checkpoint(run, TINY, settings=settings, device="cpu", progress=True,
+                                  console=Console(file=io.StringIO()))
+    assert ratings["random"].elo == 0.0
+    assert set(ratings) == {"policy", "value", "search:4", "random"}
+
+
+def test_a_model_in_memory_is_rated_at_its_step(run: RunDir) -> None:
+    settings = EvalSettings(games_per_pair=2, simulations=4, stockfish_elos=(), ply_limit=20)
+    model = AlphaZeroNet(TINY.network).train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    evaluate_checkpoint(run, TINY, 1000, model=model, settings=settings, progress=False)
+    assert json.loads(ratings_path(run, 1000).read_text())["network"] == "step 1000"
+    assert model.training  # the caller's model is left in training mode, its weights untouched
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_settings_and_errors(run: RunDir) -> None:
+    quick = EvalSettings.quick(EvalConfig(stockfish_elos=(2000, 1400)))
+    assert quick.stockfish_elos == (1400,) and quick.simulations < EvalConfig().simulations
+    full = EvalSettings.full(EvalConfig())
+    assert (full.games_per_pair, full.simulations, full.stockfish_elos) == (100, 400, (1400, 1700, 2000))
+    with pytest.raises(UserError, match="no checkpoint at step 5"):
+        evaluate_checkpoint(run, TINY, 5, settings=SMALL, device="cpu", progress=False)
+    with pytest.raises(UserError, match="simulations"):
+        evaluate_checkpoint(run, TINY, settings=SMALL, simulations=0, device="cpu", progress=False)
+    with pytest.raises(UserError, match="anchor"):
+        evaluate_checkpoint(run, TINY, settings=EvalSettings(2, 4, (), include_random=False), device="cpu",
+                            progress=False)
+    with pytest.raises(UserError, match="not a run directory"):
+        parser = argparse.ArgumentParser()
+        add_eval_arguments(parser)
+        run_eval(parser.parse_args(["--run", str(run.root.parent / "nowhere")]))

@@ -1,0 +1,295 @@
+"""Network agents (policy, value, search:N), their network sources and specs, and `alphazero match`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import chess
+import numpy as np
+import pytest
+import torch
+
+import eval.agents as agents_module
+from alphazero.checkpoint import save_checkpoint
+from alphazero.config import Config, get_preset
+from alphazero.errors import UserError
+from alphazero.network import AlphaZeroNet, Evaluator, save_model
+from alphazero.rundir import RunDir
+from eval.agents import Agent, parse_player
+from eval.cli import DEFAULT_RUN_DIR as CLI_DEFAULT_RUN_DIR
+from eval.cli import add_match_arguments, parse_versus, run_match
+from eval.network_agents import (
+    DEFAULT_RUN_DIR,
+    Network,
+    NetworkCache,
+    NetworkSource,
+    PolicyAgent,
+    SearchAgent,
+    ValueAgent,
+    load_network,
+    to_mcts_board,
+)
+from mcts_ext.encode import encode_boards, move_to_index, new_batch
+from tests.test_match import stockfish_or_skip
+
+TINY: Config = get_preset("tiny")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread() -> Iterator[None]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def network() -> Network:
+    torch.manual_seed(1)
+    model = AlphaZeroNet(TINY.network)
+    return Network(Evaluator(model, "cpu"), "test net", "test", None, None, False, TINY)
+
+
+def _random_boards(count: int, seed: int) -> list[chess.Board]:
+    """Returns boards reached by random playouts (some from a FEN root), none of them over."""
+    rng = random.Random(seed)
+    boards = []
+    fens = [chess.STARTING_FEN, "r3k2r/p1ppqpb1/bn2pnp1/3PN3/1p2P3/2N2Q1p/PPPBBPPP/R3K2R w KQkq - 0 1",
+            "8/2p5/3p4/KP5r/1R3p1k/8/4P1P1/8 w - - 0 1", "4k3/1P6/8/8/8/8/6p1/4K3 b - - 0 1"]
+    while len(boards) < count:
+        board = chess.Board(rng.choice(fens))
+        for _ in range(rng.randrange(0, 80)):
+            if board.is_game_over():
+                break
+            board.push(rng.choice(list(board.legal_moves)))
+        if not board.is_game_over():
+            boards.append(board)
+    return boards
+
+
+def _check_choices(agent: Agent, boards: list[chess.Board]) -> None:
+    before = [(b.fen(), len(b.move_stack)) for b in boards]
+    choices = agent.choose(boards)
+    assert len(choices) == len(boards)
+    for board, choice, (fen, plies) in zip(boards, choices, before):
+        assert (board.fen(), len(board.move_stack)) == (fen, plies), "the agent changed a board"
+        assert board.is_legal(choice.move), f"{agent.name} chose {choice.move} in {board.fen()}"
+        assert choice.value is not None and math.isfinite(choice.value) and -1.0 <= choice.value <= 1.0
+        json.dumps(choice.info)
+        assert choice.info["nodes"] >= 1
+
+
+# --- the agents -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", [
+    lambda net: PolicyAgent(net, "policy"),
+    lambda net: ValueAgent(net, "value"),
+    lambda net: SearchAgent(net, 8, "search:8"),
+], ids=["policy", "value", "search"])
+def test_agents_play_only_legal_moves_on_random_positions(network: Network, make) -> None:
+    agent = make(network)
+    for seed in range(3):
+        _check_choices(agent, _random_boards(12, seed))
+    _check_choices(agent, _random_boards(1, 99))  # one board, and a smaller batch than before
+    assert agent.choose([]) == []
+
+
+def test_value_agent_picks_mate_in_one_without_the_network(network: Network) -> None:
+    board = chess.Board("6k1/5ppp/8/8/8/8/5PPP/R5K1 w - - 0 1")
+    [choice] = ValueAgent(network, "value").choose([board])
+    assert choice.move == chess.Move.from_uci("a1a8")
+    assert choice.value == 1.0
+
+
+def test_value_agent_scores_draws_exactly_and_avoids_a_stalemate(network: Network) -> None:
+    # Qc7 stalemates (exactly 0, no network); the network calls every other position -0.5 for Black.
+    board = chess.Board("k7/8/8/1K6/8/8/8/2Q5 w - - 0 1")
+    boards = [board]
+    calls: list[int] = []
+
+    def evaluate(planes: np.ndarray, scalars: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        calls.append(len(planes))
+        return np.zeros((len(planes), 4672), np.float32), np.full(len(planes), -0.5, np.float32)
+
+    fake = Network(network.evaluator, "fake", "fake", None, None, False, None)
+    fake.evaluate = evaluate  # type: ignore[method-assign]
+    [choice] = ValueAgent(fake, "value").choose(boards)
+    assert choice.move != chess.Move.from_uci("c1c7")
+    assert choice.value == pytest.approx(0.5)
+    assert calls == [board.legal_moves.count() - 1]  # the stalemate never reached the network
+
+
+def test_value_agent_evaluates_all_games_in_one_batch(network: Network) -> None:
+    boards = _random_boards(6, 3)
+    calls: list[int] = []
+    real = network.evaluate
+
+    def counting(planes: np.ndarray, scalars: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        calls.append(len(planes))
+        return real(planes, scalars)
+
+    fake = Network(network.evaluator, "fake", "fake", None, None, False, None)
+    fake.evaluate = counting  # type: ignore[method-assign]
+    ValueAgent(fake, "value").choose(boards)
+    assert len(calls) == 1
+    assert calls[0] <= sum(b.legal_moves.count() for b in boards)
+
+
+@pytest.mark.parametrize("fen, uci", [
+    (chess.STARTING_FEN, "g1f3"),
+    ("rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1", "b8c6"),  # Black: oriented indices
+])
+def test_policy_agent_plays_the_top_prior_among_legal_moves(network: Network, fen: str, uci: str) -> None:
+    board = chess.Board(fen)
+    wanted = move_to_index(to_mcts_board(board), uci)
+
+    def evaluate(planes: np.ndarray, scalars: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        logits = np.zeros((len(planes), 4672), np.float32)
+        logits[:, wanted] = 5.0
+        logits[:, 0] = 50.0  # plane 0 from a1 (oriented): north by 1, blocked by our own pawn: illegal
+        return logits, np.full(len(planes), 0.25, np.float32)
+
+    fake = Network(network.evaluator, "fake", "fake", None, None, False, None)
+    fake.evaluate = evaluate  # type: ignore[method-assign]
+    [choice] = PolicyAgent(fake, "policy").choose([board])
+    assert choice.move == chess.Move.from_uci(uci)
+    assert choice.value == pytest.approx(0.25)
+    assert choice.info["prior"] > 1.0 / board.legal_moves.count()
+
+
+def test_search_agent_batches_the_leaves_of_all_games(network: Network) -> None:
+    boards = _random_boards(5, 7)
+    rows: list[int] = []
+    real = network.evaluate
+
+    def counting(planes: np.ndarray, scalars: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rows.append(len(planes))
+        return real(planes, scalars)
+
+    fake = Network(network.evaluator, "fake", "fake", None, None, False, None)
+    fake.evaluate = counting  # type: ignore[method-assign]
+    choices = SearchAgent(fake, 16, "search:16").choose(boards)
+    assert max(rows) == len(boards)
+    assert len(rows) <= 16 + 1  # the roots, then one leaf per game per step
+    assert all(c.info["nodes"] == 16 for c in choices)
+    assert all(c.info["pv"][0] == c.move.uci() for c in choices)
+
+
+def test_search_agent_finds_mate_in_one(network: Network) -> None:
+    board = chess.Board("6k1/5ppp/8/8/8/8/5PPP/R5K1 w - - 0 1")
+    [choice] = SearchAgent(network, 200, "search:200").choose([board])
+    assert choice.move == chess.Move.from_uci("a1a8")
+
+
+def test_boards_are_rebuilt_with_their_history() -> None:
+    board = chess.Board("r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3")
+    for uci in ("f1c4", "g8f6", "f3g5"):
+        board.push_uci(uci)
+    rebuilt = to_mcts_board(board)
+    assert rebuilt.fen() == board.fen()
+    assert rebuilt.move_stack == [m.uci() for m in board.move_stack]
+    with_history, without = new_batch(1), new_batch(1)
+    encode_boards([rebuilt], *with_history)
+    encode_boards([to_mcts_board(chess.Board(board.fen()))], *without)
+    assert (with_history[0][0, :14] == without[0][0, :14]).all()  # the same current position
+    assert with_history[0][0, 14:].any() and not without[0][0, 14:].any()  # history planes only with history
+
+
+# --- where the weights come from --------------------------------------------------------------
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    RunDir.create_or_open(tmp_path / "run", TINY)
+    return tmp_path / "run"
+
+
+def test_a_run_without_checkpoints_plays_fresh_seeded_weights_and_says_so(run_dir: Path, capsys) -> None:
+    first = load_network(NetworkSource(run_dir), device="cpu")
+    assert first.fresh and first.step == 0
+    assert "no checkpoint" in capsys.readouterr().err
+    second = load_network(NetworkSource(run_dir), device="cpu")
+    for a, b in zip(first.evaluator.model.parameters(), second.evaluator.model.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_checkpoint_step_path_and_weights_sources(run_dir: Path, tmp_path: Path) -> None:
+    model = AlphaZeroNet(TINY.network)
+    for step in (100, 200):
+        save_checkpoint(run_dir, model, None, step, TINY)
+    assert load_network(NetworkSource(run_dir), device="cpu").step == 200
+    assert load_network(NetworkSource(run_dir, "100"), device="cpu").label == "step 100"
+    by_path = load_network(NetworkSource(run_dir, str(run_dir / "checkpoints" / "step_000000100.pt")), device="cpu")
+    assert by_path.step == 100
+    save_model(tmp_path / "net.pt", model)
+    by_file = load_network(NetworkSource(weights=tmp_path / "net.pt"), device="cpu")
+    assert by_file.tag == "net" and not by_file.fresh
+    with pytest.raises(UserError, match="no checkpoint at step 150.*100, 200"):
+        load_network(NetworkSource(run_dir, "150"), device="cpu")
+    with pytest.raises(UserError, match="not both"):
+        load_network(NetworkSource(run_dir, "100", tmp_path / "net.pt"), device="cpu")
+    with pytest.raises(UserError, match="does not exist"):
+        load_network(NetworkSource(weights=tmp_path / "missing.pt"), device="cpu")
+
+
+def test_player_specs_share_one_network(run_dir: Path) -> None:
+    context = {"run": run_dir, "device": "cpu", "networks": NetworkCache(), "simulations": 12}
+    policy = parse_player("policy", **context)
+    search = parse_player("search", **context)
+    search_8 = parse_player("search:8", **context)
+    named = parse_player("search:sims=4,name=mine", **context)
+    assert isinstance(search, SearchAgent) and search.simulations == 12 and search.name == "search:12@fresh"
+    assert isinstance(search_8, SearchAgent) and search_8.simulations == 8
+    assert named.name == "mine"
+    assert isinstance(policy, PolicyAgent) and policy.network is search.network
+    with pytest.raises(UserError, match="at least 1 simulation"):
+        parse_player("search:0", **context)
+    with pytest.raises(UserError, match="unknown option"):
+        parse_player("policy:sims=3", **context)
+
+
+def test_the_default_run_is_the_same_everywhere() -> None:
+    assert DEFAULT_RUN_DIR == CLI_DEFAULT_RUN_DIR == Path("runs/default")
+
+
+# --- alphazero match ----------------------------------------------------------------------------
+
+
+def test_versus_parsing() -> None:
+    assert parse_versus(["vs", "stockfish"], "search:400") == ("search:400", "stockfish")
+    assert parse_versus(["policy", "VS", "value"], "x") == ("policy", "value")
+    for bad in (["policy", "value"], ["a", "b", "vs", "c"], ["vs"], ["a", "vs", "b", "vs", "c"]):
+        with pytest.raises(UserError):
+            parse_versus(bad, "x")
+
+
+def _match_args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_match_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_elo_needs_a_bare_stockfish(run_dir: Path) -> None:
+    with pytest.raises(UserError, match="bare `stockfish`"):
+        run_match(_match_args("policy", "vs", "random", "--elo", "1500", "--run", str(run_dir)))
+
+
+def test_a_network_agent_plays_stockfish_and_the_match_is_written(run_dir: Path, capsys) -> None:
+    stockfish_or_skip()
+    model = AlphaZeroNet(TINY.network)
+    save_checkpoint(run_dir, model, None, 300, TINY)
+    run_match(_match_args("vs", "stockfish:depth=1", "--games", "2", "--simulations", "4", "--run", str(run_dir),
+                          "--device", "cpu", "--ply-limit", "60", "--no-progress", "--match-id", "m1"))
+    out = capsys.readouterr().out
+    assert "search:4@step300 vs stockfish" in out
+    pgn = run_dir / "games" / "m1.pgn"
+    records = [json.loads(line) for line in (run_dir / "eval" / "m1.jsonl").read_text().splitlines()]
+    assert len(records) == 2 and pgn.is_file()
+    assert {r["agent_a"] for r in records} == {"search:4@step300"}
+    assert pgn.read_text().count("[Event \"m1\"]") == 2
