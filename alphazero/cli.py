@@ -81,15 +81,29 @@ def _add_learn(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_learn(args: argparse.Namespace) -> None:
+    """Runs the learner; its checkpoints go to the actors (--address) and to evaluation (eval.every_steps)."""
+    import contextlib
+    from pathlib import Path
+
+    from alphazero.rundir import open_run_from_args
+    from eval.evaluate import PeriodicEvaluation
     from learner.cli import run
 
-    if args.address is None:
-        run(args)
-        return
-    from selfplay.publish import WeightPublisher
+    run_dir, config = open_run_from_args(args, announce=False)
+    evaluation = PeriodicEvaluation(run_dir, config, config.eval.every_steps)
+    with contextlib.ExitStack() as stack:
+        hooks = [evaluation]
+        stack.callback(evaluation.close)
+        if args.address is not None:
+            from selfplay.publish import WeightPublisher
 
-    with WeightPublisher(args.run, args.address) as publisher:
-        run(args, on_checkpoint=publisher.publish)
+            hooks.insert(0, stack.enter_context(WeightPublisher(args.run, args.address)).publish)
+
+        def on_checkpoint(step: int, path: Path) -> None:
+            for hook in hooks:
+                hook(step, path)
+
+        run(args, on_checkpoint=on_checkpoint)
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:

@@ -232,15 +232,13 @@ class EvalConfig(_Section):
     """Matches between agents and the Elo table."""
 
     SECTION: ClassVar[str] = "eval"
-    MINIMUM: ClassVar[dict[str, float]] = {"games": 2, "simulations": 1, "every_steps": 0,
-                                           "opening_plies": 0, "stockfish_movetime_ms": 1}
+    MINIMUM: ClassVar[dict[str, float]] = {"games": 2, "simulations": 1, "every_steps": 0}
 
     games: int = _field(100, "games per match, half with each colour")
     simulations: int = _field(400, "simulations per move of the search agents")
-    opening_plies: int = _field(4, "random plies played before each pair of games, so games differ")
     stockfish_elos: tuple[int, ...] = _field((1400, 1700, 2000), "UCI_Elo levels of the Stockfish opponents")
-    stockfish_movetime_ms: int = _field(100, "Stockfish's time per move")
-    every_steps: int = _field(0, "learner steps between automatic evaluations; 0 = only when asked")
+    every_steps: int = _field(0, "learner steps between quick evaluations during alphazero train/learn "
+                                 "(the Elo curve in TensorBoard); 0 = only when asked")
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,9 @@
 Part of the command line (like cli.py, the only place that brings selfplay
 and learner together): a local Ray with one self-play actor per core, and
 the learner in a thread of this process. The learner's checkpoints are pushed
-to the actors as they are written; Ctrl-C stops both cleanly (finished games
-and the last training step are saved) and a rerun resumes.
+to the actors as they are written (and, with eval.every_steps, rated in the
+background); Ctrl-C stops both cleanly (finished games and the last training
+step are saved) and a rerun resumes.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import threading
+from pathlib import Path
 
 from alphazero.errors import UserError
 from alphazero.rundir import add_run_arguments, open_run_from_args
@@ -34,6 +36,7 @@ def run(args: argparse.Namespace) -> None:
         UserError: bad options, a run of another configuration, a corrupt
             checkpoint, or a failure in the learner or an actor.
     """
+    from eval.evaluate import PeriodicEvaluation
     from learner.loop import Learner
     from selfplay.cli import actor_count
     from selfplay.driver import connect_ray, run_selfplay
@@ -48,8 +51,14 @@ def run(args: argparse.Namespace) -> None:
     failure: list[BaseException] = []
     try:
         publisher = WeightPublisher(run_dir.root, None)
+        evaluation = PeriodicEvaluation(run_dir, config, config.eval.every_steps)
+
+        def on_checkpoint(step: int, path: Path) -> None:
+            publisher.publish(step, path)
+            evaluation(step, path)
+
         # One thread: the cores belong to the self-play actors.
-        learner = Learner(run_dir, config, device=args.device, on_checkpoint=publisher.publish, progress=False,
+        learner = Learner(run_dir, config, device=args.device, on_checkpoint=on_checkpoint, progress=False,
                           threads=1)
         learner.resume()
         if learner.saved_step is None:
@@ -71,6 +80,7 @@ def run(args: argparse.Namespace) -> None:
             stop.set()
             thread.join()
             learner.close()
+            evaluation.close()
         if failure:
             raise failure[0]
         print(f"train: {totals.games} games, {totals.moves:,} positions; learner at step {learner.step:,}; "

@@ -29,6 +29,8 @@ import dataclasses
 import json
 import os
 import re
+import sys
+import threading
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -299,6 +301,7 @@ def evaluate_checkpoint(
     model: AlphaZeroNet | None = None,
     device: str = "auto",
     progress: bool = True,
+    report: bool = True,
     console: Console | None = None,
 ) -> Ratings:
     """Rates a checkpoint's policy, value and search agents; writes JSON, TensorBoard and games.
@@ -307,8 +310,8 @@ def evaluate_checkpoint(
     plays fresh weights as step 0, with a warning). The training loop can
     pass its live `model` with its `step` instead of a file. Sizes come
     from `settings` (default EvalSettings.full(config.eval)), then the
-    keyword overrides. `progress` shows a bar per match and prints the table
-    on `console` (default stdout).
+    keyword overrides. `progress` shows a bar per match; `report` prints
+    the rating table on `console` (default stdout).
 
     Returns the fitted ratings (name -> Rating, plus draw_elo).
 
@@ -337,7 +340,7 @@ def evaluate_checkpoint(
     atomic_write_text(ratings_path(run, step),
                       _ratings_json(network, step, settings, ratings, scores, pairing.anchors, results))
     _write_tensorboard(run, step, ratings, pairing.anchors)
-    if progress:
+    if report:
         console.print(ratings_table(ratings, scores, pairing.anchors, f"{run.root}: {network.label}"))
         console.print(f"ratings written to {ratings_path(run, step)}")
     return ratings
@@ -365,3 +368,41 @@ __all__ = [
     "ratings_table",
     "stockfish_name",
 ]
+
+
+class PeriodicEvaluation:
+    """Rates every `every_steps`-th checkpoint in the background, so the Elo curve grows with the run.
+
+    Called with (step, checkpoint path) after each checkpoint (the learner's
+    on_checkpoint hook). One quick evaluation (EvalSettings.quick) runs at a
+    time, on its own thread, from the checkpoint file; a checkpoint that comes
+    due while one runs is skipped. Failures are printed, never raised into
+    the learner.
+    """
+
+    def __init__(self, run: RunDir, config: Config, every_steps: int, *, device: str = "cpu") -> None:
+        self.run, self.config, self.every_steps, self.device = run, config, every_steps, device
+        self.last_due = -1
+        self.thread: threading.Thread | None = None
+
+    def __call__(self, step: int, path: Path) -> None:
+        if self.every_steps <= 0 or step < self.every_steps or step // self.every_steps == self.last_due:
+            return
+        if self.thread is not None and self.thread.is_alive():
+            return
+        self.last_due = step // self.every_steps
+        self.thread = threading.Thread(target=self._evaluate, args=(step,), name=f"eval-{step}", daemon=True)
+        self.thread.start()
+
+    def _evaluate(self, step: int) -> None:
+        try:
+            evaluate_checkpoint(self.run, self.config, step, settings=EvalSettings.quick(self.config.eval),
+                                device=self.device, progress=False, report=False)
+        except Exception as error:  # noqa: BLE001 - an evaluation must not stop training
+            print(f"evaluation of step {step} failed: {error}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        """Waits for an evaluation in progress."""
+        if self.thread is not None:
+            self.thread.join()
+

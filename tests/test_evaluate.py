@@ -123,3 +123,41 @@ def test_settings_and_errors(run: RunDir) -> None:
         parser = argparse.ArgumentParser()
         add_eval_arguments(parser)
         run_eval(parser.parse_args(["--run", str(run.root.parent / "nowhere")]))
+
+
+def test_periodic_evaluation_rates_every_kth_checkpoint_one_at_a_time(tmp_path, monkeypatch, capsys):
+    import threading
+    from pathlib import Path
+
+    import eval.evaluate as evaluate_module
+    from alphazero.config import get_preset
+    from alphazero.rundir import RunDir
+
+    calls: list[int] = []
+    release = threading.Event()
+
+    def fake_evaluate(run, config, step, **kwargs):
+        calls.append(step)
+        assert kwargs["progress"] is False and kwargs["report"] is False
+        release.wait(5)
+        if step == 300:
+            raise RuntimeError("stockfish vanished")
+
+    monkeypatch.setattr(evaluate_module, "evaluate_checkpoint", fake_evaluate)
+    run, config = RunDir.create_or_open(tmp_path / "run", get_preset("tiny"))
+    periodic = evaluate_module.PeriodicEvaluation(run, config, every_steps=100)
+    periodic(50, Path("x"))  # not due
+    periodic(100, Path("x"))  # due: starts
+    periodic(200, Path("x"))  # due, but one is running: skipped
+    release.set()
+    periodic.close()
+    periodic(250, Path("x"))  # step 200's slot was skipped, 250 is in the same slot: runs now
+    periodic.close()
+    periodic(300, Path("x"))  # fails on its thread; the caller is not disturbed
+    periodic.close()
+    assert calls == [100, 250, 300]
+    assert "evaluation of step 300 failed: stockfish vanished" in capsys.readouterr().err
+    off = evaluate_module.PeriodicEvaluation(run, config, every_steps=0)
+    off(1000, Path("x"))
+    off.close()
+    assert calls == [100, 250, 300]
