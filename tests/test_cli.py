@@ -1,0 +1,65 @@
+"""The `alphazero` command line: version, perft, benchmarks, errors."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from alphazero import __version__, cli
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"alphazero {__version__}"
+
+
+def test_perft_prints_the_count(capsys):
+    assert cli.main(["perft", "startpos", "3"]) == 0
+    assert capsys.readouterr().out.strip() == "8902"
+
+
+def test_perft_divide_prints_each_move_like_stockfish(capsys):
+    kiwipete = "r3k2r/p1ppqpb1/bn2pnp1/3PN3/1p2P3/2N2Q1p/PPPBBPPP/R3K2R w KQkq - 0 1"
+    assert cli.main(["perft", kiwipete, "2", "--divide"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    per_move = dict(line.split(": ") for line in lines if re.fullmatch(r"[a-h][1-8][a-h][1-8][qrbn]?: \d+", line))
+    assert len(per_move) == 48 and per_move["e1g1"] == "43" and per_move["e1c1"] == "43"
+    assert lines[-1] == "Nodes searched: 2039"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["perft", "8/8/8/8/8/8/8/8 w - - 0 1", "2"], "white has 0 kings"),
+        (["perft", "startpos", "0"], "depth must be at least 1"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(capsys, args, message):
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_no_command_prints_help_and_fails(capsys):
+    assert cli.main([]) == 2
+    assert "usage: alphazero" in capsys.readouterr().out
+
+
+def test_perft_does_not_load_torch_or_ray():
+    code = "import sys; from alphazero.cli import main; main(['perft', 'startpos', '1']); " \
+           "print('torch' in sys.modules, 'ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split()[-2:] == ["False", "False"]
+
+
+def test_bench_movegen_and_search_print_ratios(capsys):
+    assert cli.main(["bench", "movegen", "--quick", "--no-stockfish"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"bulk-counted perft: Cython .* \d+\.\dx python-chess", out)
+    assert cli.main(["bench", "search", "--games", "4", "--simulations", "50", "--seconds", "0.5"]) == 0
+    assert re.search(r"Cython / plain Python: \d+\.\dx", capsys.readouterr().out)
