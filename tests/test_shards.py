@@ -1,0 +1,104 @@
+"""The shard format: pinned, round-tripped, and refused when broken."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from alphazero.shards import (POLICY_ARRAYS, SAMPLE_ARRAYS, SHARD_VERSION, ShardError, concatenate, encode_shard,
+                              list_shards, read_shard, shard_from_records, shard_name, write_shard)
+from mcts_ext.driver import run, uniform_evaluator
+from mcts_ext.search import MultiGameSearch
+
+
+@pytest.fixture(scope="module")
+def records():
+    search = MultiGameSearch(3, simulations=8, seed=3, ply_limit=24)
+    finished = []
+    run(search, uniform_evaluator, on_step=lambda rows: finished.extend(r for _, r in search.take_finished()))
+    for record in finished:
+        record["weights_step"] = 5
+    return finished
+
+
+def test_format_version_1_is_pinned():
+    # Changing any of this breaks every shard already written: bump SHARD_VERSION instead.
+    assert SHARD_VERSION == 1
+    assert {name: (str(dtype), width) for name, (dtype, width) in SAMPLE_ARRAYS.items()} == {
+        "planes": ("uint64", (112,)), "scalars": ("float32", (7,)), "results": ("int8", ()),
+        "game": ("int32", ()), "ply": ("int16", ()), "root_values": ("float32", ()),
+    }
+    assert {name: str(dtype) for name, dtype in POLICY_ARRAYS.items()} == {
+        "policy_indices": "int16", "policy_probs": "float32"}
+    per_sample = sum(dtype.itemsize * int(np.prod(width)) for dtype, width in SAMPLE_ARRAYS.values())
+    assert per_sample == 935  # bytes per sample before policy entries and compression
+
+
+def test_round_trip_keeps_samples_and_game_metadata(tmp_path, records):
+    shard = shard_from_records(records, {"writer": "test"})
+    path = tmp_path / shard_name("test")
+    write_shard(path, shard)
+    back = read_shard(path)
+    assert len(back) == sum(len(r["results"]) for r in records)
+    for name in (*SAMPLE_ARRAYS, *POLICY_ARRAYS, "policy_offsets"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(shard, name))
+    assert [g["moves"] for g in back.games] == [r["moves"] for r in records]
+    assert all(g["weights_step"] == 5 and g["samples"] == len(r["results"]) for g, r in zip(back.games, records))
+    assert back.meta["writer"] == "test" and back.meta["version"] == SHARD_VERSION
+
+
+def test_dense_policy_puts_each_visit_share_at_its_index(records):
+    shard = shard_from_records(records)
+    dense = shard.dense_policy([0, len(shard) - 1])
+    for row, sample in enumerate([0, len(shard) - 1]):
+        start, end = shard.policy_offsets[sample], shard.policy_offsets[sample + 1]
+        expected = np.zeros(4672, np.float32)
+        expected[shard.policy_indices[start:end]] = shard.policy_probs[start:end]
+        np.testing.assert_array_equal(dense[row], expected)
+    np.testing.assert_allclose(dense.sum(axis=1), 1.0, atol=1e-5)
+
+
+def test_concatenate_renumbers_games(records):
+    one, two = shard_from_records(records[:1]), shard_from_records(records[1:])
+    both = concatenate([one, two])
+    assert len(both) == len(one) + len(two) and len(both.games) == len(records)
+    assert both.game.max() == len(records) - 1
+    np.testing.assert_array_equal(both.dense_policy(np.arange(len(both))),
+                                  shard_from_records(records).dense_policy(np.arange(len(both))))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty", "other_version"])
+def test_broken_files_raise_shard_error_naming_the_file(tmp_path, records, damage):
+    data = encode_shard(shard_from_records(records))
+    path = tmp_path / "broken.npz"
+    if damage == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    elif damage == "garbage":
+        path.write_bytes(b"not a shard at all" * 10)
+    elif damage == "empty":
+        path.write_bytes(b"")
+    else:
+        import io
+
+        arrays = dict(np.load(io.BytesIO(data)))
+        arrays["version"] = np.array([SHARD_VERSION + 1])
+        np.savez(path, **arrays)
+    with pytest.raises(ShardError, match="broken.npz"):
+        read_shard(path)
+
+
+def test_writer_refuses_a_policy_that_does_not_sum_to_one(tmp_path, records):
+    shard = shard_from_records(records)
+    shard.policy_probs[:] = 0.5
+    with pytest.raises(ShardError, match="does not sum to 1"):
+        write_shard(tmp_path / "x.npz", shard)
+    assert not list(tmp_path.iterdir())  # nothing half-written
+
+
+def test_listing_skips_temporary_files_and_sorts_by_age(tmp_path, records):
+    shard = shard_from_records(records)
+    names = [shard_name("a"), shard_name("b")]
+    for name in names:
+        write_shard(tmp_path / name, shard)
+    (tmp_path / ".00000000000000000000-x-1.npz.123.abc.tmp").write_bytes(b"partial")
+    assert [p.name for p in list_shards(tmp_path)] == sorted(names)
