@@ -23,10 +23,12 @@ import numpy as np
 
 from libc.math cimport isfinite, pow
 from libc.stdint cimport int8_t, int16_t, int32_t, uint8_t, uint64_t
-from libc.stdlib cimport free, malloc, realloc
+from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 
+
 from mcts_ext.encode cimport COMPACT_PLANES, NUM_MOVES, NUM_SCALARS, encode_stack, move_index
+from mcts_ext.memory cimport grow
 from mcts_ext.position cimport (BLACK, CHECKMATE, MAX_MOVES, ONGOING, WHITE, Board, GameStack, Move, Position,
                                 format_fen, generate_legal, stack_copy, stack_free, stack_init, stack_push, stack_status)
 from mcts_ext.puct cimport (FPU_ABSOLUTE, FPU_REDUCTION, PuctParams, add_in_flight, backup as backup_value, logits_finite,
@@ -115,14 +117,6 @@ ctypedef struct Slot:
     Record record
 
 
-cdef int _grow(void** array, size_t count, size_t item_size) noexcept nogil:
-    cdef void* grown = realloc(array[0], count * item_size)
-    if grown == NULL:
-        return -1
-    array[0] = grown
-    return 0
-
-
 cdef void record_free(Record* r) noexcept nogil:
     free(r.planes)
     free(r.scalars)
@@ -139,22 +133,22 @@ cdef int record_reserve(Record* r, int samples, int policy, int moves) noexcept 
     cdef int capacity
     if samples > r.sample_capacity:
         capacity = max(2 * r.sample_capacity, samples, 64)
-        if (_grow(<void**>&r.planes, capacity, COMPACT_PLANES * sizeof(uint64_t)) < 0
-                or _grow(<void**>&r.scalars, capacity, NUM_SCALARS * sizeof(float)) < 0
-                or _grow(<void**>&r.ply, capacity, sizeof(int16_t)) < 0
-                or _grow(<void**>&r.root_value, capacity, sizeof(float)) < 0
-                or _grow(<void**>&r.policy_start, capacity + 1, sizeof(int32_t)) < 0):
+        if (grow(<void**>&r.planes, capacity, COMPACT_PLANES * sizeof(uint64_t)) < 0
+                or grow(<void**>&r.scalars, capacity, NUM_SCALARS * sizeof(float)) < 0
+                or grow(<void**>&r.ply, capacity, sizeof(int16_t)) < 0
+                or grow(<void**>&r.root_value, capacity, sizeof(float)) < 0
+                or grow(<void**>&r.policy_start, capacity + 1, sizeof(int32_t)) < 0):
             return -1
         r.sample_capacity = capacity
     if policy > r.policy_capacity:
         capacity = max(2 * r.policy_capacity, policy, 2048)
-        if (_grow(<void**>&r.policy_index, capacity, sizeof(int16_t)) < 0
-                or _grow(<void**>&r.policy_prob, capacity, sizeof(float)) < 0):
+        if (grow(<void**>&r.policy_index, capacity, sizeof(int16_t)) < 0
+                or grow(<void**>&r.policy_prob, capacity, sizeof(float)) < 0):
             return -1
         r.policy_capacity = capacity
     if moves > r.move_capacity:
         capacity = max(2 * r.move_capacity, moves, 128)
-        if _grow(<void**>&r.full_search, capacity, sizeof(uint8_t)) < 0:
+        if grow(<void**>&r.full_search, capacity, sizeof(uint8_t)) < 0:
             return -1
         r.move_capacity = capacity
     return 0

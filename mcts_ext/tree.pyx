@@ -2,8 +2,10 @@
 """Growable flat arrays for one game's search tree (see tree.pxd for the fields)."""
 
 from libc.stdint cimport int8_t, int16_t, int32_t, uint8_t
-from libc.stdlib cimport free, malloc, realloc
+from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
+
+from mcts_ext.memory cimport grow
 
 from mcts_ext.position cimport ONGOING, Move
 
@@ -12,25 +14,17 @@ cdef enum:
     INITIAL_EDGES = 4096
 
 
-cdef int _grow(void** array, size_t count, size_t item_size) noexcept nogil:
-    cdef void* grown = realloc(array[0], count * item_size)
-    if grown == NULL:
-        return -1
-    array[0] = grown
-    return 0
-
-
 cdef int _reserve_nodes(Tree* tree, int32_t capacity) noexcept nogil:
     if capacity <= tree.node_capacity:
         return 0
-    if (_grow(<void**>&tree.first_edge, capacity, sizeof(int32_t)) < 0
-            or _grow(<void**>&tree.edge_count, capacity, sizeof(int16_t)) < 0
-            or _grow(<void**>&tree.visits, capacity, sizeof(int32_t)) < 0
-            or _grow(<void**>&tree.value_sum, capacity, sizeof(float)) < 0
-            or _grow(<void**>&tree.in_flight, capacity, sizeof(int32_t)) < 0
-            or _grow(<void**>&tree.parent, capacity, sizeof(int32_t)) < 0
-            or _grow(<void**>&tree.terminal, capacity, sizeof(int8_t)) < 0
-            or _grow(<void**>&tree.pending, capacity, sizeof(uint8_t)) < 0):
+    if (grow(<void**>&tree.first_edge, capacity, sizeof(int32_t)) < 0
+            or grow(<void**>&tree.edge_count, capacity, sizeof(int16_t)) < 0
+            or grow(<void**>&tree.visits, capacity, sizeof(int32_t)) < 0
+            or grow(<void**>&tree.value_sum, capacity, sizeof(float)) < 0
+            or grow(<void**>&tree.in_flight, capacity, sizeof(int32_t)) < 0
+            or grow(<void**>&tree.parent, capacity, sizeof(int32_t)) < 0
+            or grow(<void**>&tree.terminal, capacity, sizeof(int8_t)) < 0
+            or grow(<void**>&tree.pending, capacity, sizeof(uint8_t)) < 0):
         return -1
     tree.node_capacity = capacity
     return 0
@@ -39,9 +33,9 @@ cdef int _reserve_nodes(Tree* tree, int32_t capacity) noexcept nogil:
 cdef int _reserve_edges(Tree* tree, int32_t capacity) noexcept nogil:
     if capacity <= tree.edge_capacity:
         return 0
-    if (_grow(<void**>&tree.move, capacity, sizeof(Move)) < 0
-            or _grow(<void**>&tree.prior, capacity, sizeof(float)) < 0
-            or _grow(<void**>&tree.child, capacity, sizeof(int32_t)) < 0):
+    if (grow(<void**>&tree.move, capacity, sizeof(Move)) < 0
+            or grow(<void**>&tree.prior, capacity, sizeof(float)) < 0
+            or grow(<void**>&tree.child, capacity, sizeof(int32_t)) < 0):
         return -1
     tree.edge_capacity = capacity
     return 0

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 BENCHES = {
     "movegen": "perft nodes/s of the Cython core vs python-chess and Stockfish",
@@ -41,3 +45,15 @@ def rate(value: float) -> str:
         if value >= threshold:
             return f"{value / threshold:.1f}{suffix}"
     return f"{value:.0f}"
+
+
+def bench_devices(spec: str) -> list[torch.device]:
+    """The devices a bench measures: 'auto' is the CPU, plus CUDA when present; else the one named."""
+    import torch
+
+    from alphazero.network import pick_device
+
+    if spec.strip().lower() == "auto":
+        return [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
+    return [pick_device(spec)]
+

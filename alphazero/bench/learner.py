@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from alphazero.bench import rate, ratio
+from alphazero.bench import bench_devices, rate, ratio
 from alphazero.config import PRESET_NAMES, get_preset
 from alphazero.errors import UserError
 
@@ -81,16 +81,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=float, default=2.0, help="timed seconds per figure (default: 2.0)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the network (slow first steps)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
-
-
-def _devices(spec: str) -> list[torch.device]:
-    import torch
-
-    from alphazero.network import pick_device
-
-    if spec.strip().lower() == "auto":
-        return [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
-    return [pick_device(spec)]
 
 
 def _batch_size(preset: str, device: torch.device, requested: int) -> int:
@@ -208,7 +198,7 @@ def run(args: argparse.Namespace) -> None:
         raise UserError("--seconds must be positive, --batch-size and --threads 0 or more")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    points = [_measure(name, device, args) for name in args.preset for device in _devices(args.device)]
+    points = [_measure(name, device, args) for name in args.preset for device in bench_devices(args.device)]
     table = Table(title="learner training samples/s (Trainer.step on numpy batches) vs inference at the same batch")
     for column in ("preset", "parameters", "device", "batch", "train samples/s", "ms/step",
                    "inference evals/s", "train vs inference"):

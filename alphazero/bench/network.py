@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from alphazero.bench import rate, ratio
+from alphazero.bench import bench_devices, rate, ratio
 from alphazero.config import PRESET_NAMES, get_preset
 from alphazero.errors import UserError
 
@@ -80,16 +80,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="skip batch sizes whose single pass would take longer (default: 1.0)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the network (slow first passes)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
-
-
-def _devices(spec: str) -> list[torch.device]:
-    import torch
-
-    from alphazero.network import pick_device
-
-    if spec.strip().lower() == "auto":
-        return [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
-    return [pick_device(spec)]
 
 
 def _random_positions(batch: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -163,7 +153,7 @@ def run(args: argparse.Namespace) -> None:
         raise UserError("--seconds and --max-pass-seconds must be positive")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    devices = _devices(args.device)
+    devices = bench_devices(args.device)
     batches = sorted(set(args.batch_sizes) | {1})
     table = Table(title="network evaluations per second (Evaluator.evaluate: compact numpy in, numpy out)")
     for column in ("preset", "parameters", "device", "batch", "evals/s", "ms/pass", "vs batch 1"):
