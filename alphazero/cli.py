@@ -8,8 +8,11 @@ the package that owns it and is imported only when that subcommand runs, so
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 
 from alphazero import __version__
 from alphazero.errors import UserError
@@ -154,6 +157,23 @@ def _validate(args: argparse.Namespace) -> None:
         raise UserError(f"depth must be at least 1, got {args.depth}")
 
 
+@contextlib.contextmanager
+def _interrupt_on_sigterm() -> Iterator[None]:
+    """Makes SIGTERM (a scheduler, `kill`) stop cleanly, as Ctrl-C does: finished work is saved."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -164,7 +184,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         _validate(args)
-        args.func(args)
+        with _interrupt_on_sigterm():
+            args.func(args)
     except (UserError, ChessError) as error:
         print(f"alphazero {args.command}: error: {error}", file=sys.stderr)
         return 2
