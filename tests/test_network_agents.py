@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 import torch
 
-import eval.agents as agents_module
 from alphazero.checkpoint import save_checkpoint
 from alphazero.config import Config, get_preset
 from alphazero.errors import UserError

@@ -13,7 +13,7 @@ import torch
 
 from alphazero import cli
 from alphazero.checkpoint import save_checkpoint
-from alphazero.config import apply_overrides, get_preset
+from alphazero.config import get_preset
 from alphazero.moves import legal_move_indices
 from alphazero.network import AlphaZeroNet
 from alphazero.rundir import RunDir

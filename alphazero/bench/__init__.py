@@ -47,6 +47,17 @@ def rate(value: float) -> str:
     return f"{value:.0f}"
 
 
+def preset_list(text: str) -> list[str]:
+    """Parses a --preset value: comma-separated preset names (argparse type)."""
+    from alphazero.config import PRESET_NAMES
+
+    names = [part for part in text.replace(" ", ",").split(",") if part]
+    for name in names:
+        if name not in PRESET_NAMES:
+            raise argparse.ArgumentTypeError(f"unknown preset {name!r}; the presets are: {', '.join(PRESET_NAMES)}")
+    return names
+
+
 def bench_devices(spec: str) -> list[torch.device]:
     """The devices a bench measures: 'auto' is the CPU, plus CUDA when present; else the one named."""
     import torch

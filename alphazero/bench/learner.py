@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from alphazero.bench import bench_devices, rate, ratio
-from alphazero.config import PRESET_NAMES, get_preset
+from alphazero.bench import bench_devices, preset_list, rate, ratio
+from alphazero.config import get_preset
 from alphazero.errors import UserError
 
 if TYPE_CHECKING:
@@ -63,16 +63,8 @@ class Point:
         return self.batch / seconds if seconds > 0 else 0.0
 
 
-def _preset_list(text: str) -> list[str]:
-    names = [part for part in text.replace(" ", ",").split(",") if part]
-    for name in names:
-        if name not in PRESET_NAMES:
-            raise argparse.ArgumentTypeError(f"unknown preset {name!r}; the presets are: {', '.join(PRESET_NAMES)}")
-    return names
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", type=_preset_list, default=_preset_list(DEFAULT_PRESETS), metavar="NAMES",
+    parser.add_argument("--preset", type=preset_list, default=preset_list(DEFAULT_PRESETS), metavar="NAMES",
                         help=f"comma-separated presets to measure (default: {DEFAULT_PRESETS})")
     parser.add_argument("--device", default="auto", help="auto (the CPU, and CUDA when present), cpu, cuda or cuda:N")
     parser.add_argument("--batch-size", type=int, default=0, metavar="N",

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from alphazero.bench import bench_devices, rate, ratio
+from alphazero.bench import bench_devices, preset_list, rate, ratio
 from alphazero.config import PRESET_NAMES, get_preset
 from alphazero.errors import UserError
 
@@ -59,16 +59,8 @@ def _int_list(text: str) -> list[int]:
     return sorted(set(values))
 
 
-def _preset_list(text: str) -> list[str]:
-    names = [part for part in text.replace(" ", ",").split(",") if part]
-    for name in names:
-        if name not in PRESET_NAMES:
-            raise argparse.ArgumentTypeError(f"unknown preset {name!r}; the presets are: {', '.join(PRESET_NAMES)}")
-    return names
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", type=_preset_list, default=list(PRESET_NAMES), metavar="NAMES",
+    parser.add_argument("--preset", type=preset_list, default=list(PRESET_NAMES), metavar="NAMES",
                         help=f"comma-separated presets to measure (default: {','.join(PRESET_NAMES)})")
     parser.add_argument("--batch-sizes", type=_int_list, default=_int_list(DEFAULT_BATCH_SIZES), metavar="SIZES",
                         help=f"comma-separated batch sizes (default: {DEFAULT_BATCH_SIZES}); 1 is always added "
