@@ -273,11 +273,14 @@ def _start_actors(run: RunDir, config: Config, actors: int, gpus: float, inferen
         for _ in range(servers_wanted)
     ]
     per_actor_gpu = gpus / actors if inference == "local" and gpus > 0 else 0
+    # One core per actor: thread pools sized for the machine would fight the other actors.
+    one_thread = {"env_vars": {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}}
     worker = ray.remote(SelfPlayWorker)
     handles = []
     for i in range(actors):
         options: dict[str, Any] = {"num_cpus": 1, "max_restarts": -1, "max_task_retries": 0,
-                                   "name": f"{actor_name_prefix(run)}{i}", "namespace": NAMESPACE}
+                                   "name": f"{actor_name_prefix(run)}{i}", "namespace": NAMESPACE,
+                                   "runtime_env": one_thread}
         if per_actor_gpu:
             options["num_gpus"] = per_actor_gpu
         server = servers[i % len(servers)] if servers else None

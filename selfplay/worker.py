@@ -60,9 +60,9 @@ class PlayStats:
 
 
 def _one_thread() -> None:
-    # One actor per core: torch's own thread pool would fight the other actors.
+    # One actor per core: torch's own thread pool would fight the other actors
+    # (the driver also starts actors with OMP/OpenBLAS/MKL at one thread).
     torch.set_num_threads(1)
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 class SelfPlayWorker:
@@ -184,6 +184,21 @@ class SelfPlayWorker:
             if record["would_resign_side"] is not None:
                 stats.would_have_resigned += 1
                 stats.false_resignations += record["winner"] != _other(record["would_resign_side"])
+
+    def network_rate(self, seconds: float) -> float:
+        """Evaluations/s of the network alone in this process, on a full batch of this worker's leaves.
+
+        The baseline of `alphazero bench selfplay`: same process, same thread
+        settings, same kind of positions, no search in between.
+        """
+        rows = self.search.max_batch
+        planes, scalars = self.batch[0][:rows], self.batch[1][:rows]
+        self._evaluate(planes, scalars)
+        done, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            self._evaluate(planes, scalars)
+            done += rows
+        return done / (time.perf_counter() - start)
 
     def flush(self) -> str | None:
         """Writes the finished games still buffered (at a clean stop); returns the shard path."""
