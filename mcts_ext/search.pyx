@@ -29,11 +29,11 @@ from libc.string cimport memcpy, memset
 
 from mcts_ext.encode cimport COMPACT_PLANES, NUM_MOVES, NUM_SCALARS, encode_stack, move_index
 from mcts_ext.memory cimport grow
-from mcts_ext.position cimport (BLACK, CHECKMATE, MAX_MOVES, ONGOING, WHITE, Board, GameStack, Move, Position,
+from mcts_ext.position cimport (CHECKMATE, MAX_MOVES, ONGOING, WHITE, Board, GameStack, Move,
                                 format_fen, generate_legal, stack_copy, stack_free, stack_init, stack_push, stack_status)
 from mcts_ext.puct cimport (FPU_ABSOLUTE, FPU_REDUCTION, PuctParams, add_in_flight, backup as backup_value, logits_finite,
                             select_edge, set_priors)
-from mcts_ext.rng cimport Rng, rng_gamma, rng_next, rng_seed, rng_uniform
+from mcts_ext.rng cimport Rng, rng_gamma, rng_seed, rng_uniform
 from mcts_ext.tree cimport (NO_NODE, ROOT, UNEXPANDED, Tree, tree_add_edges, tree_add_node, tree_free,
                             tree_init, tree_keep_subtree, tree_reset)
 

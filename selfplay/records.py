@@ -10,7 +10,7 @@ is always whole.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -93,10 +93,3 @@ class GameWriter:
         self.pending = []
         return path
 
-
-def results_by_colour(records: Sequence[Mapping[str, Any]]) -> dict[str, int]:
-    """Counts white wins, draws and black wins."""
-    counts = {"white": 0, "draw": 0, "black": 0}
-    for record in records:
-        counts[record["winner"] or "draw"] += 1
-    return counts

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,12 +27,7 @@ TINY: Config = get_preset("tiny")
 SMALL = EvalSettings(games_per_pair=2, simulations=8, stockfish_elos=(1400,), stockfish_depth=1, ply_limit=40)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ import argparse
 import json
 import math
 import random
-from collections.abc import Iterator
 from pathlib import Path
 
 import chess
@@ -39,12 +38,7 @@ from tests.test_match import stockfish_or_skip
 TINY: Config = get_preset("tiny")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ import chess
 import numpy as np
 import pytest
 
+from alphazero.moves import move_to_index
 from mcts_ext import Board
 from mcts_ext.driver import analyse, run, uniform_evaluator
 from mcts_ext.encode import NUM_MOVES
@@ -140,8 +141,6 @@ def test_early_moves_are_sampled_and_later_ones_greedy():
         board = chess.Board(record["start_fen"])
         offsets, indices, probs = record["policy_offsets"], record["policy_indices"], record["policy_probs"]
         for ply, uci in enumerate(record["moves"]):
-            from alphazero.moves import move_to_index
-
             played = move_to_index(chess.Move.from_uci(uci), board.turn)
             row = slice(offsets[ply], offsets[ply + 1])
             share = dict(zip(indices[row].tolist(), probs[row].tolist()))

@@ -36,13 +36,6 @@ def fast_run(path: Path, *extra: str) -> tuple[RunDir, object]:
     return RunDir.create_or_open(path, get_preset("tiny"), [*FAST, *extra])
 
 
-def replay_game(game: dict) -> chess.Board:
-    board = chess.Board(game["start_fen"])
-    for uci in game["moves"]:
-        board.push_uci(uci)  # raises on an illegal move
-    return board
-
-
 def check_shard_invariants(path: Path) -> None:
     shard = read_shard(path)
     assert shard.planes.shape == (len(shard), 112) and shard.scalars.shape == (len(shard), 7)
