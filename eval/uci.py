@@ -88,6 +88,9 @@ INFINITE_NODES = 50_000_000
 INFO_INTERVAL_S = 0.5
 """Seconds between info lines during a search (one more comes with bestmove)."""
 
+INFO_STRING_LIMIT = 400
+"""The longest `info string` text (a message quoting a 20 000-character line is no help to a GUI)."""
+
 MAX_MULTIPV = 256
 """The most lines MultiPV may ask for (no position has more legal moves)."""
 
@@ -443,8 +446,11 @@ class UciEngine:
         }
 
     def info_string(self, text: str) -> None:
-        """Sends `info string TEXT` (one line)."""
-        self._out.line("info string " + " ".join(text.split()))
+        """Sends `info string TEXT` (one line, cut to INFO_STRING_LIMIT characters)."""
+        text = " ".join(text.split())
+        if len(text) > INFO_STRING_LIMIT:
+            text = text[:INFO_STRING_LIMIT] + "..."
+        self._out.line("info string " + text)
 
     # -- commands --
 
