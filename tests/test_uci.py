@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import io
 import os
 import queue
@@ -22,6 +23,7 @@ import torch
 from alphazero.config import get_preset
 from alphazero.errors import UserError
 from alphazero.network import AlphaZeroNet, save_model
+from eval.scores import centipawns_to_value
 from eval.uci import (
     MAX_TIME_FRACTION,
     OPTIONS,
@@ -347,6 +349,24 @@ def test_wdl_is_shown_on_request_and_sums_to_1000(engine: chess.engine.SimpleEng
         assert info["wdl"].relative == chess.engine.Wdl(0, 1000, 0)  # a proven draw
     finally:
         engine.configure({"UCI_ShowWDL": False})
+
+
+def test_wdl_of_a_wdl_network_has_draws_and_keeps_q(tmp_path: Path) -> None:
+    torch.manual_seed(1)
+    path = tmp_path / "wdl.pt"
+    save_model(path, AlphaZeroNet(dataclasses.replace(get_preset("tiny").network, value_head="wdl")))
+    out = io.StringIO()
+    engine = UciEngine(None, path, "cpu", stdin=io.StringIO(""), stdout=out)
+    engine.handle("setoption name UCI_ShowWDL value true")
+    engine.handle("position startpos moves e2e4")
+    engine.handle("go nodes 12")
+    engine.wait()
+    info = [line.split() for line in out.getvalue().splitlines() if " wdl " in line][-1]
+    win, draw, loss = (int(word) for word in info[info.index("wdl") + 1:info.index("wdl") + 4])
+    cp = int(info[info.index("cp") + 1])
+    assert win + draw + loss == 1000 and min(win, draw, loss) >= 0
+    assert draw > 0  # the network's draw probability, not the scalar head's 0
+    assert (win - loss) / 1000 == pytest.approx(centipawns_to_value(cp), abs=0.01)
 
 
 def test_bestmove_names_a_ponder_move_from_the_line(engine: chess.engine.SimpleEngine) -> None:
