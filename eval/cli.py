@@ -186,22 +186,33 @@ def run_eval(args: argparse.Namespace) -> None:
 
 
 def add_uci_arguments(parser: argparse.ArgumentParser) -> None:
-    """Adds the arguments of `alphazero uci [--run DIR | --weights FILE] [--device D] [--nodes N] [--threads N]`."""
+    """Adds the arguments of `alphazero uci [--run DIR [--fresh] | --weights FILE] [--device D] [--nodes N]
+    [--threads N]`."""
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--run", type=Path, default=None,
                         help=f"run whose latest checkpoint plays (default {DEFAULT_RUN_DIR})")
     source.add_argument("--weights", type=Path, default=None, help="a model file or checkpoint to play with")
+    parser.add_argument("--fresh", action="store_true",
+                        help="allow a run without checkpoints: play with freshly initialised (about random) "
+                             "weights instead of refusing")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default auto)")
     parser.add_argument("--nodes", type=int, default=None, help="simulations a move for a bare `go` (default 400)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
 
 
 def run_uci_command(args: argparse.Namespace) -> None:
-    """Runs `alphazero uci` over stdin/stdout until `quit`. Raises UserError for an unusable network source."""
+    """Runs `alphazero uci` over stdin/stdout until `quit`.
+
+    Raises UserError for an unusable network source: a missing or unusable
+    weights file or run, or a run without checkpoints unless --fresh.
+    """
+    from alphazero.errors import UserError
     from eval.uci import run_uci
 
+    if args.fresh and args.weights is not None:
+        raise UserError("--fresh goes with a run (--run), not with --weights")
     run_uci(args.run if args.run is not None else DEFAULT_RUN_DIR, args.weights, args.device,
-            nodes=args.nodes, threads=args.threads)
+            nodes=args.nodes, threads=args.threads, fresh=args.fresh)
 
 
 __all__ = [

@@ -42,6 +42,7 @@ from alphazero.checkpoint import checkpoint_name, latest_checkpoint, step_of
 from alphazero.config import DEFAULT_PRESET, Config, SearchConfig, from_toml, get_preset
 from alphazero.errors import UserError
 from alphazero.network import AlphaZeroNet, Evaluator, load_model, pick_device
+from alphazero.planes import compact_to_torch
 from alphazero.rundir import DEFAULT_RUN, RunDir, complete_files
 from eval.agents import Agent, Choice, int_option, register_player
 from mcts_ext import Board, ChessError
@@ -104,6 +105,19 @@ class Network:
         """Evaluates compact positions: (logits [B, 4672], values [B]) for each side to move."""
         return self.evaluator.evaluate(planes, scalars)
 
+    def draw_probability(self, board: Board) -> float | None:
+        """Returns the network's probability that `board`'s game is drawn, from a 'wdl' value
+        head (one extra network call), or None for a scalar head, which has no such output."""
+        evaluator = self.evaluator
+        if evaluator.config.value_head != "wdl":
+            return None
+        planes, scalars = _encode([board])
+        planes_t, scalars_t = compact_to_torch(planes, scalars, evaluator.device)
+        with torch.inference_mode():
+            wdl_logits = evaluator.model(planes_t, scalars_t).wdl_logits
+        assert wdl_logits is not None
+        return float(torch.softmax(wdl_logits.float(), dim=-1)[0, 1])
+
     @property
     def search_config(self) -> SearchConfig:
         return self.config.search if self.config is not None else SearchConfig()
@@ -123,6 +137,28 @@ class ResolvedSource:
     from_run: bool
 
 
+def _is_file(path: Path, what: str) -> bool:
+    """Checks whether `path` is a file; an unusable path (too long, a symlink loop,
+    no permission, ...) is a UserError naming `what` and the system's reason."""
+    try:
+        path.stat()
+    except FileNotFoundError:
+        return False
+    except NotADirectoryError:
+        return False  # a parent of the path is a file
+    except OSError as error:
+        raise UserError(f"{what} {_shown(path)} cannot be used: {error.strerror or error}") from None
+    except ValueError as error:  # an embedded NUL byte
+        raise UserError(f"{what} {_shown(path)} cannot be used: {error}") from None
+    return path.is_file()
+
+
+def _shown(path: Path | str, limit: int = 120) -> str:
+    """Quotes a path for a message, cut to `limit` characters (a 300-character name is no help)."""
+    text = str(path)
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
 def _run_config(run: RunDir) -> Config | None:
     """Reads the run's config, or returns None when the run does not exist. Raises UserError if invalid."""
     return run.read_config() if run.exists() else None
@@ -139,8 +175,8 @@ def _checkpoint_path(run: RunDir, checkpoint: str) -> tuple[Path, int | None]:
             raise UserError(f"run {run.root} has no checkpoint at step {int(text)} (its checkpoints: {have})")
         return path, int(text)
     path = Path(text).expanduser()
-    if not path.is_file():
-        raise UserError(f"checkpoint {text!r} is neither a step of run {run.root} nor an existing file")
+    if not _is_file(path, "checkpoint"):
+        raise UserError(f"checkpoint {_shown(text)} is neither a step of run {run.root} nor an existing file")
     return path, step_of(path)
 
 
@@ -148,16 +184,26 @@ def resolve_source(source: NetworkSource) -> ResolvedSource:
     """Finds the file a source names without loading it (cheap; for checking options early).
 
     Raises UserError when both checkpoint and weights are given, a named file
-    or step does not exist, or the run's config is invalid.
+    or step does not exist, a path cannot be used at all (too long, a symlink
+    loop, no permission: any OSError), or the run's config is invalid.
     """
     if source.checkpoint is not None and source.weights is not None:
         raise UserError("give a network as checkpoint=... or weights=..., not both")
     if source.weights is not None:
         path = Path(source.weights).expanduser()
-        if not path.is_file():
-            raise UserError(f"weights file {str(source.weights)!r} does not exist")
+        if not _is_file(path, "weights file"):
+            raise UserError(f"weights file {_shown(source.weights)} does not exist")
         return ResolvedSource(path, step_of(path), None, from_run=False)
+    try:
+        return _resolve_in_run(source)
+    except OSError as error:
+        raise UserError(f"run {_shown(source.run)} cannot be used: {error.strerror or error}") from None
+
+
+def _resolve_in_run(source: NetworkSource) -> ResolvedSource:
+    """resolve_source for a run's latest checkpoint or `checkpoint=`; OSErrors pass through."""
     run = RunDir(source.run)
+    _is_file(run.root, "run")  # an unusable run path fails here, with the system's reason
     config = _run_config(run)
     if source.checkpoint is not None:
         path, step = _checkpoint_path(run, source.checkpoint)

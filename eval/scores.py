@@ -63,6 +63,28 @@ def centipawns_to_value(cp: float) -> float:
     return _clip(math.atan(cp / CP_SCALE) / Q_SCALE, -1.0, 1.0)
 
 
+def value_to_wdl(q: float, draw: float | None = None) -> tuple[int, int, int]:
+    """Converts a value in [-1, 1] and a draw probability to (win, draw, loss) per mille, summing to 1000.
+
+    The expected result q = W - L is kept exactly (up to rounding); the draw
+    share is `draw` (a 'wdl' network's draw probability), cut to what q leaves
+    room for (at most 1 - |q|): W = (1 - D + q) / 2, L = (1 - D - q) / 2. With
+    no draw probability (a scalar value head says nothing about draws) D = 0,
+    as lc0 does for such networks: W = (1 + q) / 2, L = (1 - q) / 2.
+    Raises ValueError on NaN.
+
+    >>> value_to_wdl(0.5), value_to_wdl(0.0, 0.6), value_to_wdl(0.9, 0.6)
+    ((750, 0, 250), (200, 600, 200), (900, 100, 0))
+    """
+    if math.isnan(q) or (draw is not None and math.isnan(draw)):
+        raise ValueError("value or draw probability is NaN")
+    q = _clip(q, -1.0, 1.0)
+    d = _clip(draw, 0.0, 1.0 - abs(q)) if draw is not None else 0.0
+    win = round(500 * (1.0 - d + q))
+    loss = min(round(500 * (1.0 - d - q)), 1000 - win)
+    return win, 1000 - win - loss, loss
+
+
 def score_to_value(score: chess.engine.Score) -> float:
     """Converts a python-chess engine score (from the side to move's view) to a value.
 

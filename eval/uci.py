@@ -1,36 +1,55 @@
 """A UCI engine around the network and the PUCT search, for any chess GUI or lichess-bot.
 
-Run it as `alphazero uci --run DIR` (or `--weights FILE`), or directly as
-`python -m eval.uci --weights FILE`. Commands: uci, isready, ucinewgame,
-setoption, position startpos|fen ... [moves ...], go, stop, quit (plus
-debug, register and ponderhit, which are accepted and ignored).
+Run it as `alphazero uci --run DIR` (or `--weights FILE`; `--fresh` allows a
+run without checkpoints, i.e. freshly initialised weights). Commands: uci,
+isready, ucinewgame, setoption, position startpos|fen ... [moves ...], go,
+stop, ponderhit, quit (debug and register are accepted and ignored).
 
-The search runs on a background thread, so `stop` and `isready` are answered
-while it runs. A malformed or unknown line is answered with `info string ...`
-and otherwise ignored; a position without legal moves gets `bestmove 0000`.
+The search runs on a background thread, so `stop`, `ponderhit` and
+`isready` are answered while it runs; the search hears `stop` and its
+deadline within a few milliseconds whatever the tree holds. A malformed or
+unknown line, or a bad option value, is answered with `info string ...` and
+otherwise ignored (an option keeps its previous value); a position without
+legal moves gets `bestmove 0000`.
 
 `go` limits (whichever comes first ends the search):
 
 - `nodes N`: N simulations (the reported nodes are the simulations done).
 - `movetime T`: T - MoveOverhead milliseconds.
 - `wtime/btime [winc/binc] [movestogo]`: see `time_budget_ms`.
-- `depth D`: a cap: stops once the principal variation (the line of most
-  visited moves, whose length is the reported depth) is D plies long.
+- `depth D`: a cap: stops once the principal variation (the line of best
+  moves, whose length is the reported depth) is D plies long.
 - `infinite`: until `stop`; `bestmove` is withheld until then, as UCI asks.
+- `ponder`: the GUI has already played the move it expects us to predict;
+  the search runs with no time limit until `ponderhit` (from then on it is
+  the normal search its time limits describe, timed from the ponderhit) or
+  `stop` (answered with bestmove, which the GUI discards).
 - none of these: the Nodes option's simulations.
-`mate`, `searchmoves` and `ponder` are not supported and are ignored with an
-info string.
+`mate` and `searchmoves` are not supported and are ignored with an info string.
 
-Scores: the search's Q of the best move, a value in [-1, 1] for the side to
-move (the mean of the backed-up network values and exact game ends below
-it), converted to centipawns by eval.scores.value_to_centipawns, Leela's
-formula cp = 111.714640912 * tan(1.5620688421 * Q): Q 0.5 is about +111 cp,
-Q 0.9 about +671 cp, Q +-1 is +-12 800 cp.
+The search proves results where it meets game ends (an MCTS-solver): a
+proven mate is reported as `score mate N` (N moves, negative when we are
+mated), the shortest proven mate is played, and a search whose root is
+proven stops early. Other scores are the search's Q of the move, a value in
+[-1, 1] for the side to move, converted to centipawns by
+eval.scores.value_to_centipawns, Leela's formula
+cp = 111.714640912 * tan(1.5620688421 * Q): Q 0.5 is about +111 cp, Q 0.9
+about +671 cp, Q +-1 is +-12 800 cp. `MultiPV N` reports the N best root
+moves (best_move's order), each with its own score and line, as `multipv k`.
+`UCI_ShowWDL` adds `wdl W D L` in per mille (eval.scores.value_to_wdl: W - L
+is the move's Q; D is a 'wdl' network's draw probability at the root, cut to
+what Q leaves room for, or 0 for a scalar value head, as lc0 does; always
+summing to 1000; proven results are 1000/0/0, 0/1000/0 or 0/0/1000).
+`bestmove` names a `ponder` move when the line has a second move.
+
+Between moves of one game the search keeps the subtree of the moves played
+(tree reuse): when a `position` continues the game last searched, the visits
+already spent on it are kept; `ucinewgame`, another game, or a new network or
+LeavesPerBatch start from an empty tree.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 import threading
 import time
@@ -47,7 +66,7 @@ from alphazero.network import pick_device
 from eval.network_agents import (
     DEFAULT_RUN_DIR, Network, NetworkSource, load_network, resolve_source, search_options,
 )
-from eval.scores import value_to_centipawns
+from eval.scores import value_to_centipawns, value_to_wdl
 from mcts_ext import STARTING_FEN, Board, ChessError
 from mcts_ext.driver import run as run_search
 from mcts_ext.search import MultiGameSearch
@@ -64,10 +83,16 @@ MIN_BUDGET_MS = 1.0
 """The least time budget: the search always expands the root and plays something."""
 
 INFINITE_NODES = 50_000_000
-"""The node cap of `go infinite` and timed searches (bounds the tree's memory)."""
+"""The node cap of `go infinite`, `go ponder` and timed searches (bounds the tree's memory)."""
 
 INFO_INTERVAL_S = 0.5
 """Seconds between info lines during a search (one more comes with bestmove)."""
+
+INFO_STRING_LIMIT = 400
+"""The longest `info string` text (a message quoting a 20 000-character line is no help to a GUI)."""
+
+MAX_MULTIPV = 256
+"""The most lines MultiPV may ask for (no position has more legal moves)."""
 
 _GO_INTEGERS = ("wtime", "btime", "winc", "binc", "movestogo", "depth", "nodes", "mate", "movetime")
 _GO_FLAGS = ("infinite", "ponder")
@@ -104,14 +129,14 @@ class UciOption:
             try:
                 value = int(text)
             except ValueError:
-                raise ValueError(f"{self.name} takes an integer, got {text!r}") from None
+                raise ValueError(f"{self.name} takes an integer, got {_quoted(text)}") from None
             assert self.min is not None and self.max is not None
             if not self.min <= value <= self.max:
-                raise ValueError(f"{self.name} must lie in {self.min}..{self.max}, got {value}")
+                raise ValueError(f"{self.name} must lie in {self.min}..{self.max}, got {_quoted(text)}")
             return value
         if self.type == "check":
             if text.lower() not in ("true", "false"):
-                raise ValueError(f"{self.name} takes true or false, got {text!r}")
+                raise ValueError(f"{self.name} takes true or false, got {_quoted(text)}")
             return text.lower() == "true"
         return "" if text == "<empty>" else text
 
@@ -127,10 +152,19 @@ OPTIONS: tuple[UciOption, ...] = (
     UciOption("MovesToGo", "spin", 30, "moves assumed left when the GUI sends a clock without movestogo", 1, 1000),
     UciOption("LeavesPerBatch", "spin", 1, "leaves per network call; more uses virtual loss (faster on a GPU, "
               "weaker per node)", 1, 256),
+    UciOption("MultiPV", "spin", 1, "root moves reported, each with its own score and line (multipv k)",
+              1, MAX_MULTIPV),
+    UciOption("UCI_ShowWDL", "check", False, "add `wdl W D L` (per mille) to the scores"),
+    UciOption("Ponder", "check", False, "the GUI may send `go ponder`; pondering works either way"),
 )
 """Every engine option, declared once: the `uci` answer and setoption both read this table."""
 
 _OPTIONS_BY_NAME = {option.name.lower(): option for option in OPTIONS}
+
+
+def _quoted(text: str, limit: int = 80) -> str:
+    """Quotes outside input for a message, cut to `limit` characters."""
+    return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
 # --- go ----------------------------------------------------------------------------------
@@ -209,20 +243,29 @@ def time_budget_ms(go: GoCommand, white_to_move: bool, *, overhead_ms: float, mo
 
 @dataclass
 class _Job:
-    """One search in flight: the position, its limits, the event that stops it, and whether it answered.
+    """One search in flight: the position, its limits, the events that end it, and whether it answered.
 
-    `answered` is set just before `bestmove` is written: from then on the GUI
-    may send the next `go`, although the thread may not have exited yet.
+    `deadline` is None while the search has no time limit (pondering, or no
+    clock given); `ponderhit` sets it. `wake` is set whenever `stop` or
+    `ponderhit` arrives, for a search that finished early and waits to
+    answer. `answered` is set just before `bestmove` is written: from then on
+    the GUI may send the next `go`, although the thread may not have exited yet.
     """
 
     board: Board
+    go: GoCommand
     nodes: int
+    budget_ms: float | None
     deadline: float | None
-    depth: int | None
-    infinite: bool
-    stop: threading.Event
+    pondering: bool
     started: float
+    stop: threading.Event = field(default_factory=threading.Event)
+    wake: threading.Event = field(default_factory=threading.Event)
     answered: threading.Event = field(default_factory=threading.Event)
+
+    def must_wait(self) -> bool:
+        """Checks whether a finished search must still withhold bestmove (infinite, or pondering)."""
+        return not self.stop.is_set() and (self.go.infinite or self.pondering)
 
 
 # --- output ---------------------------------------------------------------------------------
@@ -244,17 +287,56 @@ class _Output:
                 pass  # the GUI went away (or closed our stream); nothing to tell it
 
 
-def _info_line(search: MultiGameSearch, started: float) -> str:
-    """Formats `info depth .. nodes .. nps .. score cp .. time .. pv ..` from the search's slot 0."""
+def mate_in_moves(result: str, plies: int) -> int:
+    """Converts a proven result of the position AFTER a move (its mover's opponent's view) to UCI's
+    `score mate N` for the player making the move: N moves to mate, negative when mated.
+
+    >>> mate_in_moves("loss", 0), mate_in_moves("loss", 2), mate_in_moves("win", 1), mate_in_moves("win", 3)
+    (1, 2, -1, -2)
+    """
+    if result == "loss":  # the opponent is lost: we mate in plies + 1 of ours and theirs
+        return (plies + 2) // 2
+    return -((plies + 1) // 2)
+
+
+@dataclass(frozen=True)
+class _Line:
+    """One root move's report: its line, and its score as centipawns or a mate."""
+
+    pv: list[str]
+    cp: int | None
+    mate: int | None
+    wdl: tuple[int, int, int]
+
+    def score(self) -> str:
+        return f"score mate {self.mate}" if self.mate is not None else f"score cp {self.cp}"
+
+
+def _line_for(search: MultiGameSearch, move: str, q: float | None, draw: float | None) -> _Line:
+    pv = search.principal_variation(0, first=move)
+    proof = search.proof(0, [move])
+    if proof is not None and proof[0] != "draw":
+        mate = mate_in_moves(*proof)
+        return _Line(pv, None, mate, (1000, 0, 0) if mate > 0 else (0, 0, 1000))
+    if proof is not None:
+        return _Line(pv, 0, None, (0, 1000, 0))
+    value = q if q is not None else search.root_value(0)
+    return _Line(pv, round(value_to_centipawns(value)), None, value_to_wdl(value, draw))
+
+
+def _info_lines(search: MultiGameSearch, started: float, multipv: int, *, wdl: bool,
+                draw: float | None) -> list[str]:
+    """Formats one `info depth .. multipv k score .. [wdl ..] nodes .. nps .. time .. pv ..` per line."""
     elapsed = max(time.monotonic() - started, 1e-6)
     nodes = search.simulations(0)
-    best = search.best_move(0)
-    pv = search.principal_variation(0) or [best]
-    q = next((q for uci, _, _, q, _ in search.root_stats(0) if uci == best), None)
-    value = q if q is not None else search.root_value(0)
-    cp = round(value_to_centipawns(value))
-    return (f"info depth {len(pv)} seldepth {len(pv)} nodes {nodes} nps {int(nodes / elapsed)} "
-            f"score cp {cp} time {int(elapsed * 1000)} pv {' '.join(pv)}")
+    q_of = {uci: q for uci, _, _, q, _ in search.root_stats(0)}
+    lines = []
+    for k, move in enumerate(search.ranked_moves(0)[:multipv], start=1):
+        line = _line_for(search, move, q_of[move], draw)
+        shown_wdl = f" wdl {line.wdl[0]} {line.wdl[1]} {line.wdl[2]}" if wdl else ""
+        lines.append(f"info depth {len(line.pv)} seldepth {len(line.pv)} multipv {k} {line.score()}{shown_wdl} "
+                     f"nodes {nodes} nps {int(nodes / elapsed)} time {int(elapsed * 1000)} pv {' '.join(line.pv)}")
+    return lines
 
 
 def _lenient(stream: TextIO) -> TextIO:
@@ -276,10 +358,12 @@ class UciEngine:
 
     Construct it with the network's source (a run directory and/or a weights
     file) and streams; the network is loaded at the first `isready` or `go`,
-    so that the `uci` handshake is immediate.
+    so that the `uci` handshake is immediate. A run without checkpoints (or
+    that does not exist) would play with freshly initialised weights, about as
+    strong as random: that takes `fresh=True`.
 
     Raises UserError (from the constructor) if the source names no existing
-    file or run checkpoint, or the device is unknown.
+    file or usable run checkpoint (unless `fresh`), or the device is unknown.
     """
 
     def __init__(
@@ -293,11 +377,13 @@ class UciEngine:
         stderr: TextIO | None = None,
         nodes: int | None = None,
         threads: int | None = None,
+        fresh: bool = False,
     ) -> None:
         self._in = stdin if stdin is not None else _lenient(sys.stdin)
         self._out = _Output(stdout if stdout is not None else sys.stdout)
         self._err = stderr if stderr is not None else sys.stderr
         self._run = Path(run_dir) if run_dir is not None else DEFAULT_RUN_DIR
+        self._fresh = fresh
         self.values: dict[str, Any] = {option.name: option.default for option in OPTIONS}
         self.values["Weights"] = str(weights) if weights is not None else ""
         self.values["Device"] = device
@@ -308,13 +394,17 @@ class UciEngine:
                 self._set_threads(int(_OPTIONS_BY_NAME["threads"].parse(str(threads))))
         except ValueError as error:
             raise UserError(str(error)) from None
-        resolve_source(self._source())  # fail now, with a clear message, not at the first `go`
+        self._check_source()  # fail now, with a clear message, not at the first `go`
         pick_device(device)
         self._network: Network | None = None
         self._loaded_key: tuple[NetworkSource, str] | None = None
         self._board = Board(ply_limit=None)
         self._job: _Job | None = None
         self._thread: threading.Thread | None = None
+        # The search and its tree, kept between moves for reuse; only the search thread
+        # touches it while a search runs. Rebuilt when the network or LeavesPerBatch changes.
+        self._search: MultiGameSearch | None = None
+        self._search_key: tuple[Network, int] | None = None
 
     # -- the loop --
 
@@ -350,14 +440,17 @@ class UciEngine:
         return {
             "uci": self._uci, "isready": self._isready, "ucinewgame": self._ucinewgame,
             "setoption": self._setoption, "position": self._position, "go": self._go, "stop": self._stop,
-            # Accepted and ignored: nothing to debug, register or ponder.
+            "ponderhit": self._ponderhit,
+            # Accepted and ignored: nothing to debug or register.
             "quit": lambda args: None, "debug": lambda args: None, "register": lambda args: None,
-            "ponderhit": lambda args: None,
         }
 
     def info_string(self, text: str) -> None:
-        """Sends `info string TEXT` (one line)."""
-        self._out.line("info string " + " ".join(text.split()))
+        """Sends `info string TEXT` (one line, cut to INFO_STRING_LIMIT characters)."""
+        text = " ".join(text.split())
+        if len(text) > INFO_STRING_LIMIT:
+            text = text[:INFO_STRING_LIMIT] + "..."
+        self._out.line("info string " + text)
 
     # -- commands --
 
@@ -376,18 +469,20 @@ class UciEngine:
     def _ucinewgame(self, args: list[str]) -> None:
         self.stop_search()
         self._board = Board(ply_limit=None)
+        self._search = None  # a new game: nothing of the old tree is reused
 
     def _setoption(self, args: list[str]) -> None:
         lowered = [a.lower() for a in args]
         if not lowered or lowered[0] != "name":
-            self.info_string(f"malformed setoption (expected: setoption name <id> [value <x>]): {' '.join(args)}")
+            self.info_string(f"malformed setoption (expected: setoption name <id> [value <x>]): "
+                             f"{' '.join(args)[:200]}")
             return
         split = lowered.index("value") if "value" in lowered else len(args)
         name = " ".join(args[1:split])
         value = " ".join(args[split + 1:])
         option = _OPTIONS_BY_NAME.get(name.lower())
         if option is None:
-            self.info_string(f"unknown option {name!r}; options: {', '.join(o.name for o in OPTIONS)}")
+            self.info_string(f"unknown option {_quoted(name)}; options: {', '.join(o.name for o in OPTIONS)}")
             return
         try:
             parsed = option.parse(value)
@@ -403,11 +498,11 @@ class UciEngine:
             self._set_threads(int(value))
         if option.name in ("Weights", "Device"):
             try:
-                resolve_source(self._source())
+                self._check_source()
                 pick_device(str(self.values["Device"]))
             except UserError as error:
                 self.values[option.name] = old
-                self.info_string(f"ignored {option.name}: {error}")
+                self.info_string(f"ignored {option.name}, kept {_quoted(str(old))}: {error}")
 
     def _set_threads(self, threads: int) -> None:
         self.values["Threads"] = threads
@@ -416,20 +511,20 @@ class UciEngine:
 
     def _position(self, args: list[str]) -> None:
         if not args or args[0] not in ("startpos", "fen"):
-            self.info_string(f"malformed position (expected startpos or fen ...): {' '.join(args)}")
+            self.info_string(f"malformed position (expected startpos or fen ...): {' '.join(args)[:200]}")
             return
         split = args.index("moves") if "moves" in args else len(args)
         fen = STARTING_FEN if args[0] == "startpos" else " ".join(args[1:split])
         try:
             board = Board(fen, ply_limit=None)
-        except (ChessError, ValueError) as error:
+        except ChessError as error:
             self.info_string(f"position ignored: {error}")
             return
         for uci in args[split + 1:]:
             try:
                 board.push_uci(uci)
-            except (ChessError, ValueError) as error:
-                self.info_string(f"moves from {uci!r} on ignored: {error}")
+            except ChessError as error:
+                self.info_string(f"moves from {_quoted(uci)} on ignored: {error}")
                 break
         self._board = board
 
@@ -451,19 +546,17 @@ class UciEngine:
             self._out.line("bestmove 0000")
             return
         self._job = self._make_job(go, board)
-        self._thread = threading.Thread(target=self._search, args=(self._job, network), name="uci-search",
+        self._thread = threading.Thread(target=self._search_thread, args=(self._job, network), name="uci-search",
                                         daemon=True)
         self._thread.start()
 
     def _report_unsupported(self, go: GoCommand) -> None:
         for problem in go.problems:
-            self.info_string(f"go: ignored {problem!r}")
+            self.info_string(f"go: ignored {_quoted(problem)}")
         if go.mate is not None:
             self.info_string("go mate is not supported; searching with the other limits")
         if go.searchmoves:
             self.info_string("go searchmoves is not supported; searching every move")
-        if go.ponder:
-            self.info_string("pondering is not supported; searching now")
 
     def _make_job(self, go: GoCommand, board: Board) -> _Job:
         started = time.monotonic()
@@ -471,47 +564,84 @@ class UciEngine:
                                 moves_to_go=int(self.values["MovesToGo"]))
         timed = budget is not None or go.infinite
         nodes = go.nodes if go.nodes is not None else (INFINITE_NODES if timed else int(self.values["Nodes"]))
-        deadline = started + budget / 1000.0 if budget is not None else None
-        return _Job(board, max(1, min(nodes, INFINITE_NODES)), deadline, go.depth, go.infinite,
-                    threading.Event(), started)
+        deadline = started + budget / 1000.0 if budget is not None and not go.ponder else None
+        return _Job(board, go, max(1, min(nodes, INFINITE_NODES)), budget, deadline, go.ponder, started)
 
     def _stop(self, args: list[str]) -> None:
         if self._job is not None:
             self._job.stop.set()
+            self._job.wake.set()
         self.wait()
+
+    def _ponderhit(self, args: list[str]) -> None:
+        """The GUI's opponent played the predicted move: the ponder search becomes the real one from now."""
+        job = self._job
+        if job is None or not job.pondering or job.answered.is_set():
+            self.info_string("ponderhit ignored: no ponder search is running")
+            return
+        now = time.monotonic()
+        if job.budget_ms is not None:
+            job.deadline = now + job.budget_ms / 1000.0
+        job.started = now  # the reported time counts from here, as the clock does
+        job.pondering = False
+        job.wake.set()
 
     # -- the search thread --
 
-    def _search(self, job: _Job, network: Network) -> None:
-        best = "0000"
+    def _search_for(self, network: Network) -> MultiGameSearch:
+        """The engine's search (tree kept from the last move), rebuilt if the network or batch size changed."""
+        key = (network, int(self.values["LeavesPerBatch"]))
+        if self._search is None or self._search_key != key:
+            self._search = MultiGameSearch(1, simulations=INFINITE_NODES, leaves_per_game=key[1], solver=True,
+                                           **search_options(network.search_config))
+            self._search_key = key
+        return self._search
+
+    def _search_thread(self, job: _Job, network: Network) -> None:
+        best, ponder = "0000", None
         try:
-            search = MultiGameSearch(1, simulations=job.nodes, leaves_per_game=int(self.values["LeavesPerBatch"]),
-                                     **search_options(network.search_config))
-            search.set_position(0, job.board)
+            search = self._search_for(network)
+            search.set_position(0, job.board, simulations=job.nodes, reuse=True)
+            multipv = int(self.values["MultiPV"])
+            wdl = bool(self.values["UCI_ShowWDL"])
+            draw = network.draw_probability(job.board) if wdl else None
             last_info = [job.started]
+
+            def report() -> None:
+                for line in _info_lines(search, job.started, multipv, wdl=wdl, draw=draw):
+                    self._out.line(line)
 
             def should_stop() -> bool:
                 now = time.monotonic()
                 if now - last_info[0] >= INFO_INTERVAL_S:
                     last_info[0] = now
-                    self._out.line(_info_line(search, job.started))
-                if job.stop.is_set() or (job.deadline is not None and now >= job.deadline):
+                    report()
+                if job.stop.is_set():
                     return True
-                return job.depth is not None and len(search.principal_variation(0, job.depth)) >= job.depth
+                if job.pondering:
+                    return False  # no limit but stop (or the node cap) until ponderhit
+                if job.deadline is not None and now >= job.deadline:
+                    return True
+                depth = job.go.depth
+                return depth is not None and len(search.principal_variation(0, depth)) >= depth
 
             run_search(search, network.evaluate, should_stop=should_stop)
             search.stop(0)
-            if job.infinite:
-                job.stop.wait()  # UCI: no bestmove before `stop` in infinite mode
-            self._out.line(_info_line(search, job.started))
+            report()
+            while job.must_wait():  # UCI: no bestmove before `stop` (infinite) or `ponderhit` (ponder)
+                job.wake.wait()
+                job.wake.clear()
+            line = search.principal_variation(0, 2)
             best = search.best_move(0)
+            ponder = line[1] if len(line) == 2 and line[0] == best else None
         except Exception as error:  # report, and still answer with a move
             self.info_string(f"search failed: {type(error).__name__}: {error}")
             moves = job.board.legal_moves()
-            best = moves[0] if moves else "0000"
+            best, ponder = (moves[0] if moves else "0000"), None
+            self._search = None  # the tree may be half-updated: start afresh next time
         finally:
             job.answered.set()
-            self._out.line(f"bestmove {best}")
+            self._out.line(f"bestmove {best}" + (f" ponder {ponder}" if ponder else ""))
 
     def searching(self) -> bool:
         """Checks whether a search is running (one that has sent its bestmove is not)."""
@@ -530,6 +660,7 @@ class UciEngine:
         """Stops the running search, if any, and waits for its bestmove."""
         if self._job is not None:
             self._job.stop.set()
+            self._job.wake.set()
         self.wait()
         self._job = None
 
@@ -539,15 +670,31 @@ class UciEngine:
         weights = str(self.values["Weights"]).strip()
         return NetworkSource(self._run, None, Path(weights) if weights else None)
 
+    def _check_source(self) -> None:
+        """Checks that the network source names a usable file (cheap; nothing is loaded).
+
+        Raises UserError for a missing or unusable file or run, and for a run
+        with no checkpoint unless fresh weights were allowed.
+        """
+        resolved = resolve_source(self._source())
+        if resolved.path is None and not self._fresh:
+            why = "has no checkpoint yet" if resolved.config is not None else "does not exist"
+            raise UserError(f"run {str(self._run)!r} {why}: give a run with checkpoints or a weights file, "
+                            f"or --fresh to play with freshly initialised (about random) weights")
+
     def _ensure_network(self) -> Network | None:
         """Loads the network when the options changed (or at first use); reports errors as info strings."""
         key = (self._source(), str(self.values["Device"]))
         if self._network is not None and self._loaded_key == key:
             return self._network
         try:
+            self._check_source()
             network = load_network(key[0], device=key[1], warn=self._err)
         except UserError as error:
             self.info_string(f"error: {error}")
+            return self._network
+        except OSError as error:  # the file changed under us since the options were checked
+            self.info_string(f"error: cannot load the network: {error.strerror or error}")
             return self._network
         if network.fresh:
             self.info_string(f"warning: {self._run} has no checkpoint; playing with freshly initialised weights")
@@ -566,35 +713,16 @@ def run_uci(
     stderr: TextIO | None = None,
     nodes: int | None = None,
     threads: int | None = None,
+    fresh: bool = False,
 ) -> None:
     """Runs the UCI engine over stdin/stdout (or the given streams) until `quit` or end of input.
 
     `run_dir` (default runs/default) gives the latest checkpoint; `weights`,
     when given, a model file or checkpoint instead. `nodes` and `threads`
-    preset the Nodes and Threads options.
+    preset the Nodes and Threads options; `fresh` allows a run without
+    checkpoints (freshly initialised weights).
 
     Raises UserError if the weights file or run is unusable (before any output).
     """
     UciEngine(run_dir, weights, device, stdin=stdin, stdout=stdout, stderr=stderr, nodes=nodes,
-              threads=threads).run()
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Runs `python -m eval.uci [--run DIR | --weights FILE] [--device D] [--nodes N] [--threads N]`."""
-    from eval.cli import add_uci_arguments, run_uci_command
-
-    parser = argparse.ArgumentParser(prog="python -m eval.uci", description="alphazero as a UCI engine")
-    add_uci_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        run_uci_command(args)
-    except UserError as error:
-        print(f"alphazero uci: error: {error}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+              threads=threads, fresh=fresh).run()

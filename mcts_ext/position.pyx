@@ -17,6 +17,15 @@ from mcts_ext.errors import IllegalMoveError, InvalidFenError
 STARTING_FEN = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
 
 SQUARE_NAMES = [f + r for r in "12345678" for f in "abcdefgh"]
+
+cdef enum:
+    # The largest half-move clock and full-move number (2**31 - 1): a FEN may
+    # give any count up to it, and moves stop counting there, so that every
+    # FEN a board writes reads back (and the clock fits an int everywhere).
+    MAX_COUNTER = 2147483647
+
+COUNTER_LIMIT = MAX_COUNTER
+"""The largest half-move clock or full-move number a FEN may hold (2**31 - 1)."""
 _PIECE_LETTERS = "pnbrqk"
 _PROMOTION_LETTERS = {"n": KNIGHT, "b": BISHOP, "r": ROOK, "q": QUEEN}
 
@@ -485,7 +494,7 @@ cdef void make_move(const Position* pos, Move move, Position* out) noexcept nogi
         key ^= ZOBRIST_EP_FILE[pos.ep_square & 7]
     out.ep_square = NO_SQUARE
     out.ep_legal = 0
-    out.halfmove_clock = pos.halfmove_clock + 1
+    out.halfmove_clock = pos.halfmove_clock + 1 if pos.halfmove_clock < MAX_COUNTER else MAX_COUNTER
 
     if pos.colours[them] & square_bb(to_square):
         captured = piece_type_on(pos, to_square)
@@ -512,7 +521,7 @@ cdef void make_move(const Position* pos, Move move, Position* out) noexcept nogi
     key ^= ZOBRIST_CASTLING[pos.castling] ^ ZOBRIST_CASTLING[out.castling]
     out.turn = them
     key ^= ZOBRIST_BLACK_TO_MOVE
-    if us == BLACK:
+    if us == BLACK and pos.fullmove_number < MAX_COUNTER:
         out.fullmove_number = pos.fullmove_number + 1
     if out.ep_square != NO_SQUARE and has_legal_en_passant(out):
         out.ep_legal = 1
@@ -685,9 +694,10 @@ cdef int _parse_square(str text) except -2:
     return "abcdefgh".index(text[0]) + 8 * "12345678".index(text[1])
 
 
-cdef int _parse_counter(str text, str what, int minimum) except -1:
-    if not text.isdigit() or len(text) > 9 or int(text) < minimum:
-        raise InvalidFenError(f"{what} must be an integer of at least {minimum}, got {text!r}")
+cdef long _parse_counter(str text, str what) except -1:
+    # ASCII digits only: str.isdigit() also takes '²', which int() refuses.
+    if not (text.isascii() and text.isdigit()) or len(text) > 20 or int(text) > MAX_COUNTER:
+        raise InvalidFenError(f"{what} must be a whole number from 0 to {MAX_COUNTER}, got {text!r}")
     return int(text)
 
 
@@ -769,8 +779,8 @@ cdef void _parse_en_passant(str text, Position* pos) except *:
     pos.ep_square = <int8_t>square
 
 
-cdef void parse_fen(str fen, Position* pos) except *:
-    """Fills `pos` from a FEN (4 to 6 fields), raising InvalidFenError with the reason."""
+cdef void parse_fen(object fen, Position* pos) except *:
+    """Fills `pos` from a FEN (4 to 6 fields), raising InvalidFenError with the reason (also for a non-str)."""
     if not isinstance(fen, str):
         raise InvalidFenError(f"a FEN must be a string, got {type(fen).__name__}")
     cdef list fields = fen.split()
@@ -788,9 +798,9 @@ cdef void parse_fen(str fen, Position* pos) except *:
     pos.turn = WHITE if fields[1] == "w" else BLACK
     _parse_castling(fields[2], pos)
     _parse_en_passant(fields[3], pos)
-    pos.halfmove_clock = _parse_counter(fields[4], "the half-move clock", 0) if len(fields) > 4 else 0
+    pos.halfmove_clock = _parse_counter(fields[4], "the half-move clock") if len(fields) > 4 else 0
     # python-chess reads a full-move number of 0 as 1; so do we.
-    pos.fullmove_number = max(_parse_counter(fields[5], "the full-move number", 0), 1) if len(fields) > 5 else 1
+    pos.fullmove_number = max(_parse_counter(fields[5], "the full-move number"), 1) if len(fields) > 5 else 1
     cdef uint64_t occupied = pos.colours[WHITE] | pos.colours[BLACK]
     if attackers_of(pos, king_square(pos, pos.turn ^ 1), pos.turn, occupied):
         raise InvalidFenError(f"the side not to move ({'black' if pos.turn == WHITE else 'white'}) is in check")
@@ -860,7 +870,7 @@ cdef class Board:
     def __dealloc__(self):
         stack_free(&self.stack)
 
-    def __init__(self, fen: str = STARTING_FEN, *, ply_limit: int | None = 512):
+    def __init__(self, fen: object = STARTING_FEN, *, ply_limit: int | None = 512):
         if ply_limit is not None and ply_limit < 1:
             raise ValueError(f"ply_limit must be at least 1 or None, got {ply_limit}")
         self.ply_limit = ply_limit or 0
@@ -870,7 +880,7 @@ cdef class Board:
         self.stack.length = 1
 
     @classmethod
-    def from_moves(cls, moves, fen: str = STARTING_FEN, *, ply_limit: int | None = 512) -> Board:
+    def from_moves(cls, moves, fen: object = STARTING_FEN, *, ply_limit: int | None = 512) -> Board:
         """A board after playing UCI `moves` (checked) from `fen`."""
         board = cls(fen, ply_limit=ply_limit)
         for uci in moves:

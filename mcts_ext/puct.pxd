@@ -3,9 +3,9 @@
 # the constants come in a PuctParams the search fills once from its options.
 
 from libc.math cimport exp, isfinite, log, sqrt
-from libc.stdint cimport int32_t
+from libc.stdint cimport int8_t, int32_t
 
-from mcts_ext.tree cimport NO_NODE, Tree
+from mcts_ext.tree cimport NO_NODE, PROVEN_DRAW, PROVEN_LOSS, PROVEN_WIN, UNPROVEN, Tree
 
 cdef enum:
     FPU_REDUCTION = 0    # unvisited child's Q = parent's Q - fpu_value * sqrt(prior mass already visited)
@@ -25,13 +25,24 @@ cdef inline float node_q(const Tree* tree, int32_t node, float virtual_loss) noe
     return (tree.value_sum[node] - virtual_loss * tree.in_flight[node]) / n
 
 
-cdef inline int32_t select_edge(const Tree* tree, int32_t node, const PuctParams* params) noexcept nogil:
+cdef inline float proven_q(int8_t proof) noexcept nogil:
+    """The exact Q of a move into a proven node, for the player who chose it."""
+    if proof == PROVEN_LOSS:
+        return 1.0
+    if proof == PROVEN_WIN:
+        return -1.0
+    return 0.0
+
+
+cdef inline int32_t select_edge(const Tree* tree, int32_t node, const PuctParams* params,
+                                bint solver) noexcept nogil:
     """The edge maximising Q + U (AlphaZero's PUCT); ties go to the first edge.
 
     One pass over the edges: visited children are scored as they come; every
     unvisited child shares one Q (the first-play urgency), so the best of them
     is the first with the highest prior, scored once the prior mass of the
-    visited children is known.
+    visited children is known. With `solver`, a proven child's Q is its exact
+    result instead of the mean of its simulations (which may predate the proof).
     """
     cdef int32_t first = tree.first_edge[node], count = tree.edge_count[node]
     cdef int32_t parent_visits = tree.visits[node] + tree.in_flight[node]
@@ -42,6 +53,14 @@ cdef inline int32_t select_edge(const Tree* tree, int32_t node, const PuctParams
     for edge in range(first, first + count):
         child = tree.child[edge]
         n = 0 if child == NO_NODE else tree.visits[child] + tree.in_flight[child]
+        if solver and child != NO_NODE and tree.proof[child] != UNPROVEN:
+            # A proven child may have no visits yet (a mate seen at its parent's expansion).
+            visited_prior += tree.prior[edge] if n > 0 else 0.0
+            score = proven_q(tree.proof[child]) + c_sqrt_n * tree.prior[edge] / (1 + n)
+            if score > best_score:
+                best_score = score
+                best = edge
+            continue
         if n == 0:
             if tree.prior[edge] > unvisited_prior:
                 unvisited_prior = tree.prior[edge]

@@ -29,18 +29,27 @@ from libc.string cimport memcpy, memset
 
 from mcts_ext.encode cimport COMPACT_PLANES, NUM_MOVES, NUM_SCALARS, encode_stack, move_index
 from mcts_ext.memory cimport grow
-from mcts_ext.position cimport (CHECKMATE, MAX_MOVES, ONGOING, WHITE, Board, GameStack, Move,
-                                format_fen, generate_legal, stack_copy, stack_free, stack_init, stack_push, stack_status)
+from mcts_ext.position cimport (CHECKMATE, MAX_MOVES, ONGOING, WHITE, Board, GameStack, Move, Position,
+                                format_fen, generate_legal, in_check, make_move, stack_copy, stack_free, stack_init,
+                                stack_push, stack_status)
 from mcts_ext.puct cimport (FPU_ABSOLUTE, FPU_REDUCTION, PuctParams, add_in_flight, backup as backup_value, logits_finite,
                             select_edge, set_priors)
 from mcts_ext.rng cimport Rng, rng_gamma, rng_seed, rng_uniform
-from mcts_ext.tree cimport (NO_NODE, ROOT, UNEXPANDED, Tree, tree_add_edges, tree_add_node, tree_free,
-                            tree_init, tree_keep_subtree, tree_reset)
+from mcts_ext.tree cimport (NO_NODE, PROVEN_DRAW, PROVEN_LOSS, PROVEN_WIN, ROOT, UNEXPANDED, UNPROVEN, Tree,
+                            tree_add_edges, tree_add_node, tree_free, tree_init, tree_keep_subtree, tree_reset)
 
 from mcts_ext.position import STARTING_FEN, TERMINATIONS, move_to_uci
 
 cdef enum:
     RESIGNATION = 7                  # a termination beyond position.pxd's game statuses
+
+cdef enum:
+    # Descents per slot and gather() that may end in an exactly scored game end
+    # (or proven node) before gather() returns: a tree whose every line ends
+    # the game would otherwise keep gather() from returning until the budget
+    # is spent, deaf to stop and deadlines. A few hundred short descents take
+    # well under a millisecond.
+    MAX_SCORED_DESCENTS = 256
 
 # Slot states.
 cdef enum:
@@ -57,6 +66,7 @@ cdef enum:
     LEAF_NO_MEMORY = 3
 
 STATE_NAMES = {IDLE: "idle", SEARCHING: "searching", READY: "ready", FINISHED: "finished"}
+PROOF_NAMES = {PROVEN_WIN: "win", PROVEN_DRAW: "draw", PROVEN_LOSS: "loss"}
 _TERMINATION_NAMES = dict(TERMINATIONS)
 _TERMINATION_NAMES[RESIGNATION] = "resignation"
 
@@ -79,6 +89,7 @@ ctypedef struct Options:
     float resign_disabled_fraction   # games played through regardless, to measure false positives
     float playout_cap_fraction       # >0: only this fraction of moves get the full budget (KataGo)
     int playout_cap_simulations      # budget of the other, cheap moves (no noise, no sample)
+    bint solver                      # prove results (mates, forced draws) and search around them
 
 ctypedef struct Record:
     # Training samples of one game: one per fully searched move.
@@ -159,6 +170,81 @@ cdef inline float terminal_value(int status) noexcept nogil:
     return -1.0 if status == CHECKMATE else 0.0
 
 
+cdef inline float proven_value(int8_t proof) noexcept nogil:
+    """Exact value of a proven node for its side to move."""
+    if proof == PROVEN_WIN:
+        return 1.0
+    if proof == PROVEN_LOSS:
+        return -1.0
+    return 0.0
+
+
+cdef inline int8_t terminal_proof(int status) noexcept nogil:
+    """The proof of a game-ending position, for its side to move."""
+    return PROVEN_LOSS if status == CHECKMATE else PROVEN_DRAW
+
+
+cdef bint prove_from_children(Tree* tree, int32_t node) noexcept nogil:
+    """Proves `node` from its children's proofs if they decide it; returns whether they did.
+
+    One child that is a proven loss for its mover makes the node a win (the
+    shortest such line); otherwise the node is proven only when every child
+    is: a draw if one is drawn, else a loss (the longest line).
+    """
+    cdef int32_t first = tree.first_edge[node], count = tree.edge_count[node], edge, child
+    cdef int shortest_win = -1, longest_loss = -1
+    cdef bint every_child_proven = True, draw = False
+    for edge in range(first, first + count):
+        child = tree.child[edge]
+        if child == NO_NODE or tree.proof[child] == UNPROVEN:
+            every_child_proven = False
+        elif tree.proof[child] == PROVEN_LOSS:
+            if shortest_win < 0 or tree.proof_plies[child] < shortest_win:
+                shortest_win = tree.proof_plies[child]
+        elif tree.proof[child] == PROVEN_DRAW:
+            draw = True
+        elif tree.proof_plies[child] > longest_loss:
+            longest_loss = tree.proof_plies[child]
+    if shortest_win >= 0:
+        tree.proof[node] = PROVEN_WIN
+        tree.proof_plies[node] = <int16_t>min(shortest_win + 1, 32767)
+    elif not every_child_proven or count <= 0:
+        return False
+    elif draw:
+        tree.proof[node] = PROVEN_DRAW
+        tree.proof_plies[node] = 0
+    else:
+        tree.proof[node] = PROVEN_LOSS
+        tree.proof_plies[node] = <int16_t>min(longest_loss + 1, 32767)
+    return True
+
+
+cdef void prove(Tree* tree, int32_t node, int8_t proof, int plies) noexcept nogil:
+    """Records `node`'s proof and proves the ancestors that now follow from it."""
+    tree.proof[node] = proof
+    tree.proof_plies[node] = <int16_t>plies
+    node = tree.parent[node]
+    while node != NO_NODE and tree.proof[node] == UNPROVEN and prove_from_children(tree, node):
+        node = tree.parent[node]
+
+
+cdef int32_t mating_move(Tree* tree, int32_t node, const Position* pos) noexcept nogil:
+    """The first of the expanded `node`'s edges that checkmates, or NO_NODE.
+
+    Only moves that give check are made twice over, so this costs a few
+    microseconds a node; a solver search does it so that a mate in one is
+    proven (and reported) at once, not after its edge happens to be visited.
+    """
+    cdef Move replies[MAX_MOVES]
+    cdef Position after
+    cdef int32_t first = tree.first_edge[node], edge
+    for edge in range(first, first + tree.edge_count[node]):
+        make_move(pos, tree.move[edge], &after)
+        if in_check(&after) and generate_legal(&after, replies) == 0:
+            return edge
+    return NO_NODE
+
+
 cdef inline float root_value(const Tree* tree) noexcept nogil:
     """The search's value of the root position for its side to move."""
     if tree.visits[ROOT] == 0:
@@ -182,9 +268,12 @@ cdef void apply_noise(Slot* s, const Options* o) noexcept nogil:
 
 
 cdef int start_move(Slot* s, const Options* o, int32_t keep, Tree* scratch) noexcept nogil:
-    """Sets up the search of the next move; `keep` is the played child to reuse, or NO_NODE."""
-    cdef int result
-    if o.tree_reuse and keep != NO_NODE and s.tree.edge_count[keep] != UNEXPANDED:
+    """Sets up the search of the next move; `keep` is the node whose subtree becomes the
+    new tree (ROOT keeps the whole tree), or NO_NODE for a fresh one."""
+    cdef int result = 0
+    if keep == ROOT:
+        pass
+    elif keep != NO_NODE and s.tree.edge_count[keep] != UNEXPANDED and s.tree.terminal[keep] == ONGOING:
         result = tree_keep_subtree(&s.tree, keep, scratch)
     else:
         result = tree_reset(&s.tree)
@@ -202,15 +291,18 @@ cdef int start_move(Slot* s, const Options* o, int32_t keep, Tree* scratch) noex
 
 
 cdef int descend(Slot* s, const Options* o, Move* moves, int* move_count, int32_t* leaf) noexcept nogil:
-    """Walks from the root to a leaf, pushing the moves on the game stack (see LEAF_*)."""
+    """Walks from the root to a leaf, pushing the moves on the game stack (see LEAF_*).
+
+    A move into a node already known to end the game (or, with the solver, a
+    proven node) is not played on the stack: the node's exact value is backed
+    up from where it stands, which keeps revisits cheap however long the
+    game's history (every push scans it for repetitions).
+    """
     cdef Tree* tree = &s.tree
     cdef int32_t node = ROOT, edge, child
     cdef int status, n
     s.stack.length = s.root_length
     while True:
-        if tree.terminal[node] != ONGOING:
-            backup_value(tree, node, terminal_value(tree.terminal[node]))
-            return LEAF_SCORED
         if tree.edge_count[node] == UNEXPANDED:
             if tree.pending[node]:
                 return LEAF_COLLISION
@@ -220,32 +312,66 @@ cdef int descend(Slot* s, const Options* o, Move* moves, int* move_count, int32_
             # stand on a repetition); below it, game-ending positions are exact.
             if status != ONGOING and (node != ROOT or n == 0):
                 tree.terminal[node] = status
+                if o.solver:
+                    prove(tree, node, terminal_proof(status), 0)
                 backup_value(tree, node, terminal_value(status))
                 return LEAF_SCORED
             if tree_add_edges(tree, node, moves, n) < 0:
                 return LEAF_NO_MEMORY
+            if o.solver and expand_proven(s, node) < 0:
+                return LEAF_NO_MEMORY
+            if node != ROOT and tree.proof[node] != UNPROVEN:
+                # A mate in one: exact, so the network is not asked.
+                backup_value(tree, node, proven_value(tree.proof[node]))
+                return LEAF_SCORED
             tree.pending[node] = 1
             move_count[0] = n
             leaf[0] = node
             return LEAF_NEW
-        edge = select_edge(tree, node, &o.puct)
+        if o.solver and node == ROOT and tree.proof[ROOT] == PROVEN_WIN:
+            edge = best_edge(tree, ROOT)  # the shortest proven win; PUCT might wander off it
+        else:
+            edge = select_edge(tree, node, &o.puct, o.solver)
         child = tree.child[edge]
         if child == NO_NODE:
             child = tree_add_node(tree, node)
             if child < 0:
                 return LEAF_NO_MEMORY
             tree.child[edge] = child
+        elif tree.terminal[child] != ONGOING:
+            backup_value(tree, child, terminal_value(tree.terminal[child]))
+            return LEAF_SCORED
+        elif o.solver and tree.proof[child] != UNPROVEN:
+            backup_value(tree, child, proven_value(tree.proof[child]))
+            return LEAF_SCORED
         if stack_push(&s.stack, tree.move[edge]) < 0:
             return LEAF_NO_MEMORY
         node = child
 
 
+cdef int expand_proven(Slot* s, int32_t node) noexcept nogil:
+    """Solver: proves the just-expanded `node` a win if one of its moves mates (-1 when out of memory)."""
+    cdef Tree* tree = &s.tree
+    cdef int32_t edge = mating_move(tree, node, &s.stack.positions[s.stack.length - 1]), child
+    if edge == NO_NODE:
+        return 0
+    child = tree_add_node(tree, node)
+    if child < 0:
+        return -1
+    tree.child[edge] = child
+    tree.terminal[child] = CHECKMATE
+    prove(tree, child, PROVEN_LOSS, 0)
+    return 0
+
+
 cdef int32_t choose_edge(Slot* s, const Options* o) noexcept nogil:
-    """The root edge to play: sampled by visits^(1/T) early in the game, else the most visited."""
+    """The root edge to play: sampled by visits^(1/T) early in the game, else the best (best_edge)."""
     cdef Tree* tree = &s.tree
     cdef int32_t first = tree.first_edge[ROOT], count = tree.edge_count[ROOT], i, best = first, child
     cdef double weight, total = 0.0, target
     cdef int ply = s.root_length - 1
+    if o.solver and tree.proof[ROOT] != UNPROVEN:
+        return best_edge(tree, ROOT)  # a solved position: no sampling away from its result
     if ply < o.temperature_plies and o.temperature > 0.0:
         for i in range(first, first + count):
             child = tree.child[i]
@@ -262,18 +388,40 @@ cdef int32_t choose_edge(Slot* s, const Options* o) noexcept nogil:
                     target -= weight
                     best = i  # rounding at the end of the range falls back to the last visited edge
             return best
-    return most_visited_edge(tree, ROOT)
+    return best_edge(tree, ROOT)
 
 
-cdef int32_t most_visited_edge(const Tree* tree, int32_t node) noexcept nogil:
-    """The node's most visited edge; ties go to the higher prior, then the first."""
-    cdef int32_t first = tree.first_edge[node], i, best = first, child
-    cdef int visits, best_visits = -1
-    for i in range(first, first + tree.edge_count[node]):
-        child = tree.child[i]
-        visits = tree.visits[child] if child != NO_NODE else 0
-        if visits > best_visits or (visits == best_visits and tree.prior[i] > tree.prior[best]):
-            best_visits = visits
+cdef inline int edge_rank(const Tree* tree, int32_t edge) noexcept nogil:
+    """2 for a proven win for the player choosing the edge, 0 for a proven loss, else 1."""
+    cdef int32_t child = tree.child[edge]
+    if child == NO_NODE or tree.proof[child] == UNPROVEN or tree.proof[child] == PROVEN_DRAW:
+        return 1
+    return 2 if tree.proof[child] == PROVEN_LOSS else 0
+
+
+cdef bint better_edge(const Tree* tree, int32_t a, int32_t b) noexcept nogil:
+    """Whether edge `a` is a better move than edge `b` (see best_edge)."""
+    cdef int rank_a = edge_rank(tree, a), rank_b = edge_rank(tree, b)
+    cdef int32_t child_a = tree.child[a], child_b = tree.child[b]
+    cdef int visits_a, visits_b
+    if rank_a != rank_b:
+        return rank_a > rank_b
+    if rank_a == 2:
+        return tree.proof_plies[child_a] < tree.proof_plies[child_b]
+    if rank_a == 0:
+        return tree.proof_plies[child_a] > tree.proof_plies[child_b]
+    visits_a = tree.visits[child_a] if child_a != NO_NODE else 0
+    visits_b = tree.visits[child_b] if child_b != NO_NODE else 0
+    return visits_a > visits_b or (visits_a == visits_b and tree.prior[a] > tree.prior[b])
+
+
+cdef int32_t best_edge(const Tree* tree, int32_t node) noexcept nogil:
+    """The node's best move: a proven win (the shortest), else the most visited move
+    that is not a proven loss, else the longest proven loss; visit ties go to the
+    higher prior, then the first edge. Without proofs: the most visited edge."""
+    cdef int32_t first = tree.first_edge[node], i, best = first
+    for i in range(first + 1, first + tree.edge_count[node]):
+        if better_edge(tree, i, best):
             best = i
     return best
 
@@ -328,6 +476,11 @@ cdef void check_resignation(Slot* s, const Options* o, int mover, float value) n
         s.would_resign_side = mover
 
 
+cdef inline bint solved(const Slot* s, const Options* o) noexcept nogil:
+    """Whether an analysis search can stop early: the solver has proven the root's result."""
+    return o.solver and not o.autoplay and s.tree.proof[ROOT] != UNPROVEN
+
+
 cdef int finish_move(Slot* s, const Options* o, Tree* scratch) noexcept nogil:
     """The root reached its budget: stop (analysis) or play, record and go on (self-play)."""
     cdef Move moves[MAX_MOVES]
@@ -361,7 +514,7 @@ cdef int finish_move(Slot* s, const Options* o, Tree* scratch) noexcept nogil:
         s.winner = mover if status == CHECKMATE else -1
         s.state = FINISHED
         return 0
-    return start_move(s, o, keep, scratch)
+    return start_move(s, o, keep if o.tree_reuse else NO_NODE, scratch)
 
 
 cdef class MultiGameSearch:
@@ -372,6 +525,12 @@ cdef class MultiGameSearch:
     samples; take_finished() hands back the records. Analysis: set_position()
     loads a position with its history; the search stops at the budget and
     root_stats(), best_move() and principal_variation() read the result.
+
+    With `solver=True` the search proves results as it meets game ends (see
+    tree.pxd): a proven node is scored exactly and not searched below, a
+    proven child's Q is exact, the best move is a proven win when there is one
+    (the shortest) and never a proven loss when there is another move, and an
+    analysis search stops as soon as its root is proven. proof() reads them.
 
     Raises ValueError for bad options (a budget of 0, an unknown FPU mode) and,
     in gather()/backup(), for arrays of the wrong shape or non-finite network
@@ -408,7 +567,7 @@ cdef class MultiGameSearch:
                  tree_reuse: bool = False, ply_limit: int | None = 512, autoplay: bool = True,
                  record: bool | None = None, resign_threshold: float | None = None, resign_consecutive: int = 3,
                  resign_disabled_fraction: float = 0.1, playout_cap_fraction: float = 0.0,
-                 playout_cap_simulations: int = 100, seed: int = 0):
+                 playout_cap_simulations: int = 100, solver: bool = False, seed: int = 0):
         if games < 1:
             raise ValueError(f"games must be at least 1, got {games}")
         if simulations < 1:
@@ -457,6 +616,7 @@ cdef class MultiGameSearch:
         o.resign_disabled_fraction = resign_disabled_fraction
         o.playout_cap_fraction = playout_cap_fraction
         o.playout_cap_simulations = playout_cap_simulations
+        o.solver = solver
         self.seed = <uint64_t>(seed & 0xFFFFFFFFFFFFFFFF)
         self.games_started = 0
         self.total_simulations = 0
@@ -500,7 +660,7 @@ cdef class MultiGameSearch:
             raise RuntimeError("a batch is waiting for backup(); call it before changing slots")
         return &self.slots[slot]
 
-    cdef void _load(self, Slot* s, Board board) except *:
+    cdef void _load(self, Slot* s, Board board, int32_t keep=NO_NODE) except *:
         cdef Move moves[MAX_MOVES]
         if stack_copy(&s.stack, &board.stack) < 0:
             raise MemoryError()
@@ -518,7 +678,7 @@ cdef class MultiGameSearch:
         rng_seed(&s.rng, self.seed ^ (self.games_started * <uint64_t>0xD1B54A32D192ED03))
         self.games_started += 1
         s.resign_enabled = rng_uniform(&s.rng) >= self.options.resign_disabled_fraction
-        if start_move(s, &self.options, NO_NODE, &self.scratch) < 0:
+        if start_move(s, &self.options, keep, &self.scratch) < 0:
             raise MemoryError()
 
     def start_game(self, int slot, fen: str = STARTING_FEN) -> None:
@@ -527,14 +687,58 @@ cdef class MultiGameSearch:
         cdef Board board = Board(fen, ply_limit=self.options.ply_limit or None)
         self._load(s, board)
 
-    def set_position(self, int slot, Board board) -> None:
+    def set_position(self, int slot, Board board, *, simulations: int | None = None, reuse: bool = False) -> bool:
         """Loads `board` (with its history) into `slot` for a search of one move.
 
-        Raises ValueError when the position has no legal move.
+        `simulations` sets this search's budget (default: the search's
+        `simulations`). With `reuse`, when `board`'s game continues the game
+        the slot searched last (same first position, the same moves up to that
+        root, then any moves), the subtree of the moves played since is kept,
+        visits and all; otherwise the tree starts afresh. Returns whether a
+        subtree was kept.
+
+        Raises ValueError when the position has no legal move or simulations < 1.
         """
         if board is None:
             raise TypeError("set_position needs a Board")
-        self._load(self._slot(slot), board)
+        if simulations is not None and simulations < 1:
+            raise ValueError(f"simulations must be at least 1, got {simulations}")
+        cdef Slot* s = self._slot(slot)
+        cdef int32_t keep = self._reusable_node(s, board) if reuse else NO_NODE
+        self._load(s, board, keep)
+        if simulations is not None:
+            s.budget = simulations
+        return keep != NO_NODE and s.tree.edge_count[ROOT] != UNEXPANDED
+
+    cdef int32_t _reusable_node(self, Slot* s, Board board):
+        """The node of `s`'s tree standing for `board`'s position when `board` continues the
+        slot's searched game, else NO_NODE."""
+        cdef const GameStack* old = &s.stack
+        cdef const GameStack* new = &board.stack
+        cdef Tree* tree = &s.tree
+        cdef int32_t node = ROOT, edge, found
+        cdef int i
+        if s.state == IDLE or tree.edge_count[ROOT] == UNEXPANDED or new.length < s.root_length:
+            return NO_NODE
+        if (old.positions[0].key != new.positions[0].key
+                or old.positions[0].halfmove_clock != new.positions[0].halfmove_clock
+                or old.positions[0].fullmove_number != new.positions[0].fullmove_number):
+            return NO_NODE
+        for i in range(1, s.root_length):
+            if old.moves[i] != new.moves[i]:
+                return NO_NODE
+        for i in range(s.root_length, new.length):
+            if tree.edge_count[node] <= 0:
+                return NO_NODE
+            found = NO_NODE
+            for edge in range(tree.first_edge[node], tree.first_edge[node] + tree.edge_count[node]):
+                if tree.move[edge] == new.moves[i]:
+                    found = tree.child[edge]
+                    break
+            if found == NO_NODE:
+                return NO_NODE
+            node = found
+        return node
 
     def clear(self, int slot) -> None:
         """Leaves `slot` idle (its game, if any, is dropped)."""
@@ -592,7 +796,9 @@ cdef class MultiGameSearch:
         when the arrays are given, its legal moves' policy indices
         (legal_indices [B, 256]; only the first legal_counts[b] are written) and its slot
         (leaf_games [B]). 0 rows with searching() > 0 means every simulation of
-        this step ended in a scored game end: call gather() again.
+        this step ended in a scored game end: call gather() again. One call
+        scores at most MAX_SCORED_DESCENTS (256) game ends a slot before it
+        returns, so a caller's deadline or stop is heard however the tree looks.
         """
         if self.pending_leaves:
             raise RuntimeError(f"{self.pending_leaves} leaves from the last gather() wait for backup()")
@@ -624,13 +830,14 @@ cdef class MultiGameSearch:
 
     cdef int _gather(self, uint64_t* planes, float* scalars, bint* out_of_memory) noexcept nogil:
         cdef Move moves[MAX_MOVES]
-        cdef int rows = 0, g, added, outcome, count, i, turn
+        cdef int rows = 0, g, added, scored, outcome, count, i, turn
         cdef int32_t leaf
         cdef Slot* s
         cdef Options* o = &self.options
         for g in range(self.n_slots):
             s = &self.slots[g]
             added = 0
+            scored = 0
             while s.state == SEARCHING:
                 if s.done >= s.budget:
                     if s.in_flight > 0:
@@ -639,7 +846,7 @@ cdef class MultiGameSearch:
                         out_of_memory[0] = True
                         return rows
                     continue
-                if added == o.leaves_per_game or s.done + s.in_flight >= s.budget:
+                if added == o.leaves_per_game or s.done + s.in_flight >= s.budget or scored == MAX_SCORED_DESCENTS:
                     break
                 outcome = descend(s, o, moves, &count, &leaf)
                 if outcome == LEAF_NO_MEMORY:
@@ -649,7 +856,10 @@ cdef class MultiGameSearch:
                     break
                 if outcome == LEAF_SCORED:
                     s.done += 1
+                    scored += 1
                     self.total_simulations += 1
+                    if solved(s, o):
+                        s.state = READY
                     continue
                 encode_stack(&s.stack, planes + rows * COMPACT_PLANES, scalars + rows * NUM_SCALARS)
                 turn = s.stack.positions[s.stack.length - 1].turn
@@ -662,6 +872,8 @@ cdef class MultiGameSearch:
                 s.in_flight += 1
                 added += 1
                 rows += 1
+                if solved(s, o):
+                    s.state = READY  # the root was proven at its expansion (a mate in one)
             s.stack.length = s.root_length
         return rows
 
@@ -758,23 +970,88 @@ cdef class MultiGameSearch:
         return self._slot(slot).done
 
     def best_move(self, int slot) -> str:
-        """The most visited move (ties to the higher prior), in UCI."""
+        """The move to play, in UCI: the most visited (ties to the higher prior); with the
+        solver, a proven win first (the shortest) and a proven loss last (the longest)."""
         cdef Slot* s = self._readable(slot)
-        return move_to_uci(s.tree.move[most_visited_edge(&s.tree, ROOT)])
+        return move_to_uci(s.tree.move[best_edge(&s.tree, ROOT)])
 
-    def principal_variation(self, int slot, int max_length=32) -> list:
-        """The line of most visited moves from the root, in UCI."""
+    def ranked_moves(self, int slot) -> list:
+        """Every legal move at the root, in UCI, best first, in best_move's order."""
         cdef Slot* s = self._readable(slot)
         cdef Tree* tree = &s.tree
-        cdef int32_t node = ROOT, best
+        cdef int32_t first = tree.first_edge[ROOT], i, j, edge
+        cdef list order = []
+        for i in range(first, first + tree.edge_count[ROOT]):
+            # Insertion sort keeps ties in best_edge's order (the first edge wins).
+            j = len(order)
+            while j > 0 and better_edge(tree, i, <int32_t>order[j - 1]):
+                j -= 1
+            order.insert(j, i)
+        return [move_to_uci(tree.move[<int32_t>edge]) for edge in order]
+
+    def principal_variation(self, int slot, int max_length=32, *, first: str | None = None) -> list:
+        """The line of best moves (best_edge) from the root, in UCI, as far as the tree has
+        searched it; with `first`, the line that starts with that root move.
+
+        Raises ValueError when `first` is not a legal move at the root.
+        """
+        cdef Slot* s = self._readable(slot)
+        cdef Tree* tree = &s.tree
+        cdef int32_t node = ROOT, best, child
         line = []
         while len(line) < max_length and tree.edge_count[node] > 0:
-            best = most_visited_edge(tree, node)
-            if tree.child[best] == NO_NODE or tree.visits[tree.child[best]] == 0:
+            if node == ROOT and first is not None:
+                best = self._root_edge(s, first)
+            else:
+                best = best_edge(tree, node)
+            child = tree.child[best]
+            if node == ROOT and first is not None:
+                line.append(first)
+            elif child == NO_NODE or (tree.visits[child] == 0 and tree.proof[child] == UNPROVEN):
                 break
-            line.append(move_to_uci(tree.move[best]))
-            node = tree.child[best]
+            else:
+                line.append(move_to_uci(tree.move[best]))
+            if child == NO_NODE:
+                break
+            node = child
         return line
+
+    cdef int32_t _root_edge(self, Slot* s, str uci) except -1:
+        cdef Tree* tree = &s.tree
+        cdef int32_t i
+        for i in range(tree.first_edge[ROOT], tree.first_edge[ROOT] + tree.edge_count[ROOT]):
+            if move_to_uci(tree.move[i]) == uci:
+                return i
+        raise ValueError(f"{uci!r} is not a legal move at the root")
+
+    def proof(self, int slot, moves=()) -> tuple | None:
+        """The solver's proven result of the position reached from the root by `moves` (UCI).
+
+        Returns (result, plies) for that position's side to move, result being
+        'win', 'draw' or 'loss' and plies the length of the line to the game's
+        end under best play (0: the position itself ends the game), or None
+        while unproven (always without the solver, and for moves not searched
+        yet). A mate in one for the side to move is ('win', 1); the position
+        after the mating move is ('loss', 0).
+
+        Raises ValueError when a move of the path is not legal where it is played.
+        """
+        cdef Slot* s = self._readable(slot)
+        cdef Tree* tree = &s.tree
+        cdef int32_t node = ROOT, i, found
+        for uci in moves:
+            if node == NO_NODE or tree.edge_count[node] == UNEXPANDED:
+                return None  # below a move not searched yet: unproven
+            found = -2  # not a legal move here
+            for i in range(tree.first_edge[node], tree.first_edge[node] + tree.edge_count[node]):
+                if move_to_uci(tree.move[i]) == uci:
+                    found = tree.child[i]
+            if found == -2:
+                raise ValueError(f"the path {list(moves)} leaves the tree at {uci!r}")
+            node = found
+        if node == NO_NODE or tree.proof[node] == UNPROVEN:
+            return None
+        return PROOF_NAMES[tree.proof[node]], tree.proof_plies[node]
 
     def priors(self, int slot, moves=()) -> dict:
         """The priors of the node reached from the root by `moves` (UCI), as {uci: prior}.

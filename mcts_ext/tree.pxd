@@ -4,6 +4,13 @@
 # A node's value_sum is seen from the player who moved INTO the node (the
 # player choosing among its parent's edges), so a parent maximises its
 # children's Q directly; the node's own side to move sees -value_sum.
+#
+# A node's proof (kept only by a search with the solver on) is the game's
+# result under best play, from the view of the node's OWN side to move, with
+# the plies to the game's end (the winner mating as fast as it can, the loser
+# holding out as long as it can). Game ends are proven on the spot; a parent
+# is proven once one child is a proven loss for that child's mover, or every
+# child is proven (MCTS-solver, Winands et al. 2008).
 
 from libc.stdint cimport int8_t, int16_t, int32_t, uint8_t
 
@@ -13,6 +20,13 @@ cdef enum:
     ROOT = 0
     NO_NODE = -1
     UNEXPANDED = -1    # edge_count before the node's legal moves are known
+
+# Proofs, from the view of the node's side to move.
+cdef enum:
+    UNPROVEN = 0
+    PROVEN_WIN = 1
+    PROVEN_DRAW = 2
+    PROVEN_LOSS = 3
 
 ctypedef struct Tree:
     # nodes [node_capacity]
@@ -24,6 +38,8 @@ ctypedef struct Tree:
     int32_t* parent         # parent node, NO_NODE for the root
     int8_t* terminal        # game status (position.pxd) when the node ends the game, else ONGOING
     uint8_t* pending        # 1 while the node's own evaluation is in the current batch
+    int8_t* proof           # UNPROVEN or PROVEN_* for the node's side to move
+    int16_t* proof_plies    # plies to the game's end under best play, when proven
     # edges [edge_capacity]
     Move* move
     float* prior            # policy prior (with Dirichlet noise at a noisy root)

@@ -172,3 +172,39 @@ def test_zobrist_key_is_incremental_and_equal_for_transpositions():
     b = Board.from_moves(["b1c3", "g8f6", "g1f3"])
     assert a.zobrist_key == b.zobrist_key == a.recomputed_key()
     assert a.zobrist_key != Board.from_moves(["g1f3", "g8f6"]).zobrist_key
+
+
+@pytest.mark.parametrize("fen", [b"4k3/8/8/8/8/8/8/4K3 w - - 0 1", 12, None])
+def test_a_fen_that_is_not_a_string_is_an_invalid_fen(fen):
+    with pytest.raises(InvalidFenError, match="must be a string"):
+        Board(fen)
+    with pytest.raises(InvalidFenError, match="must be a string"):
+        Board.from_moves([], fen)
+
+
+@pytest.mark.parametrize("counters", ["² 1", "0 ²", "0 ٣", "+5 1", "0 2147483648", "99999999999999999999999 1"])
+def test_counters_take_ascii_digits_in_the_accepted_range(counters):
+    fen = f"4k3/8/8/8/8/8/8/4K3 w - - {counters}"
+    with pytest.raises(InvalidFenError, match="whole number from 0 to 2147483647"):
+        Board(fen)
+
+
+def test_large_counters_read_as_python_chess_reads_them():
+    for fen in ("4k3/8/8/8/8/8/8/4K3 w - - 1000000000 1234567890", "4k3/8/8/8/8/8/8/4K3 w - - 0 2147483647"):
+        assert Board(fen).fen() == chess.Board(fen).fen() == fen
+
+
+def test_every_fen_a_board_writes_reads_back():
+    # Regression: a full-move number of 999999999 became 1000000000 after Black's
+    # move, a FEN the board itself refused. Counters now stop at 2**31 - 1.
+    board = Board("4k3/8/8/8/8/8/8/4K3 b - - 999999999 999999999")
+    oracle = chess.Board(board.fen())
+    for uci in ("e8e7", "e1e2"):
+        board.push_uci(uci)
+        oracle.push_uci(uci)
+        assert Board(board.fen()).fen() == board.fen() == oracle.fen()
+    top = Board("4k3/8/8/8/8/8/8/4K3 b - - 2147483647 2147483647")
+    for uci in ("e8e7", "e1e2", "e7e8"):
+        top.push_uci(uci)
+        assert Board(top.fen()).fen() == top.fen()
+    assert (top.halfmove_clock, top.fullmove_number) == (2147483647, 2147483647)

@@ -63,3 +63,10 @@ def test_bench_movegen_and_search_print_ratios(capsys):
     assert re.search(r"bulk-counted perft: Cython .* \d+\.\dx python-chess", out)
     assert cli.main(["bench", "search", "--games", "4", "--simulations", "50", "--seconds", "0.5"]) == 0
     assert re.search(r"Cython / plain Python: \d+\.\dx", capsys.readouterr().out)
+
+
+def test_perft_with_a_unicode_digit_in_a_counter_is_one_line_and_exit_2(capsys):
+    # Regression: '²' passed str.isdigit() and then int() raised a bare ValueError (a traceback).
+    assert cli.main(["perft", "4k3/8/8/8/8/8/8/4K3 w - - ² 1", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "half-move clock must be a whole number from 0 to 2147483647" in err and "Traceback" not in err

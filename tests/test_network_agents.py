@@ -30,6 +30,7 @@ from eval.network_agents import (
     SearchAgent,
     ValueAgent,
     load_network,
+    resolve_source,
     to_mcts_board,
 )
 from mcts_ext.encode import encode_boards, move_to_index, new_batch
@@ -286,3 +287,20 @@ def test_a_network_agent_plays_stockfish_and_the_match_is_written(run_dir: Path,
     assert len(records) == 2 and pgn.is_file()
     assert {r["agent_a"] for r in records} == {"search:4@step300"}
     assert pgn.read_text().count("[Event \"m1\"]") == 2
+
+
+def test_unusable_paths_are_user_errors_with_the_system_reason(tmp_path: Path) -> None:
+    # Regression: a 300-character name raised OSError (File name too long) out of resolve_source.
+    loop = tmp_path / "loop.pt"
+    loop.symlink_to(tmp_path / "loop.pt")
+    cases = [
+        (NetworkSource(weights=Path("w" * 300)), "File name too long"),
+        (NetworkSource(run=tmp_path / ("r" * 300)), "File name too long"),
+        (NetworkSource(run=tmp_path, checkpoint="c" * 300), "File name too long"),
+        (NetworkSource(weights=loop), "Too many levels of symbolic links"),
+        (NetworkSource(weights=Path("net\x00.pt")), "null byte"),
+    ]
+    for source, reason in cases:
+        with pytest.raises(UserError, match=reason) as caught:
+            resolve_source(source)
+        assert len(str(caught.value)) < 300  # the name is cut, not repeated in full

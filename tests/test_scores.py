@@ -9,7 +9,7 @@ import chess.engine
 import numpy as np
 import pytest
 
-from eval.scores import MAX_CENTIPAWNS, centipawns_to_value, score_to_value, value_to_centipawns
+from eval.scores import MAX_CENTIPAWNS, centipawns_to_value, score_to_value, value_to_centipawns, value_to_wdl
 
 
 def test_known_values() -> None:
@@ -58,3 +58,16 @@ def test_engine_scores() -> None:
     assert score_to_value(chess.engine.Cp(100)) == centipawns_to_value(100.0)
     pov = chess.engine.PovScore(chess.engine.Cp(100), chess.WHITE)
     assert score_to_value(pov.pov(chess.BLACK)) == pytest.approx(-0.4674072553, abs=1e-9)
+
+
+def test_wdl_sums_to_1000_and_keeps_the_expected_result() -> None:
+    rng = np.random.default_rng(3)
+    for q, draw in zip(rng.uniform(-1, 1, 500), [None, *rng.uniform(0, 1, 499)]):
+        win, drawn, loss = value_to_wdl(float(q), None if draw is None else float(draw))
+        assert win + drawn + loss == 1000 and min(win, drawn, loss) >= 0
+        assert (win - loss) / 1000 == pytest.approx(q, abs=0.002)
+    assert value_to_wdl(0.3) == (650, 0, 350)  # a scalar head: no draws
+    assert value_to_wdl(0.3, 0.5) == (400, 500, 100)
+    assert value_to_wdl(1.0, 0.5) == (1000, 0, 0) and value_to_wdl(-1.0) == (0, 0, 1000)
+    with pytest.raises(ValueError):
+        value_to_wdl(math.nan)

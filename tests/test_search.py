@@ -267,3 +267,134 @@ def test_mismatched_batches_and_nan_are_refused_without_damage():
         search.backup(bad, values)
     search.backup(logits, values)  # the same batch, now valid, still goes in
     assert search.gather(planes, scalars) == 2
+
+
+# --- game ends everywhere: stop is heard ------------------------------------------------------
+
+FIFTY_MOVE_EDGE = "k7/8/8/8/8/8/1R6/K7 w - - 99 100"  # every move ends the game by the fifty-move rule
+
+
+def test_a_search_whose_every_line_ends_the_game_still_returns_to_its_caller():
+    # Regression: gather() looped until the budget was spent while every descent
+    # ended in an exactly scored game end, so `stop` and deadlines went unheard.
+    search = MultiGameSearch(1, simulations=5_000_000, autoplay=False, ply_limit=None)
+    search.set_position(0, Board(FIFTY_MOVE_EDGE, ply_limit=None))
+    steps = []
+    run(search, uniform_evaluator, should_stop=lambda: (steps.append(search.simulations(0)), len(steps) >= 3)[1])
+    assert len(steps) == 3  # should_stop was asked three times ...
+    assert steps[0] < steps[1] < steps[2] < 5_000_000  # ... long before the budget was spent
+    assert search.state(0) == "searching"
+    assert search.best_move(0) in Board(FIFTY_MOVE_EDGE).legal_moves()
+
+
+# --- the solver --------------------------------------------------------------------------------
+
+BACK_RANK_MATE = "6k1/5ppp/8/8/8/8/8/R5K1 w - - 0 1"  # Ra8# (mate in one, 1 ply)
+MATE_IN_TWO = "k7/8/2K5/8/8/8/8/7R w - - 0 1"  # Kb6 Kb8 Rh8# (3 plies)
+MATED_IN_ONE = "k7/8/1K6/8/8/8/8/7R b - - 0 1"  # Kb8 (forced) Rh8#: lost in 2 plies
+
+
+def _solve(fen: str, budget: int = 2000, **options) -> MultiGameSearch:
+    return analyse(Board(fen, ply_limit=None), uniform_evaluator, budget, solver=True, ply_limit=None, **options)
+
+
+def test_the_solver_proves_a_mate_in_one_at_once_and_plays_it():
+    search = _solve(BACK_RANK_MATE)
+    assert search.proof(0) == ("win", 1)
+    assert search.best_move(0) == "a1a8" and search.principal_variation(0) == ["a1a8"]
+    assert search.proof(0, ["a1a8"]) == ("loss", 0)
+    assert search.state(0) == "ready" and search.simulations(0) < 2000  # a proven root ends the search
+    assert search.ranked_moves(0)[0] == "a1a8" and len(search.ranked_moves(0)) == len(Board(BACK_RANK_MATE).legal_moves())
+
+
+def test_the_solver_proves_a_mate_in_two_and_its_line_mates():
+    search = _solve(MATE_IN_TWO)
+    assert search.proof(0) == ("win", 3)
+    board = chess.Board(MATE_IN_TWO)
+    best = search.best_move(0)
+    assert forces_mate_in_one(board, chess.Move.from_uci(best))
+    line = search.principal_variation(0)
+    assert len(line) == 3 and line[0] == best
+    for uci in line:
+        board.push_uci(uci)
+    assert board.is_checkmate()
+    assert search.proof(0, [best]) == ("loss", 2)
+
+
+def test_the_solver_proves_a_loss_and_a_draw():
+    lost = _solve(MATED_IN_ONE)
+    assert lost.proof(0) == ("loss", 2) and lost.best_move(0) == "a8b8"
+    drawn = _solve(FIFTY_MOVE_EDGE)  # every move ends the game by the fifty-move rule (none mates)
+    assert drawn.proof(0)[0] == "draw"
+    assert all(drawn.proof(0, [uci]) == ("draw", 0) for uci in drawn.ranked_moves(0))
+
+
+def test_a_lost_side_holds_out_longest():
+    # Kh8 allows Ra8# at once; Kf8 is lost too, but two plies later.
+    fen = "6k1/8/6K1/8/8/8/8/R7 b - - 0 1"
+    search = _solve(fen)
+    assert search.proof(0) == ("loss", 4)
+    assert search.proof(0, ["g8h8"]) == ("win", 1) and search.proof(0, ["g8f8"]) == ("win", 3)
+    assert search.ranked_moves(0) == ["g8f8", "g8h8"] and search.best_move(0) == "g8f8"
+    board = chess.Board(fen)
+    for uci in search.principal_variation(0):
+        board.push_uci(uci)
+    assert board.is_checkmate() and len(board.move_stack) == 4
+
+
+def test_without_the_solver_nothing_is_proven():
+    search = analyse(Board(BACK_RANK_MATE), uniform_evaluator, 200)
+    assert search.proof(0) is None and search.proof(0, ["a1a8"]) is None
+    assert search.best_move(0) == "a1a8"  # found by search alone: the mate's exact score
+
+
+def test_self_play_with_the_solver_plays_legal_games_to_the_end():
+    search = MultiGameSearch(3, simulations=24, seed=6, ply_limit=80, solver=True)
+    records = play_games(search)
+    assert len(records) == 3
+    for record in records:
+        board = replay(record)
+        if record["termination"] == "checkmate":
+            assert board.is_checkmate()
+
+
+# --- reuse between moves of one game ---------------------------------------------------------
+
+
+def test_set_position_with_reuse_keeps_the_subtree_of_the_moves_played():
+    search = MultiGameSearch(1, simulations=300, autoplay=False, ply_limit=None)
+    search.set_position(0, Board(ply_limit=None))
+    run(search, uniform_evaluator)
+    line = search.principal_variation(0)[:2]
+    visits_below = dict((uci, visits) for uci, _, visits, _, _ in search.root_stats(0))[line[0]]
+    assert len(line) == 2 and visits_below > 2
+    later = Board.from_moves(line, ply_limit=None)
+    assert search.set_position(0, later, reuse=True, simulations=10)
+    kept = sum(visits for _, _, visits, _, _ in search.root_stats(0))
+    assert 0 < kept < visits_below  # the subtree two plies down, visits and all
+    run(search, uniform_evaluator)
+    assert search.simulations(0) == 10
+    assert sum(visits for _, _, visits, _, _ in search.root_stats(0)) == kept + 10
+    assert search.board(0).move_stack == line
+    # The same position again keeps the whole tree; another game, or no reuse, starts afresh.
+    assert search.set_position(0, later.copy(), reuse=True)
+    assert sum(visits for _, _, visits, _, _ in search.root_stats(0)) == kept + 10
+    other = Board.from_moves(["d2d4"], ply_limit=None)
+    assert not search.set_position(0, other, reuse=True)
+    assert not search.set_position(0, later, reuse=False)
+    with pytest.raises(ValueError, match="no searched position"):
+        search.root_stats(0)
+
+
+def test_reuse_never_keeps_a_position_that_ended_the_game_below_the_root():
+    # After 1. Nf3 Nf6 2. Ng1 Ng8 3. Nf3 Nf6 4. Ng1 the search saw ...Ng8 as a
+    # threefold repetition; when the game goes on there anyway, the search starts afresh.
+    moves = "g1f3 g8f6 f3g1 f6g8 g1f3 g8f6 f3g1".split()
+    search = MultiGameSearch(1, simulations=400, autoplay=False, ply_limit=None)
+    search.set_position(0, Board.from_moves(moves, ply_limit=None))
+    run(search, uniform_evaluator)
+    visits = {uci: visits for uci, _, visits, _, _ in search.root_stats(0)}
+    assert visits["f6g8"] > 0  # searched, and scored as the draw it is there
+    assert not search.set_position(0, Board.from_moves(moves + ["f6g8"], ply_limit=None), reuse=True)
+    run(search, uniform_evaluator)
+    assert search.best_move(0) in Board.from_moves(moves + ["f6g8"], ply_limit=None).legal_moves()

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import io
 import os
 import queue
+import random
 import subprocess
 import sys
 import threading
@@ -20,6 +23,7 @@ import torch
 from alphazero.config import get_preset
 from alphazero.errors import UserError
 from alphazero.network import AlphaZeroNet, save_model
+from eval.scores import centipawns_to_value
 from eval.uci import (
     MAX_TIME_FRACTION,
     OPTIONS,
@@ -43,7 +47,7 @@ def weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _command(weights: Path) -> list[str]:
-    return [sys.executable, "-m", "eval.uci", "--weights", str(weights), "--device", "cpu", "--threads", "1"]
+    return [sys.executable, "-m", "alphazero.cli", "uci", "--weights", str(weights), "--device", "cpu", "--threads", "1"]
 
 
 def _env() -> dict[str, str]:
@@ -229,7 +233,7 @@ def test_options_are_declared_once_each() -> None:
     names = [option.name.lower() for option in OPTIONS]
     assert len(names) == len(set(names))
     out = io.StringIO()
-    engine = UciEngine(None, None, "cpu", stdin=io.StringIO("uci\nquit\n"), stdout=out)
+    engine = UciEngine(None, None, "cpu", stdin=io.StringIO("uci\nquit\n"), stdout=out, fresh=True)
     engine.run()
     lines = out.getvalue().splitlines()
     assert lines[-1] == "uciok"
@@ -291,3 +295,249 @@ def test_go_right_after_bestmove_is_not_refused(weights: Path) -> None:
     engine.stop_search()
     assert out.getvalue().count("bestmove") == 2
     assert "go ignored" not in out.getvalue()
+
+
+# --- analysis: mates, MultiPV, WDL, ponder ---------------------------------------------------
+
+BACK_RANK_MATE = "6k1/5ppp/8/8/8/8/8/R5K1 w - - 0 1"  # Ra8#
+MATE_IN_TWO = "k7/8/2K5/8/8/8/8/7R w - - 0 1"  # Kb6 Kb8 Rh8#
+
+
+def test_a_mate_in_one_is_reported_as_mate_1_and_played(engine: chess.engine.SimpleEngine) -> None:
+    board = chess.Board(BACK_RANK_MATE)
+    info = engine.analyse(board, chess.engine.Limit(nodes=200))
+    assert info["score"].relative == chess.engine.Mate(1)
+    assert info["pv"][0] == chess.Move.from_uci("a1a8")
+    assert engine.play(board, chess.engine.Limit(nodes=200)).move == chess.Move.from_uci("a1a8")
+
+
+def test_mate_in_two_and_being_mated_are_reported_with_their_distance(engine: chess.engine.SimpleEngine) -> None:
+    board = chess.Board(MATE_IN_TWO)
+    info = engine.analyse(board, chess.engine.Limit(nodes=2000))
+    assert info["score"].relative == chess.engine.Mate(2)
+    line = board.copy()
+    for move in info["pv"]:
+        line.push(move)
+    assert line.is_checkmate()
+    mated = chess.Board("k7/8/1K6/8/8/8/8/7R b - - 0 1")  # Kb8 (forced) Rh8#
+    assert engine.analyse(mated, chess.engine.Limit(nodes=200))["score"].relative == chess.engine.Mate(-1)
+
+
+def test_multipv_3_gives_three_different_first_moves_each_with_a_score_and_a_line(
+        engine: chess.engine.SimpleEngine) -> None:
+    board = chess.Board("r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3")
+    infos = engine.analyse(board, chess.engine.Limit(nodes=60), multipv=3)
+    assert [info["multipv"] for info in infos] == [1, 2, 3]
+    firsts = [info["pv"][0] for info in infos]
+    assert len(set(firsts)) == 3
+    for info in infos:
+        assert "score" in info and info["nodes"] == 60
+        line = board.copy()
+        for move in info["pv"]:
+            assert line.is_legal(move), (info["pv"], line.fen())
+            line.push(move)
+
+
+def test_wdl_is_shown_on_request_and_sums_to_1000(engine: chess.engine.SimpleEngine) -> None:
+    engine.configure({"UCI_ShowWDL": True})
+    try:
+        for fen, nodes in ((chess.STARTING_FEN, 30), (BACK_RANK_MATE, 30), ("k7/8/8/8/8/8/1R6/K7 w - - 99 100", 30)):
+            info = engine.analyse(chess.Board(fen), chess.engine.Limit(nodes=nodes))
+            wdl = info["wdl"].relative
+            assert wdl.total() == 1000 and min(wdl) >= 0, (fen, wdl)
+            assert info["score"].relative.wdl(model="lichess").expectation() is not None
+        assert info["wdl"].relative == chess.engine.Wdl(0, 1000, 0)  # a proven draw
+    finally:
+        engine.configure({"UCI_ShowWDL": False})
+
+
+def test_wdl_of_a_wdl_network_has_draws_and_keeps_q(tmp_path: Path) -> None:
+    torch.manual_seed(1)
+    path = tmp_path / "wdl.pt"
+    save_model(path, AlphaZeroNet(dataclasses.replace(get_preset("tiny").network, value_head="wdl")))
+    out = io.StringIO()
+    engine = UciEngine(None, path, "cpu", stdin=io.StringIO(""), stdout=out)
+    engine.handle("setoption name UCI_ShowWDL value true")
+    engine.handle("position startpos moves e2e4")
+    engine.handle("go nodes 12")
+    engine.wait()
+    info = [line.split() for line in out.getvalue().splitlines() if " wdl " in line][-1]
+    win, draw, loss = (int(word) for word in info[info.index("wdl") + 1:info.index("wdl") + 4])
+    cp = int(info[info.index("cp") + 1])
+    assert win + draw + loss == 1000 and min(win, draw, loss) >= 0
+    assert draw > 0  # the network's draw probability, not the scalar head's 0
+    assert (win - loss) / 1000 == pytest.approx(centipawns_to_value(cp), abs=0.01)
+
+
+def test_bestmove_names_a_ponder_move_from_the_line(engine: chess.engine.SimpleEngine) -> None:
+    board = chess.Board()
+    board.push_uci("e2e4")
+    result = engine.play(board, chess.engine.Limit(nodes=60))
+    assert result.move is not None and result.ponder is not None  # `bestmove X ponder Y`
+    board.push(result.move)
+    assert board.is_legal(result.ponder)
+
+
+def test_a_ponder_search_answers_only_after_ponderhit_or_stop(pipe: _Pipe) -> None:
+    # A ponder search that ends its nodes early still withholds bestmove until ponderhit.
+    pipe.send(b"position startpos moves e2e4 e7e5\ngo ponder nodes 5\nisready\n")
+    assert not any(line.startswith("bestmove") for line in pipe.expect("readyok"))
+    pipe.send(b"ponderhit\n")
+    best = pipe.expect("bestmove")[-1].split()[1]
+    assert chess.Move.from_uci(best) in chess.Board("rnbqkbnr/pppp1ppp/8/4p3/4P3/8/PPPP1PPP/RNBQKBNR w KQkq - 0 2").legal_moves
+    # With a clock: no time runs while pondering; after ponderhit the normal budget applies.
+    pipe.send(b"position startpos moves e2e4\ngo ponder wtime 2000 btime 2000\n")
+    time.sleep(0.5)
+    pipe.send(b"isready\n")
+    assert not any(line.startswith("bestmove") for line in pipe.expect("readyok"))
+    pipe.send(b"ponderhit\n")
+    assert pipe.expect("bestmove", timeout=30)[-1].split()[1] != "0000"
+    # The opponent played something else: the GUI stops the ponder search (its bestmove is discarded).
+    pipe.send(b"position startpos moves d2d4\ngo ponder wtime 2000 btime 2000\nstop\n")
+    assert pipe.expect("bestmove", timeout=30)[-1].split()[1] != "0000"
+    pipe.send(b"ponderhit\nisready\n")  # a ponderhit with nothing to ponder is answered and ignored
+    assert any("ponderhit ignored" in line for line in pipe.expect("readyok"))
+
+
+def test_python_chess_can_play_with_pondering(engine: chess.engine.SimpleEngine) -> None:
+    board = chess.Board()
+    for _ in range(6):
+        result = engine.play(board, chess.engine.Limit(nodes=8), ponder=True, game="ponder")
+        assert result.move is not None and board.is_legal(result.move)
+        board.push(result.move)
+    engine.play(board, chess.engine.Limit(nodes=8), ponder=False, game="ponder")  # ends the ponder search
+
+
+def test_a_100_ply_game_with_tree_reuse_stays_legal(engine: chess.engine.SimpleEngine) -> None:
+    board = chess.Board()
+    while len(board.move_stack) < 100 and not board.is_game_over(claim_draw=False):
+        result = engine.play(board, chess.engine.Limit(nodes=6), game="reuse")
+        assert result.move is not None and board.is_legal(result.move), (result.move, board.fen())
+        board.push(result.move)
+    assert len(board.move_stack) == 100 or board.is_game_over(claim_draw=False)
+
+
+def test_the_tree_of_the_moves_played_is_kept_until_a_new_game(weights: Path) -> None:
+    out = io.StringIO()
+    engine = UciEngine(None, weights, "cpu", stdin=io.StringIO(""), stdout=out)
+
+    def search(position: str) -> int:
+        engine.handle(position)
+        engine.handle("go nodes 40")
+        engine.wait()
+        assert engine._search is not None
+        return sum(visits for _, _, visits, _, _ in engine._search.root_stats(0))
+
+    assert search("position startpos") == 40
+    best = out.getvalue().split("bestmove ")[-1].split()[0]
+    assert search(f"position startpos moves {best}") > 40  # the visits below our move were kept
+    engine.handle("ucinewgame")
+    assert search(f"position startpos moves {best}") == 40
+    assert search("position startpos moves g1f3") == 40  # not a continuation of the last game: afresh
+    engine.stop_search()
+
+
+# --- a search hears stop and its deadline whatever the tree holds ------------------------------
+
+
+def _quiet_history(plies: int = 1600, seed: int = 1) -> tuple[str, list[str]]:
+    """A game of `plies`+ moves with no capture or pawn move, ending where no capture is possible:
+    every move then ends the game by the fifty-move rule. Seeded; about 0.3 s."""
+    rng = random.Random(seed)
+    fen = "r1b1k1nr/8/8/8/8/8/8/R1B1K1NR w - - 0 1"
+    board = chess.Board(fen)
+    seen: set[object] = set()
+    while len(board.move_stack) < plies or any(board.is_capture(m) for m in board.legal_moves):
+        quiet = [m for m in board.legal_moves if not board.is_capture(m)]
+        rng.shuffle(quiet)
+        for move in quiet:
+            board.push(move)
+            key = board._transposition_key()
+            fine = key not in seen and any(board.legal_moves) and not board.is_insufficient_material()
+            board.pop()
+            if fine:
+                board.push(move)
+                seen.add(key)
+                break
+        else:
+            board.pop()  # a dead end: take the last move back and try another
+    return fen, [move.uci() for move in board.move_stack]
+
+
+def test_a_position_whose_every_move_ends_the_game_keeps_the_time_limit(engine: chess.engine.SimpleEngine) -> None:
+    # Regression: every simulation ended the game (scored exactly), the search never
+    # returned to check its clock, and `go movetime 1000` answered after 2.7 s.
+    start = time.monotonic()
+    result = engine.play(chess.Board("k7/8/8/8/8/8/1R6/K7 w - - 99 100"), chess.engine.Limit(time=0.3))
+    assert time.monotonic() - start < 2.0  # a bound on a hang, not a speed target
+    assert result.move is not None
+
+
+def test_stop_is_heard_after_a_long_quiet_history(engine: chess.engine.SimpleEngine) -> None:
+    # Regression: after 1,600 plies without a capture, `go infinite` + `stop` answered after 24 s.
+    fen, moves = _quiet_history()
+    board = chess.Board(fen)
+    for uci in moves:
+        board.push_uci(uci)
+    with engine.analysis(board) as analysis:
+        time.sleep(0.3)
+        sent = time.monotonic()
+        analysis.stop()
+        best = analysis.wait()
+        assert time.monotonic() - sent < 2.0  # a bound on a hang, not a speed target
+    assert best.move is not None and board.is_legal(best.move)
+
+
+# --- bad option values and network sources --------------------------------------------------------
+
+
+def test_a_bad_weights_value_is_refused_and_the_old_one_kept(weights: Path) -> None:
+    # Regression: a 300-character Weights value made every later isready and go fail (OSError).
+    out = io.StringIO()
+    engine = UciEngine(None, weights, "cpu", stdin=io.StringIO(""), stdout=out)
+    for value in ("w" * 300, "/nonexistent/net.pt", str(weights) + "\x00x", ""):
+        engine.handle(f"setoption name Weights value {value}")
+        assert engine.values["Weights"] == str(weights)
+    engine.handle("isready")
+    engine.handle("position startpos")
+    engine.handle("go nodes 4")
+    engine.wait()
+    lines = out.getvalue().splitlines()
+    refusals = [line for line in lines if line.startswith("info string ignored Weights")]
+    assert len(refusals) == 4 and any("File name too long" in line for line in refusals)
+    assert lines[-1].startswith("bestmove ") and lines[-1] != "bestmove 0000"
+    assert not any("error" in line for line in lines), lines
+
+
+@pytest.mark.parametrize("flag", ["--weights", "--run"])
+def test_an_unusable_path_on_the_command_line_is_one_line_and_exit_2(
+        flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from alphazero import cli
+
+    assert cli.main(["uci", flag, "p" * 300, "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("alphazero uci: error:") and "File name too long" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_a_run_without_checkpoints_needs_fresh(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # Regression: a misspelt --run silently played with random weights.
+    from alphazero import cli
+
+    misspelt = tmp_path / "runs" / "defualt"
+    assert cli.main(["uci", "--run", str(misspelt), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "does not exist" in err and "--fresh" in err and len(err.strip().splitlines()) == 1
+    monkeypatch.setattr(sys, "stdin", io.StringIO("uci\nisready\nquit\n"))
+    assert cli.main(["uci", "--run", str(misspelt), "--fresh", "--device", "cpu", "--threads", "1"]) == 0
+    captured = capsys.readouterr()
+    assert "uciok" in captured.out and "readyok" in captured.out and "freshly initialised" in captured.out
+
+
+def test_the_uci_engine_does_not_import_the_cli() -> None:
+    # The argument declaration and runner live in eval/cli.py alone; eval/uci.py is the engine.
+    tree = ast.parse((ROOT / "eval" / "uci.py").read_text(encoding="utf-8"))
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    assert not any(name and (name == "eval.cli" or name.startswith("alphazero.cli")) for name in imported)
