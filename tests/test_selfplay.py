@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import time
 from pathlib import Path
 
 import chess
@@ -18,6 +19,7 @@ from alphazero.moves import legal_move_indices
 from alphazero.network import AlphaZeroNet
 from alphazero.rundir import RunDir
 from alphazero.shards import list_shards, read_shard
+from selfplay.worker import PlayStats, SelfPlayWorker
 
 ray = pytest.importorskip("ray")
 
@@ -98,18 +100,43 @@ def test_new_checkpoint_is_picked_up_mid_run(local_ray, tmp_path):
     assert steps.index(77) > steps.index(-1)  # the newer weights came later
 
 
-def test_a_killed_actor_costs_no_partial_shard(local_ray, tmp_path):
-    from selfplay.driver import actor_name_prefix, run_selfplay
+MID_CALL_MARKER = "actor0-waits-mid-call"
 
+
+class StopsMidCall(SelfPlayWorker):
+    """A self-play worker whose first actor, once per run, stops inside a play() call to be killed there.
+
+    It finishes a game (a shard is written), then, with games still in flight,
+    claims the marker file beside the run directory and waits. The restarted
+    actor finds the marker taken and plays on, so the test's kill provably
+    lands mid-call, whatever the game lengths and timings.
+    """
+
+    def _collect(self, stats: PlayStats) -> None:
+        super()._collect(stats)
+        if not (self.name.startswith("actor0-") and stats.games and self.search.searching()):
+            return
+        try:
+            (self.run.root.parent / MID_CALL_MARKER).open("x").close()
+        except FileExistsError:
+            return  # the restarted actor: play on
+        time.sleep(120)  # the test kills this process as soon as it sees the marker
+
+
+def test_a_killed_actor_costs_no_partial_shard(local_ray, tmp_path, monkeypatch):
+    from selfplay import driver
+
+    monkeypatch.setattr(driver, "SelfPlayWorker", StopsMidCall)
     run, config = fast_run(tmp_path / "run")
     killed = []
 
     def kill_one(totals):
-        if totals.games >= 1 and not killed:
-            ray.kill(ray.get_actor(f"{actor_name_prefix(run)}0", namespace="alphazero"), no_restart=False)
+        if (tmp_path / MID_CALL_MARKER).exists() and not killed:
+            ray.kill(ray.get_actor(f"{driver.actor_name_prefix(run)}0", namespace="alphazero"), no_restart=False)
             killed.append(True)
 
-    totals = run_selfplay(run, config, actors=2, games=8, progress=False, chunk_seconds=0.5, on_update=kill_one)
+    totals = driver.run_selfplay(run, config, actors=2, games=8, progress=False, chunk_seconds=0.5,
+                                 on_update=kill_one)
     assert killed and totals.lost_calls >= 1 and totals.games >= 8
     for path in list_shards(run.selfplay):
         check_shard_invariants(path)  # every complete file is a whole shard
