@@ -170,6 +170,21 @@ def _describe_os_error(error: OSError) -> str:
     return error.strerror or str(error)
 
 
+def check_writable_directory(directory: str | os.PathLike[str], what: str) -> None:
+    """Creates ``directory`` where missing and checks, by writing a temporary file there, that files can be
+    written in it: work whose results go there can then refuse to start instead of failing at the end.
+
+    Raises:
+        UserError: the folder cannot be created or written (``what`` says what would go there).
+    """
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        _write_temporary(directory / ".write-check", b"").unlink()
+    except OSError as error:
+        raise UserError(f"cannot write {what} in {directory}: {_describe_os_error(error)}") from None
+
+
 class RunDir:
     """The folders and files of one run (nothing is created until ``create_or_open``).
 
@@ -219,6 +234,8 @@ class RunDir:
         Raises:
             UserError: no config.toml, or it is unreadable or invalid.
         """
+        if self.root.exists() and not self.root.is_dir():
+            raise UserError(f"{self.root} is a file, not a run directory")
         try:
             text = self.config_file.read_text(encoding="utf-8")
         except FileNotFoundError:

@@ -63,3 +63,11 @@ def test_bench_movegen_and_search_print_ratios(capsys):
     assert re.search(r"bulk-counted perft: Cython .* \d+\.\dx python-chess", out)
     assert cli.main(["bench", "search", "--games", "4", "--simulations", "50", "--seconds", "0.5"]) == 0
     assert re.search(r"Cython / plain Python: \d+\.\dx", capsys.readouterr().out)
+
+
+def test_an_unquoted_fen_to_perft_gets_a_hint_to_quote_it(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["perft", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR", "w", "KQkq", "-", "0", "1", "3"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid int value: 'w'; a FEN has spaces, so put it in quotes" in err and "Traceback" not in err

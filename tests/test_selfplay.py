@@ -17,6 +17,7 @@ from alphazero.checkpoint import save_checkpoint
 from alphazero.config import get_preset
 from alphazero.moves import legal_move_indices
 from alphazero.network import AlphaZeroNet
+from alphazero.pgn import STANDARD_TERMINATIONS
 from alphazero.rundir import RunDir
 from alphazero.shards import list_shards, read_shard
 from selfplay.worker import PlayStats, SelfPlayWorker
@@ -77,9 +78,32 @@ def test_selfplay_command_writes_shards_and_pgn(local_ray, tmp_path, capsys):
         assert game is not None and not game.errors
         board = game.end().board()
         assert game.headers["Result"] in ("1-0", "0-1", "1/2-1/2")
-        if game.headers["Reason"] not in ("ply_limit", "resignation"):
+        assert game.headers["TerminationDetail"] == game_record["termination"]
+        assert game.headers["Termination"] in STANDARD_TERMINATIONS
+        if game.headers["TerminationDetail"] not in ("ply_limit", "resignation"):
             assert board.outcome(claim_draw=True).result() == game.headers["Result"]
     assert list((run.tb / "selfplay").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("termination", "result", "standard"),
+    [("checkmate", "1-0", "normal"), ("fifty_moves", "1/2-1/2", "normal"),
+     ("threefold_repetition", "1/2-1/2", "normal"), ("resignation", "0-1", "normal"),
+     ("ply_limit", "1/2-1/2", "adjudication")],
+)
+def test_pgn_tags_say_how_a_game_ended_as_match_games_do(termination, result, standard):
+    from eval.match import GameRecord
+    from selfplay.records import game_to_pgn
+
+    record = {"start_fen": chess.STARTING_FEN, "moves": ["e2e4"], "result": result, "termination": termination,
+              "plies": 1, "weights_step": 3}
+    selfplay_game = chess.pgn.read_game(io.StringIO(game_to_pgn(record)))
+    match_game = GameRecord("m", 1, "start", 0, "a", "b", True, result, termination, ["e2e4"], [None], "2026-01-01",
+                            "2026-01-01").to_pgn()
+    for game in (selfplay_game, match_game):
+        assert game.headers["Termination"] == standard  # a value the PGN standard defines
+        assert game.headers["TerminationDetail"] == termination  # the one custom tag, in both
+        assert "Reason" not in game.headers
 
 
 def test_new_checkpoint_is_picked_up_mid_run(local_ray, tmp_path):
