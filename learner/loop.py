@@ -58,6 +58,7 @@ from alphazero.checkpoint import (
     save_checkpoint, step_of, thin_checkpoints,
 )
 from alphazero.config import Config
+from alphazero.console import fit_line
 from alphazero.errors import UserError
 from alphazero.moves import index_to_move, legal_move_indices
 from alphazero.network import AlphaZeroNet, pick_device
@@ -214,12 +215,18 @@ class _Progress:
         else:
             print(text, flush=True)
 
+    @property
+    def width(self) -> int | None:
+        """The live line's width in columns; None without a live line (printed lines may be long)."""
+        return self._console.width if self._live is not None else None
+
     def status(self, text: str, *, milestone: bool = False) -> None:
         """Shows ``text`` as the live line; without a terminal, prints it at milestones only."""
         if self._live is not None:
             from rich.text import Text
 
-            self._live.update(Text(text))
+            # no_wrap: a line too long for the terminal is cut, never wrapped into a smear.
+            self._live.update(Text(text, no_wrap=True, overflow="ellipsis"))
         elif milestone and self.enabled:
             print(text, flush=True)
 
@@ -296,7 +303,7 @@ class Learner:
     # --- checkpoints ------------------------------------------------------------------------------
 
     def resume(self, from_step: int | None = None) -> int:
-        """Loads the run's newest checkpoint (or the one of ``from_step``), if any, and reads the window; returns the step.
+        """Loads the run's newest checkpoint (or ``from_step``'s), if any, and reads the window; returns the step.
 
         With ``from_step``, the checkpoints newer than it are moved aside (see
         checkpoint.rewind_checkpoints; nothing is deleted) once it has loaded,
@@ -484,27 +491,29 @@ class Learner:
         now = time.monotonic()
         if milestone or now - self._last_status >= PROGRESS_SECONDS:
             self._last_status = now
-            self._progress.status(self._status_line(self._running), milestone=milestone)
+            self._progress.status(self._status_line(self._running, self._progress.width), milestone=milestone)
         if milestone:
             self._log()
         if self.step % self.settings.checkpoint_every == 0:
             self.save()
 
-    def status(self) -> str:
-        """The learner's progress line as it stands (step, losses, samples/s, window, reuse)."""
-        return self._status_line(self._running)
+    def status(self, width: int | None = None) -> str:
+        """The learner's progress line as it stands (step, losses, samples/s, window, reuse), fitted to ``width``."""
+        return self._status_line(self._running, width)
 
-    def _status_line(self, running: _Running) -> str:
+    def _status_line(self, running: _Running, width: int | None = None) -> str:
         means = running.means()
         window = self.window
         cap = f"/{window.max_sample_reuse:g}" if window.max_sample_reuse > 0 else ""
         total = f"/{self.settings.training_steps:,}" if self.settings.training_steps else ""
         losses = (f"loss {means['total']:.3f} (policy {means['policy']:.3f}, value {means['value']:.3f})"
                   if means else "loss -")
-        waited = f" | waited {running.waited:,.0f} s" if running.waited >= 0.5 else ""
-        return (f"step {self.step:,}{total} | {losses} | {running.samples_per_s:,.0f} samples/s | "
-                f"window {len(window):,} | reuse {window.average_reuse:.2f}{cap} | "
-                f"lr {self.settings.learning_rate(max(self.step - 1, 0)):.3g}{waited}")
+        parts = [f"step {self.step:,}{total}", losses, f"{running.samples_per_s:,.0f} samples/s",
+                 f"window {len(window):,}", f"reuse {window.average_reuse:.2f}{cap}",
+                 f"lr {self.settings.learning_rate(max(self.step - 1, 0)):.3g}"]
+        if running.waited >= 0.5:
+            parts.append(f"waited {running.waited:,.0f} s")
+        return fit_line(parts, width)
 
     def _next_batch(self, stop: threading.Event) -> tuple[Batch | None, float]:
         """Gets the next batch and the seconds waited for it, saying why while it waits; None once ``stop`` is set."""

@@ -418,7 +418,8 @@ def start_waiting_learner(rundir: RunDir) -> subprocess.Popen[bytes]:
     deadline = time.monotonic() + 300  # a bound against a hang, not a timing assertion
     while not (rundir.checkpoints / checkpoint_name(0)).is_file():
         if holder.poll() is not None:
-            raise AssertionError(f"the learner exited early: {holder.stderr.read().decode()}")  # type: ignore[union-attr]
+            assert holder.stderr is not None
+            raise AssertionError(f"the learner exited early: {holder.stderr.read().decode()}")
         assert time.monotonic() < deadline, "the learner did not start"
         time.sleep(0.1)
     return holder
@@ -445,3 +446,14 @@ def test_one_learner_per_run_and_no_stale_lock_after_a_kill(run: tuple[RunDir, C
     assert str(holder.pid) in (rundir.root / LEARNER_LOCK_NAME).read_text()  # the file stays; the lock went
     assert cli.run(parse("--run", str(rundir.root), "--steps", "1", "--quiet")) == 1
     assert str(os.getpid()) in (rundir.root / LEARNER_LOCK_NAME).read_text()
+
+
+def test_the_live_line_fits_an_80_column_terminal(run: tuple[RunDir, Config]) -> None:
+    rundir, config = run
+    with Learner(rundir, config) as learner:
+        learner.resume()
+        learner.train(3)
+        full = learner.status()
+        line = learner.status(80)
+    assert len(full) > 80 and "lr 0.1" in full
+    assert len(line) <= 80 and line.startswith("step 3/") and "loss " in line

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -125,6 +128,7 @@ def test_new_checkpoint_is_picked_up_mid_run(local_ray, tmp_path):
 
 
 MID_CALL_MARKER = "actor0-waits-mid-call"
+WOKE_MARKER = "actor0-woke-up"
 
 
 class StopsMidCall(SelfPlayWorker):
@@ -144,7 +148,8 @@ class StopsMidCall(SelfPlayWorker):
             (self.run.root.parent / MID_CALL_MARKER).open("x").close()
         except FileExistsError:
             return  # the restarted actor: play on
-        time.sleep(120)  # the test kills this process as soon as it sees the marker
+        time.sleep(300)  # the test kills this process as soon as it sees the marker
+        (self.run.root.parent / WOKE_MARKER).touch()  # never reached when the kill landed here
 
 
 def test_a_killed_actor_costs_no_partial_shard(local_ray, tmp_path, monkeypatch):
@@ -161,7 +166,8 @@ def test_a_killed_actor_costs_no_partial_shard(local_ray, tmp_path, monkeypatch)
 
     totals = driver.run_selfplay(run, config, actors=2, games=8, progress=False, chunk_seconds=0.5,
                                  on_update=kill_one)
-    assert killed and totals.lost_calls >= 1 and totals.games >= 8
+    assert killed and not (tmp_path / WOKE_MARKER).exists()  # the kill landed inside play()
+    assert totals.lost_calls >= 1 and totals.games >= 8
     for path in list_shards(run.selfplay):
         check_shard_invariants(path)  # every complete file is a whole shard
 
@@ -242,3 +248,32 @@ def test_worker_without_ray_measures_false_resignations(tmp_path):
     expected = sum(game["winner"] != opponent[game["would_resign_side"]] for game in games)
     assert stats.false_resignations == expected
     assert all(game["would_resign_ply"] in (0, 1) for game in games)
+
+
+def test_the_live_line_fits_an_80_column_terminal():
+    from selfplay.driver import Totals
+
+    a_day_ago = time.monotonic() - 86_400
+    totals = Totals(started=a_day_ago, games=123_456, moves=98_765_432, evaluations=10**10, batches=10**8,
+                    weights_step=1_234_000, results={"white": 40_000, "draw": 43_456, "black": 40_000})
+    full = totals.line(256, 256)
+    assert len(full) > 80 and "115.7k evals/s" in full and "batch 100.0" in full  # everything, given room
+    line = totals.line(256, 256, width=80)
+    assert len(line) <= 80
+    assert line.startswith("self-play 123,456 games | 98.8M positions (1,143/s) | weights step 1,234,000")
+
+
+@pytest.mark.slow
+def test_a_local_ray_starts_with_token_authentication_and_without_its_banner():
+    if not hasattr(ray._raylet, "get_authentication_mode"):
+        pytest.skip(f"ray {ray.__version__} has no token authentication")
+    code = ("from selfplay.driver import connect_ray; import ray; connect_ray(None, 1); "
+            "from ray._raylet import AuthenticationMode, get_authentication_mode; "
+            "print('token' if get_authentication_mode() == AuthenticationMode.TOKEN else 'no token'); ray.shutdown()")
+    repo = Path(__file__).resolve().parents[1]
+    env = {name: value for name, value in os.environ.items() if name != "RAY_AUTH_MODE"}  # Ray's own default
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] == "token"  # the security stays on
+    assert "Token authentication" not in done.stdout + done.stderr
