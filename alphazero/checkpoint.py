@@ -98,7 +98,7 @@ def _feed(digest: Any, value: Any) -> None:
     if isinstance(value, torch.Tensor):
         tensor = value.detach().to("cpu").contiguous()
         digest.update(f"T{tensor.dtype}{tuple(tensor.shape)}".encode())
-        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy())  # the bytes in place, no copy
     elif isinstance(value, dict):
         digest.update(f"D{len(value)}".encode())
         for key in sorted(value, key=repr):

@@ -39,7 +39,8 @@ def add_match_arguments(parser: argparse.ArgumentParser) -> None:
              "stockfish:elo=1500; A defaults to the run's latest checkpoint searching --simulations",
     )
     parser.add_argument("--games", type=int, default=None,
-                        help="games to play, half with each colour (default: the run's eval.games)")
+                        help="games to play, half with each colour, so an odd number is rounded up "
+                             "(default: the run's eval.games)")
     parser.add_argument("--run", type=Path, default=DEFAULT_RUN_DIR,
                         help=f"run directory: network checkpoints, and where games go (default {DEFAULT_RUN_DIR})")
     parser.add_argument("--elo", type=int, default=None, help="UCI_Elo of a bare `stockfish` player, e.g. 1500")

@@ -108,7 +108,7 @@ def check_checkpoint(run: RunDir, config: Config) -> int | None:
     path = latest_checkpoint(run)
     if path is None:
         return None
-    payload = load_checkpoint(path, "cpu", expected=config.network, mmap=True)
+    payload = load_checkpoint(path, "cpu", expected=config.network, mmap=True, check_optimizer=False)
     return int(payload["step"])
 
 
