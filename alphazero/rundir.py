@@ -373,6 +373,8 @@ def learner_lock(run: RunDir, command: str) -> Iterator[Path]:
             raise UserError(f"run {run.root} already has a learner: {_describe_holder(lock_path)} holds "
                             f"{lock_path}; stop it first (one learner per run; self-play and eval may share "
                             f"it)") from None
+        except OSError as error:  # a file system without locks
+            raise UserError(f"cannot lock {lock_path}: {_describe_os_error(error)}") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()} {socket.gethostname()} {command}\n".encode(), 0)
         yield lock_path

@@ -3,11 +3,11 @@
 ``alphazero learn [--run DIR] [--steps N] [--device D] [--from-checkpoint STEP] [--preset P] [--set key=value ...]``
 trains on the shards self-play writes into DIR/selfplay and checkpoints into
 DIR/checkpoints, resuming from the newest checkpoint (or from STEP's). One
-learner per run: a second one is refused, naming the first one's pid and host. A DIR without
-config.toml becomes a new run with the preset (tiny by default) and the
-``--set`` overrides, as every command that writes a run does; the learner then
-waits, saying so, until self-play has written ``learner.min_window_positions``
-positions. On an existing run ``--set`` changes this process only (fixed
+learner per run: a second one is refused, naming the first one's pid and
+host. A DIR without config.toml becomes a new run with the preset (tiny by
+default) and the ``--set`` overrides, as every command that writes a run
+does; the learner then waits, saying so, until self-play has written
+``learner.min_window_positions`` positions. On an existing run ``--set`` changes this process only (fixed
 fields such as the network may not change: RunDir says which).
 
 The CLI module wires it in with ``add_arguments(subparser)`` and
