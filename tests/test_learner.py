@@ -382,6 +382,7 @@ def test_the_learner_bench_prints_training_beside_inference(capsys: pytest.Captu
     assert out.count("x inference") == 1 and "x training" in out
 
 
+@pytest.mark.slow
 def test_a_damaged_latest_is_named_and_from_checkpoint_resumes_before_it(run: tuple[RunDir, Config],
                                                                           capsys: pytest.CaptureFixture[str]) -> None:
     from alphazero import cli as alphazero_cli
