@@ -1,16 +1,28 @@
-"""Learner checkpoints in ``run/checkpoints/``: what the learner resumes from and actors load.
+"""Model files and learner checkpoints: how they are written, and the one place that reads them.
 
 Files:
 
-- ``step_000012000.pt``: a dict saved by torch (loads with ``weights_only=True``)::
+- ``run/checkpoints/step_000012000.pt``: a learner checkpoint, a dict saved by
+  torch (loads with ``weights_only=True``)::
 
       format "alphazero-checkpoint", version 1, step,
       network (the NetworkConfig as a dict), architecture_hash,
       config_toml, config_hash (the run config the learner used),
       model (state dict, CPU), optimizer (state dict or None),
-      rng {python, numpy, torch[, cuda]}, plus any extra entries.
+      rng {python, numpy, torch[, cuda]}, checksums, plus any extra entries.
 
-- ``LATEST``: one line, the file name of the newest complete checkpoint.
+- ``run/checkpoints/LATEST``: one line, the file name of the newest complete checkpoint.
+
+- a model file (``save_model``): format "alphazero-model", version 1,
+  network, model, extra, checksums.
+
+``checksums`` holds a SHA-256 of each part of the payload as it was saved:
+``model`` (every weight), ``optimizer`` (every tensor and number of its
+state) and ``other`` (every other entry). ``read_payload``, which every
+reader goes through (the learner's resume, the actors' weight polls, eval,
+match and uci), recomputes them and names the file when one differs, so a
+file damaged on disk is never trained on or played with. Files written
+before checksums existed still load, unchecked.
 
 Order of writes: the step file is written atomically first, then LATEST
 (atomically), so LATEST never names a missing or partial file. Readers that
@@ -19,17 +31,22 @@ find LATEST missing or stale fall back to the highest step file present.
 Thinning (``thin_checkpoints``) keeps the newest ``keep`` step files and, when
 ``keep_every`` > 0, every older file whose step is a multiple of it (a sparse
 history for Elo curves); it never deletes the file LATEST names.
-
-``load_model`` in alphazero.network also opens checkpoints (weights only).
+``rewind_checkpoints`` (``--from-checkpoint STEP``) moves the step files
+newer than STEP into a folder of their own and points LATEST at STEP; it
+deletes nothing.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import os
+import pickle
 import random
 import re
+import zipfile
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -37,16 +54,20 @@ import numpy as np
 import torch
 from torch import nn
 
-from alphazero.config import Config, NetworkConfig, architecture_hash, config_hash, to_toml
-from alphazero.errors import UserError
-from alphazero.network import (
-    AlphaZeroNet, check_architecture, cpu_state_dict, load_weights, network_config_of, read_payload,
+from alphazero.config import (
+    Config, NetworkConfig, architecture_hash, config_hash, network_config_from_dict, to_toml,
 )
+from alphazero.errors import UserError
+from alphazero.network import AlphaZeroNet, check_architecture, cpu_state_dict, load_weights
 from alphazero.rundir import RunDir, atomic_write_bytes, atomic_write_text, complete_files, remove_stale_temporaries
 
 CHECKPOINT_FORMAT = "alphazero-checkpoint"
 FORMAT_VERSION = 1
+MODEL_FORMAT = "alphazero-model"  # the "format" entry of files written by save_model
+MODEL_VERSION = 1
 LATEST_NAME = "LATEST"
+CHECKSUM_ALGORITHM = "sha256"
+_CHECKED_PARTS = ("model", "optimizer")  # the parts with their own checksum; "other" holds the rest
 _STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
 
 
@@ -63,6 +84,77 @@ def step_of(path: str | os.PathLike[str]) -> int | None:
 
 def _checkpoint_dir(run_dir: RunDir | str | os.PathLike[str]) -> Path:
     return run_dir.checkpoints if isinstance(run_dir, RunDir) else RunDir(run_dir).checkpoints
+
+
+# --- checksums ---------------------------------------------------------------------------
+
+def _feed(digest: Any, value: Any) -> None:
+    """Adds ``value`` to ``digest`` in a form that survives torch.save and torch.load unchanged.
+
+    Tensors count by dtype, shape and bytes; dicts by their entries in key
+    order; lists and tuples alike (a tuple may come back as a list); other
+    plain values by type and repr (a float's repr is exact).
+    """
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach().to("cpu").contiguous()
+        digest.update(f"T{tensor.dtype}{tuple(tensor.shape)}".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy())  # the bytes in place, no copy
+    elif isinstance(value, dict):
+        digest.update(f"D{len(value)}".encode())
+        for key in sorted(value, key=repr):
+            _feed(digest, key)
+            _feed(digest, value[key])
+    elif isinstance(value, (list, tuple)):
+        digest.update(f"L{len(value)}".encode())
+        for item in value:
+            _feed(digest, item)
+    else:
+        digest.update(f"{type(value).__name__}:{value!r};".encode())
+
+
+def _checksum(value: Any) -> str:
+    digest = hashlib.sha256()
+    _feed(digest, value)
+    return digest.hexdigest()
+
+
+def payload_checksums(payload: dict[str, Any], parts: tuple[str, ...] = (*_CHECKED_PARTS, "other")) -> dict[str, str]:
+    """Computes the SHA-256 of each of ``parts`` of a payload: 'model', 'optimizer' and 'other' (the rest).
+
+    A part missing from the payload hashes as None.
+    """
+    sums = {}
+    for part in parts:
+        if part == "other":
+            value = {k: v for k, v in payload.items() if k not in (*_CHECKED_PARTS, "checksums")}
+        else:
+            value = payload.get(part)
+        sums[part] = _checksum(value)
+    return sums
+
+
+def _with_checksums(payload: dict[str, Any]) -> dict[str, Any]:
+    return {**payload, "checksums": {"algorithm": CHECKSUM_ALGORITHM, **payload_checksums(payload)}}
+
+
+def _verify_checksums(payload: dict[str, Any], path: Path, *, check_optimizer: bool) -> None:
+    """Compares a loaded payload with the checksums saved in it (none saved: nothing to check).
+
+    Raises:
+        UserError: a part differs; the message names the file and the part.
+    """
+    saved = payload.get("checksums")
+    if saved is None:
+        return  # written before checksums existed
+    if not isinstance(saved, dict) or saved.get("algorithm") != CHECKSUM_ALGORITHM:
+        raise UserError(f"{path} is corrupt: its checksums entry is unreadable")
+    parts = ("model", "other", "optimizer") if check_optimizer else ("model", "other")
+    actual = payload_checksums(payload, parts)
+    damaged = [part for part in parts if saved.get(part) != actual[part]]
+    if damaged:
+        what = {"model": "weights", "optimizer": "optimizer state", "other": "metadata"}
+        raise UserError(f"{path} is corrupt: the checksum of its {' and '.join(what[p] for p in damaged)} does not "
+                        f"match the one saved in it (the file changed after it was written)")
 
 
 # --- random number generators ------------------------------------------------------
@@ -131,13 +223,34 @@ def save_checkpoint(
         "rng": rng_states(),
     }
     buffer = io.BytesIO()
-    torch.save(payload, buffer)
+    torch.save(_with_checksums(payload), buffer)
     try:
         atomic_write_bytes(path, buffer.getvalue())
         atomic_write_text(directory / LATEST_NAME, path.name + "\n")
     except OSError as error:
         raise UserError(f"cannot write checkpoint {path}: {error.strerror or error}") from None
     return path
+
+
+def save_model(path: str | os.PathLike[str], model: AlphaZeroNet, **extra: Any) -> None:
+    """Saves the model's weights and NetworkConfig (plus ``extra`` entries) to ``path`` atomically.
+
+    ``extra`` values must be plain data (numbers, strings, lists, dicts, tensors)
+    so that the file loads with torch.load(weights_only=True).
+
+    Raises:
+        OSError: the folder is missing or unwritable.
+    """
+    payload = {
+        "format": MODEL_FORMAT,
+        "version": MODEL_VERSION,
+        "network": dataclasses.asdict(getattr(model, "_orig_mod", model).config),
+        "model": cpu_state_dict(model),
+        "extra": extra,
+    }
+    buffer = io.BytesIO()
+    torch.save(_with_checksums(payload), buffer)
+    atomic_write_bytes(path, buffer.getvalue())
 
 
 def thin_checkpoints(directory: str | os.PathLike[str], keep: int, *, keep_every: int = 0) -> list[Path]:
@@ -168,12 +281,80 @@ def thin_checkpoints(directory: str | os.PathLike[str], keep: int, *, keep_every
 
 # --- reading ------------------------------------------------------------------------------
 
+def _first_useful_line(error: BaseException) -> str:
+    # torch's weights-only refusal opens with paragraphs of advice; the line
+    # naming the refused object is the one that tells what the file holds.
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    for line in lines:
+        if "Unsupported global" in line or "Unsupported operand" in line:
+            return line.split(" Please use")[0]
+    return lines[0] if lines else type(error).__name__
+
+
+def read_payload(path: str | os.PathLike[str], map_location: torch.device | str = "cpu",
+                 *, mmap: bool = False, check_optimizer: bool = True) -> dict[str, Any]:
+    """Reads a model or checkpoint file into a dict and checks it against its checksums.
+
+    Weights only: no code in the file is run. ``mmap=True`` maps the file
+    instead of reading it all; with ``check_optimizer=False`` the optimizer
+    state is neither checked nor touched (a weights-only load).
+
+    Raises:
+        UserError: the file is missing, unreadable, truncated, not a torch
+            file, or no longer matches its checksums (the message names it).
+    """
+    path = Path(path)
+    try:
+        # torch.save writes a zip archive; a truncated one has lost its central
+        # directory at the end, so this also catches files cut short.
+        if path.is_dir():
+            raise IsADirectoryError(path)
+        if not zipfile.is_zipfile(path):
+            size = path.stat().st_size
+            raise UserError(f"{path} is corrupt or not a checkpoint: not a complete torch archive ({size} bytes)")
+        payload = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
+    except FileNotFoundError:
+        raise UserError(f"{path} does not exist") from None
+    except IsADirectoryError:
+        raise UserError(f"{path} is a directory, not a checkpoint") from None
+    except PermissionError as error:
+        raise UserError(f"cannot read {path}: {error.strerror}") from None
+    except (RuntimeError, pickle.UnpicklingError, zipfile.BadZipFile, EOFError, ValueError, OSError,
+            KeyError, AttributeError, TypeError, IndexError) as error:
+        raise UserError(f"{path} is corrupt or not a checkpoint: {_first_useful_line(error)}") from None
+    if not isinstance(payload, dict) or "network" not in payload or "model" not in payload:
+        raise UserError(f"{path} is corrupt or not a checkpoint: it holds no network config and weights")
+    _verify_checksums(payload, path, check_optimizer=check_optimizer)
+    return payload
+
+
+def network_config_of(payload: dict[str, Any], source: str | os.PathLike[str]) -> NetworkConfig:
+    """Gets the NetworkConfig saved in a model or checkpoint payload.
+
+    Raises:
+        UserError: the saved network config is invalid.
+    """
+    try:
+        return network_config_from_dict(payload["network"])
+    except UserError as error:
+        raise UserError(f"{source} is corrupt or not a checkpoint: {error}") from None
+
+
 def _read_latest_name(directory: Path) -> str | None:
     try:
         name = (directory / LATEST_NAME).read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError):
         return None
     return name if step_of(name) is not None else None  # only a bare step file name, never a path
+
+
+def _steps_in(directory: Path) -> list[int]:
+    return sorted(step for p in complete_files(directory, "step_*.pt") if (step := step_of(p)) is not None)
+
+
+def checkpoint_steps(run_dir: RunDir | str | os.PathLike[str]) -> list[int]:
+    """Lists the steps of the run's complete checkpoint files, lowest first."""
+    return _steps_in(_checkpoint_dir(run_dir))
 
 
 def latest_checkpoint(run_dir: RunDir | str | os.PathLike[str]) -> Path | None:
@@ -185,8 +366,8 @@ def latest_checkpoint(run_dir: RunDir | str | os.PathLike[str]) -> Path | None:
     name = _read_latest_name(directory)
     if name is not None and (directory / name).is_file():
         return directory / name
-    found = [(step_of(p), p) for p in complete_files(directory, "step_*.pt") if step_of(p) is not None]
-    return max(found)[1] if found else None
+    steps = _steps_in(directory)
+    return directory / checkpoint_name(steps[-1]) if steps else None
 
 
 def load_checkpoint(
@@ -195,17 +376,20 @@ def load_checkpoint(
     *,
     expected: NetworkConfig | None = None,
     mmap: bool = False,
+    check_optimizer: bool = True,
 ) -> dict[str, Any]:
     """Reads a checkpoint file into a dict (see the module docstring for its entries).
 
     With ``expected``, checks that the checkpoint's network is that architecture.
-    ``mmap=True`` maps the file instead of reading it all (for weights only).
+    ``mmap=True`` maps the file instead of reading it all; with
+    ``check_optimizer=False`` as well, the optimizer state is never read.
 
     Raises:
-        UserError: missing, truncated or corrupt file, a file that is not a
-            learner checkpoint, or another architecture (naming the fields).
+        UserError: missing, truncated or corrupt file (checksums included), a
+            file that is not a learner checkpoint, or another architecture
+            (naming the fields).
     """
-    payload = read_payload(path, map_location, mmap=mmap)
+    payload = read_payload(path, map_location, mmap=mmap, check_optimizer=check_optimizer)
     if payload.get("format") != CHECKPOINT_FORMAT or not isinstance(payload.get("step"), int):
         raise UserError(f"{path} is corrupt or not a checkpoint: it is not a learner checkpoint "
                         f"(format {payload.get('format')!r})")
@@ -216,6 +400,67 @@ def load_checkpoint(
     if expected is not None:
         check_architecture(network, expected, path)
     return payload
+
+
+def load_model(
+    path: str | os.PathLike[str], device: torch.device | str = "cpu", *, expected: NetworkConfig | None = None
+) -> tuple[AlphaZeroNet, dict[str, Any]]:
+    """Loads a model file (save_model) or a learner checkpoint into a new AlphaZeroNet in eval mode.
+
+    Returns the model on ``device`` and the file's other entries: ``extra`` of a
+    model file, or the checkpoint's metadata (step, config_toml, ...) without
+    weights and optimizer state.
+
+    Raises:
+        UserError: the file is missing or corrupt (checksums included), or its
+            architecture differs from ``expected`` (the message names each
+            differing field).
+    """
+    payload = read_payload(path, mmap=True, check_optimizer=False)
+    network = network_config_of(payload, path)
+    if expected is not None:
+        check_architecture(network, expected, path)
+    model = AlphaZeroNet(network)
+    load_weights(model, payload["model"], path)
+    model.to(device).eval()
+    if payload.get("format") == MODEL_FORMAT:
+        extra = dict(payload.get("extra") or {})
+    else:
+        extra = {k: v for k, v in payload.items() if k not in ("model", "optimizer", "rng", "checksums")}
+    return model, extra
+
+
+def rewind_checkpoints(run_dir: RunDir | str | os.PathLike[str], step: int) -> list[Path]:
+    """Makes checkpoint ``step`` the run's newest: moves every newer step file aside, then points LATEST at it.
+
+    The newer files go, untouched, to ``checkpoints/after_step_<step>_<UTC time>/``
+    (readers and thinning look only at the checkpoints folder itself), so a
+    learner resumed from ``step`` neither trains towards their names nor has
+    them thinned away. Returns their new paths, lowest step first.
+
+    Raises:
+        UserError: the run has no checkpoint at ``step``, or the files cannot be moved.
+    """
+    directory = _checkpoint_dir(run_dir)
+    target = directory / checkpoint_name(step)
+    if not target.is_file():
+        raise UserError(f"{directory} has no checkpoint at step {step}")
+    newer = [s for s in _steps_in(directory) if s > step]
+    moved = []
+    try:
+        atomic_write_text(directory / LATEST_NAME, target.name + "\n")
+        if newer:
+            stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+            aside = directory / f"after_{checkpoint_name(step).removesuffix('.pt')}_{stamp}"
+            aside.mkdir(exist_ok=True)
+            for newer_step in newer:
+                source = directory / checkpoint_name(newer_step)
+                os.replace(source, aside / source.name)
+                moved.append(aside / source.name)
+    except OSError as error:
+        raise UserError(f"cannot set aside the checkpoints after step {step} in {directory}: "
+                        f"{error.strerror or error}") from None
+    return moved
 
 
 def restore_checkpoint(
@@ -260,7 +505,7 @@ def load_latest_weights(
         if path is None or (step_of(path) or 0) <= newer_than:
             return None
         try:
-            payload = load_checkpoint(path, "cpu", expected=expected, mmap=True)
+            payload = load_checkpoint(path, "cpu", expected=expected, mmap=True, check_optimizer=False)
         except UserError:
             if path.exists() or attempt == 2:
                 raise

@@ -38,10 +38,26 @@ def _cmd_bench(args: argparse.Namespace) -> None:
     run_bench(args)
 
 
+def _perft_depth(text: str) -> int:
+    """Parses perft's depth; 'w' or 'b' there is the side to move of an unquoted FEN.
+
+    Raises:
+        argparse.ArgumentTypeError: not an integer (with the hint to quote the FEN).
+    """
+    try:
+        return int(text)
+    except ValueError:
+        hint = ""
+        if text in ("w", "b"):
+            hint = ("; a FEN has spaces, so put it in quotes: "
+                    "alphazero perft \"rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1\" 3")
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}{hint}") from None
+
+
 def _add_perft(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("perft", help="count leaf nodes of the move tree (checks the move generator)")
-    p.add_argument("fen", help="position as FEN, or 'startpos'")
-    p.add_argument("depth", type=int, help="depth in plies (at least 1)")
+    p.add_argument("fen", help="position as FEN in quotes, or 'startpos'")
+    p.add_argument("depth", type=_perft_depth, help="depth in plies (at least 1)")
     p.add_argument("--divide", action="store_true", help="print the count under each legal move, in UCI")
     p.set_defaults(func=_cmd_perft)
 

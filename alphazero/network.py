@@ -1,4 +1,4 @@
-"""AlphaZero's residual network in PyTorch, its inference wrapper and its model files.
+"""AlphaZero's residual network in PyTorch and its inference wrapper (files: alphazero.checkpoint).
 
 The network takes the compact input (int64 bitboards [N, 112] and float32 raw
 scalars [N, 7]) and expands it on its own device as its first step, so only
@@ -21,11 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import io
 import os
-import pickle
-import zipfile
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -33,15 +29,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from alphazero.config import NetworkConfig, network_config_from_dict
+from alphazero.config import NetworkConfig
 from alphazero.errors import UserError
 from alphazero.planes import INPUT_PLANES, check_compact_numpy, compact_to_torch, expand_torch
-from alphazero.rundir import atomic_write_bytes
 
 POLICY_PLANES = 73  # 56 queen-like + 8 knight + 9 under-promotion move planes
 POLICY_SIZE = POLICY_PLANES * 64  # 4672 move indices
-MODEL_FORMAT = "alphazero-model"  # the "format" entry of files written by save_model
-FORMAT_VERSION = 1
 _COMPILED_PREFIX = "_orig_mod."  # torch.compile's wrapper prefixes parameter names with this
 
 
@@ -177,59 +170,6 @@ def check_architecture(saved: NetworkConfig, expected: NetworkConfig, source: st
         raise UserError(f"{source} does not fit this run's network: {mismatch}")
 
 
-def _first_useful_line(error: BaseException) -> str:
-    # torch's weights-only refusal opens with paragraphs of advice; the line
-    # naming the refused object is the one that tells what the file holds.
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    for line in lines:
-        if "Unsupported global" in line or "Unsupported operand" in line:
-            return line.split(" Please use")[0]
-    return lines[0] if lines else type(error).__name__
-
-
-def read_payload(path: str | os.PathLike[str], map_location: torch.device | str = "cpu",
-                 *, mmap: bool = False) -> dict[str, Any]:
-    """Reads a model or checkpoint file into a dict (weights only: no code is run).
-
-    Raises:
-        UserError: the file is missing, unreadable, truncated or not a torch file.
-    """
-    path = Path(path)
-    try:
-        # torch.save writes a zip archive; a truncated one has lost its central
-        # directory at the end, so this also catches files cut short.
-        if path.is_dir():
-            raise IsADirectoryError(path)
-        if not zipfile.is_zipfile(path):
-            size = path.stat().st_size
-            raise UserError(f"{path} is corrupt or not a checkpoint: not a complete torch archive ({size} bytes)")
-        payload = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
-    except FileNotFoundError:
-        raise UserError(f"{path} does not exist") from None
-    except IsADirectoryError:
-        raise UserError(f"{path} is a directory, not a checkpoint") from None
-    except PermissionError as error:
-        raise UserError(f"cannot read {path}: {error.strerror}") from None
-    except (RuntimeError, pickle.UnpicklingError, zipfile.BadZipFile, EOFError, ValueError, OSError,
-            KeyError, AttributeError, TypeError, IndexError) as error:
-        raise UserError(f"{path} is corrupt or not a checkpoint: {_first_useful_line(error)}") from None
-    if not isinstance(payload, dict) or "network" not in payload or "model" not in payload:
-        raise UserError(f"{path} is corrupt or not a checkpoint: it holds no network config and weights")
-    return payload
-
-
-def network_config_of(payload: dict[str, Any], source: str | os.PathLike[str]) -> NetworkConfig:
-    """Gets the NetworkConfig saved in a model or checkpoint payload.
-
-    Raises:
-        UserError: the saved network config is invalid.
-    """
-    try:
-        return network_config_from_dict(payload["network"])
-    except UserError as error:
-        raise UserError(f"{source} is corrupt or not a checkpoint: {error}") from None
-
-
 def load_weights(model: nn.Module, state_dict: dict[str, torch.Tensor], source: str | os.PathLike[str]) -> None:
     """Copies ``state_dict`` into ``model`` in place (keeping its device and memory format).
 
@@ -242,54 +182,6 @@ def load_weights(model: nn.Module, state_dict: dict[str, torch.Tensor], source: 
     except RuntimeError as error:
         first_line = str(error).strip().splitlines()[0]
         raise UserError(f"{source}: the weights do not fit the model: {first_line}") from None
-
-
-def save_model(path: str | os.PathLike[str], model: AlphaZeroNet, **extra: Any) -> None:
-    """Saves the model's weights and NetworkConfig (plus ``extra`` entries) to ``path`` atomically.
-
-    ``extra`` values must be plain data (numbers, strings, lists, dicts, tensors)
-    so that the file loads with torch.load(weights_only=True).
-
-    Raises:
-        OSError: the folder is missing or unwritable.
-    """
-    payload = {
-        "format": MODEL_FORMAT,
-        "version": FORMAT_VERSION,
-        "network": dataclasses.asdict(_unwrap(model).config),
-        "model": cpu_state_dict(model),
-        "extra": extra,
-    }
-    buffer = io.BytesIO()
-    torch.save(payload, buffer)
-    atomic_write_bytes(path, buffer.getvalue())
-
-
-def load_model(
-    path: str | os.PathLike[str], device: torch.device | str = "cpu", *, expected: NetworkConfig | None = None
-) -> tuple[AlphaZeroNet, dict[str, Any]]:
-    """Loads a model file (save_model) or a learner checkpoint into a new AlphaZeroNet in eval mode.
-
-    Returns the model on ``device`` and the file's other entries: ``extra`` of a
-    model file, or the checkpoint's metadata (step, config_toml, ...) without
-    weights and optimizer state.
-
-    Raises:
-        UserError: the file is missing or corrupt, or its architecture differs
-            from ``expected`` (the message names each differing field).
-    """
-    payload = read_payload(path)
-    network = network_config_of(payload, path)
-    if expected is not None:
-        check_architecture(network, expected, path)
-    model = AlphaZeroNet(network)
-    load_weights(model, payload["model"], path)
-    model.to(device).eval()
-    if payload.get("format") == MODEL_FORMAT:
-        extra = dict(payload.get("extra") or {})
-    else:
-        extra = {k: v for k, v in payload.items() if k not in ("model", "optimizer", "rng")}
-    return model, extra
 
 
 class Evaluator:
@@ -363,6 +255,5 @@ def count_parameters(model: nn.Module) -> int:
 
 __all__ = [
     "POLICY_PLANES", "POLICY_SIZE", "AlphaZeroNet", "Evaluator", "NetOutput",
-    "check_architecture", "count_parameters", "cpu_state_dict", "load_model", "load_weights", "pick_device",
-    "read_payload", "save_model",
+    "check_architecture", "count_parameters", "cpu_state_dict", "load_weights", "pick_device",
 ]

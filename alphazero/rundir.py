@@ -8,6 +8,7 @@ Layout::
     runs/NAME/games/          PGN of self-play and match games
     runs/NAME/tb/             TensorBoard event files
     runs/NAME/eval/           match results (JSON lines) and rating tables
+    runs/NAME/learner.lock    held (flock) by the one learner of the run; says its pid and host
 
 Hand-off contract (every process may be killed at any moment):
 
@@ -23,11 +24,14 @@ Hand-off contract (every process may be killed at any moment):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
+import fcntl
 import os
 import secrets
+import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from alphazero.config import (
@@ -37,6 +41,7 @@ from alphazero.config import (
 from alphazero.errors import UserError
 
 CONFIG_NAME = "config.toml"
+LEARNER_LOCK_NAME = "learner.lock"
 SUBDIRECTORIES = ("checkpoints", "selfplay", "games", "tb", "eval")
 
 
@@ -165,6 +170,21 @@ def _describe_os_error(error: OSError) -> str:
     return error.strerror or str(error)
 
 
+def check_writable_directory(directory: str | os.PathLike[str], what: str) -> None:
+    """Creates ``directory`` where missing and checks, by writing a temporary file there, that files can be
+    written in it: work whose results go there can then refuse to start instead of failing at the end.
+
+    Raises:
+        UserError: the folder cannot be created or written (``what`` says what would go there).
+    """
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        _write_temporary(directory / ".write-check", b"").unlink()
+    except OSError as error:
+        raise UserError(f"cannot write {what} in {directory}: {_describe_os_error(error)}") from None
+
+
 class RunDir:
     """The folders and files of one run (nothing is created until ``create_or_open``).
 
@@ -214,6 +234,8 @@ class RunDir:
         Raises:
             UserError: no config.toml, or it is unreadable or invalid.
         """
+        if self.root.exists() and not self.root.is_dir():
+            raise UserError(f"{self.root} is a file, not a run directory")
         try:
             text = self.config_file.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -304,6 +326,60 @@ def _check_compatible(run: RunDir, saved: Config, requested: Config) -> None:
         raise UserError(f"run {run.root} was created with a different configuration, and these fields cannot "
                         f"change: {describe_differences(saved, requested, names)}. Use a new run directory, "
                         f"or drop the options that change them")
+
+
+# --- one learner per run --------------------------------------------------------------
+
+def _describe_holder(lock_path: Path) -> str:
+    """Reads who holds a learner lock ('process 123 on host h (alphazero train)'), waiting briefly
+    for a holder that has the lock but has not written its name yet."""
+    for _ in range(20):
+        try:
+            words = lock_path.read_text(encoding="utf-8").split(maxsplit=2)
+        except (OSError, UnicodeDecodeError):
+            words = []
+        if len(words) >= 2 and words[0].isdigit():
+            command = f" ({words[2].strip()})" if len(words) == 3 else ""
+            return f"process {words[0]} on host {words[1]}{command}"
+        time.sleep(0.05)
+    return "another process"
+
+
+@contextlib.contextmanager
+def learner_lock(run: RunDir, command: str) -> Iterator[Path]:
+    """Holds the run's learner lock while the block runs: one learner per run; yields the lock file.
+
+    ``command`` ('alphazero train') is written beside the pid and host, for
+    the message another learner gets.
+
+    The lock is the kernel's (flock on ``run/learner.lock``), so it goes with
+    the process however that ends, SIGKILL included: the file itself may stay
+    behind, naming the last holder, and never blocks a later learner.
+    Self-play actors, eval and match take no lock and may share the run.
+
+    Raises:
+        UserError: another process holds the lock (the message names its pid
+            and host), or the lock file cannot be created.
+    """
+    lock_path = run.root / LEARNER_LOCK_NAME
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as error:
+        raise UserError(f"cannot create the learner lock {lock_path}: {_describe_os_error(error)}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(f"run {run.root} already has a learner: {_describe_holder(lock_path)} holds "
+                            f"{lock_path}; stop it first (one learner per run; self-play and eval may share "
+                            f"it)") from None
+        except OSError as error:  # a file system without locks
+            raise UserError(f"cannot lock {lock_path}: {_describe_os_error(error)}") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()} {socket.gethostname()} {command}\n".encode(), 0)
+        yield lock_path
+    finally:
+        os.close(fd)  # releases the lock
 
 
 # --- the command-line options that open a run ------------------------------------

@@ -15,11 +15,14 @@ import os
 import threading
 from pathlib import Path
 
+from alphazero.config import Config
 from alphazero.errors import UserError
-from alphazero.rundir import add_run_arguments, open_run_from_args
+from alphazero.rundir import RunDir, add_run_arguments, learner_lock, open_run_from_args
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from learner.cli import add_from_checkpoint_argument
+
     add_run_arguments(parser)
     parser.add_argument("--minutes", type=float, default=None, help="stop after this many minutes (default: Ctrl-C)")
     parser.add_argument("--actors", type=int, default=None,
@@ -27,24 +30,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default=None, help="learner device: auto, cpu, cuda or cuda:N")
     parser.add_argument("--gpus", type=float, default=0.0, help="GPUs for self-play inference (default 0)")
     parser.add_argument("--quiet", action="store_true", help="no live progress lines")
+    add_from_checkpoint_argument(parser)
 
 
 def run(args: argparse.Namespace) -> None:
     """Trains until --minutes pass or Ctrl-C; prints what was done.
 
+    Holds the run's learner lock (alphazero.rundir.learner_lock) throughout.
+
     Raises:
-        UserError: bad options, a run of another configuration, a corrupt
-            checkpoint, or a failure in the learner or an actor.
+        UserError: bad options, a run of another configuration, another
+            learner on the run, a corrupt checkpoint, or a failure in the
+            learner or an actor.
     """
+    if args.minutes is not None and args.minutes <= 0:
+        raise UserError(f"--minutes must be positive, got {args.minutes}")
+    if args.from_checkpoint is not None and args.from_checkpoint < 0:
+        raise UserError(f"--from-checkpoint takes a step (0 or more), got {args.from_checkpoint}")
+    run_dir, config = open_run_from_args(args)
+    with learner_lock(run_dir, "alphazero train"):
+        _train(args, run_dir, config)
+
+
+def _train(args: argparse.Namespace, run_dir: RunDir, config: Config) -> None:
+    """Runs self-play and the learner on an open run (the learner lock held)."""
     from eval.evaluate import PeriodicEvaluation
     from learner.loop import Learner
     from selfplay.cli import actor_count
     from selfplay.driver import connect_ray, run_selfplay
     from selfplay.publish import WeightPublisher
 
-    if args.minutes is not None and args.minutes <= 0:
-        raise UserError(f"--minutes must be positive, got {args.minutes}")
-    run_dir, config = open_run_from_args(args)
     actors = actor_count(args.actors, config.selfplay.actors)
     started_ray = connect_ray(None, num_cpus=max(actors + 1, os.cpu_count() or 1), num_gpus=args.gpus or None)
     stop = threading.Event()
@@ -60,8 +75,11 @@ def run(args: argparse.Namespace) -> None:
         # One thread: the cores belong to the self-play actors.
         learner = Learner(run_dir, config, device=args.device, on_checkpoint=on_checkpoint, progress=False,
                           threads=1)
-        learner.resume()
-        if learner.saved_step is None:
+        learner.resume(args.from_checkpoint)
+        for note in learner.resume_notes:
+            print(f"train: learner {note}", flush=True)
+        if learner.resumed_from is None:
+            print("train: no checkpoint yet: the learner starts at step 0", flush=True)
             learner.save()  # actors and learner start from the same weights
 
         def learn() -> None:

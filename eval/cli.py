@@ -39,7 +39,8 @@ def add_match_arguments(parser: argparse.ArgumentParser) -> None:
              "stockfish:elo=1500; A defaults to the run's latest checkpoint searching --simulations",
     )
     parser.add_argument("--games", type=int, default=None,
-                        help="games to play, half with each colour (default: the run's eval.games)")
+                        help="games to play, half with each colour, so an odd number is rounded up "
+                             "(default: the run's eval.games)")
     parser.add_argument("--run", type=Path, default=DEFAULT_RUN_DIR,
                         help=f"run directory: network checkpoints, and where games go (default {DEFAULT_RUN_DIR})")
     parser.add_argument("--elo", type=int, default=None, help="UCI_Elo of a bare `stockfish` player, e.g. 1500")
@@ -89,20 +90,34 @@ def _apply_elo(specs: list[str], elo: int | None) -> list[str]:
 def run_match(args: argparse.Namespace) -> None:
     """Plays `alphazero match`: JSON lines to run/eval/, PGN to run/games/, the summary line on stdout.
 
-    Raises UserError for a bad player spec or option, a missing Stockfish or checkpoint.
+    Both folders are checked for writing before anything is loaded or played;
+    games that cannot be written afterwards go to a temporary folder (named),
+    or, failing that, to stdout as PGN.
+
+    Raises UserError for a bad player spec or option, a missing Stockfish or
+    checkpoint, or a run directory whose folders cannot be written.
     """
     from alphazero.config import DEFAULT_PRESET, get_preset
-    from alphazero.rundir import RunDir
+    from alphazero.errors import UserError
+    from alphazero.rundir import RunDir, check_writable_directory
     from eval.agents import parse_player
     from eval.match import format_summary, play_match
     from eval.network_agents import NetworkCache
 
     run = RunDir(args.run)
+    if run.root.exists() and not run.root.is_dir():
+        raise UserError(f"--run {run.root} is a file, not a run directory")
     config = run.read_config() if run.exists() else get_preset(DEFAULT_PRESET)
     simulations = args.simulations if args.simulations is not None else config.eval.simulations
     games = args.games if args.games is not None else config.eval.games
+    if games < 1:
+        raise UserError(f"--games must be at least 1, got {games}")
     spec_a, spec_b = parse_versus(args.players, f"search:{simulations}")
     spec_a, spec_b = _apply_elo([spec_a, spec_b], args.elo)
+    check_writable_directory(run.eval, "the match's records")
+    check_writable_directory(run.games, "the match's games")
+    if games % 2:
+        print(f"playing {games + 1} games, not {games}: each opening is played twice, colours swapped", flush=True)
     context: dict[str, Any] = {"run": run.root, "device": args.device, "simulations": simulations,
                                "networks": NetworkCache(), "seed": args.seed}
     with parse_player(spec_a, **context) as agent_a, parse_player(spec_b, **context) as agent_b:
@@ -111,7 +126,11 @@ def run_match(args: argparse.Namespace) -> None:
                             progress=not args.no_progress,
                             seed=args.seed, match_id=args.match_id)
     print(format_summary(result))
-    print(f"games: {result.pgn_path}\nrecords: {result.jsonl_path}")
+    if result.pgn_path is not None:
+        print(f"games: {result.pgn_path}\nrecords: {result.jsonl_path}")
+    elif result.games:
+        print("games (written nowhere else):\n")
+        print("".join(f"{game.to_pgn()}\n\n" for game in result.games), end="")
 
 
 # --- alphazero eval ---------------------------------------------------------------------------

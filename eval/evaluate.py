@@ -10,7 +10,8 @@ anchored at their UCI_Elo, so every rating is on Stockfish's Elo scale.
 Outputs, for learner step S (0 for fresh weights):
 
 - `run/eval/ratings_step_<S:09d>.json`: the settings and every rating
-  (written atomically); `load_ratings` reads it back;
+  (written atomically; a temporary folder, named on stderr, when the run
+  stops taking files after the games); `load_ratings` reads it back;
 - `run/tb/eval/`: TensorBoard scalars `elo/<agent>` at step S;
 - `run/eval/step_<S:09d>/<match>.jsonl` and `run/games/eval/step_<S:09d>/<match>.pgn`;
 - a table like ChessBench's Table 1 (agent, Elo, 95% interval, games, score).
@@ -30,6 +31,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 import threading
 from collections import defaultdict
 from collections.abc import Sequence
@@ -45,7 +47,7 @@ from alphazero.checkpoint import checkpoint_name
 from alphazero.config import Config, EvalConfig
 from alphazero.errors import UserError
 from alphazero.network import AlphaZeroNet, Evaluator, cpu_state_dict, pick_device
-from alphazero.rundir import RunDir, atomic_write_text
+from alphazero.rundir import RunDir, atomic_write_text, check_writable_directory
 from eval.agents import Agent, RandomAgent, StockfishAgent
 from eval.elo import Rating, Ratings, fit_ratings
 from eval.match import MatchResult, play_match
@@ -315,8 +317,13 @@ def evaluate_checkpoint(
 
     Returns the fitted ratings (name -> Rating, plus draw_elo).
 
-    Raises UserError for a missing checkpoint or Stockfish, or bad settings;
-    whatever an agent raises.
+    Every output folder is checked for writing before the first game; if a
+    file cannot be written after the games (a disk that filled up or went
+    read-only), the games and the ratings go to a temporary folder that a
+    warning on stderr names, and missing TensorBoard events are only warned of.
+
+    Raises UserError for a missing checkpoint or Stockfish, bad settings, or an
+    output folder that cannot be written; whatever an agent raises.
     """
     run = run if isinstance(run, RunDir) else RunDir(run)
     settings = _override(settings or EvalSettings.full(config.eval), games_per_pair, simulations,
@@ -325,6 +332,7 @@ def evaluate_checkpoint(
     console = console or Console()
     network = _network(run, config, step, model, device)
     step = network.step if network.step is not None else (step or 0)
+    _check_outputs(run, step)
     pairing = _build_agents(network, settings)
     try:
         if progress:
@@ -337,13 +345,53 @@ def evaluate_checkpoint(
     games = _games(results)
     ratings = fit_ratings(games, pairing.anchors)
     scores = _scores(games)
-    atomic_write_text(ratings_path(run, step),
-                      _ratings_json(network, step, settings, ratings, scores, pairing.anchors, results))
-    _write_tensorboard(run, step, ratings, pairing.anchors)
+    written = _write_ratings(ratings_path(run, step),
+                             _ratings_json(network, step, settings, ratings, scores, pairing.anchors, results))
+    try:
+        _write_tensorboard(run, step, ratings, pairing.anchors)
+    except OSError as error:
+        print(f"warning: cannot write TensorBoard events in {run.tb / 'eval'} ({error.strerror or error}); "
+              f"the ratings are in {written}", file=sys.stderr, flush=True)
     if report:
         console.print(ratings_table(ratings, scores, pairing.anchors, f"{run.root}: {network.label}"))
-        console.print(f"ratings written to {ratings_path(run, step)}")
+        console.print(f"ratings written to {written}")
     return ratings
+
+
+def _check_outputs(run: RunDir, step: int) -> None:
+    """Checks, before any game, that every folder the evaluation writes to takes files.
+
+    Raises:
+        UserError: one does not (the message names it).
+    """
+    folder = checkpoint_name(step).removesuffix(".pt")
+    check_writable_directory(run.eval, "the ratings")
+    check_writable_directory(run.eval / folder, "the match records")
+    check_writable_directory(run.games / "eval" / folder, "the games")
+    check_writable_directory(run.tb / "eval", "TensorBoard events")
+
+
+def _write_ratings(path: Path, text: str) -> Path:
+    """Writes the ratings JSON to ``path``, or, when that fails after the games were played, to a
+    temporary folder (a warning names it); returns where it went.
+
+    Raises:
+        UserError: neither could be written (the ratings are still printed by the caller).
+    """
+    try:
+        atomic_write_text(path, text)
+        return path
+    except OSError as error:
+        failure = error
+    try:
+        fallback = Path(tempfile.mkdtemp(prefix="alphazero-eval-")) / path.name
+        atomic_write_text(fallback, text)
+    except OSError as error:
+        raise UserError(f"cannot write the ratings to {path} ({failure.strerror or failure}) nor to a temporary "
+                        f"folder ({error.strerror or error})") from None
+    print(f"warning: cannot write {path} ({failure.strerror or failure}); the ratings go to {fallback} instead",
+          file=sys.stderr, flush=True)
+    return fallback
 
 
 def _override(settings: EvalSettings, games_per_pair: int | None, simulations: int | None,

@@ -15,7 +15,10 @@ draw at the ply limit, or by resignation when both agents agree it is lost
 With an `out_dir`, the finished games are rewritten after each game to
 `<match_id>.pgn` and `<match_id>.jsonl`, each through a temporary file
 `.<name>.tmp` renamed into place, so readers never see half a file and a crash
-loses only the games in flight.
+loses only the games in flight. The folders are checked before the first
+game; if they stop taking files later, the files move to a temporary folder
+(named on stderr) rather than losing games. PGN tags for the end of a game
+follow alphazero.pgn (the standard Termination, the rule in TerminationDetail).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
+import tempfile
 from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -36,7 +41,8 @@ import chess.pgn
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from alphazero.errors import UserError
-from alphazero.rundir import atomic_write_text
+from alphazero.pgn import termination_tags
+from alphazero.rundir import atomic_write_text, check_writable_directory
 from eval.agents import Agent, Choice
 from eval.elo import Summary, match_summary
 from eval.openings import Opening, load_openings
@@ -48,7 +54,7 @@ DEFAULT_PLY_LIMIT = 512
 DEFAULT_RESIGN_MOVES = 3
 """Consecutive own moves on which both sides must agree before the loser resigns."""
 
-PLY_LIMIT = "ply limit"
+PLY_LIMIT = "ply_limit"  # termination names as in self-play records (alphazero.pgn)
 RESIGNATION = "resignation"
 DRAW = "1/2-1/2"
 
@@ -130,7 +136,7 @@ class GameRecord:
                 "Black": self.black,
                 "Result": self.result,
                 "Opening": self.opening,
-                "Termination": self.termination,
+                **termination_tags(self.termination),
                 "PlyCount": str(self.plies),
             }
         )
@@ -310,10 +316,53 @@ def _advance(agent: Agent, games: list[_Game], rules: _Rules) -> None:
 
 
 def _write_games(pgn_path: Path, jsonl_path: Path, records: Sequence[GameRecord]) -> None:
-    """Rewrites both output files with every finished game, in round order."""
+    """Rewrites both output files with every finished game, in round order.
+
+    Raises:
+        OSError: a file cannot be written.
+    """
     ordered = sorted(records, key=lambda r: r.round)
     atomic_write_text(pgn_path, "".join(str(r.to_pgn()) + "\n\n" for r in ordered))
     atomic_write_text(jsonl_path, "".join(json.dumps(r.to_json()) + "\n" for r in ordered))
+
+
+class _GameFiles:
+    """Where a match's games are written: the folders asked for, or a temporary folder once those fail.
+
+    Games already played are never dropped for want of a place to write
+    them: when the chosen folders stop taking files (a full or read-only
+    disk), the files move to a new temporary folder, and a warning on stderr
+    says where; if that fails too, the games stay in memory (MatchResult) for
+    the caller to print.
+    """
+
+    def __init__(self, pgn_path: Path, jsonl_path: Path) -> None:
+        self.pgn_path: Path | None = pgn_path
+        self.jsonl_path: Path | None = jsonl_path
+
+    def write(self, records: Sequence[GameRecord]) -> None:
+        if self.pgn_path is None or self.jsonl_path is None:
+            return
+        try:
+            _write_games(self.pgn_path, self.jsonl_path, records)
+        except OSError as error:
+            self._fall_back(error, records)
+
+    def _fall_back(self, error: OSError, records: Sequence[GameRecord]) -> None:
+        assert self.pgn_path is not None and self.jsonl_path is not None
+        failed = Path(error.filename).parent if error.filename else self.pgn_path.parent
+        try:
+            folder = Path(tempfile.mkdtemp(prefix="alphazero-match-"))
+            pgn_path, jsonl_path = folder / self.pgn_path.name, folder / self.jsonl_path.name
+            _write_games(pgn_path, jsonl_path, records)
+        except OSError as second:
+            print(f"warning: cannot write in {failed} ({error.strerror or error}), nor in a temporary folder "
+                  f"({second.strerror or second}): the games are kept in memory only", file=sys.stderr, flush=True)
+            self.pgn_path = self.jsonl_path = None
+            return
+        print(f"warning: cannot write in {failed} ({error.strerror or error}); this match's games go to "
+              f"{folder} instead", file=sys.stderr, flush=True)
+        self.pgn_path, self.jsonl_path = pgn_path, jsonl_path
 
 
 def _slug(name: str) -> str:
@@ -402,22 +451,27 @@ def play_match(
     `ply_limit` (None for none) ends a game as a draw after that many plies,
     opening included. `match_id` (default `<a>-vs-<b>-<UTC time>`) names the
     files and is the PGN Event: `out_dir/<match_id>.jsonl` and
-    `pgn_dir/<match_id>.pgn` (pgn_dir defaults to out_dir). The agents are not
-    closed here.
+    `pgn_dir/<match_id>.pgn` (pgn_dir defaults to out_dir). Both folders are
+    checked for writing before the first game; should writing fail later, the
+    files go to a temporary folder instead (a warning on stderr names it) and
+    the result's paths say where they are. The paths stay None until a file
+    is written. The agents are not closed here.
 
-    Raises UserError on a bad argument; IllegalAgentMoveError or
-    AgentContractError when an agent misbehaves; anything an agent raises. On
-    an exception, the files hold every game finished before it.
+    Raises UserError on a bad argument or an output folder that cannot be
+    written; IllegalAgentMoveError or AgentContractError when an agent
+    misbehaves; anything an agent raises. On an exception, the files hold
+    every game finished before it.
     """
     _check_arguments(games, concurrency, ply_limit, resign_threshold, resign_moves, match_id)
     pending = _schedule(load_openings() if openings is None else openings, games, seed)
     rules = _Rules(ply_limit, resign_threshold, resign_moves)
     result = MatchResult(match_id or _default_match_id(agent_a, agent_b), agent_a.name, agent_b.name, [])
+    files = None
     if out_dir is not None:
         out_dir, pgn_dir = Path(out_dir), Path(pgn_dir if pgn_dir is not None else out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        pgn_dir.mkdir(parents=True, exist_ok=True)
-        result.pgn_path, result.jsonl_path = pgn_dir / f"{result.match_id}.pgn", out_dir / f"{result.match_id}.jsonl"
+        check_writable_directory(out_dir, "the match's records")
+        check_writable_directory(pgn_dir, "the match's games")
+        files = _GameFiles(pgn_dir / f"{result.match_id}.pgn", out_dir / f"{result.match_id}.jsonl")
     agents = [agent_a] if agent_a is agent_b else [agent_a, agent_b]
     running: list[_Game] = []
     with _progress_bar(progress, agent_a, agent_b, len(pending)) as (bar, task):
@@ -431,7 +485,7 @@ def play_match(
             finished = [g for g in running if g.result is not None]
             running = [g for g in running if g.result is None]
             if finished:
-                _finish(result, finished, agent_a, agent_b)
+                _finish(result, finished, agent_a, agent_b, files)
                 bar.update(task, advance=len(finished), score=_score_text(result))
     return result
 
@@ -444,12 +498,13 @@ def _start_game(round_: int, opening: Opening, a_is_white: bool, agents: list[Ag
     return game
 
 
-def _finish(result: MatchResult, finished: list[_Game], a: Agent, b: Agent) -> None:
-    """Records finished games in the result and rewrites the output files."""
+def _finish(result: MatchResult, finished: list[_Game], a: Agent, b: Agent, files: _GameFiles | None) -> None:
+    """Records finished games in the result and rewrites the output files (their paths go in the result)."""
     result.games.extend(g.record(result.match_id, a, b) for g in finished)
     result.games.sort(key=lambda r: r.round)
-    if result.pgn_path is not None and result.jsonl_path is not None:
-        _write_games(result.pgn_path, result.jsonl_path, result.games)
+    if files is not None:
+        files.write(result.games)
+        result.pgn_path, result.jsonl_path = files.pgn_path, files.jsonl_path
 
 
 def _score_text(result: MatchResult) -> str:

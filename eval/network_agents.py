@@ -38,10 +38,10 @@ import chess
 import numpy as np
 import torch
 
-from alphazero.checkpoint import checkpoint_name, latest_checkpoint, step_of
+from alphazero.checkpoint import checkpoint_name, latest_checkpoint, load_model, step_of
 from alphazero.config import DEFAULT_PRESET, Config, SearchConfig, from_toml, get_preset
 from alphazero.errors import UserError
-from alphazero.network import AlphaZeroNet, Evaluator, load_model, pick_device
+from alphazero.network import AlphaZeroNet, Evaluator, pick_device
 from alphazero.planes import compact_to_torch
 from alphazero.rundir import DEFAULT_RUN, RunDir, complete_files
 from eval.agents import Agent, Choice, int_option, register_player

@@ -54,9 +54,11 @@ import numpy as np
 import torch
 
 from alphazero.checkpoint import (
-    latest_checkpoint, load_checkpoint, restore_checkpoint, save_checkpoint, thin_checkpoints,
+    checkpoint_name, checkpoint_steps, latest_checkpoint, load_checkpoint, restore_checkpoint, rewind_checkpoints,
+    save_checkpoint, step_of, thin_checkpoints,
 )
 from alphazero.config import Config
+from alphazero.console import fit_line
 from alphazero.errors import UserError
 from alphazero.moves import index_to_move, legal_move_indices
 from alphazero.network import AlphaZeroNet, pick_device
@@ -213,12 +215,18 @@ class _Progress:
         else:
             print(text, flush=True)
 
+    @property
+    def width(self) -> int | None:
+        """The live line's width in columns; None without a live line (printed lines may be long)."""
+        return self._console.width if self._live is not None else None
+
     def status(self, text: str, *, milestone: bool = False) -> None:
         """Shows ``text`` as the live line; without a terminal, prints it at milestones only."""
         if self._live is not None:
             from rich.text import Text
 
-            self._live.update(Text(text))
+            # no_wrap: a line too long for the terminal is cut, never wrapped into a smear.
+            self._live.update(Text(text, no_wrap=True, overflow="ellipsis"))
         elif milestone and self.enabled:
             print(text, flush=True)
 
@@ -268,6 +276,8 @@ class Learner:
                                    min_positions=self.settings.min_window_positions, seed=self.settings.seed)
         self.step = 0
         self.saved_step: int | None = None
+        self.resumed_from: Path | None = None  # the checkpoint resume() loaded
+        self.resume_notes: list[str] = []  # what resume() said (callers without progress output print it)
         self._start_step = 0  # TensorBoard hides events a killed learner wrote from here on
         self._progress = _Progress(progress)
         self._running = _Running()
@@ -292,26 +302,64 @@ class Learner:
 
     # --- checkpoints ------------------------------------------------------------------------------
 
-    def resume(self) -> int:
-        """Loads the run's newest checkpoint, if any, and reads the window from disk; returns the step.
+    def resume(self, from_step: int | None = None) -> int:
+        """Loads the run's newest checkpoint (or ``from_step``'s), if any, and reads the window; returns the step.
+
+        With ``from_step``, the checkpoints newer than it are moved aside (see
+        checkpoint.rewind_checkpoints; nothing is deleted) once it has loaded,
+        and LATEST names it again, so that actors, evaluation and later
+        restarts follow the resumed line of training.
 
         Raises:
-            UserError: the checkpoint is corrupt, of another architecture, or
-                its optimiser state does not fit (the message says what to do).
+            UserError: the checkpoint is missing, corrupt, of another
+                architecture, or its optimiser state does not fit (the message
+                says what to do).
         """
-        path = latest_checkpoint(self.run)
+        path = self._checkpoint_to_resume(from_step)
         if path is not None:
             try:
                 payload = load_checkpoint(path, "cpu", expected=self.config.network)
                 self.step = restore_checkpoint(payload, self.model, self.optimizer)
                 self.window.restore(payload.get("replay") or {})
             except (UserError, ValueError) as error:
-                raise UserError(f"cannot resume the learner: {error}. Delete {path} (a restart then resumes "
-                                f"from the checkpoint before it) or use a new run directory") from None
+                raise UserError(f"cannot resume the learner: {error}. {self._earlier_checkpoints_hint(path)}") from None
             self.saved_step = self._start_step = self.step
-            self._progress.message(f"resumed from {path} (step {self.step:,})")
+            self.resumed_from = path
+            self.resume_notes.append(f"resumed from {path} (step {self.step:,})")
+            if from_step is not None:
+                moved = rewind_checkpoints(self.run, from_step)
+                if moved:
+                    steps = ", ".join(f"{step_of(p):,}" for p in moved)
+                    which = f"checkpoint (step {steps})" if len(moved) == 1 else f"checkpoints (steps {steps})"
+                    self.resume_notes.append(f"moved the newer {which} to {moved[0].parent}, untouched; "
+                                             f"LATEST names step {from_step:,} again")
+            for note in self.resume_notes:
+                self._progress.message(note)
         self.window.refresh(force=True)
         return self.step
+
+    def _checkpoint_to_resume(self, from_step: int | None) -> Path | None:
+        """Gets the file to resume from: LATEST's, or step ``from_step``'s (None: a fresh run).
+
+        Raises:
+            UserError: the run has no checkpoint at ``from_step``.
+        """
+        if from_step is None:
+            return latest_checkpoint(self.run)
+        path = self.run.checkpoints / checkpoint_name(from_step)
+        if not path.is_file():
+            have = ", ".join(f"{step}" for step in checkpoint_steps(self.run)) or "none"
+            raise UserError(f"run {self.run.root} has no checkpoint at step {from_step} (its checkpoints: {have})")
+        return path
+
+    def _earlier_checkpoints_hint(self, path: Path) -> str:
+        """Says how to go on without the unusable checkpoint ``path``."""
+        unusable = step_of(path)
+        earlier = [step for step in checkpoint_steps(self.run) if unusable is None or step < unusable]
+        if not earlier:
+            return "Use a new run directory"
+        return (f"Resume from an earlier checkpoint with --from-checkpoint STEP (this run has steps "
+                f"{', '.join(str(step) for step in earlier[-5:])}), or use a new run directory")
 
     def save(self) -> Path:
         """Writes a checkpoint of the current step, thins old ones, logs the probes, calls on_checkpoint.
@@ -443,27 +491,29 @@ class Learner:
         now = time.monotonic()
         if milestone or now - self._last_status >= PROGRESS_SECONDS:
             self._last_status = now
-            self._progress.status(self._status_line(self._running), milestone=milestone)
+            self._progress.status(self._status_line(self._running, self._progress.width), milestone=milestone)
         if milestone:
             self._log()
         if self.step % self.settings.checkpoint_every == 0:
             self.save()
 
-    def status(self) -> str:
-        """The learner's progress line as it stands (step, losses, samples/s, window, reuse)."""
-        return self._status_line(self._running)
+    def status(self, width: int | None = None) -> str:
+        """The learner's progress line as it stands (step, losses, samples/s, window, reuse), fitted to ``width``."""
+        return self._status_line(self._running, width)
 
-    def _status_line(self, running: _Running) -> str:
+    def _status_line(self, running: _Running, width: int | None = None) -> str:
         means = running.means()
         window = self.window
         cap = f"/{window.max_sample_reuse:g}" if window.max_sample_reuse > 0 else ""
         total = f"/{self.settings.training_steps:,}" if self.settings.training_steps else ""
         losses = (f"loss {means['total']:.3f} (policy {means['policy']:.3f}, value {means['value']:.3f})"
                   if means else "loss -")
-        waited = f" | waited {running.waited:,.0f} s" if running.waited >= 0.5 else ""
-        return (f"step {self.step:,}{total} | {losses} | {running.samples_per_s:,.0f} samples/s | "
-                f"window {len(window):,} | reuse {window.average_reuse:.2f}{cap} | "
-                f"lr {self.settings.learning_rate(max(self.step - 1, 0)):.3g}{waited}")
+        parts = [f"step {self.step:,}{total}", losses, f"{running.samples_per_s:,.0f} samples/s",
+                 f"window {len(window):,}", f"reuse {window.average_reuse:.2f}{cap}",
+                 f"lr {self.settings.learning_rate(max(self.step - 1, 0)):.3g}"]
+        if running.waited >= 0.5:
+            parts.append(f"waited {running.waited:,.0f} s")
+        return fit_line(parts, width)
 
     def _next_batch(self, stop: threading.Event) -> tuple[Batch | None, float]:
         """Gets the next batch and the seconds waited for it, saying why while it waits; None once ``stop`` is set."""
@@ -536,12 +586,13 @@ def _stop_on_interrupt(stop: threading.Event, interrupted: threading.Event, prog
 def run_learner(run: RunDir, config: Config, *, steps: int | None = None, device: str | None = None,
                 stop: threading.Event | None = None, on_checkpoint: OnCheckpoint | None = None,
                 progress: bool = True, clip_grad_norm: float | None = None, poll_seconds: float = 2.0,
-                threads: int | None = None) -> int:
+                threads: int | None = None, from_step: int | None = None) -> int:
     """Resumes or starts the run's learner and trains it; returns the final step.
 
     Trains ``steps`` more steps (None: until ``learner.training_steps``, or for
-    ever when that is 0) or until ``stop`` is set; the other arguments are
-    Learner's.
+    ever when that is 0) or until ``stop`` is set; resumes from checkpoint
+    ``from_step`` instead of the newest (Learner.resume); the other arguments
+    are Learner's.
 
     Raises:
         UserError: an unusable device, a corrupt checkpoint, a full disk, a
@@ -550,5 +601,5 @@ def run_learner(run: RunDir, config: Config, *, steps: int | None = None, device
     """
     with Learner(run, config, device=device, on_checkpoint=on_checkpoint, progress=progress,
                  clip_grad_norm=clip_grad_norm, poll_seconds=poll_seconds, threads=threads) as learner:
-        learner.resume()
+        learner.resume(from_step)
         return learner.train(steps, stop=stop)

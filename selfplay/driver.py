@@ -19,6 +19,7 @@ from typing import Any
 
 from alphazero.checkpoint import latest_checkpoint, load_checkpoint
 from alphazero.config import Config, to_toml
+from alphazero.console import compact_number, fit_line
 from alphazero.errors import UserError
 from alphazero.rundir import RunDir, remove_stale_temporaries
 from selfplay.inference import InferenceServer
@@ -48,6 +49,7 @@ def connect_ray(address: str | None, num_cpus: int, num_gpus: float | None = Non
         _check_reachable(address)
     if ray.is_initialized():
         return False
+    _quiet_ray_auth_banner()
     if address:
         try:
             ray.init(address=address, namespace=NAMESPACE, logging_level=logging.WARNING)
@@ -57,6 +59,31 @@ def connect_ray(address: str | None, num_cpus: int, num_gpus: float | None = Non
     ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, namespace=NAMESPACE,
              logging_level=logging.WARNING)
     return True
+
+
+_RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+_RAY_AUTH_BANNER = "Token authentication is enabled for this Ray cluster"
+
+
+class _DropRayAuthBanner(logging.Filter):
+    """Drops Ray's note that it turned token authentication on (every other record passes)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(_RAY_AUTH_BANNER)
+
+
+def _quiet_ray_auth_banner() -> None:
+    """Keeps Ray's token-authentication banner off the terminal, and the authentication on.
+
+    Ray (2.5x and later) turns token authentication on for a cluster that
+    ray.init starts (and for a local one found by 'auto' when a token exists),
+    then logs a warning saying so on every start. Only that one record is
+    dropped; the security stays as Ray sets it, and its warning that
+    authentication is OFF still shows.
+    """
+    logger = logging.getLogger(_RAY_AUTH_LOGGER)
+    if not any(isinstance(f, _DropRayAuthBanner) for f in logger.filters):
+        logger.addFilter(_DropRayAuthBanner())
 
 
 def _check_reachable(address: str) -> None:
@@ -81,7 +108,7 @@ def check_checkpoint(run: RunDir, config: Config) -> int | None:
     path = latest_checkpoint(run)
     if path is None:
         return None
-    payload = load_checkpoint(path, "cpu", expected=config.network, mmap=True)
+    payload = load_checkpoint(path, "cpu", expected=config.network, mmap=True, check_optimizer=False)
     return int(payload["step"])
 
 
@@ -152,13 +179,18 @@ class Totals:
             values["selfplay/game_length"] = sum(self.plies) / len(self.plies)
         return values
 
-    def line(self, actors_alive: int, actors: int) -> str:
-        """The live progress line."""
-        weights = "fresh weights" if self.weights_step < 0 else f"weights step {self.weights_step}"
-        return (f"self-play: {self.games} games, {self.moves:,} positions ({self.moves / self.elapsed:.1f}/s), "
-                f"{self.evaluations / self.elapsed:,.0f} evals/s, batch {self.evaluations / max(self.batches, 1):.1f}, "
-                f"W/D/B {self.results['white']}/{self.results['draw']}/{self.results['black']}, "
-                f"{actors_alive}/{actors} actors playing, {weights}")
+    def line(self, actors_alive: int, actors: int, width: int | None = None) -> str:
+        """The live progress line, fitted to ``width`` columns (the least telling parts go first)."""
+        weights = "fresh weights" if self.weights_step < 0 else f"weights step {self.weights_step:,}"
+        return fit_line([
+            f"self-play {self.games:,} games",
+            f"{compact_number(self.moves)} positions ({compact_number(self.moves / self.elapsed)}/s)",
+            weights,
+            f"W/D/B {self.results['white']}/{self.results['draw']}/{self.results['black']}",
+            f"{actors_alive}/{actors} actors",
+            f"{compact_number(self.evaluations / self.elapsed)} evals/s",
+            f"batch {self.evaluations / max(self.batches, 1):.1f}",
+        ], width)
 
 
 class _Reporter:
@@ -180,10 +212,14 @@ class _Reporter:
             self.live.start()
 
     def update(self, totals: Totals, alive: int, actors: int, force: bool = False,
-               suffix: Callable[[], str] | None = None) -> None:
+               suffix: Callable[[int | None], str] | None = None) -> None:
         if self.live is not None:
-            line = totals.line(alive, actors)
-            self.live.update(line if suffix is None else f"{line}\n{suffix()}")
+            from rich.text import Text
+
+            width = self.live.console.width
+            lines = [totals.line(alive, actors, width)] + ([suffix(width)] if suffix is not None else [])
+            # no_wrap: a line that still overflows (a very narrow terminal) is cut, never wrapped.
+            self.live.update(Text("\n".join(lines), no_wrap=True, overflow="ellipsis"))
         now = time.monotonic()
         if force or now - self.last >= self.every_s:
             self.last = now
@@ -202,12 +238,12 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
                  minutes: float | None = None, games: int | None = None, progress: bool = True,
                  stop: threading.Event | None = None, chunk_seconds: float = 2.0,
                  on_update: Callable[[Totals], None] | None = None,
-                 status_suffix: Callable[[], str] | None = None) -> Totals:
+                 status_suffix: Callable[[int | None], str] | None = None) -> Totals:
     """Plays self-play games on Ray until `minutes` pass, `games` finish, `stop` is set or Ctrl-C.
 
     Finished games are kept: at the end every actor writes the games it holds.
-    `status_suffix` adds a second line to the live progress (alphazero train
-    shows the learner's there).
+    `status_suffix(width)` adds a second line, of at most `width` columns, to
+    the live progress (alphazero train shows the learner's there).
 
     Raises:
         UserError: an unreachable Ray address, a corrupt checkpoint, an actor

@@ -43,7 +43,7 @@ class WeightPublisher:
         handles = self.actors()
         if not handles:
             return 0
-        weights = ray.put(load_checkpoint(path, "cpu")["model"])
+        weights = ray.put(load_checkpoint(path, "cpu", mmap=True, check_optimizer=False)["model"])
         taken = 0
         for ref in [handle.set_weights.remote(step, weights) for handle in handles]:
             try:

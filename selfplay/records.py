@@ -17,23 +17,13 @@ from typing import Any
 import chess
 import chess.pgn
 
+from alphazero.pgn import termination_tags
 from alphazero.rundir import RunDir, atomic_write_text
 from alphazero.shards import shard_from_records, shard_name, write_shard
 
-# Our termination names as PGN Termination tags.
-_PGN_TERMINATION = {
-    "checkmate": "normal",
-    "stalemate": "normal",
-    "insufficient_material": "normal",
-    "fifty_moves": "fifty-move rule",
-    "threefold_repetition": "threefold repetition",
-    "ply_limit": "adjudication: ply limit",
-    "resignation": "normal (resignation)",
-}
-
 
 def game_to_pgn(record: Mapping[str, Any], *, event: str = "alphazero self-play", round_number: int = 1) -> str:
-    """The game of a self-play record as PGN text (headers, moves, result)."""
+    """The game of a self-play record as PGN text (headers, moves, result; the end as alphazero.pgn says)."""
     game = chess.pgn.Game()
     board = chess.Board(record["start_fen"])
     if record["start_fen"] != chess.STARTING_FEN:
@@ -47,10 +37,9 @@ def game_to_pgn(record: Mapping[str, Any], *, event: str = "alphazero self-play"
         "White": f"alphazero step {step}",
         "Black": f"alphazero step {step}",
         "Result": record["result"],
-        "Termination": _PGN_TERMINATION.get(record["termination"], record["termination"]),
+        **termination_tags(record["termination"]),
         "PlyCount": str(record["plies"]),
     })
-    game.headers["Reason"] = record["termination"]
     game.headers["WeightsStep"] = str(step)
     node: chess.pgn.GameNode = game
     for uci in record["moves"]:

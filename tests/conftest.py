@@ -15,3 +15,19 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def games_started(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the games the match runner (eval.match) starts, for tests of what happens before the first."""
+    import eval.match as match_module
+
+    started: list[int] = []
+    original = match_module._start_game
+
+    def counting(*args: object, **kwargs: object) -> object:
+        started.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(match_module, "_start_game", counting)
+    return started

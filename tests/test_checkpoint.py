@@ -1,4 +1,4 @@
-"""Learner checkpoints: save, LATEST, thinning, loading, corrupt files."""
+"""Learner checkpoints and model files: save, LATEST, thinning, loading, checksums, corrupt files, rewinding."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from alphazero.checkpoint import (
-    LATEST_NAME, checkpoint_name, latest_checkpoint, load_checkpoint, load_latest_weights, restore_checkpoint,
-    save_checkpoint, step_of, thin_checkpoints,
+    LATEST_NAME, checkpoint_name, checkpoint_steps, latest_checkpoint, load_checkpoint, load_latest_weights,
+    load_model, restore_checkpoint, rewind_checkpoints, save_checkpoint, save_model, step_of, thin_checkpoints,
 )
 from alphazero.config import Config, NetworkConfig, apply_overrides, config_hash, from_toml, get_preset
 from alphazero.errors import UserError
-from alphazero.network import AlphaZeroNet, load_model
+from alphazero.network import AlphaZeroNet
 from alphazero.planes import COMPACT_PLANES, NUM_SCALARS
 from alphazero.rundir import RunDir
 
@@ -158,8 +158,97 @@ def test_checkpoint_of_another_architecture_raises(run: tuple[RunDir, Config]) -
 
 
 def test_a_model_file_is_not_a_learner_checkpoint(tmp_path: Path) -> None:
-    from alphazero.network import save_model
-
     save_model(tmp_path / "net.pt", AlphaZeroNet(NetworkConfig(blocks=1, filters=8, policy_filters=8)))
     with pytest.raises(UserError, match="not a learner checkpoint"):
         load_checkpoint(tmp_path / "net.pt")
+
+
+# --- checksums -------------------------------------------------------------------------------
+
+def overwrite_inside(path: Path, tensor: torch.Tensor, size: int = 4096) -> None:
+    """Overwrites ``size`` bytes in the middle of ``tensor``'s data in a torch file, as a bad disk block would."""
+    import zipfile
+
+    data = tensor.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+    assert len(data) > size
+    with zipfile.ZipFile(path) as archive:
+        entries = [info for info in archive.infolist() if archive.read(info) == data]
+    assert len(entries) == 1, "the tensor is stored once, uncompressed"
+    raw = bytearray(path.read_bytes())
+    header = entries[0].header_offset
+    name_length, extra_length = int.from_bytes(raw[header + 26:header + 28], "little"), \
+        int.from_bytes(raw[header + 28:header + 30], "little")
+    start = header + 30 + name_length + extra_length + (len(data) - size) // 2
+    assert raw[start:start + size] == data[(len(data) - size) // 2:][:size]
+    raw[start:start + size] = np.random.default_rng(0).integers(0, 256, size, dtype=np.uint8).tobytes()
+    path.write_bytes(bytes(raw))
+
+
+def test_a_damaged_tensor_is_found_and_the_file_named(run: tuple[RunDir, Config]) -> None:
+    rundir, config = run
+    model = AlphaZeroNet(config.network)
+    path = save_checkpoint(rundir, model, None, 30, config)
+    overwrite_inside(path, model.stem[0].weight.detach())  # 8 x 119 x 3 x 3 float32: 34 KB
+    with pytest.raises(UserError, match=rf"{path} is corrupt: the checksum of its weights does not match"):
+        load_checkpoint(path)
+    with pytest.raises(UserError, match=rf"{path} is corrupt: the checksum of its weights"):
+        load_latest_weights(rundir, AlphaZeroNet(config.network))  # what self-play actors call
+    with pytest.raises(UserError, match=rf"{path} is corrupt: the checksum of its weights"):
+        load_model(path)  # what eval, match and uci call
+
+
+def test_damaged_optimizer_state_is_found_by_a_full_load(run: tuple[RunDir, Config]) -> None:
+    rundir, config = run
+    model = AlphaZeroNet(config.network)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    train_step(model, optimizer)
+    path = save_checkpoint(rundir, model, optimizer, 31, config)
+    overwrite_inside(path, optimizer.state[model.stem[0].weight]["momentum_buffer"])
+    with pytest.raises(UserError, match=rf"{path} is corrupt: the checksum of its optimizer state"):
+        load_checkpoint(path)
+    # A weights-only load never reads the optimizer state, so the weights still serve.
+    assert load_latest_weights(rundir, AlphaZeroNet(config.network)) == 31
+
+
+def test_a_model_file_is_checked_too(tmp_path: Path) -> None:
+    model = AlphaZeroNet(NetworkConfig(blocks=1, filters=8, policy_filters=8))
+    save_model(tmp_path / "net.pt", model)
+    overwrite_inside(tmp_path / "net.pt", model.stem[0].weight.detach())
+    with pytest.raises(UserError, match="net.pt is corrupt: the checksum of its weights"):
+        load_model(tmp_path / "net.pt")
+
+
+def test_a_checkpoint_without_checksums_still_loads(run: tuple[RunDir, Config]) -> None:
+    rundir, config = run
+    model = AlphaZeroNet(config.network)
+    path = save_checkpoint(rundir, model, torch.optim.SGD(model.parameters(), lr=0.1), 40, config)
+    payload = torch.load(path, weights_only=True)
+    del payload["checksums"]  # as written before checksums existed
+    torch.save(payload, path)
+    assert load_checkpoint(path)["step"] == 40
+    assert load_latest_weights(rundir, AlphaZeroNet(config.network)) == 40
+
+
+def test_changed_metadata_is_found(run: tuple[RunDir, Config]) -> None:
+    rundir, config = run
+    path = save_checkpoint(rundir, AlphaZeroNet(config.network), None, 50, config)
+    payload = torch.load(path, weights_only=True)
+    payload["step"] = 60
+    torch.save(payload, path)
+    with pytest.raises(UserError, match="is corrupt: the checksum of its metadata"):
+        load_checkpoint(path)
+
+
+def test_rewinding_moves_newer_checkpoints_aside_and_points_latest_back(run: tuple[RunDir, Config]) -> None:
+    rundir, config = run
+    model = AlphaZeroNet(config.network)
+    for step in (100, 200, 300):
+        save_checkpoint(rundir, model, None, step, config)
+    moved = rewind_checkpoints(rundir, 100)
+    assert [step_of(p) for p in moved] == [200, 300] and all(p.is_file() for p in moved)
+    assert moved[0].parent.parent == rundir.checkpoints
+    assert checkpoint_steps(rundir) == [100] and latest_checkpoint(rundir) == rundir.checkpoints / checkpoint_name(100)
+    assert (rundir.checkpoints / LATEST_NAME).read_text().strip() == checkpoint_name(100)
+    assert rewind_checkpoints(rundir, 100) == []
+    with pytest.raises(UserError, match="no checkpoint at step 7"):
+        rewind_checkpoints(rundir, 7)

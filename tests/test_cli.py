@@ -70,3 +70,11 @@ def test_perft_with_a_unicode_digit_in_a_counter_is_one_line_and_exit_2(capsys):
     assert cli.main(["perft", "4k3/8/8/8/8/8/8/4K3 w - - ² 1", "1"]) == 2
     err = capsys.readouterr().err
     assert "half-move clock must be a whole number from 0 to 2147483647" in err and "Traceback" not in err
+
+
+def test_an_unquoted_fen_to_perft_gets_a_hint_to_quote_it(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["perft", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR", "w", "KQkq", "-", "0", "1", "3"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid int value: 'w'; a FEN has spaces, so put it in quotes" in err and "Traceback" not in err

@@ -19,7 +19,7 @@ from alphazero.rundir import RunDir
 from eval.cli import add_eval_arguments, run_eval
 from eval.elo import Rating
 from eval.evaluate import EvalSettings, evaluate_checkpoint, load_ratings, ratings_path
-from tests.test_match import stockfish_or_skip
+from tests.test_match import fail_writes_under, stockfish_or_skip
 
 
 TINY: Config = get_preset("tiny")
@@ -155,3 +155,43 @@ def test_periodic_evaluation_rates_every_kth_checkpoint_one_at_a_time(tmp_path, 
     off(1000, Path("x"))
     off.close()
     assert calls == [100, 250, 300]
+
+
+NO_STOCKFISH = EvalSettings(games_per_pair=2, simulations=4, stockfish_elos=(), ply_limit=20)
+
+
+def test_unwritable_outputs_are_refused_before_the_first_game(run: RunDir, games_started: list[int]) -> None:
+    import shutil
+
+    shutil.rmtree(run.games)
+    run.games.write_text("a file where the games folder should be")  # unwritable even for root
+    with pytest.raises(UserError, match=f"cannot write the games in {run.games}"):
+        evaluate_checkpoint(run, TINY, settings=NO_STOCKFISH, device="cpu", progress=False)
+    assert games_started == []
+
+
+def test_ratings_and_games_that_cannot_be_written_after_playing_go_to_temporary_folders(
+        run: RunDir, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import re
+    import shutil
+
+    import eval.evaluate as evaluate_module
+    import eval.match as match_module
+
+    fail_writes_under(monkeypatch, match_module, run.root)
+    fail_writes_under(monkeypatch, evaluate_module, run.root)
+    ratings = evaluate_checkpoint(run, TINY, settings=NO_STOCKFISH, device="cpu", progress=False,
+                                  console=Console(file=io.StringIO()))
+    err = capsys.readouterr().err
+    (ratings_file,) = re.findall(r"the ratings go to (\S+) instead", err)
+    games_folders = re.findall(r"this match's games go to (\S+) instead", err)
+    try:
+        assert load_ratings(ratings_file) == dict(ratings)
+        matches = json.loads(Path(ratings_file).read_text())["matches"]
+        assert len(matches) == len(games_folders) == 6  # 3 pairs of network agents, 3 against random
+        assert all(Path(match["pgn"]).parent.as_posix() in games_folders for match in matches)
+        assert sum(len(Path(match["jsonl"]).read_text().splitlines()) for match in matches) == 12
+    finally:
+        for folder in {*games_folders, str(Path(ratings_file).parent)}:
+            shutil.rmtree(folder)
+    assert not ratings_path(run, 0).exists()

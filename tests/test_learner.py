@@ -8,18 +8,25 @@ import dataclasses
 import errno
 import logging
 import os
+import signal
+import socket
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from alphazero.checkpoint import LATEST_NAME, checkpoint_name, load_checkpoint, step_of
+from alphazero.checkpoint import (
+    LATEST_NAME, checkpoint_name, checkpoint_steps, latest_checkpoint, load_checkpoint, load_model, step_of,
+)
 from alphazero.config import Config, apply_overrides, get_preset
 from alphazero.errors import UserError
 from alphazero.network import AlphaZeroNet, NetOutput
-from alphazero.rundir import RunDir
+from alphazero.rundir import LEARNER_LOCK_NAME, RunDir
 from learner import cli
 from learner.loop import PROBES, Learner, probe_report, run_learner
 from learner.replay import Batch, ReplayWindow
@@ -322,7 +329,8 @@ def test_a_corrupt_checkpoint_is_a_user_error(run: tuple[RunDir, Config]) -> Non
     rundir, config = run
     run_learner(rundir, config, steps=1, progress=False)
     (rundir.checkpoints / checkpoint_name(1)).write_bytes(b"\x00" * 100)
-    with pytest.raises(UserError, match="cannot resume the learner: .*step_000000001.pt is corrupt"):
+    with pytest.raises(UserError, match="cannot resume the learner: .*step_000000001.pt is corrupt.*"
+                                        "--from-checkpoint STEP \\(this run has steps 0\\)"):
         run_learner(rundir, config, steps=1, progress=False)
 
 
@@ -372,3 +380,81 @@ def test_the_learner_bench_prints_training_beside_inference(capsys: pytest.Captu
     out = capsys.readouterr().out
     assert "tiny on cpu" in out and "training samples/s at batch 8 = " in out
     assert out.count("x inference") == 1 and "x training" in out
+
+
+@pytest.mark.slow
+def test_a_damaged_latest_is_named_and_from_checkpoint_resumes_before_it(run: tuple[RunDir, Config],
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from alphazero import cli as alphazero_cli
+    from tests.test_checkpoint import overwrite_inside
+
+    rundir, config = run
+    run_learner(rundir, config, steps=12, progress=False)  # checkpoints 0, 5, 10 and 12
+    latest = rundir.checkpoints / checkpoint_name(12)
+    overwrite_inside(latest, load_model(latest)[0].stem[0].weight.detach())
+    learn = ["learn", "--run", str(rundir.root), "--quiet"]
+    assert alphazero_cli.main([*learn, "--steps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"{latest} is corrupt" in err and "--from-checkpoint STEP (this run has steps 0, 5, 10)" in err
+    assert "Traceback" not in err and err.count("\n") == 1
+    assert alphazero_cli.main([*learn, "--steps", "1", "--from-checkpoint", "7"]) == 2
+    assert "no checkpoint at step 7 (its checkpoints: 0, 5, 10, 12)" in capsys.readouterr().err
+
+    assert alphazero_cli.main([*learn, "--steps", "3", "--from-checkpoint", "5"]) == 0
+    assert checkpoint_steps(rundir) == [0, 5, 8]  # 5, then three steps: the damaged line is gone from view
+    assert latest_checkpoint(rundir) == rundir.checkpoints / checkpoint_name(8)
+    (aside,) = [p for p in rundir.checkpoints.iterdir() if p.is_dir()]
+    assert sorted(p.name for p in aside.iterdir()) == [checkpoint_name(10), checkpoint_name(12)]  # kept, not deleted
+    assert load_checkpoint(rundir.checkpoints / checkpoint_name(8))["replay"]["samples_drawn"] == 8 * 32
+
+
+def start_waiting_learner(rundir: RunDir) -> subprocess.Popen[bytes]:
+    """Starts `alphazero learn` on the run in a subprocess that waits for positions it will never get;
+    returns once it is running (its step 0 checkpoint is written, so it holds the learner lock)."""
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))}
+    holder = subprocess.Popen([sys.executable, "-m", "alphazero.cli", "learn", "--run", str(rundir.root), "--quiet",
+                               "--set", "learner.min_window_positions=1000"],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300  # a bound against a hang, not a timing assertion
+    while not (rundir.checkpoints / checkpoint_name(0)).is_file():
+        if holder.poll() is not None:
+            assert holder.stderr is not None
+            raise AssertionError(f"the learner exited early: {holder.stderr.read().decode()}")
+        assert time.monotonic() < deadline, "the learner did not start"
+        time.sleep(0.1)
+    return holder
+
+
+@pytest.mark.slow
+def test_one_learner_per_run_and_no_stale_lock_after_a_kill(run: tuple[RunDir, Config],
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from alphazero import cli as alphazero_cli
+
+    rundir, _ = run
+    holder = start_waiting_learner(rundir)
+    try:
+        assert alphazero_cli.main(["learn", "--run", str(rundir.root), "--steps", "1", "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert f"already has a learner: process {holder.pid} on host {socket.gethostname()} (alphazero learn)" in err
+        assert err.count("\n") == 1
+        assert alphazero_cli.main(["train", "--run", str(rundir.root), "--minutes", "1", "--quiet"]) == 2
+        assert f"process {holder.pid}" in capsys.readouterr().err  # refused before Ray starts
+        assert checkpoint_steps(rundir) == [0]  # neither wrote anything
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert str(holder.pid) in (rundir.root / LEARNER_LOCK_NAME).read_text()  # the file stays; the lock went
+    assert cli.run(parse("--run", str(rundir.root), "--steps", "1", "--quiet")) == 1
+    assert str(os.getpid()) in (rundir.root / LEARNER_LOCK_NAME).read_text()
+
+
+def test_the_live_line_fits_an_80_column_terminal(run: tuple[RunDir, Config]) -> None:
+    rundir, config = run
+    with Learner(rundir, config) as learner:
+        learner.resume()
+        learner.train(3)
+        full = learner.status()
+        line = learner.status(80)
+    assert len(full) > 80 and "lr 0.1" in full
+    assert len(line) <= 80 and line.startswith("step 3/") and "loss " in line

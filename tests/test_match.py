@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import random
@@ -81,10 +82,11 @@ def _check_replay(game: chess.pgn.Game, record: GameRecord) -> None:
     board = game.end().board()
     assert [m.uci() for m in board.move_stack] == record.moves
     assert game.headers["Result"] == record.result
-    assert game.headers["Termination"] == record.termination
+    assert game.headers["TerminationDetail"] == record.termination  # the one custom tag, as in self-play
+    assert game.headers["Termination"] == ("adjudication" if record.termination == "ply_limit" else "normal")
     assert game.headers["PlyCount"] == str(record.plies)
     outcome = board.outcome(claim_draw=True)
-    if record.termination == "ply limit":
+    if record.termination == "ply_limit":
         assert outcome is None and record.result == "1/2-1/2"
     elif record.termination == "resignation":
         assert outcome is None and record.result != "1/2-1/2"
@@ -124,7 +126,7 @@ def test_odd_games_round_up_and_ply_limit(tmp_path: Path) -> None:
     result = play_match(RandomAgent(3), RandomAgent(4), openings=openings, games=3, ply_limit=16, seed=5, progress=False)
     assert len(result.games) == 4
     assert [g.opening for g in result.games] == [openings[5].name] * 2 + [openings[6].name] * 2
-    assert all(g.termination == "ply limit" and g.plies == 16 and g.result == "1/2-1/2" for g in result.games)
+    assert all(g.termination == "ply_limit" and g.plies == 16 and g.result == "1/2-1/2" for g in result.games)
     assert result.pgn_path is None and result.jsonl_path is None
 
 
@@ -317,3 +319,128 @@ def test_stockfish_specs_and_limits(stockfish_path: str) -> None:
         assert choices[2].value is not None and choices[2].value > 0.9  # a rook up
     with pytest.raises(UserError, match="at least 1"):
         parse_player("stockfish:depth=0", stockfish_path=stockfish_path)
+
+
+# --- `alphazero match`: where the games go -------------------------------------------------------
+
+
+def match_cli(run: Path, *extra: str) -> int:
+    from alphazero import cli
+
+    return cli.main(["match", "random", "vs", "random:seed=2", "--run", str(run), "--ply-limit", "20",
+                     "--no-progress", *extra])
+
+
+def test_a_run_that_is_a_file_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from alphazero import cli
+
+    blocker = tmp_path / "afile"
+    blocker.write_text("not a run")
+    assert match_cli(blocker, "--games", "2") == 2
+    assert cli.main(["eval", "--run", str(blocker), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count(f"{blocker} is a file, not a run directory") == 2 and "Traceback" not in err
+
+
+def test_unwritable_outputs_are_refused_before_the_first_game(tmp_path: Path, games_started: list[int],
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "eval").write_text("a file where the records folder should be")  # unwritable even for root
+    assert match_cli(run, "--games", "2") == 2
+    err = capsys.readouterr().err
+    assert f"cannot write the match's records in {run / 'eval'}" in err and "Traceback" not in err
+    assert games_started == []
+
+
+def skip_if_read_only_modes_do_not_stop_writes(folder: Path) -> None:
+    """Skips the test where a mode of 0o555 does not stop this process writing (root, CAP_DAC_OVERRIDE)."""
+    probe = folder / "probe"
+    probe.mkdir()
+    probe.chmod(0o555)
+    try:
+        (probe / "file").touch()
+    except PermissionError:
+        return
+    finally:
+        probe.chmod(0o755)
+    pytest.skip("this process writes through read-only modes (root); the test after it covers the path")
+
+
+def test_a_read_only_run_is_refused_before_the_first_game(tmp_path: Path, games_started: list[int],
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    skip_if_read_only_modes_do_not_stop_writes(tmp_path)
+    run = tmp_path / "run"
+    for folder in ("eval", "games"):
+        (run / folder).mkdir(parents=True)
+        (run / folder).chmod(0o555)
+    try:
+        assert match_cli(run, "--games", "2") == 2
+    finally:
+        for folder in ("eval", "games"):
+            (run / folder).chmod(0o755)
+    assert "cannot write the match's records" in capsys.readouterr().err
+    assert games_started == []
+
+
+def fail_writes_under(monkeypatch: pytest.MonkeyPatch, module: object, folder: Path) -> None:
+    """Makes ``module``'s atomic_write_text fail for files under ``folder``, as a disk gone read-only would."""
+    import errno
+
+    from alphazero.rundir import atomic_write_text
+
+    def write(path, text):
+        if Path(path).resolve().is_relative_to(folder.resolve()):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        atomic_write_text(path, text)
+
+    monkeypatch.setattr(module, "atomic_write_text", write)
+
+
+def test_games_that_cannot_be_written_after_playing_go_to_a_temporary_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    import eval.match as match_module
+
+    run = tmp_path / "run"
+    fail_writes_under(monkeypatch, match_module, run)
+    assert match_cli(run, "--games", "4", "--match-id", "m") == 0
+    out, err = capsys.readouterr()
+    (fallback,) = re.findall(r"this match's games go to (\S+) instead", err)
+    try:
+        assert f"games: {fallback}/m.pgn" in out and f"records: {fallback}/m.jsonl" in out
+        assert len(_read_pgn(Path(fallback) / "m.pgn")) == 4
+        assert len((Path(fallback) / "m.jsonl").read_text().splitlines()) == 4
+    finally:
+        shutil.rmtree(fallback)
+    assert not list((run / "games").iterdir())
+
+
+def test_games_that_cannot_be_written_anywhere_are_printed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import eval.match as match_module
+
+    fail_writes_under(monkeypatch, match_module, Path("/"))
+    monkeypatch.setattr(match_module.tempfile, "mkdtemp", lambda prefix: str(tmp_path / "nowhere"))
+    assert match_cli(tmp_path / "run", "--games", "2") == 0
+    out, err = capsys.readouterr()
+    assert "the games are kept in memory only" in err
+    assert "games (written nowhere else)" in out and "games:" not in out
+    printed = io.StringIO(out.split("games (written nowhere else):")[1])
+    games = []
+    while (game := chess.pgn.read_game(printed)) is not None:
+        assert not game.errors and game.headers["Result"] in ("1-0", "0-1", "1/2-1/2")
+        games.append(game)
+    assert len(games) == 2
+
+
+def test_no_games_is_refused_and_an_odd_number_is_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert match_cli(tmp_path / "run", "--games", "0") == 2
+    out, err = capsys.readouterr()
+    assert "--games must be at least 1, got 0" in err and "games:" not in out
+    assert not (tmp_path / "run" / "eval").exists()
+    assert match_cli(tmp_path / "run", "--games", "1") == 0
+    out = capsys.readouterr().out
+    assert "playing 2 games, not 1: each opening is played twice, colours swapped" in out
+    assert len(_read_pgn(next((tmp_path / "run" / "games").glob("*.pgn")))) == 2

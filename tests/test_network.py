@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 import torch
 
+from alphazero.checkpoint import load_model, save_model
 from alphazero.config import NetworkConfig, get_preset
 from alphazero.errors import UserError
-from alphazero.network import (
-    POLICY_SIZE, AlphaZeroNet, Evaluator, load_model, pick_device, save_model,
-)
+from alphazero.network import POLICY_SIZE, AlphaZeroNet, Evaluator, pick_device
 from alphazero.planes import COMPACT_PLANES, NUM_SCALARS, compact_to_torch
 
 SMALL_NET = NetworkConfig(blocks=1, filters=8, policy_filters=8, policy_kernel=3, value_filters=2, value_hidden=16)

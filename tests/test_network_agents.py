@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from alphazero.checkpoint import save_checkpoint
+from alphazero.checkpoint import save_checkpoint, save_model
 from alphazero.config import Config, get_preset
 from alphazero.errors import UserError
-from alphazero.network import AlphaZeroNet, Evaluator, save_model
+from alphazero.network import AlphaZeroNet, Evaluator
 from alphazero.rundir import RunDir
 from eval.agents import Agent, parse_player
 from eval.cli import DEFAULT_RUN_DIR as CLI_DEFAULT_RUN_DIR

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import chess
@@ -16,8 +20,10 @@ from alphazero.checkpoint import save_checkpoint
 from alphazero.config import get_preset
 from alphazero.moves import legal_move_indices
 from alphazero.network import AlphaZeroNet
+from alphazero.pgn import STANDARD_TERMINATIONS
 from alphazero.rundir import RunDir
 from alphazero.shards import list_shards, read_shard
+from selfplay.worker import PlayStats, SelfPlayWorker
 
 ray = pytest.importorskip("ray")
 
@@ -75,9 +81,32 @@ def test_selfplay_command_writes_shards_and_pgn(local_ray, tmp_path, capsys):
         assert game is not None and not game.errors
         board = game.end().board()
         assert game.headers["Result"] in ("1-0", "0-1", "1/2-1/2")
-        if game.headers["Reason"] not in ("ply_limit", "resignation"):
+        assert game.headers["TerminationDetail"] == game_record["termination"]
+        assert game.headers["Termination"] in STANDARD_TERMINATIONS
+        if game.headers["TerminationDetail"] not in ("ply_limit", "resignation"):
             assert board.outcome(claim_draw=True).result() == game.headers["Result"]
     assert list((run.tb / "selfplay").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("termination", "result", "standard"),
+    [("checkmate", "1-0", "normal"), ("fifty_moves", "1/2-1/2", "normal"),
+     ("threefold_repetition", "1/2-1/2", "normal"), ("resignation", "0-1", "normal"),
+     ("ply_limit", "1/2-1/2", "adjudication")],
+)
+def test_pgn_tags_say_how_a_game_ended_as_match_games_do(termination, result, standard):
+    from eval.match import GameRecord
+    from selfplay.records import game_to_pgn
+
+    record = {"start_fen": chess.STARTING_FEN, "moves": ["e2e4"], "result": result, "termination": termination,
+              "plies": 1, "weights_step": 3}
+    selfplay_game = chess.pgn.read_game(io.StringIO(game_to_pgn(record)))
+    match_game = GameRecord("m", 1, "start", 0, "a", "b", True, result, termination, ["e2e4"], [None], "2026-01-01",
+                            "2026-01-01").to_pgn()
+    for game in (selfplay_game, match_game):
+        assert game.headers["Termination"] == standard  # a value the PGN standard defines
+        assert game.headers["TerminationDetail"] == termination  # the one custom tag, in both
+        assert "Reason" not in game.headers
 
 
 def test_new_checkpoint_is_picked_up_mid_run(local_ray, tmp_path):
@@ -98,19 +127,47 @@ def test_new_checkpoint_is_picked_up_mid_run(local_ray, tmp_path):
     assert steps.index(77) > steps.index(-1)  # the newer weights came later
 
 
-def test_a_killed_actor_costs_no_partial_shard(local_ray, tmp_path):
-    from selfplay.driver import actor_name_prefix, run_selfplay
+MID_CALL_MARKER = "actor0-waits-mid-call"
+WOKE_MARKER = "actor0-woke-up"
 
+
+class StopsMidCall(SelfPlayWorker):
+    """A self-play worker whose first actor, once per run, stops inside a play() call to be killed there.
+
+    It finishes a game (a shard is written), then, with games still in flight,
+    claims the marker file beside the run directory and waits. The restarted
+    actor finds the marker taken and plays on, so the test's kill provably
+    lands mid-call, whatever the game lengths and timings.
+    """
+
+    def _collect(self, stats: PlayStats) -> None:
+        super()._collect(stats)
+        if not (self.name.startswith("actor0-") and stats.games and self.search.searching()):
+            return
+        try:
+            (self.run.root.parent / MID_CALL_MARKER).open("x").close()
+        except FileExistsError:
+            return  # the restarted actor: play on
+        time.sleep(300)  # the test kills this process as soon as it sees the marker
+        (self.run.root.parent / WOKE_MARKER).touch()  # never reached when the kill landed here
+
+
+def test_a_killed_actor_costs_no_partial_shard(local_ray, tmp_path, monkeypatch):
+    from selfplay import driver
+
+    monkeypatch.setattr(driver, "SelfPlayWorker", StopsMidCall)
     run, config = fast_run(tmp_path / "run")
     killed = []
 
     def kill_one(totals):
-        if totals.games >= 1 and not killed:
-            ray.kill(ray.get_actor(f"{actor_name_prefix(run)}0", namespace="alphazero"), no_restart=False)
+        if (tmp_path / MID_CALL_MARKER).exists() and not killed:
+            ray.kill(ray.get_actor(f"{driver.actor_name_prefix(run)}0", namespace="alphazero"), no_restart=False)
             killed.append(True)
 
-    totals = run_selfplay(run, config, actors=2, games=8, progress=False, chunk_seconds=0.5, on_update=kill_one)
-    assert killed and totals.lost_calls >= 1 and totals.games >= 8
+    totals = driver.run_selfplay(run, config, actors=2, games=8, progress=False, chunk_seconds=0.5,
+                                 on_update=kill_one)
+    assert killed and not (tmp_path / WOKE_MARKER).exists()  # the kill landed inside play()
+    assert totals.lost_calls >= 1 and totals.games >= 8
     for path in list_shards(run.selfplay):
         check_shard_invariants(path)  # every complete file is a whole shard
 
@@ -191,3 +248,32 @@ def test_worker_without_ray_measures_false_resignations(tmp_path):
     expected = sum(game["winner"] != opponent[game["would_resign_side"]] for game in games)
     assert stats.false_resignations == expected
     assert all(game["would_resign_ply"] in (0, 1) for game in games)
+
+
+def test_the_live_line_fits_an_80_column_terminal():
+    from selfplay.driver import Totals
+
+    a_day_ago = time.monotonic() - 86_400
+    totals = Totals(started=a_day_ago, games=123_456, moves=98_765_432, evaluations=10**10, batches=10**8,
+                    weights_step=1_234_000, results={"white": 40_000, "draw": 43_456, "black": 40_000})
+    full = totals.line(256, 256)
+    assert len(full) > 80 and "115.7k evals/s" in full and "batch 100.0" in full  # everything, given room
+    line = totals.line(256, 256, width=80)
+    assert len(line) <= 80
+    assert line.startswith("self-play 123,456 games | 98.8M positions (1,143/s) | weights step 1,234,000")
+
+
+@pytest.mark.slow
+def test_a_local_ray_starts_with_token_authentication_and_without_its_banner():
+    if not hasattr(ray._raylet, "get_authentication_mode"):
+        pytest.skip(f"ray {ray.__version__} has no token authentication")
+    code = ("from selfplay.driver import connect_ray; import ray; connect_ray(None, 1); "
+            "from ray._raylet import AuthenticationMode, get_authentication_mode; "
+            "print('token' if get_authentication_mode() == AuthenticationMode.TOKEN else 'no token'); ray.shutdown()")
+    repo = Path(__file__).resolve().parents[1]
+    env = {name: value for name, value in os.environ.items() if name != "RAY_AUTH_MODE"}  # Ray's own default
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] == "token"  # the security stays on
+    assert "Token authentication" not in done.stdout + done.stderr

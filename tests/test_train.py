@@ -28,7 +28,8 @@ def train(run_path, minutes: float) -> int:
 def test_train_writes_games_checkpoints_and_curves_then_resumes(tmp_path, capsys):
     run = RunDir(tmp_path / "run")
     assert train(run.root, 0.5) == 0
-    assert "learner at step" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "train: no checkpoint yet: the learner starts at step 0" in out and "learner at step" in out
     assert list_shards(run.selfplay) and list(run.games.glob("*.pgn"))
     first = latest_checkpoint(run)
     assert first is not None and step_of(first) > 0
@@ -42,5 +43,7 @@ def test_train_writes_games_checkpoints_and_curves_then_resumes(tmp_path, capsys
 
     shards_before = set(list_shards(run.selfplay))
     assert train(run.root, 0.3) == 0  # a rerun resumes: nothing is lost, the step goes on
+    # Said without a terminal too (capsys is none), as `alphazero learn` says it.
+    assert f"train: learner resumed from {first} (step {step_of(first):,})" in capsys.readouterr().out
     assert shards_before <= set(list_shards(run.selfplay))
     assert step_of(latest_checkpoint(run)) >= step_of(first)

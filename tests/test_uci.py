@@ -20,9 +20,10 @@ import chess.engine
 import pytest
 import torch
 
+from alphazero.checkpoint import save_model
 from alphazero.config import get_preset
 from alphazero.errors import UserError
-from alphazero.network import AlphaZeroNet, save_model
+from alphazero.network import AlphaZeroNet
 from eval.scores import centipawns_to_value
 from eval.uci import (
     MAX_TIME_FRACTION,

@@ -25,7 +25,8 @@ import pytest
 import torch
 
 from alphazero.config import get_preset
-from alphazero.network import AlphaZeroNet, save_model
+from alphazero.checkpoint import save_model
+from alphazero.network import AlphaZeroNet
 from eval.uci import UciEngine
 
 ROOT = Path(__file__).resolve().parent.parent
