@@ -75,7 +75,8 @@ def run(args: argparse.Namespace) -> None:
         thread.start()
         try:
             totals = run_selfplay(run_dir, config, actors=actors, gpus=args.gpus, minutes=args.minutes,
-                                  progress=not args.quiet, stop=stop, status_suffix=learner.status)
+                                  progress=not args.quiet, stop=stop,
+                                  status_suffix=lambda: f"{learner.status()}\n{evaluation.status()}")
         finally:
             stop.set()
             thread.join()
@@ -85,6 +86,10 @@ def run(args: argparse.Namespace) -> None:
             raise failure[0]
         print(f"train: {totals.games} games, {totals.moves:,} positions; learner at step {learner.step:,}; "
               f"run in {run_dir.root} (tensorboard --logdir {run_dir.tb})")
+        print(f"train: {totals.resign_status}")
+        if learner.validation:
+            print(f"train: validation at {learner.validation_text()}")
+        print(f"train: {evaluation.status()}")
     finally:
         if started_ray:
             import ray

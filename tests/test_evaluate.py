@@ -59,7 +59,9 @@ def test_a_fresh_run_is_rated_against_stockfish(run: RunDir, capsys) -> None:
     assert load_ratings(ratings_path(run, 0)) == dict(ratings)
     scalars = _tb_scalars(run.tb / "eval")
     assert scalars["elo/search:8"] == [(0, pytest.approx(ratings["search:8"].elo))]
-    assert "elo/stockfish:elo=1400" not in scalars  # anchors are not curves
+    # The anchor is a flat line at its UCI_Elo beside the agents, so a flat agent curve reads as flat.
+    assert scalars["elo/stockfish:elo=1400"] == [(0, 1400.0)]
+    assert "elo/random" in scalars
     assert len(list((run.games / "eval" / "step_000000000").glob("*.pgn"))) == 9
     assert len(list((run.eval / "step_000000000").glob("*.jsonl"))) == 9
 
@@ -138,8 +140,10 @@ def test_periodic_evaluation_rates_every_kth_checkpoint_one_at_a_time(tmp_path, 
             raise RuntimeError("stockfish vanished")
 
     monkeypatch.setattr(evaluate_module, "evaluate_checkpoint", fake_evaluate)
+    monkeypatch.setattr(evaluate_module, "find_stockfish", lambda: "/usr/games/stockfish")
     run, config = RunDir.create_or_open(tmp_path / "run", get_preset("tiny"))
-    periodic = evaluate_module.PeriodicEvaluation(run, config, every_steps=100)
+    # A time share of 1: the next evaluation may start as soon as the last one ends.
+    periodic = evaluate_module.PeriodicEvaluation(run, config, every_steps=100, time_share=1.0)
     periodic(50, Path("x"))  # not due
     periodic(100, Path("x"))  # due: starts
     periodic(200, Path("x"))  # due, but one is running: skipped

@@ -33,7 +33,7 @@ SMALL_NET = ["network.blocks=1", "network.filters=16", "network.policy_filters=1
 LEARNER = ["learner.batch_size=32", "learner.min_window_positions=50", "learner.window_positions=1000",
            "learner.max_sample_reuse=0", "learner.checkpoint_every=5", "learner.log_every=2",
            "learner.keep_checkpoints=20", "learner.learning_rates=[0.1]", "learner.lr_boundaries=[]",
-           "learner.scale_lr=false", "learner.device=cpu"]
+           "learner.scale_lr=false", "learner.device=cpu", "learner.validation_share=0"]
 
 
 @pytest.fixture(autouse=True)

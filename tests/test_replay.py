@@ -86,7 +86,8 @@ def test_the_window_keeps_the_newest_positions(tmp_path: Path) -> None:
     assert len(window) == 100 and window.positions_added == 160
     ids = sampled_ids(window, 2000)
     assert ids.min() == 60 and ids.max() == 159  # the oldest shard is gone, the next one half inside
-    per_position = 112 * 8 + 7 * 4 + 1 + 8 + LEGAL_MOVES * (2 + 4)  # compact arrays only, no dense policy
+    # compact arrays only (bitboards, scalars, result, root value, policy offset and entries), no dense policy
+    per_position = 112 * 8 + 7 * 4 + 1 + 4 + 8 + LEGAL_MOVES * (2 + 4)
     assert window.nbytes <= 3 * 40 * per_position + 3 * 8  # the three newest shards
 
 

@@ -178,8 +178,8 @@ def test_worker_without_ray_measures_false_resignations(tmp_path):
 
     # A threshold of +0.5 puts every root value below it: each game "would resign"
     # at once, and in these played-through games no side may actually resign.
-    run, config = fast_run(tmp_path / "run", "search.resign_disabled_fraction=1.0", "search.resign_threshold=0.5",
-                           "search.resign_consecutive=1")
+    run, config = fast_run(tmp_path / "run", "search.resign_mode=fixed", "search.resign_disabled_fraction=1.0",
+                           "search.resign_threshold=0.5", "search.resign_consecutive=1")
     worker = SelfPlayWorker(str(run.root), to_toml(config), "w", seed=1, max_games=3)
     stats = worker.play(120)
     worker.flush()
