@@ -159,3 +159,54 @@ def test_periodic_evaluation_rates_every_kth_checkpoint_one_at_a_time(tmp_path, 
     off(1000, Path("x"))
     off.close()
     assert calls == [100, 250, 300]
+
+
+def test_periodic_evaluation_keeps_to_its_share_of_the_time(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    import eval.evaluate as evaluate_module
+    from alphazero.config import get_preset
+    from alphazero.rundir import RunDir
+
+    now = [1000.0]
+    calls: list[int] = []
+
+    def fake_evaluate(run, config, step, **kwargs):
+        calls.append(step)
+        now[0] += 60.0  # each evaluation takes a minute
+
+    monkeypatch.setattr(evaluate_module, "evaluate_checkpoint", fake_evaluate)
+    monkeypatch.setattr(evaluate_module, "find_stockfish", lambda: "/usr/games/stockfish")
+    run, config = RunDir.create_or_open(tmp_path / "run", get_preset("tiny"))
+    periodic = evaluate_module.PeriodicEvaluation(run, config, every_steps=10, time_share=0.1, clock=lambda: now[0])
+    assert "next at step >= 10" in periodic.status()
+    periodic(10, Path("x"))
+    periodic.close()
+    # A minute of evaluation at a 10% share: the next may start 10 minutes after the last one started.
+    assert "next at step >= 20 and in 9.0 min (at most 10% of the time)" in periodic.status()
+    now[0] += 8 * 60.0
+    periodic(20, Path("x"))  # due by step, but too soon
+    periodic.close()
+    now[0] += 60.0
+    periodic(21, Path("x"))  # the same slot of steps, now on time
+    periodic.close()
+    assert calls == [10, 21]
+
+
+def test_without_stockfish_the_elo_curve_is_off_and_says_why_once(tmp_path, monkeypatch, capsys):
+    from pathlib import Path
+
+    import eval.evaluate as evaluate_module
+    from alphazero.config import get_preset
+    from alphazero.rundir import RunDir
+
+    monkeypatch.setattr(evaluate_module, "find_stockfish", lambda: None)
+    monkeypatch.setattr(evaluate_module, "evaluate_checkpoint", lambda *args, **kwargs: pytest.fail("ran"))
+    run, config = RunDir.create_or_open(tmp_path / "run", get_preset("tiny"))
+    periodic = evaluate_module.PeriodicEvaluation(run, config, every_steps=10)
+    for step in (10, 20, 30):
+        periodic(step, Path("x"))
+    periodic.close()
+    err = capsys.readouterr().err
+    assert err.count("Elo curve off: Stockfish was not found") == 1 and "apt-get install" in err
+    assert periodic.status().startswith("Elo curve off: Stockfish was not found")
