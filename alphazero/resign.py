@@ -403,5 +403,6 @@ class ResignCalibrator:
         if self.measured_cases:
             low, high = wilson_interval(self.measured_false_positives, self.measured_cases)
             text += (f", false positives {self.measured_false_positives}/{self.measured_cases} "
-                     f"= {self.measured_rate:.1%} ({low:.1%}-{high:.1%})")
+                     f"= {self.measured_rate:.1%} (95% {low:.1%}-{high:.1%}) in {self.measured_games} games "
+                     f"played through under a threshold")
         return text

@@ -121,23 +121,27 @@ class _Block:
 
     @classmethod
     def of(cls, name: str, start: int, shard: Shard, rows: np.ndarray, ids: Sequence[str] = ()) -> _Block:
-        """Copies the samples ``rows`` (sorted indices) of ``shard``; with ``ids``, keeps which game each is from."""
-        # Keeps only these arrays; the shard's others are freed with it.
-        if len(rows) == len(shard):  # every sample: no copy
-            offsets, entries = shard.policy_offsets, slice(None)
+        """Takes the samples ``rows`` (sorted indices) of ``shard``; with ``ids``, notes each one's game.
+
+        Keeps only these arrays (the shard's others are freed with it); all
+        rows take the shard's arrays as they are, a subset copies.
+        """
+        if len(rows) == len(shard):
+            take: np.ndarray | slice = slice(None)
+            offsets, entries = shard.policy_offsets, take
         else:
+            take = rows
             lo, hi = shard.policy_offsets[rows], shard.policy_offsets[rows + 1]
             entries = np.repeat(lo, hi - lo) + _ranges(hi - lo)
             offsets = np.concatenate([np.zeros(1, np.int64), np.cumsum(hi - lo)])
+        games: tuple[str, ...] = ()
+        game = np.zeros(0, np.int32)
         if ids:
-            used, game = np.unique(shard.game[rows], return_inverse=True)
-            games, game = tuple(ids[g] for g in used), game.astype(np.int32)
-        else:
-            games, game = (), np.zeros(0, np.int32)
-        take = slice(None) if len(rows) == len(shard) else rows
-        return cls(name, start, *(np.ascontiguousarray(a) for a in (
-            shard.planes[take], shard.scalars[take], offsets, shard.policy_indices[entries],
-            shard.policy_probs[entries], shard.results[take], shard.root_values[take])), game, games)
+            used, inverse = np.unique(shard.game[rows], return_inverse=True)
+            games, game = tuple(ids[g] for g in used), inverse.astype(np.int32)
+        arrays = (shard.planes[take], shard.scalars[take], offsets, shard.policy_indices[entries],
+                  shard.policy_probs[entries], shard.results[take], shard.root_values[take])
+        return cls(name, start, *(np.ascontiguousarray(a) for a in arrays), game, games)
 
     @property
     def nbytes(self) -> int:
