@@ -55,7 +55,7 @@ from alphazero.shards import SHARD_SUFFIX, ShardError, read_shard_games
 __all__ = [
     "CALIBRATION_GAMES", "Calibration", "ResignCalibrator", "ResignCase", "THRESHOLD_GRID", "calibrate",
     "game_cases", "game_resign_fields", "is_played_through", "measured_cases", "resign_path",
-    "side_resign_values", "threshold_for_actors", "wilson_interval",
+    "side_resign_values", "threshold_for_actors", "threshold_in_file", "wilson_interval",
 ]
 
 log = logging.getLogger(__name__)
@@ -238,15 +238,23 @@ def read_resign_state(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     return state
 
 
+def threshold_in_file(run: RunDir) -> tuple[bool, float | None]:
+    """Reads the threshold in force from run/resign.json: (whether the file was read, the threshold or None)."""
+    state = read_resign_state(resign_path(run))
+    if state is None:
+        return False, None
+    threshold = state.get("threshold")
+    valid = isinstance(threshold, (int, float)) and not isinstance(threshold, bool) and -1.0 <= threshold <= 1.0
+    return True, float(threshold) if valid else None
+
+
 def threshold_for_actors(run: RunDir, search: SearchConfig) -> float | None:
-    """Gets the threshold new self-play games start with, by ``search.resign_mode``."""
+    """Gets the threshold new self-play games start with, by ``search.resign_mode`` (calibrated: the file's)."""
     if search.resign_mode == "fixed":
         return search.resign_threshold
     if search.resign_mode == "off":
         return None
-    state = read_resign_state(resign_path(run))
-    threshold = state.get("threshold") if state else None
-    return float(threshold) if isinstance(threshold, (int, float)) and -1.0 <= threshold <= 1.0 else None
+    return threshold_in_file(run)[1]
 
 
 def _scan_names(directory: Path) -> list[str]:

@@ -23,7 +23,7 @@ import torch
 from alphazero.checkpoint import load_latest_weights
 from alphazero.config import Config, SearchConfig, from_toml
 from alphazero.network import AlphaZeroNet, Evaluator, pick_device
-from alphazero.resign import game_resign_fields, threshold_for_actors
+from alphazero.resign import game_resign_fields, threshold_for_actors, threshold_in_file
 from alphazero.rundir import RunDir
 from mcts_ext.search import MultiGameSearch
 from selfplay.records import GameWriter
@@ -150,7 +150,9 @@ class SelfPlayWorker:
                 now - self.resign_checked < self.config.selfplay.weights_poll_seconds:
             return
         self.resign_checked = now
-        self.set_resign_threshold(threshold_for_actors(self.run, self.config.search))
+        found, threshold = threshold_in_file(self.run)
+        if found:  # a missing or unreadable file keeps the threshold in use (pushed, or read before)
+            self.set_resign_threshold(threshold)
 
     def _evaluate(self, planes: np.ndarray, scalars: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if self.server is not None:
