@@ -517,9 +517,9 @@ class Learner:
             return ""
         gap = (f" (window sample {v['validation/train_policy_loss']:.3f} / {v['validation/train_value_loss']:.3f})"
                if "validation/train_policy_loss" in v else "")
-        return (f"step {self._validated_step:,}: held-out policy {v['validation/policy_loss']:.3f} / value {v['validation/value_loss']:.3f}{gap}, "
-                f"top-1 {v['validation/policy_top1']:.0%}, value acc {v['validation/value_accuracy']:.0%} "
-                f"on {v['validation/positions']:,.0f} positions")
+        return (f"step {self._validated_step:,}: held-out policy {v['validation/policy_loss']:.3f} / "
+                f"value {v['validation/value_loss']:.3f}{gap}, top-1 {v['validation/policy_top1']:.0%}, "
+                f"value acc {v['validation/value_accuracy']:.0%} on {v['validation/positions']:,.0f} positions")
 
     def _status_line(self, running: _Running) -> str:
         means = running.means()
