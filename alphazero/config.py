@@ -114,13 +114,18 @@ class SearchConfig(_Section):
     """PUCT search in self-play (AlphaZero pseudocode values as defaults)."""
 
     SECTION: ClassVar[str] = "search"
-    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"fpu_mode": ("reduction", "absolute")}
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"fpu_mode": ("reduction", "absolute"),
+                                                     "resign_mode": ("calibrated", "fixed", "off")}
     MINIMUM: ClassVar[dict[str, float]] = {
         "simulations": 1, "c_init": 0.0, "c_base": 1.0, "dirichlet_alpha": 0.0, "noise_weight": 0.0,
         "temperature_plies": 0, "temperature": 0.0, "leaves_per_game": 1, "virtual_loss": 0.0,
         "ply_limit": 1, "resign_consecutive": 1, "resign_disabled_fraction": 0.0,
+        "resign_false_positive_target": 0.0, "resign_min_cases": 1,
         "playout_cap_fraction": 0.0, "playout_cap_simulations": 1,
     }
+    # Fields that tell the self-play driver how to pick the threshold; not MultiGameSearch options.
+    CALIBRATION_FIELDS: ClassVar[tuple[str, ...]] = ("resign_mode", "resign_false_positive_target",
+                                                     "resign_min_cases")
 
     simulations: int = _field(800, "simulations per move (the full budget)")
     c_init: float = _field(1.25, "PUCT exploration constant: C(s) = log((1 + N + c_base) / c_base) + c_init")
@@ -136,15 +141,21 @@ class SearchConfig(_Section):
     virtual_loss: float = _field(1.0, "value subtracted from a path while its leaf awaits evaluation")
     tree_reuse: bool = _field(False, "keep the subtree of the played move for the next search")
     ply_limit: int = _field(512, "plies after which a game is a draw")
-    resign_threshold: float = _field(-0.9, "resign when root and best child values stay below this")
-    resign_consecutive: int = _field(3, "consecutive own moves below resign_threshold before resigning")
+    resign_mode: str = _field("calibrated", "'calibrated': the threshold comes from the played-through games "
+                                            "(AlphaGo Zero); 'fixed': resign_threshold; 'off': never resign")
+    resign_threshold: float = _field(-0.9, "with resign_mode = 'fixed': resign when the root value stays below this")
+    resign_consecutive: int = _field(3, "consecutive own moves below the threshold before resigning")
     resign_disabled_fraction: float = _field(0.1, "share of games played out to measure false resignations")
+    resign_false_positive_target: float = _field(0.05, "calibrated: the highest threshold whose share of "
+                                                       "would-resign sides that did not lose stays at most this")
+    resign_min_cases: int = _field(100, "calibrated: would-have-resigned cases needed before anyone resigns")
     playout_cap_fraction: float = _field(0.0, "0 = off; else the share of moves given the full budget "
                                               "(the others use playout_cap_simulations, no training target)")
     playout_cap_simulations: int = _field(100, "simulations of the cheap moves when playout_cap_fraction > 0")
 
     def _check(self) -> None:
-        for name in ("noise_weight", "resign_disabled_fraction", "playout_cap_fraction"):
+        for name in ("noise_weight", "resign_disabled_fraction", "playout_cap_fraction",
+                     "resign_false_positive_target"):
             if getattr(self, name) > 1.0:
                 raise UserError(f"search.{name} must lie in [0, 1], got {getattr(self, name)}")
         if not -1.0 <= self.resign_threshold <= 1.0:
@@ -183,7 +194,8 @@ class LearnerConfig(_Section):
         "batch_size": 1, "momentum": 0.0, "weight_decay": 0.0, "training_steps": 0,
         "window_positions": 1, "min_window_positions": 1, "max_sample_reuse": 0.0,
         "checkpoint_every": 1, "keep_checkpoints": 1, "keep_every_steps": 0, "log_every": 1,
-        "value_loss_weight": 0.0,
+        "value_loss_weight": 0.0, "value_target_q_weight": 0.0, "validation_share": 0.0,
+        "validation_positions": 1, "validate_every": 0,
     }
 
     batch_size: int = _field(4096, "positions per training step")
@@ -196,6 +208,8 @@ class LearnerConfig(_Section):
     momentum: float = _field(0.9, "SGD momentum (Adam's beta1 when optimizer = 'adam')")
     weight_decay: float = _field(1e-4, "L2 weight decay (AlphaZero's c = 1e-4)")
     value_loss_weight: float = _field(1.0, "weight of the value loss beside the policy loss")
+    value_target_q_weight: float = _field(0.0, "value target = (1 - w) * game result + w * the search's root "
+                                               "value (Leela's q-ratio); 0 = the game result alone")
     training_steps: int = _field(700_000, "stop after this many steps; 0 = until stopped")
     window_positions: int = _field(20_000_000, "replay window: the newest positions sampled from")
     min_window_positions: int = _field(500_000, "positions self-play must have written before training")
@@ -204,6 +218,10 @@ class LearnerConfig(_Section):
     keep_checkpoints: int = _field(5, "newest checkpoints kept")
     keep_every_steps: int = _field(50_000, "also keep older checkpoints at multiples of this step; 0 = none")
     log_every: int = _field(100, "steps between TensorBoard scalars")
+    validation_share: float = _field(0.02, "share of games (by a hash of the game id) held out of training "
+                                           "for validation")
+    validation_positions: int = _field(50_000, "the newest held-out positions kept as the validation set")
+    validate_every: int = _field(1000, "steps between validation/* figures on the held-out games; 0 = never")
     device: str = _field("auto", "training device: auto, cpu, cuda or cuda:N")
     compile: bool = _field(False, "torch.compile the network for training")
     seed: int = _field(0, "seed of the learner's sampling and initial weights")
@@ -216,6 +234,9 @@ class LearnerConfig(_Section):
             raise UserError(f"learner.lr_boundaries must be strictly increasing, got {list(self.lr_boundaries)}")
         if any(rate <= 0 for rate in self.learning_rates):
             raise UserError(f"learner.learning_rates must be positive, got {list(self.learning_rates)}")
+        for name in ("value_target_q_weight", "validation_share"):
+            if getattr(self, name) > 1.0:
+                raise UserError(f"learner.{name} must lie in [0, 1], got {getattr(self, name)}")
         if self.min_window_positions > self.window_positions:
             raise UserError(f"learner.min_window_positions ({self.min_window_positions}) exceeds "
                             f"learner.window_positions ({self.window_positions})")
@@ -232,13 +253,19 @@ class EvalConfig(_Section):
     """Matches between agents and the Elo table."""
 
     SECTION: ClassVar[str] = "eval"
-    MINIMUM: ClassVar[dict[str, float]] = {"games": 2, "simulations": 1, "every_steps": 0}
+    MINIMUM: ClassVar[dict[str, float]] = {"games": 2, "simulations": 1, "every_steps": 0, "time_share": 0.0}
 
     games: int = _field(100, "games per match, half with each colour")
     simulations: int = _field(400, "simulations per move of the search agents")
     stockfish_elos: tuple[int, ...] = _field((1400, 1700, 2000), "UCI_Elo levels of the Stockfish opponents")
-    every_steps: int = _field(0, "learner steps between quick evaluations during alphazero train/learn "
-                                 "(the Elo curve in TensorBoard); 0 = only when asked")
+    every_steps: int = _field(10_000, "learner steps between quick evaluations during alphazero train/learn "
+                                      "(the Elo curve in TensorBoard; needs Stockfish); 0 = only when asked")
+    time_share: float = _field(0.1, "most share of wall time the quick evaluations take: the next one waits "
+                                    "until the last one's time is this share of the time since it started")
+
+    def _check(self) -> None:
+        if not 0.0 < self.time_share <= 1.0:
+            raise UserError(f"eval.time_share must lie in (0, 1], got {self.time_share}")
 
 
 @dataclass(frozen=True)
@@ -361,8 +388,9 @@ def _tiny() -> Config:
         selfplay=SelfPlayConfig(games_per_actor=32, shard_games=16, device="cpu", weights_poll_seconds=10.0),
         learner=LearnerConfig(batch_size=256, lr_boundaries=(10_000, 30_000, 50_000), training_steps=70_000,
                               window_positions=100_000, min_window_positions=2_000, max_sample_reuse=4.0,
-                              checkpoint_every=200, keep_checkpoints=5, keep_every_steps=5_000, log_every=20),
-        eval=EvalConfig(games=20),
+                              checkpoint_every=200, keep_checkpoints=5, keep_every_steps=5_000, log_every=20,
+                              validation_positions=5_000, validate_every=200),
+        eval=EvalConfig(games=20, every_steps=400),
     )
 
 
@@ -374,8 +402,9 @@ def _small() -> Config:
         selfplay=SelfPlayConfig(games_per_actor=64, shard_games=32),
         learner=LearnerConfig(batch_size=1024, lr_boundaries=(40_000, 120_000, 200_000), training_steps=280_000,
                               window_positions=1_000_000, min_window_positions=20_000, max_sample_reuse=2.0,
-                              checkpoint_every=500, keep_every_steps=10_000),
-        eval=EvalConfig(games=40),
+                              checkpoint_every=500, keep_every_steps=10_000, validation_positions=20_000,
+                              validate_every=500),
+        eval=EvalConfig(games=40, every_steps=2_000),
     )
 
 

@@ -21,6 +21,14 @@ games              uint8     [bytes]     JSON list, one object per game (see GAM
 meta               uint8     [bytes]     JSON object: writer, created_at, ...
 =================  ========  ==========  ==============================================
 
+Each game's JSON object holds GAME_KEYS. Added within version 1 (older
+shards lack them, and readers take that): ``game_id`` (a uuid stamped by the
+actor; ``game_ids`` derives one from the file name and the game's index for
+older shards), ``resign_threshold`` (the threshold the game was played under,
+null when it could not resign), ``resign_values`` ({"white": m, "black": m},
+see alphazero.resign) and ``resign_consecutive`` (the k that m was computed
+with).
+
 Files are written to a temporary name and renamed (alphazero.rundir), so a
 reader sees whole shards or none; readers list only ``*.npz`` names that are
 not temporary. Names start with the write time in nanoseconds, so sorting
@@ -64,9 +72,12 @@ POLICY_ARRAYS: dict[str, np.dtype] = {
 }
 # Keys of each game's metadata object (JSON); writers may add more.
 GAME_KEYS = ("start_fen", "moves", "result", "winner", "termination", "plies", "resign_enabled",
-             "would_resign_ply", "would_resign_side", "weights_step", "samples")
+             "would_resign_ply", "would_resign_side", "weights_step", "samples", "game_id", "resign_threshold",
+             "resign_values", "resign_consecutive")
+# Record keys that are not game metadata: the sample arrays, and per-move
+# arrays the metadata summarises (move_values -> resign_values).
 _RECORD_ARRAYS = {"planes", "scalars", "plies_of_samples", "root_values", "policy_offsets", "policy_indices",
-                  "policy_probs", "results", "full_search"}
+                  "policy_probs", "results", "full_search", "move_values"}
 
 
 class ShardError(ValueError):
@@ -223,6 +234,39 @@ def read_shard(path: str | os.PathLike[str]) -> Shard:
                   games=games, meta=meta)
     validate(shard, str(path))
     return shard
+
+
+def read_shard_games(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Reads only the game list of a shard (no sample array is decompressed).
+
+    Raises:
+        ShardError: the file is missing, not a shard, of another version, or
+            its game list is unreadable.
+    """
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            version = archive["version"] if "version" in archive.files else None
+            raw = archive["games"] if "games" in archive.files else None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as error:
+        raise ShardError(f"{path}: not a readable shard ({type(error).__name__}: {error})") from None
+    if version is None or version.shape != (1,) or int(version[0]) != SHARD_VERSION:
+        raise ShardError(f"{path}: shard version {None if version is None else version.tolist()}, "
+                         f"this program reads version {SHARD_VERSION}")
+    if raw is None:
+        raise ShardError(f"{path}: missing arrays ['games']")
+    try:
+        games = json.loads(raw.tobytes().decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ShardError(f"{path}: unreadable metadata ({error})") from None
+    if not isinstance(games, list) or not all(isinstance(game, dict) for game in games):
+        raise ShardError(f"{path}: the game list is not a list of objects")
+    return games
+
+
+def game_ids(games: Sequence[Mapping[str, Any]], shard_file: str) -> list[str]:
+    """Gets each game's stable id: its ``game_id``, else (older shards) ``<file name>#<index>``."""
+    return [str(game["game_id"]) if game.get("game_id") else f"{shard_file}#{index}"
+            for index, game in enumerate(games)]
 
 
 def validate(shard: Shard, source: str = "shard") -> None:

@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 
 from alphazero.config import Config
+from alphazero.console import fit_line
 from alphazero.errors import UserError
 from alphazero.rundir import RunDir, add_run_arguments, learner_lock, open_run_from_args
 
@@ -93,7 +94,8 @@ def _train(args: argparse.Namespace, run_dir: RunDir, config: Config) -> None:
         thread.start()
         try:
             totals = run_selfplay(run_dir, config, actors=actors, gpus=args.gpus, minutes=args.minutes,
-                                  progress=not args.quiet, stop=stop, status_suffix=learner.status)
+                                  progress=not args.quiet, stop=stop,
+                                  status_suffix=lambda width: f"{learner.status(width)}\n{fit_line([evaluation.status()], width)}")
         finally:
             stop.set()
             thread.join()
@@ -103,6 +105,10 @@ def _train(args: argparse.Namespace, run_dir: RunDir, config: Config) -> None:
             raise failure[0]
         print(f"train: {totals.games} games, {totals.moves:,} positions; learner at step {learner.step:,}; "
               f"run in {run_dir.root} (tensorboard --logdir {run_dir.tb})")
+        print(f"train: {totals.resign_status}")
+        if learner.validation:
+            print(f"train: validation at {learner.validation_text()}")
+        print(f"train: {evaluation.status()}")
     finally:
         if started_ray:
             import ray

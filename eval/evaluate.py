@@ -12,7 +12,9 @@ Outputs, for learner step S (0 for fresh weights):
 - `run/eval/ratings_step_<S:09d>.json`: the settings and every rating
   (written atomically; a temporary folder, named on stderr, when the run
   stops taking files after the games); `load_ratings` reads it back;
-- `run/tb/eval/`: TensorBoard scalars `elo/<agent>` at step S;
+- `run/tb/eval/`: TensorBoard scalars `elo/<agent>` at step S, the anchors
+  included (a Stockfish level is a flat line at its UCI_Elo), and a
+  custom-scalars chart with all of them, so a flat curve reads as flat;
 - `run/eval/step_<S:09d>/<match>.jsonl` and `run/games/eval/step_<S:09d>/<match>.pgn`;
 - a table like ChessBench's Table 1 (agent, Elo, 95% interval, games, score).
 
@@ -21,7 +23,7 @@ simulations, config.eval.games per pair, every Stockfish level);
 `EvalSettings.quick(config.eval)` (4 games per pair, 64 simulations, the
 lowest Stockfish level, 200-ply games) finishes on a fresh tiny run in a few
 minutes on 2 CPU cores. The training loop calls `evaluate_checkpoint` every
-K learner steps.
+K learner steps (PeriodicEvaluation), within a share of the wall time.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import re
 import sys
 import tempfile
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -48,6 +51,7 @@ from alphazero.config import Config, EvalConfig
 from alphazero.errors import UserError
 from alphazero.network import AlphaZeroNet, Evaluator, cpu_state_dict, pick_device
 from alphazero.rundir import RunDir, atomic_write_text, check_writable_directory
+from alphazero.stockfish import INSTALL_HINT, find_stockfish
 from eval.agents import Agent, RandomAgent, StockfishAgent
 from eval.elo import Rating, Ratings, fit_ratings
 from eval.match import MatchResult, play_match
@@ -274,15 +278,19 @@ def load_ratings(path: str | os.PathLike[str]) -> dict[str, Rating]:
         raise UserError(f"{path} is not a ratings file: {error}") from None
 
 
+# TensorBoard's Custom Scalars tab: every agent and anchor on one chart.
+ELO_LAYOUT = {"eval": {"Elo of every agent, with the anchors": ["Multiline", [r"elo/.*"]]}}
+
+
 def _write_tensorboard(run: RunDir, step: int, ratings: Ratings, anchors: dict[str, float]) -> None:
-    """Adds `elo/<agent>` scalars at `step` under run/tb/eval/ (anchors are left out)."""
+    """Adds `elo/<agent>` scalars at `step` under run/tb/eval/, anchors included, and the one-chart layout."""
     from torch.utils.tensorboard import SummaryWriter  # imported here: it is slow and only needed now
 
     writer = SummaryWriter(log_dir=str(run.tb / "eval"))
     try:
+        writer.add_custom_scalars(ELO_LAYOUT)
         for name, rating in sorted(ratings.items()):
-            if name not in anchors:
-                writer.add_scalar(f"elo/{name}", rating.elo, step)
+            writer.add_scalar(f"elo/{name}", rating.elo, step)
     finally:
         writer.close()
 
@@ -422,35 +430,81 @@ class PeriodicEvaluation:
     """Rates every `every_steps`-th checkpoint in the background, so the Elo curve grows with the run.
 
     Called with (step, checkpoint path) after each checkpoint (the learner's
-    on_checkpoint hook). One quick evaluation (EvalSettings.quick) runs at a
-    time, on its own thread, from the checkpoint file; a checkpoint that comes
-    due while one runs is skipped. Failures are printed, never raised into
-    the learner.
+    on_checkpoint hook). One quick evaluation (EvalSettings.quick: the
+    network's agents against `random` and the lowest Stockfish level) runs at
+    a time, on its own thread, from the checkpoint file. A checkpoint that
+    comes due while one runs, or before the evaluations' share of the wall
+    time has fallen to `time_share` (config.eval.time_share: the next starts
+    no sooner than the last one's duration / time_share after it started), is
+    skipped. Without Stockfish the curve is off, and it says so once. Failures
+    are printed, never raised into the learner.
     """
 
-    def __init__(self, run: RunDir, config: Config, every_steps: int, *, device: str = "cpu") -> None:
+    def __init__(self, run: RunDir, config: Config, every_steps: int, *, device: str = "cpu",
+                 time_share: float | None = None, clock: Any = time.monotonic) -> None:
         self.run, self.config, self.every_steps, self.device = run, config, every_steps, device
+        self.time_share = config.eval.time_share if time_share is None else time_share
+        self.clock = clock
         self.last_due = -1
         self.thread: threading.Thread | None = None
+        self.next_start = -float("inf")  # clock time before which no evaluation starts
+        self.running_step: int | None = None
+        self.last: tuple[int, Ratings] | None = None  # the last step rated and its ratings
+        self.off_reason = self._off_reason()
+        if self.off_reason is not None and every_steps > 0:
+            print(f"Elo curve off: {self.off_reason}", file=sys.stderr, flush=True)
+
+    def _off_reason(self) -> str | None:
+        if self.every_steps <= 0:
+            return "eval.every_steps is 0"
+        if not self.config.eval.stockfish_elos:
+            return "eval.stockfish_elos is empty (the curve is anchored to Stockfish)"
+        if find_stockfish() is None:
+            return f"Stockfish was not found; {INSTALL_HINT}"
+        return None
 
     def __call__(self, step: int, path: Path) -> None:
-        if self.every_steps <= 0 or step < self.every_steps or step // self.every_steps == self.last_due:
+        if self.off_reason is not None or step < self.every_steps or step // self.every_steps == self.last_due:
             return
-        if self.thread is not None and self.thread.is_alive():
+        if self.thread is not None and self.thread.is_alive() or self.clock() < self.next_start:
             return
         self.last_due = step // self.every_steps
+        self.running_step = step
         self.thread = threading.Thread(target=self._evaluate, args=(step,), name=f"eval-{step}", daemon=True)
         self.thread.start()
 
     def _evaluate(self, step: int) -> None:
+        started = self.clock()
         try:
-            evaluate_checkpoint(self.run, self.config, step, settings=EvalSettings.quick(self.config.eval),
-                                device=self.device, progress=False, report=False)
+            ratings = evaluate_checkpoint(self.run, self.config, step, settings=EvalSettings.quick(self.config.eval),
+                                          device=self.device, progress=False, report=False)
+            if ratings is not None:
+                self.last = (step, ratings)
         except Exception as error:  # noqa: BLE001 - an evaluation must not stop training
             print(f"evaluation of step {step} failed: {error}", file=sys.stderr, flush=True)
+        finally:
+            self.next_start = started + (self.clock() - started) / self.time_share
+            self.running_step = None
+
+    def status(self) -> str:
+        """Says what the Elo curve is doing, for a live line: off and why, running, or the last ratings."""
+        if self.off_reason is not None:
+            return f"Elo curve off: {self.off_reason}"
+        share = f"at most {self.time_share:.0%} of the time"
+        if self.running_step is not None:
+            return f"elo: rating step {self.running_step:,} in the background ({share})"
+        wait = self.next_start - self.clock()
+        after = f" and in {wait / 60:.1f} min" if wait > 0 else ""
+        due = max(self.every_steps * (self.last_due + 1), self.every_steps)
+        next_text = f"next at step >= {due:,}{after} ({share})"
+        if self.last is None:
+            return f"elo: {next_text}"
+        step, ratings = self.last
+        agents = ", ".join(f"{name} {rating.elo:.0f}" for name, rating in
+                           sorted(ratings.items(), key=lambda item: -item[1].elo))
+        return f"elo (step {step:,}): {agents}; {next_text}"
 
     def close(self) -> None:
         """Waits for an evaluation in progress."""
         if self.thread is not None:
             self.thread.join()
-

@@ -23,9 +23,16 @@
   learning_rate; loss/weight_decay (c * ||theta||^2); throughput/samples_per_s
   (training time only, waits excluded); replay/window_positions,
   replay/average_reuse, replay/positions_added, replay/corrupt_shards,
-  replay/skipped_shards and replay/waiting_s. At every checkpoint, a text
-  summary ``probes`` of the net's value and top-3 moves in a few fixed
-  positions (see PROBES).
+  replay/skipped_shards, replay/validation_positions and replay/waiting_s. At
+  every checkpoint, a text summary ``probes`` of the net's value and top-3
+  moves in a few fixed positions (see PROBES).
+- **Validation** every ``validate_every`` steps and at the end: the held-out
+  games' positions (ReplayWindow: never trained on) and an equal-size sample
+  of the window, both in eval mode, as ``validation/policy_loss``,
+  ``policy_top1``, ``value_loss``, ``value_mse``, ``value_accuracy`` and
+  ``validation/train_*`` (the same on the window sample); the gap between the
+  two is what the window has been memorised beyond what generalises. A
+  custom-scalars layout plots each pair with the training curve.
 - **Progress**: a live line on a terminal (step, losses, samples/s, window,
   reuse); elsewhere one line per ``log_every`` steps.
 
@@ -65,7 +72,7 @@ from alphazero.network import AlphaZeroNet, pick_device
 from alphazero.planes import compact_to_torch, encode_position
 from alphazero.rundir import RunDir
 from learner.replay import WAIT_POSITIONS, Batch, ReplayWindow
-from learner.trainer import StepStats, Trainer, weight_decay_term
+from learner.trainer import VALIDATION_FIGURES, StepStats, Trainer, weight_decay_term
 
 __all__ = ["PROBES", "Learner", "OnCheckpoint", "Probe", "probe_report", "run_learner"]
 
@@ -155,6 +162,15 @@ def probe_report(model: AlphaZeroNet, device: torch.device, probes: tuple[Probe,
 # --- running figures ------------------------------------------------------------------------
 
 _FIGURES = tuple(f.name for f in fields(StepStats))
+# TensorBoard's Custom Scalars tab: each held-out figure in one chart with its
+# window-sample twin (and the training curve), so the gap is read off one plot.
+VALIDATION_LAYOUT = {"validation: held out vs trained on": {
+    "policy loss": ["Multiline", ["loss/policy", "validation/train_policy_loss", "validation/policy_loss"]],
+    "value loss": ["Multiline", ["loss/value", "validation/train_value_loss", "validation/value_loss"]],
+    "value accuracy": ["Multiline", ["value/accuracy", "validation/train_value_accuracy",
+                                     "validation/value_accuracy"]],
+    "policy top-1": ["Multiline", ["validation/train_policy_top1", "validation/policy_top1"]],
+}}
 _TB_NAMES = {"total": "loss/total", "policy": "loss/policy", "value": "loss/value", "value_mse": "loss/value_mse",
              "entropy": "policy/entropy", "value_accuracy": "value/accuracy", "grad_norm": "grad_norm"}
 
@@ -273,7 +289,9 @@ class Learner:
                                clip_grad_norm=clip_grad_norm, compile=self.settings.compile)
         self.window = ReplayWindow(run.selfplay, window_positions=self.settings.window_positions,
                                    max_sample_reuse=self.settings.max_sample_reuse,
-                                   min_positions=self.settings.min_window_positions, seed=self.settings.seed)
+                                   min_positions=self.settings.min_window_positions, seed=self.settings.seed,
+                                   validation_share=self.settings.validation_share,
+                                   validation_positions=self.settings.validation_positions)
         self.step = 0
         self.saved_step: int | None = None
         self.resumed_from: Path | None = None  # the checkpoint resume() loaded
@@ -285,6 +303,9 @@ class Learner:
         self._probes = _encode_probes(PROBES)
         self._last_status = 0.0
         self._announced: str | None = None  # the last waiting reason printed
+        self.validation: dict[str, float] | None = None  # the last validation/* figures
+        self._validated_step = -1
+        self._layout_written = False
 
     def __enter__(self) -> Learner:
         return self
@@ -433,6 +454,7 @@ class Learner:
             "replay/positions_added": window.positions_added,
             "replay/corrupt_shards": window.corrupt_shards,
             "replay/skipped_shards": window.skipped_shards,
+            "replay/validation_positions": window.validation_size,
             "replay/waiting_s": running.waited,
         })
 
@@ -479,6 +501,8 @@ class Learner:
                 self.step += 1
                 self._running.add(stats, len(batch), time.perf_counter() - started - waited)
                 self._after_step()
+            if self.settings.validate_every and self._validated_step != self.step and self.step > 0:
+                self.validate()
             if self.saved_step != self.step:
                 self.save()
         self._progress.message(f"stopped at step {self.step:,}; checkpoint saved in {self.run.checkpoints}")
@@ -494,12 +518,56 @@ class Learner:
             self._progress.status(self._status_line(self._running, self._progress.width), milestone=milestone)
         if milestone:
             self._log()
+        if self.settings.validate_every and self.step % self.settings.validate_every == 0:
+            self.validate()
         if self.step % self.settings.checkpoint_every == 0:
             self.save()
 
     def status(self, width: int | None = None) -> str:
         """The learner's progress line as it stands (step, losses, samples/s, window, reuse), fitted to ``width``."""
         return self._status_line(self._running, width)
+
+    # --- validation ----------------------------------------------------------------------------
+
+    def validate(self) -> dict[str, float] | None:
+        """Rates the net on the held-out positions and on a window sample of the same size; logs validation/*.
+
+        Returns the figures (None while no game is held out yet).
+        """
+        self._validated_step = self.step
+        self.window.refresh()
+        size = self.settings.batch_size
+        held_out = self.trainer.validate(self.window.validation_batches(size))
+        if held_out is None:
+            return None
+        sample = self.trainer.validate(self.window.training_sample_batches(int(held_out["positions"]), size,
+                                                                           seed=self.step))
+        scalars = {f"validation/{name}": value for name, value in held_out.items()}
+        scalars["validation/games"] = float(len(self.window.validation_game_ids()))
+        if sample is not None:
+            scalars.update({f"validation/train_{name}": sample[name] for name in VALIDATION_FIGURES})
+        self.validation = scalars
+
+        def write(writer: Any) -> None:
+            if not self._layout_written:
+                writer.add_custom_scalars(VALIDATION_LAYOUT)
+                self._layout_written = True
+            for tag, value in scalars.items():
+                writer.add_scalar(tag, value, self.step)
+
+        self._tensorboard(write)
+        return scalars
+
+    def validation_text(self) -> str:
+        """Formats the last validation figures for a progress line ('' before the first)."""
+        v = self.validation
+        if not v:
+            return ""
+        gap = (f" (window sample {v['validation/train_policy_loss']:.3f} / {v['validation/train_value_loss']:.3f})"
+               if "validation/train_policy_loss" in v else "")
+        return (f"step {self._validated_step:,}: held-out policy {v['validation/policy_loss']:.3f} / "
+                f"value {v['validation/value_loss']:.3f}{gap}, top-1 {v['validation/policy_top1']:.0%}, "
+                f"value acc {v['validation/value_accuracy']:.0%} on {v['validation/positions']:,.0f} positions")
 
     def _status_line(self, running: _Running, width: int | None = None) -> str:
         means = running.means()
@@ -513,7 +581,10 @@ class Learner:
                  f"lr {self.settings.learning_rate(max(self.step - 1, 0)):.3g}"]
         if running.waited >= 0.5:
             parts.append(f"waited {running.waited:,.0f} s")
-        return fit_line(parts, width)
+        line = fit_line(parts, width)
+        if self.validation:
+            line += "\n" + fit_line([f"validation at {self.validation_text()}"], width)
+        return line
 
     def _next_batch(self, stop: threading.Event) -> tuple[Batch | None, float]:
         """Gets the next batch and the seconds waited for it, saying why while it waits; None once ``stop`` is set."""

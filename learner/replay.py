@@ -20,6 +20,14 @@ names start with the write time, so sorting them sorts them by age. The window:
   of self-play gets None from ``sample`` and waits for new shards, instead of
   overfitting the few games there are. ``max_sample_reuse`` <= 0 means no cap.
 
+- holds out a share of the games (``validation_share``, by a hash of each
+  game's id: ``is_validation_game``): their positions never enter the window,
+  and the newest ``validation_positions`` of them form the validation set
+  (``validation_batches``). The split is a pure function of the id, so a
+  restarted learner holds out the same games; older shards are read for their
+  held-out games (up to a few windows back) so that its validation set is the
+  one it had.
+
 ``sample`` never blocks: it returns None and ``waiting_reason`` says why (too
 few positions, or the reuse cap). The training loop does the waiting.
 
@@ -36,11 +44,12 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,15 +58,16 @@ import numpy as np
 
 from alphazero.planes import COMPACT_PLANES, NUM_SCALARS
 from alphazero.rundir import is_temporary
-from alphazero.shards import NUM_MOVES, SHARD_SUFFIX, Shard, ShardError, read_shard
+from alphazero.shards import NUM_MOVES, SHARD_SUFFIX, Shard, ShardError, game_ids, read_shard
 
-__all__ = ["Batch", "ReplayWindow", "WAIT_POSITIONS", "WAIT_REUSE"]
+__all__ = ["Batch", "ReplayWindow", "WAIT_POSITIONS", "WAIT_REUSE", "is_validation_game"]
 
 log = logging.getLogger(__name__)
 
 WAIT_POSITIONS = "positions"  # waiting_reason: fewer positions than min_positions
 WAIT_REUSE = "reuse"  # waiting_reason: the reuse cap is reached
-_BLOCKS_PER_WINDOW = 32  # see ReplayWindow._block_target
+_BLOCKS_PER_WINDOW = 32  # see _Store
+_VALIDATION_LOOKBACK = 4  # windows' worth of shards read back for held-out games (see refresh)
 
 
 @dataclass(frozen=True)
@@ -69,50 +79,89 @@ class Batch:
     policy: np.ndarray  # float32 [B, 4672] visit shares (zero off the visited moves)
     legal: np.ndarray  # bool [B, 4672] True at the position's legal moves
     z: np.ndarray  # float32 [B] the game's result for the side to move: 1, 0 or -1
+    q: np.ndarray | None = None  # float32 [B] the search's root value for the side to move (None: unknown)
 
     def __len__(self) -> int:
         return len(self.z)
 
 
+def is_validation_game(game_id: str, share: float) -> bool:
+    """Checks whether a game is held out of training: sha256 of its id, read as a fraction, below ``share``.
+
+    A pure function of the id, so every process and every restart splits the
+    same way.
+    """
+    digest = hashlib.sha256(game_id.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0**64 < share
+
+
 @dataclass(frozen=True)
 class _Block:
-    """The compact arrays of one shard inside the window; ``start`` is its first position's number."""
+    """The compact arrays of some positions of the store; ``start`` is the number of row 0.
+
+    ``game`` indexes ``games`` (the games' ids) for held-out blocks; training
+    blocks leave both empty.
+    """
 
     name: str
-    start: int  # position number (over all positions that ever entered) of row 0
+    start: int  # position number (over all positions that ever entered the store) of row 0
     planes: np.ndarray
     scalars: np.ndarray
     policy_offsets: np.ndarray
     policy_indices: np.ndarray
     policy_probs: np.ndarray
     results: np.ndarray
+    root_values: np.ndarray
+    game: np.ndarray
+    games: tuple[str, ...] = ()
 
     @property
     def end(self) -> int:
         return self.start + len(self.results)
 
     @classmethod
-    def of(cls, name: str, start: int, shard: Shard) -> _Block:
-        # Keeps only these arrays; the shard's others (games, root values, ...) are freed with it.
-        return cls(name, start, np.ascontiguousarray(shard.planes), np.ascontiguousarray(shard.scalars),
-                   np.ascontiguousarray(shard.policy_offsets), np.ascontiguousarray(shard.policy_indices),
-                   np.ascontiguousarray(shard.policy_probs), np.ascontiguousarray(shard.results))
+    def of(cls, name: str, start: int, shard: Shard, rows: np.ndarray, ids: Sequence[str] = ()) -> _Block:
+        """Takes the samples ``rows`` (sorted indices) of ``shard``; with ``ids``, notes each one's game.
+
+        Keeps only these arrays (the shard's others are freed with it); all
+        rows take the shard's arrays as they are, a subset copies.
+        """
+        if len(rows) == len(shard):
+            take: np.ndarray | slice = slice(None)
+            offsets, entries = shard.policy_offsets, take
+        else:
+            take = rows
+            lo, hi = shard.policy_offsets[rows], shard.policy_offsets[rows + 1]
+            entries = np.repeat(lo, hi - lo) + _ranges(hi - lo)
+            offsets = np.concatenate([np.zeros(1, np.int64), np.cumsum(hi - lo)])
+        games: tuple[str, ...] = ()
+        game = np.zeros(0, np.int32)
+        if ids:
+            used, inverse = np.unique(shard.game[rows], return_inverse=True)
+            games, game = tuple(ids[g] for g in used), inverse.astype(np.int32)
+        arrays = (shard.planes[take], shard.scalars[take], offsets, shard.policy_indices[entries],
+                  shard.policy_probs[entries], shard.results[take], shard.root_values[take])
+        return cls(name, start, *(np.ascontiguousarray(a) for a in arrays), game, games)
 
     @property
     def nbytes(self) -> int:
         return sum(a.nbytes for a in (self.planes, self.scalars, self.policy_offsets, self.policy_indices,
-                                      self.policy_probs, self.results))
+                                      self.policy_probs, self.results, self.root_values, self.game))
 
     @classmethod
     def merge(cls, blocks: Sequence[_Block]) -> _Block:
-        """Joins consecutive blocks into one (their policy offsets renumbered)."""
+        """Joins consecutive blocks into one (their policy offsets and game indices renumbered)."""
         bases = np.cumsum([0] + [int(b.policy_offsets[-1]) for b in blocks[:-1]])
         offsets = [blocks[0].policy_offsets[:1]] + [b.policy_offsets[1:] + base for b, base in zip(blocks, bases)]
+        game_bases = np.cumsum([0] + [len(b.games) for b in blocks[:-1]])
         return cls(
             blocks[-1].name, blocks[0].start,
             np.concatenate([b.planes for b in blocks]), np.concatenate([b.scalars for b in blocks]),
             np.concatenate(offsets), np.concatenate([b.policy_indices for b in blocks]),
             np.concatenate([b.policy_probs for b in blocks]), np.concatenate([b.results for b in blocks]),
+            np.concatenate([b.root_values for b in blocks]),
+            np.concatenate([b.game + base for b, base in zip(blocks, game_bases)]).astype(np.int32),
+            tuple(game_id for b in blocks for game_id in b.games),
         )
 
 
@@ -134,8 +183,104 @@ def _scan_names(directory: Path) -> list[str]:
     return sorted(names)
 
 
+class _Store:
+    """Positions in arrival order, of which the newest ``capacity`` are in view.
+
+    Small appends are joined into blocks of about capacity / 32 positions, so a
+    batch gathers from a few dozen arrays, not thousands; a block leaves whole,
+    so up to that many stale positions stay in memory.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.blocks: list[_Block] = []
+        self._block_target = max(1, capacity // _BLOCKS_PER_WINDOW)
+
+    @property
+    def total(self) -> int:
+        """Gets the number of the position after the newest."""
+        return self.blocks[-1].end if self.blocks else 0
+
+    @property
+    def first(self) -> int:
+        """Gets the number of the oldest position in view."""
+        return max(self.blocks[0].start if self.blocks else 0, self.total - self.capacity)
+
+    def __len__(self) -> int:
+        return self.total - self.first
+
+    @property
+    def nbytes(self) -> int:
+        return sum(block.nbytes for block in self.blocks)
+
+    def append(self, name: str, shard: Shard, rows: np.ndarray, ids: Sequence[str] = ()) -> int:
+        """Adds the samples ``rows`` of ``shard``; returns how many."""
+        if len(rows) == 0:
+            return 0
+        self.blocks.append(_Block.of(name, self.total, shard, rows, ids))
+        self._join_small_blocks()
+        return len(rows)
+
+    def _join_small_blocks(self) -> None:
+        """Joins the newest run of small blocks into one once together they reach the block size."""
+        run, size = 0, 0
+        for block in reversed(self.blocks):
+            if len(block.results) >= self._block_target:
+                break
+            run += 1
+            size += len(block.results)
+        if run > 1 and size >= self._block_target:
+            self.blocks[-run:] = [_Block.merge(self.blocks[-run:])]
+
+    def evict(self) -> None:
+        """Drops the blocks wholly out of view."""
+        first = self.total - self.capacity
+        drop = 0
+        while drop < len(self.blocks) - 1 and self.blocks[drop].end <= first:
+            drop += 1
+        del self.blocks[:drop]
+
+    def game_ids(self) -> set[str]:
+        """Gets the ids of the games with a position in view (held-out stores only)."""
+        first, ids = self.first, set()
+        for block in self.blocks:
+            rows = block.game[max(0, first - block.start):]
+            ids.update(block.games[g] for g in np.unique(rows))
+        return ids
+
+    def gather(self, numbers: np.ndarray) -> Batch:
+        """Builds the batch of the positions numbered ``numbers`` (sorted, in view)."""
+        size = len(numbers)
+        planes = np.empty((size, COMPACT_PLANES), np.uint64)
+        scalars = np.empty((size, NUM_SCALARS), np.float32)
+        policy = np.zeros((size, NUM_MOVES), np.float32)
+        legal = np.zeros((size, NUM_MOVES), np.bool_)
+        z = np.empty(size, np.float32)
+        q = np.empty(size, np.float32)
+        starts = np.array([block.start for block in self.blocks], dtype=np.int64)
+        owner = np.searchsorted(starts, numbers, side="right") - 1
+        # numbers are sorted, so each block's positions are one slice of the batch.
+        bounds = np.searchsorted(owner, np.arange(len(self.blocks) + 1))
+        for b, block in enumerate(self.blocks):
+            lo_out, hi_out = int(bounds[b]), int(bounds[b + 1])
+            if lo_out == hi_out:
+                continue
+            rows = numbers[lo_out:hi_out] - block.start
+            planes[lo_out:hi_out] = block.planes[rows]
+            scalars[lo_out:hi_out] = block.scalars[rows]
+            z[lo_out:hi_out] = block.results[rows]
+            q[lo_out:hi_out] = block.root_values[rows]
+            lo, hi = block.policy_offsets[rows], block.policy_offsets[rows + 1]
+            entries = np.repeat(lo, hi - lo) + _ranges(hi - lo)
+            batch_rows = np.repeat(np.arange(lo_out, hi_out), hi - lo)
+            moves = block.policy_indices[entries].astype(np.int64)
+            policy[batch_rows, moves] = block.policy_probs[entries]
+            legal[batch_rows, moves] = True
+        return Batch(planes, scalars, policy, legal, z, q)
+
+
 class ReplayWindow:
-    """The newest ``window_positions`` self-play positions of a folder of shards.
+    """The newest ``window_positions`` self-play positions of a folder of shards, and the held-out games.
 
     Args:
         directory: the folder self-play writes shards into (``run.selfplay``).
@@ -146,26 +291,29 @@ class ReplayWindow:
         seed: seeds the sampler's generator (``restore`` replaces its state).
         scan_interval_s: ``refresh`` lists the folder at most this often
             unless forced.
+        validation_share: the share of games held out (``is_validation_game``):
+            their positions never enter the window.
+        validation_positions: the newest held-out positions kept.
 
     Raises:
-        ValueError: window_positions < 1.
+        ValueError: window_positions or validation_positions < 1.
     """
 
     def __init__(self, directory: str | os.PathLike[str], *, window_positions: int, max_sample_reuse: float,
-                 min_positions: int = 1, seed: int = 0, scan_interval_s: float = 1.0) -> None:
-        if window_positions < 1:
-            raise ValueError(f"window_positions must be at least 1, got {window_positions}")
+                 min_positions: int = 1, seed: int = 0, scan_interval_s: float = 1.0,
+                 validation_share: float = 0.0, validation_positions: int = 50_000) -> None:
+        if window_positions < 1 or validation_positions < 1:
+            raise ValueError(f"window_positions and validation_positions must be at least 1, "
+                             f"got {window_positions} and {validation_positions}")
         self.directory = Path(directory)
         self.window_positions = window_positions
         self.max_sample_reuse = max_sample_reuse
         self.min_positions = max(1, min_positions)
         self.scan_interval_s = scan_interval_s
-        # Small shards are joined into blocks of about this many positions, so a
-        # batch gathers from a few dozen arrays, not thousands; a block leaves
-        # the window whole, so up to this many stale positions stay in memory.
-        self._block_target = max(1, window_positions // _BLOCKS_PER_WINDOW)
+        self.validation_share = validation_share
         self._rng = np.random.default_rng(seed)
-        self._blocks: list[_Block] = []
+        self._train = _Store(window_positions)
+        self._held_out = _Store(validation_positions)
         self._known: set[str] = set()
         self._counted_up_to = ""  # names <= this entered the window before a restart
         self._newest_name = ""
@@ -175,27 +323,37 @@ class ReplayWindow:
         self.shards_loaded = 0  # this session
         self.skipped_shards = 0  # too old to enter the window when first seen
         self.corrupt_shards = 0
+        self.validation_added = 0  # held-out positions read, this session
 
     # --- size and state ---------------------------------------------------------------
 
     @property
     def total(self) -> int:
         """Gets the number of the position after the newest (positions are numbered by arrival, per session)."""
-        return self._blocks[-1].end if self._blocks else 0
+        return self._train.total
 
     @property
     def first(self) -> int:
         """Gets the number of the oldest position inside the window."""
-        return max(self._blocks[0].start if self._blocks else 0, self.total - self.window_positions)
+        return self._train.first
 
     def __len__(self) -> int:
         """Counts the positions in the window."""
-        return self.total - self.first
+        return len(self._train)
+
+    @property
+    def validation_size(self) -> int:
+        """Counts the held-out positions in the validation set."""
+        return len(self._held_out)
+
+    def validation_game_ids(self) -> set[str]:
+        """Gets the ids of the games in the validation set."""
+        return self._held_out.game_ids()
 
     @property
     def nbytes(self) -> int:
         """Counts the bytes of the arrays held."""
-        return sum(block.nbytes for block in self._blocks)
+        return self._train.nbytes + self._held_out.nbytes
 
     @property
     def average_reuse(self) -> float:
@@ -251,7 +409,7 @@ class ReplayWindow:
     # --- loading ------------------------------------------------------------------------
 
     def refresh(self, *, force: bool = False) -> int:
-        """Reads the shards that appeared since the last scan; returns how many positions entered.
+        """Reads the shards that appeared since the last scan; returns how many positions entered the window.
 
         Lists the folder at most every ``scan_interval_s`` unless ``force``.
         Unreadable shards are logged once, counted and never retried.
@@ -264,19 +422,28 @@ class ReplayWindow:
         if not new:
             return 0
         self._known.update(new)
-        loaded: list[tuple[str, Shard]] = []
-        covered = 0
-        # Newest first, until the new shards alone fill the window: older ones would be evicted at once.
+        loaded: list[tuple[str, Shard, bool]] = []  # (name, shard, whether its training games enter)
+        covered = held_out = 0  # training and held-out positions of the shards read
+        # Newest first, until the new shards alone fill the window: older ones would be evicted at
+        # once. Older shards are still read for their held-out games, up to a few windows back, so
+        # that a restarted learner validates on the same games as before.
         for name in reversed(new):
-            if covered >= self.window_positions:
+            wanted_for_training = covered < self.window_positions
+            wanted_for_validation = (self.validation_share > 0 and held_out < self._held_out.capacity
+                                     and covered < _VALIDATION_LOOKBACK * self.window_positions)
+            if not wanted_for_training:
                 self.skipped_shards += name > self._counted_up_to
+            if not (wanted_for_training or wanted_for_validation):
                 continue
             shard = self._read(name)
             if shard is not None and len(shard):
-                loaded.append((name, shard))
-                covered += len(shard)
-        added = sum(self._append(name, shard) for name, shard in reversed(loaded))
-        self._evict()
+                loaded.append((name, shard, wanted_for_training))
+                in_held_out = int(self._held_out_rows(name, shard)[0].sum())
+                covered += len(shard) - in_held_out
+                held_out += in_held_out
+        added = sum(self._append(name, shard, train) for name, shard, train in reversed(loaded))
+        self._train.evict()
+        self._held_out.evict()
         return added
 
     def _read(self, name: str) -> Shard | None:
@@ -290,33 +457,26 @@ class ReplayWindow:
             log.warning("skipping unreadable shard (%s)", error)
             return None
 
-    def _append(self, name: str, shard: Shard) -> int:
-        self._blocks.append(_Block.of(name, self.total, shard))
+    def _held_out_rows(self, name: str, shard: Shard) -> tuple[np.ndarray, list[str]]:
+        """Gets a bool per sample, True for the held-out games' samples, and the games' ids."""
+        ids = game_ids(shard.games, name)
+        if self.validation_share <= 0:
+            return np.zeros(len(shard), np.bool_), ids
+        held_out_games = np.array([is_validation_game(i, self.validation_share) for i in ids], dtype=np.bool_)
+        return held_out_games[shard.game], ids
+
+    def _append(self, name: str, shard: Shard, train: bool) -> int:
+        held_out, ids = self._held_out_rows(name, shard)
+        self.validation_added += self._held_out.append(name, shard, np.flatnonzero(held_out), ids)
+        if not train:
+            return 0
+        entered = self._train.append(name, shard, np.flatnonzero(~held_out))
         self.shards_loaded += 1
         self._newest_name = max(self._newest_name, name)
-        self._join_small_blocks()
         if name <= self._counted_up_to:
             return 0
-        self.positions_added += len(shard)
-        return len(shard)
-
-    def _join_small_blocks(self) -> None:
-        """Joins the newest run of small blocks into one once together they reach the block size."""
-        run, size = 0, 0
-        for block in reversed(self._blocks):
-            if len(block.results) >= self._block_target:
-                break
-            run += 1
-            size += len(block.results)
-        if run > 1 and size >= self._block_target:
-            self._blocks[-run:] = [_Block.merge(self._blocks[-run:])]
-
-    def _evict(self) -> None:
-        first = self.total - self.window_positions
-        drop = 0
-        while drop < len(self._blocks) - 1 and self._blocks[drop].end <= first:
-            drop += 1
-        del self._blocks[:drop]
+        self.positions_added += entered
+        return entered
 
     # --- sampling ---------------------------------------------------------------------------
 
@@ -335,32 +495,33 @@ class ReplayWindow:
             return None
         numbers = np.sort(self._rng.integers(self.first, self.total, size=batch_size))
         self.samples_drawn += batch_size
-        return self._gather(numbers)
+        return self._train.gather(numbers)
 
-    def _gather(self, numbers: np.ndarray) -> Batch:
-        """Builds the batch of the positions numbered ``numbers`` (sorted)."""
-        size = len(numbers)
-        planes = np.empty((size, COMPACT_PLANES), np.uint64)
-        scalars = np.empty((size, NUM_SCALARS), np.float32)
-        policy = np.zeros((size, NUM_MOVES), np.float32)
-        legal = np.zeros((size, NUM_MOVES), np.bool_)
-        z = np.empty(size, np.float32)
-        starts = np.array([block.start for block in self._blocks], dtype=np.int64)
-        owner = np.searchsorted(starts, numbers, side="right") - 1
-        # numbers are sorted, so each block's positions are one slice of the batch.
-        bounds = np.searchsorted(owner, np.arange(len(self._blocks) + 1))
-        for b, block in enumerate(self._blocks):
-            lo_out, hi_out = int(bounds[b]), int(bounds[b + 1])
-            if lo_out == hi_out:
-                continue
-            rows = numbers[lo_out:hi_out] - block.start
-            planes[lo_out:hi_out] = block.planes[rows]
-            scalars[lo_out:hi_out] = block.scalars[rows]
-            z[lo_out:hi_out] = block.results[rows]
-            lo, hi = block.policy_offsets[rows], block.policy_offsets[rows + 1]
-            entries = np.repeat(lo, hi - lo) + _ranges(hi - lo)
-            batch_rows = np.repeat(np.arange(lo_out, hi_out), hi - lo)
-            moves = block.policy_indices[entries].astype(np.int64)
-            policy[batch_rows, moves] = block.policy_probs[entries]
-            legal[batch_rows, moves] = True
-        return Batch(planes, scalars, policy, legal, z)
+    def training_sample_batches(self, size: int, batch_size: int, seed: int) -> Iterator[Batch]:
+        """Yields ``size`` positions drawn from the window, in batches, to set beside the validation set.
+
+        Uses its own generator and counts nothing: the training sampler and the
+        reuse cap do not notice. Yields nothing while the window is empty.
+
+        Raises:
+            ValueError: batch_size < 1.
+        """
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        if len(self) == 0 or size < 1:
+            return
+        numbers = np.sort(np.random.default_rng(seed).integers(self.first, self.total, size=size))
+        for start in range(0, size, batch_size):
+            yield self._train.gather(numbers[start:start + batch_size])
+
+    def validation_batches(self, batch_size: int) -> Iterator[Batch]:
+        """Yields the validation set in batches of at most ``batch_size``, oldest positions first.
+
+        Raises:
+            ValueError: batch_size < 1.
+        """
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        store = self._held_out
+        for start in range(store.first, store.total, batch_size):
+            yield store.gather(np.arange(start, min(start + batch_size, store.total), dtype=np.int64))

@@ -12,17 +12,25 @@ averaged over the batch, plus c * ||theta||^2 (c = learner.weight_decay):
   shares pi (so it includes pi's own entropy; ``policy_kl`` gives the KL).
   Products with the -inf of illegal moves are masked out with ``where``,
   never multiplied (0 * -inf is NaN).
-- **Value**: a 'scalar' head uses the squared error (z - v)^2 (0..4); a
+- **Value**: a 'scalar' head uses the squared error (t - v)^2 (0..4); a
   'wdl' head uses the cross-entropy of its win/draw/loss logits against the
-  class of z (z = 1 win, 0 draw, -1 loss).
+  class of z (z = 1 win, 0 draw, -1 loss). The target t is the game result z,
+  or with ``value_target_q_weight`` w > 0 (Leela's q-ratio) t = (1 - w) z + w q,
+  q the search's root value of the position; a 'wdl' head then takes the soft
+  target (1 - w) onehot(z) + w (max(q, 0), 1 - |q|, max(-q, 0)), whose mean
+  value is t.
 - **Weight decay**: the optimiser's L2 weight decay, set to 2c, the gradient
   of c * ||theta||^2, so the objective is AlphaZero's exactly (every parameter,
   batch-norm scales and biases included, as in the paper). The term is left out
   of ``total``; ``weight_decay_term`` computes it for logging.
 - **Value accuracy**: the share of positions whose predicted result class
-  matches z's. A 'scalar' head predicts the result nearest to v (win for
-  v > 1/3, loss for v < -1/3, else draw); a 'wdl' head predicts its most
-  likely class.
+  matches z's (the game result, whatever the target). A 'scalar' head
+  predicts the result nearest to v (win for v > 1/3, loss for v < -1/3, else
+  draw); a 'wdl' head predicts its most likely class.
+- **Validation** (``validation_sums``, ``Trainer.validate``): the same
+  figures on held-out positions in eval mode, plus the policy's top-1
+  agreement: the share of positions whose most likely legal move under the
+  network is one of the search's most visited.
 
 Optimiser: SGD with momentum (AlphaZero) or Adam (``momentum`` is its beta1),
 with ``learner.learning_rate(step)`` set before each step. On CUDA the forward
@@ -39,6 +47,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -53,8 +62,9 @@ from alphazero.planes import compact_to_torch
 from learner.replay import Batch
 
 __all__ = [
-    "DRAW_BAND", "StepStats", "Trainer", "build_optimizer", "compute_losses", "masked_log_softmax",
-    "policy_kl", "result_classes", "value_classes", "weight_decay_term",
+    "DRAW_BAND", "StepStats", "Trainer", "VALIDATION_FIGURES", "build_optimizer", "compute_losses",
+    "masked_log_softmax", "policy_kl", "result_classes", "validation_sums", "value_classes", "value_target",
+    "weight_decay_term",
 ]
 
 WIN, DRAW, LOSS = 0, 1, 2  # the classes of the wdl head's logits, in its order
@@ -108,8 +118,52 @@ def policy_kl(logits: torch.Tensor, policy: torch.Tensor, legal: torch.Tensor) -
     return _legal_sum(policy * (log_pi - log_p), legal & (policy > 0)).mean()
 
 
+def value_target(z: torch.Tensor, q: torch.Tensor | None, q_weight: float) -> torch.Tensor:
+    """Gets the value target (1 - w) z + w q; z alone when w is 0 or q is unknown."""
+    if q is None or q_weight == 0.0:
+        return z
+    return (1.0 - q_weight) * z + q_weight * q
+
+
+def _wdl_target(z: torch.Tensor, q: torch.Tensor | None, q_weight: float) -> torch.Tensor:
+    """Gets the wdl head's target: z's class, or the soft target of the module docstring (float [B, 3])."""
+    classes = result_classes(z)
+    if q is None or q_weight == 0.0:
+        return classes
+    q = q.clamp(-1.0, 1.0)
+    soft = torch.stack([q.clamp_min(0.0), 1.0 - q.abs(), (-q).clamp_min(0.0)], dim=1)
+    return (1.0 - q_weight) * F.one_hot(classes, 3).float() + q_weight * soft
+
+
+@dataclass(frozen=True)
+class _PerSample:
+    """The loss terms of each position of a batch (float32 [B] each)."""
+
+    policy: torch.Tensor  # cross-entropy of the targets and the legal-move softmax
+    value: torch.Tensor  # squared error or wdl cross-entropy against the value target
+    value_mse: torch.Tensor  # (t - v)^2
+    entropy: torch.Tensor
+    correct: torch.Tensor  # 1 where the predicted result class is z's
+    log_p: torch.Tensor  # [B, 4672] the legal-move log-softmax
+
+
+def _per_sample(out: NetOutput, policy: torch.Tensor, legal: torch.Tensor, z: torch.Tensor,
+                q: torch.Tensor | None, q_weight: float) -> _PerSample:
+    log_p = masked_log_softmax(out.policy_logits, legal)
+    value = out.value.float()
+    target = value_target(z, q, q_weight)
+    value_mse = (target - value).square()
+    if out.wdl_logits is not None:
+        value_loss = F.cross_entropy(out.wdl_logits.float(), _wdl_target(z, q, q_weight), reduction="none")
+    else:
+        value_loss = value_mse
+    correct = (value_classes(value, out.wdl_logits) == result_classes(z)).float()
+    return _PerSample(-_legal_sum(policy * log_p, legal), value_loss, value_mse,
+                      -_legal_sum(log_p.exp() * log_p, legal), correct, log_p)
+
+
 def compute_losses(out: NetOutput, policy: torch.Tensor, legal: torch.Tensor, z: torch.Tensor,
-                   *, value_loss_weight: float) -> StepStats:
+                   *, value_loss_weight: float, q: torch.Tensor | None = None, q_weight: float = 0.0) -> StepStats:
     """Computes the loss and the logged figures of a batch (grad_norm left at 0).
 
     Args:
@@ -118,21 +172,32 @@ def compute_losses(out: NetOutput, policy: torch.Tensor, legal: torch.Tensor, z:
         legal: bool [B, 4672], True at legal moves; every row has one.
         z: float32 [B] game results for the side to move.
         value_loss_weight: the value loss's weight beside the policy loss.
+        q: float32 [B] the search's root values (None: unknown, z alone is the target).
+        q_weight: the share of q in the value target (see the module docstring).
     """
-    log_p = masked_log_softmax(out.policy_logits, legal)
-    policy_loss = -_legal_sum(policy * log_p, legal).mean()
-    entropy = -_legal_sum(log_p.exp() * log_p, legal).mean()
-    value = out.value.float()
-    value_mse = (z - value).square().mean()
-    targets = result_classes(z)
-    if out.wdl_logits is not None:
-        value_loss = F.cross_entropy(out.wdl_logits.float(), targets)
-    else:
-        value_loss = value_mse
-    accuracy = (value_classes(value, out.wdl_logits) == targets).float().mean()
+    terms = _per_sample(out, policy, legal, z, q, q_weight)
+    policy_loss, value_loss = terms.policy.mean(), terms.value.mean()
     total = policy_loss + value_loss_weight * value_loss
-    return StepStats(total, policy_loss.detach(), value_loss.detach(), value_mse.detach(), entropy.detach(),
-                     accuracy, torch.zeros((), device=total.device))
+    return StepStats(total, policy_loss.detach(), value_loss.detach(), terms.value_mse.mean().detach(),
+                     terms.entropy.mean().detach(), terms.correct.mean(), torch.zeros((), device=total.device))
+
+
+VALIDATION_FIGURES = ("policy_loss", "policy_top1", "value_loss", "value_mse", "value_accuracy")
+
+
+def validation_sums(out: NetOutput, policy: torch.Tensor, legal: torch.Tensor, z: torch.Tensor,
+                    q: torch.Tensor | None = None, *, q_weight: float = 0.0) -> torch.Tensor:
+    """Sums VALIDATION_FIGURES over a batch (float64 [5]; divide by the batch size for means).
+
+    policy_top1 counts the positions whose most likely legal move under the
+    network has the largest visit share (any of them, when several tie).
+    """
+    with torch.no_grad():
+        terms = _per_sample(out, policy, legal, z, q, q_weight)
+        top = terms.log_p.argmax(dim=1, keepdim=True)  # -inf at illegal moves: never chosen
+        agree = (policy.gather(1, top).squeeze(1) >= policy.max(dim=1).values).float()
+        return torch.stack([terms.policy.sum(), agree.sum(), terms.value.sum(), terms.value_mse.sum(),
+                            terms.correct.sum()]).double()
 
 
 def build_optimizer(model: nn.Module, config: LearnerConfig) -> torch.optim.Optimizer:
@@ -190,6 +255,17 @@ class Trainer:
         rest = (torch.from_numpy(np.ascontiguousarray(a)).to(self.device) for a in (batch.policy, batch.legal, batch.z))
         return (planes, scalars, *rest)
 
+    def _q(self, batch: Batch) -> torch.Tensor | None:
+        """Moves the batch's root values to the device when the value target uses them."""
+        if batch.q is None or self.config.value_target_q_weight == 0.0:
+            return None
+        return torch.from_numpy(np.ascontiguousarray(batch.q, dtype=np.float32)).to(self.device)
+
+    def _losses(self, out: NetOutput, batch: Batch, tensors: tuple[torch.Tensor, ...]) -> StepStats:
+        _, _, policy, legal, z = tensors
+        return compute_losses(out, policy, legal, z, value_loss_weight=self.config.value_loss_weight,
+                              q=self._q(batch), q_weight=self.config.value_target_q_weight)
+
     def set_learning_rate(self, step: int) -> float:
         """Sets the learning rate of training step ``step`` (0-based) in the optimiser; returns it."""
         rate = self.config.learning_rate(step)
@@ -205,10 +281,10 @@ class Trainer:
         not checked here, since that would cost a sync every step.
         """
         self.set_learning_rate(step)
-        planes, scalars, policy, legal, z = self.to_device(batch)
+        tensors = self.to_device(batch)
         with self._autocast():
-            out = self._forward(planes, scalars)
-        stats = compute_losses(out, policy, legal, z, value_loss_weight=self.config.value_loss_weight)
+            out = self._forward(tensors[0], tensors[1])
+        stats = self._losses(out, batch, tensors)
         self.optimizer.zero_grad(set_to_none=True)
         stats.total.backward()
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
@@ -223,11 +299,36 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self, batch: Batch) -> StepStats:
         """Computes a batch's figures in eval mode (batch-norm running statistics), without training."""
-        planes, scalars, policy, legal, z = self.to_device(batch)
+        tensors = self.to_device(batch)
         self.model.eval()
         try:
             with self._autocast():
-                out = self.model(planes, scalars)
-            return compute_losses(out, policy, legal, z, value_loss_weight=self.config.value_loss_weight)
+                out = self.model(tensors[0], tensors[1])
+            return self._losses(out, batch, tensors)
         finally:
             self.model.train()
+
+    @torch.no_grad()
+    def validate(self, batches: Iterable[Batch]) -> dict[str, float] | None:
+        """Computes the means of VALIDATION_FIGURES over ``batches`` in eval mode, plus ``positions``.
+
+        Returns None when the batches hold no position.
+        """
+        sums, positions = None, 0
+        self.model.eval()
+        try:
+            for batch in batches:
+                tensors = self.to_device(batch)
+                with self._autocast():
+                    out = self.model(tensors[0], tensors[1])
+                _, _, policy, legal, z = tensors
+                part = validation_sums(out, policy, legal, z, self._q(batch),
+                                       q_weight=self.config.value_target_q_weight)
+                sums = part if sums is None else sums + part
+                positions += len(batch)
+        finally:
+            self.model.train()
+        if sums is None or positions == 0:
+            return None
+        means = dict(zip(VALIDATION_FIGURES, (sums / positions).tolist(), strict=True))
+        return {**means, "positions": float(positions)}

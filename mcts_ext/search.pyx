@@ -83,8 +83,8 @@ ctypedef struct Options:
     int ply_limit                    # game length (plies) that ends in a draw; 0 for none
     bint autoplay                    # self-play: choose, play and record moves
     bint record                      # keep training samples (self-play)
-    bint resign                      # resignation on (resign_threshold given)
-    float resign_threshold           # root value (mover's view) below which a move counts towards resigning
+    bint resign                      # resignation on for games started from now on (a threshold is set)
+    double resign_threshold          # root value (mover's view) below which a move counts towards resigning
     int resign_consecutive           # that many moves in a row by one side resign the game
     float resign_disabled_fraction   # games played through regardless, to measure false positives
     float playout_cap_fraction       # >0: only this fraction of moves get the full budget (KataGo)
@@ -105,6 +105,7 @@ ctypedef struct Record:
     int policy_total
     int policy_capacity
     uint8_t* full_search             # [plies played] 1 when that move had the full budget
+    float* move_value                # [searches finished] the root value of each move's search, for its mover
     int move_capacity
 
 ctypedef struct Slot:
@@ -121,6 +122,8 @@ ctypedef struct Slot:
     int status                       # termination once FINISHED
     int winner                       # WHITE, BLACK or -1 for a draw
     bint resign_enabled              # False in the games played through to measure false positives
+    bint resign                      # this game had a threshold when it started (Options.resign then)
+    double resign_threshold          # ... and this one: a game keeps the threshold it started with
     int resign_streak[2]             # consecutive moves each side's value was below the threshold
     int would_resign_ply             # played-through games: first ply a resignation would have come, or -1
     int would_resign_side
@@ -137,6 +140,7 @@ cdef void record_free(Record* r) noexcept nogil:
     free(r.policy_index)
     free(r.policy_prob)
     free(r.full_search)
+    free(r.move_value)
     memset(r, 0, sizeof(Record))
 
 
@@ -159,7 +163,8 @@ cdef int record_reserve(Record* r, int samples, int policy, int moves) noexcept 
         r.policy_capacity = capacity
     if moves > r.move_capacity:
         capacity = max(2 * r.move_capacity, moves, 128)
-        if grow(<void**>&r.full_search, capacity, sizeof(uint8_t)) < 0:
+        if (grow(<void**>&r.full_search, capacity, sizeof(uint8_t)) < 0
+                or grow(<void**>&r.move_value, capacity, sizeof(float)) < 0):
             return -1
         r.move_capacity = capacity
     return 0
@@ -459,9 +464,11 @@ cdef int record_sample(Slot* s) noexcept nogil:
 
 
 cdef void check_resignation(Slot* s, const Options* o, int mover, float value) noexcept nogil:
-    if not o.resign:
+    if not s.resign:
         return
-    if value < o.resign_threshold:
+    # Compared in double, as Python compares a recorded value with a threshold
+    # (alphazero.resign), so both agree on every game.
+    if <double>value < s.resign_threshold:
         s.resign_streak[mover] += 1
     else:
         s.resign_streak[mover] = 0
@@ -494,13 +501,16 @@ cdef int finish_move(Slot* s, const Options* o, Tree* scratch) noexcept nogil:
     value = root_value(&s.tree)
     if s.full_search and o.record and record_sample(s) < 0:
         return -1
+    if record_reserve(&s.record, 0, 0, s.root_length) < 0:
+        return -1
+    # Every move's value, so that Python can tell for ANY threshold whether a
+    # side would have resigned (resignation calibration, alphazero.resign).
+    s.record.move_value[s.root_length - 1] = value
     check_resignation(s, o, mover, value)
     if s.state == FINISHED:
         return 0
     edge = choose_edge(s, o)
     keep = s.tree.child[edge]
-    if record_reserve(&s.record, 0, 0, s.root_length) < 0:
-        return -1
     s.record.full_search[s.root_length - 1] = s.full_search
     s.stack.length = s.root_length
     if stack_push(&s.stack, s.tree.move[edge]) < 0:
@@ -586,9 +596,9 @@ cdef class MultiGameSearch:
         if not 0.0 <= playout_cap_fraction <= 1.0 or playout_cap_simulations < 1:
             raise ValueError(f"need 0 <= playout_cap_fraction <= 1 and playout_cap_simulations >= 1, "
                              f"got {playout_cap_fraction} and {playout_cap_simulations}")
-        if resign_threshold is not None and (not -1.0 <= resign_threshold <= 1.0 or resign_consecutive < 1):
-            raise ValueError(f"need -1 <= resign_threshold <= 1 and resign_consecutive >= 1, "
-                             f"got {resign_threshold} and {resign_consecutive}")
+        if resign_consecutive < 1:
+            raise ValueError(f"resign_consecutive must be at least 1, got {resign_consecutive}")
+        _check_resign_threshold(resign_threshold)
         if not 0.0 <= resign_disabled_fraction <= 1.0:
             raise ValueError(f"resign_disabled_fraction must be in [0, 1], got {resign_disabled_fraction}")
         if ply_limit is not None and ply_limit < 1:
@@ -610,8 +620,7 @@ cdef class MultiGameSearch:
         o.ply_limit = ply_limit or 0
         o.autoplay = autoplay
         o.record = autoplay if record is None else record
-        o.resign = resign_threshold is not None
-        o.resign_threshold = resign_threshold if resign_threshold is not None else -2.0
+        self._set_resign_threshold(resign_threshold)
         o.resign_consecutive = resign_consecutive
         o.resign_disabled_fraction = resign_disabled_fraction
         o.playout_cap_fraction = playout_cap_fraction
@@ -678,6 +687,8 @@ cdef class MultiGameSearch:
         rng_seed(&s.rng, self.seed ^ (self.games_started * <uint64_t>0xD1B54A32D192ED03))
         self.games_started += 1
         s.resign_enabled = rng_uniform(&s.rng) >= self.options.resign_disabled_fraction
+        s.resign = self.options.resign
+        s.resign_threshold = self.options.resign_threshold
         if start_move(s, &self.options, keep, &self.scratch) < 0:
             raise MemoryError()
 
@@ -776,6 +787,27 @@ cdef class MultiGameSearch:
         for g in range(self.n_slots):
             count += self.slots[g].state == SEARCHING
         return count
+
+    # -- resignation ---------------------------------------------------------
+
+    @property
+    def resign_threshold(self) -> float | None:
+        """The threshold that games started from now on get (None: they never resign)."""
+        return self.options.resign_threshold if self.options.resign else None
+
+    def set_resign_threshold(self, threshold: float | None) -> None:
+        """Sets the resignation threshold of the games started from now on; None: they never resign.
+
+        A game in progress keeps the threshold it started with (its record
+        says which), so a record's threshold is the one its moves were
+        played under. Raises ValueError outside [-1, 1].
+        """
+        _check_resign_threshold(threshold)
+        self._set_resign_threshold(threshold)
+
+    cdef void _set_resign_threshold(self, object threshold) except *:
+        self.options.resign = threshold is not None
+        self.options.resign_threshold = threshold if threshold is not None else -2.0
 
     # -- the batch -----------------------------------------------------------
 
@@ -1096,9 +1128,13 @@ cdef class MultiGameSearch:
         """The finished game's record; the slot becomes idle (start_game() to reuse it).
 
         Keys: start_fen, moves (UCI), result ('1-0', '0-1', '1/2-1/2'), winner
-        ('white', 'black' or None), termination, plies, resign_enabled,
-        would_resign_ply / would_resign_side (played-through games, else -1 /
-        None), full_search (uint8 [plies]) and the training samples:
+        ('white', 'black' or None), termination, plies, resign_threshold (the
+        threshold the game started with, None when it could not resign),
+        resign_enabled (False when the game could not resign: played through,
+        or no threshold), would_resign_ply / would_resign_side (played-through
+        games with a threshold, else -1 / None), full_search (uint8 [plies]),
+        move_values (float32 [plies, +1 when the game ended by resignation]:
+        every move's root value for its mover, in order) and the training samples:
         planes uint64 [S, 112], scalars float32 [S, 7], plies_of_samples int16 [S],
         root_values float32 [S], policy_offsets int32 [S + 1], policy_indices
         int16 [P] (every legal move of each sample) and policy_probs float32 [P]
@@ -1118,6 +1154,8 @@ cdef class MultiGameSearch:
         indices = np.empty(p, dtype=np.int16)
         probs = np.empty(p, dtype=np.float32)
         full = np.zeros(plies, dtype=np.uint8)
+        searched = plies + (s.status == RESIGNATION)
+        move_values = np.zeros(searched, dtype=np.float32)
         _copy_into(planes, r.planes, k * COMPACT_PLANES * sizeof(uint64_t))
         _copy_into(scalars, r.scalars, k * NUM_SCALARS * sizeof(float))
         _copy_into(sample_plies, r.ply, k * sizeof(int16_t))
@@ -1128,6 +1166,8 @@ cdef class MultiGameSearch:
         _copy_into(probs, r.policy_prob, p * sizeof(float))
         if plies and r.move_capacity:
             _copy_into(full, r.full_search, min(plies, r.move_capacity) * sizeof(uint8_t))
+        if searched and r.move_capacity:
+            _copy_into(move_values, r.move_value, min(searched, r.move_capacity) * sizeof(float))
         # White moves at even plies of games started from a White-to-move position.
         first_turn = self.slots[slot].stack.positions[0].turn
         sample_turns = (sample_plies.astype(np.int64) + first_turn) % 2  # 0 White, 1 Black
@@ -1143,11 +1183,13 @@ cdef class MultiGameSearch:
             "winner": None if s.winner < 0 else ("white" if s.winner == WHITE else "black"),
             "termination": _TERMINATION_NAMES[s.status],
             "plies": plies,
-            "resign_enabled": bool(s.resign_enabled),
+            "resign_threshold": s.resign_threshold if s.resign else None,
+            "resign_enabled": bool(s.resign_enabled and s.resign),
             "would_resign_ply": s.would_resign_ply,
             "would_resign_side": None if s.would_resign_side < 0 else
                                  ("white" if s.would_resign_side == WHITE else "black"),
             "full_search": full,
+            "move_values": move_values,
             "planes": planes,
             "scalars": scalars,
             "plies_of_samples": sample_plies,
@@ -1171,6 +1213,11 @@ cdef void _copy_into(object array, const void* source, size_t size) except *:
         return
     view = array.reshape(-1).view(np.uint8)
     memcpy(&view[0], source, size)
+
+
+cdef void _check_resign_threshold(object threshold) except *:
+    if threshold is not None and not -1.0 <= threshold <= 1.0:
+        raise ValueError(f"need -1 <= resign_threshold <= 1 (or None), got {threshold}")
 
 
 cdef void _check_rows(object array, int width, int rows, str name) except *:

@@ -54,4 +54,4 @@ def run(args: argparse.Namespace) -> None:
                           address=args.address, gpus=args.gpus, minutes=args.minutes, games=args.games,
                           progress=not args.quiet)
     print(f"self-play: {totals.games} games, {totals.moves} positions in {len(totals.shards)} shards "
-          f"under {run_dir.selfplay}")
+          f"under {run_dir.selfplay}; {totals.resign_status}")

@@ -21,6 +21,7 @@ from alphazero.checkpoint import latest_checkpoint, load_checkpoint
 from alphazero.config import Config, to_toml
 from alphazero.console import compact_number, fit_line
 from alphazero.errors import UserError
+from alphazero.resign import ResignCalibrator
 from alphazero.rundir import RunDir, remove_stale_temporaries
 from selfplay.inference import InferenceServer
 from selfplay.worker import PlayStats, SelfPlayWorker
@@ -134,6 +135,7 @@ class Totals:
     false_resignations: int = 0
     lost_calls: int = 0
     weights_step: int = -1
+    resign_status: str = ""  # the resignation calibration's last status line
 
     def add(self, stats: PlayStats) -> None:
         self.games += stats.games
@@ -173,7 +175,6 @@ class Totals:
             "results/draws": self.results["draw"] / decided,
             "results/black_wins": self.results["black"] / decided,
             "resign/resigned_share": self.resigned / decided,
-            "resign/false_positive_rate": self.false_resignations / max(self.would_have_resigned, 1),
         }
         if self.plies:
             values["selfplay/game_length"] = sum(self.plies) / len(self.plies)
@@ -193,12 +194,40 @@ class Totals:
         ], width)
 
 
+class _ResignFollower:
+    """Recalibrates the resignation threshold from new shards and pushes a change to the actors."""
+
+    def __init__(self, run: RunDir, config: Config, every_s: float = 10.0) -> None:
+        self.calibrator = ResignCalibrator(run, config.search)
+        self.every_s = every_s
+        self.last = time.monotonic()
+        self._refresh()  # before the actors start: they read run/resign.json
+
+    def _refresh(self) -> bool:
+        try:
+            return self.calibrator.refresh()
+        except OSError as error:
+            log.warning("cannot write %s: %s", self.calibrator.path, error)
+            return False
+
+    def update(self, handles: list[Any], force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last < self.every_s:
+            return
+        self.last = now
+        if self._refresh() and self.calibrator.search.resign_mode == "calibrated":
+            for handle in handles:  # not waited for: an actor takes it between play() calls
+                handle.set_resign_threshold.remote(self.calibrator.threshold)
+
+
 class _Reporter:
     """The progress line on the terminal and the scalars in run/tb/selfplay."""
 
-    def __init__(self, run: RunDir, progress: bool, every_s: float = 10.0) -> None:
+    def __init__(self, run: RunDir, progress: bool, every_s: float = 10.0,
+                 extra_scalars: Callable[[], dict[str, float]] | None = None) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
+        self.extra_scalars = extra_scalars
         self.writer = SummaryWriter(str(run.tb / "selfplay"))
         self.every_s = every_s
         self.last = 0.0
@@ -223,7 +252,10 @@ class _Reporter:
         now = time.monotonic()
         if force or now - self.last >= self.every_s:
             self.last = now
-            for tag, value in totals.scalars().items():
+            scalars = totals.scalars()
+            if self.extra_scalars is not None:
+                scalars.update(self.extra_scalars())
+            for tag, value in scalars.items():
                 self.writer.add_scalar(tag, value, totals.games)
             self.writer.flush()
 
@@ -258,6 +290,7 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
         print(f"self-play: no checkpoint in {run.checkpoints} yet: playing with freshly initialised weights",
               flush=True)
     remove_stale_temporaries(run.selfplay)
+    resign = _ResignFollower(run, config)
     inference = config.selfplay.inference if gpus > 0 else "local"
     servers_wanted = max(1, int(gpus)) if inference == "server" else 0
     started_ray = connect_ray(address, num_cpus=max(actors + servers_wanted, os.cpu_count() or 1),
@@ -265,7 +298,13 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
     quota = math.ceil(games / actors) if games else None
     handles, servers = _start_actors(run, config, actors, gpus, inference, servers_wanted, quota)
     totals = Totals(weights_step=step if step is not None else -1)
-    reporter = _Reporter(run, progress)
+    reporter = _Reporter(run, progress, extra_scalars=resign.calibrator.scalars)
+
+    def suffix(width: int | None) -> str:
+        lines = [fit_line([resign.calibrator.status()], width),
+                 *([status_suffix(width)] if status_suffix is not None else [])]
+        return "\n".join(lines)
+
     deadline = time.monotonic() + minutes * 60 if minutes else None
     pending: dict[Any, int] = {handle.play.remote(chunk_seconds): i for i, handle in enumerate(handles)}
     idle: set[int] = set()
@@ -278,7 +317,8 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
                     continue
                 if not _should_stop(totals, games, deadline, stop):
                     pending[handles[index].play.remote(chunk_seconds)] = index
-            reporter.update(totals, actors - len(idle), actors, suffix=status_suffix)
+            resign.update(handles)
+            reporter.update(totals, actors - len(idle), actors, suffix=suffix)
             if on_update is not None:
                 on_update(totals)
             if _should_stop(totals, games, deadline, stop):
@@ -288,7 +328,9 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
         print("\nself-play: stopping; writing the finished games", flush=True)
     finally:
         _flush(handles, totals)
-        reporter.update(totals, actors - len(idle), actors, force=True, suffix=status_suffix)
+        resign.update([], force=True)
+        totals.resign_status = resign.calibrator.status()
+        reporter.update(totals, actors - len(idle), actors, force=True, suffix=suffix)
         reporter.close()
         for handle in [*handles, *servers]:
             ray.kill(handle, no_restart=True)

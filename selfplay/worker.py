@@ -12,6 +12,7 @@ import dataclasses
 import logging
 import os
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ import torch
 from alphazero.checkpoint import load_latest_weights
 from alphazero.config import Config, SearchConfig, from_toml
 from alphazero.network import AlphaZeroNet, Evaluator, pick_device
+from alphazero.resign import game_resign_fields, threshold_for_actors, threshold_in_file
 from alphazero.rundir import RunDir
 from mcts_ext.search import MultiGameSearch
 from selfplay.records import GameWriter
@@ -31,9 +33,17 @@ log = logging.getLogger(__name__)
 EvaluateFn = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
-def search_options(search: SearchConfig) -> dict[str, Any]:
-    """MultiGameSearch keyword arguments from the run's search config (the names match)."""
-    return dataclasses.asdict(search)
+def search_options(search: SearchConfig, resign_threshold: float | None = None) -> dict[str, Any]:
+    """MultiGameSearch keyword arguments from the run's search config (the names match).
+
+    The resignation threshold is the one in force (alphazero.resign.threshold_for_actors),
+    not search.resign_threshold, which only the 'fixed' mode uses.
+    """
+    options = dataclasses.asdict(search)
+    for name in SearchConfig.CALIBRATION_FIELDS:
+        del options[name]
+    options["resign_threshold"] = resign_threshold
+    return options
 
 
 @dataclass
@@ -89,8 +99,10 @@ class SelfPlayWorker:
         # Self-play wants variety more than reproducibility: a restarted actor must
         # not replay the games it already wrote.
         seed = seed if seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
+        self.resign_checked = time.monotonic()
         self.search = MultiGameSearch(self.config.selfplay.games_per_actor, seed=seed,
-                                      **search_options(self.config.search))
+                                      **search_options(self.config.search,
+                                                       threshold_for_actors(self.run, self.config.search)))
         self.batch = self.search.new_batch()
         self.first_step = [self.step] * self.search.games
         # Games this worker may still start (None: no limit); all slots start at once.
@@ -123,6 +135,25 @@ class SelfPlayWorker:
             self.step = step
             log.info("%s: now playing with the weights of step %d", self.name, step)
 
+    # -- the resignation threshold -------------------------------------------------
+
+    def set_resign_threshold(self, threshold: float | None) -> None:
+        """Takes the calibrated threshold pushed through Ray; games started from now on use it."""
+        if self.config.search.resign_mode == "calibrated" and threshold != self.search.resign_threshold:
+            self.search.set_resign_threshold(threshold)
+            log.info("%s: new games resign below %s", self.name, threshold)
+
+    def _poll_resign(self) -> None:
+        """Reads run/resign.json as often as the weights are polled (the driver also pushes it)."""
+        now = time.monotonic()
+        if self.config.search.resign_mode != "calibrated" or \
+                now - self.resign_checked < self.config.selfplay.weights_poll_seconds:
+            return
+        self.resign_checked = now
+        found, threshold = threshold_in_file(self.run)
+        if found:  # a missing or unreadable file keeps the threshold in use (pushed, or read before)
+            self.set_resign_threshold(threshold)
+
     def _evaluate(self, planes: np.ndarray, scalars: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if self.server is not None:
             import ray
@@ -142,6 +173,7 @@ class SelfPlayWorker:
         start = time.perf_counter()
         while time.perf_counter() - start < seconds and self.search.searching():
             self._poll_weights()
+            self._poll_resign()
             rows = self.search.gather(*self.batch)
             if rows:
                 tick = time.perf_counter()
@@ -161,6 +193,8 @@ class SelfPlayWorker:
             record["weights_step"] = self.step
             record["weights_step_first"] = self.first_step[slot]
             record["actor"] = self.name
+            record["game_id"] = uuid.uuid4().hex  # stable: the learner's validation split hashes it
+            record.update(game_resign_fields(record, self.config.search.resign_consecutive))
             self._count(stats, record)
             shard = self.writer.add(record)
             if shard is not None:

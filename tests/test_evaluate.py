@@ -59,7 +59,9 @@ def test_a_fresh_run_is_rated_against_stockfish(run: RunDir, capsys) -> None:
     assert load_ratings(ratings_path(run, 0)) == dict(ratings)
     scalars = _tb_scalars(run.tb / "eval")
     assert scalars["elo/search:8"] == [(0, pytest.approx(ratings["search:8"].elo))]
-    assert "elo/stockfish:elo=1400" not in scalars  # anchors are not curves
+    # The anchor is a flat line at its UCI_Elo beside the agents, so a flat agent curve reads as flat.
+    assert scalars["elo/stockfish:elo=1400"] == [(0, 1400.0)]
+    assert "elo/random" in scalars
     assert len(list((run.games / "eval" / "step_000000000").glob("*.pgn"))) == 9
     assert len(list((run.eval / "step_000000000").glob("*.jsonl"))) == 9
 
@@ -138,8 +140,10 @@ def test_periodic_evaluation_rates_every_kth_checkpoint_one_at_a_time(tmp_path, 
             raise RuntimeError("stockfish vanished")
 
     monkeypatch.setattr(evaluate_module, "evaluate_checkpoint", fake_evaluate)
+    monkeypatch.setattr(evaluate_module, "find_stockfish", lambda: "/usr/games/stockfish")
     run, config = RunDir.create_or_open(tmp_path / "run", get_preset("tiny"))
-    periodic = evaluate_module.PeriodicEvaluation(run, config, every_steps=100)
+    # A time share of 1: the next evaluation may start as soon as the last one ends.
+    periodic = evaluate_module.PeriodicEvaluation(run, config, every_steps=100, time_share=1.0)
     periodic(50, Path("x"))  # not due
     periodic(100, Path("x"))  # due: starts
     periodic(200, Path("x"))  # due, but one is running: skipped
@@ -195,3 +199,52 @@ def test_ratings_and_games_that_cannot_be_written_after_playing_go_to_temporary_
         for folder in {*games_folders, str(Path(ratings_file).parent)}:
             shutil.rmtree(folder)
     assert not ratings_path(run, 0).exists()
+def test_periodic_evaluation_keeps_to_its_share_of_the_time(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    import eval.evaluate as evaluate_module
+    from alphazero.config import get_preset
+    from alphazero.rundir import RunDir
+
+    now = [1000.0]
+    calls: list[int] = []
+
+    def fake_evaluate(run, config, step, **kwargs):
+        calls.append(step)
+        now[0] += 60.0  # each evaluation takes a minute
+
+    monkeypatch.setattr(evaluate_module, "evaluate_checkpoint", fake_evaluate)
+    monkeypatch.setattr(evaluate_module, "find_stockfish", lambda: "/usr/games/stockfish")
+    run, config = RunDir.create_or_open(tmp_path / "run", get_preset("tiny"))
+    periodic = evaluate_module.PeriodicEvaluation(run, config, every_steps=10, time_share=0.1, clock=lambda: now[0])
+    assert "next at step >= 10" in periodic.status()
+    periodic(10, Path("x"))
+    periodic.close()
+    # A minute of evaluation at a 10% share: the next may start 10 minutes after the last one started.
+    assert "next at step >= 20 and in 9.0 min (at most 10% of the time)" in periodic.status()
+    now[0] += 8 * 60.0
+    periodic(20, Path("x"))  # due by step, but too soon
+    periodic.close()
+    now[0] += 60.0
+    periodic(21, Path("x"))  # the same slot of steps, now on time
+    periodic.close()
+    assert calls == [10, 21]
+
+
+def test_without_stockfish_the_elo_curve_is_off_and_says_why_once(tmp_path, monkeypatch, capsys):
+    from pathlib import Path
+
+    import eval.evaluate as evaluate_module
+    from alphazero.config import get_preset
+    from alphazero.rundir import RunDir
+
+    monkeypatch.setattr(evaluate_module, "find_stockfish", lambda: None)
+    monkeypatch.setattr(evaluate_module, "evaluate_checkpoint", lambda *args, **kwargs: pytest.fail("ran"))
+    run, config = RunDir.create_or_open(tmp_path / "run", get_preset("tiny"))
+    periodic = evaluate_module.PeriodicEvaluation(run, config, every_steps=10)
+    for step in (10, 20, 30):
+        periodic(step, Path("x"))
+    periodic.close()
+    err = capsys.readouterr().err
+    assert err.count("Elo curve off: Stockfish was not found") == 1 and "apt-get install" in err
+    assert periodic.status().startswith("Elo curve off: Stockfish was not found")

@@ -7,6 +7,7 @@ import copy
 import dataclasses
 import errno
 import logging
+import math
 import os
 import signal
 import socket
@@ -31,16 +32,17 @@ from learner import cli
 from learner.loop import PROBES, Learner, probe_report, run_learner
 from learner.replay import Batch, ReplayWindow
 from learner.trainer import (
-    DRAW_BAND, Trainer, build_optimizer, compute_losses, masked_log_softmax, policy_kl, value_classes,
+    DRAW_BAND, VALIDATION_FIGURES, Trainer, build_optimizer, compute_losses, masked_log_softmax, policy_kl,
+    validation_sums, value_classes,
 )
-from tests.test_replay import add_shard
+from tests.test_replay import add_games, add_shard
 
 SMALL_NET = ["network.blocks=1", "network.filters=16", "network.policy_filters=16", "network.value_filters=2",
              "network.value_hidden=16"]
 LEARNER = ["learner.batch_size=32", "learner.min_window_positions=50", "learner.window_positions=1000",
            "learner.max_sample_reuse=0", "learner.checkpoint_every=5", "learner.log_every=2",
            "learner.keep_checkpoints=20", "learner.learning_rates=[0.1]", "learner.lr_boundaries=[]",
-           "learner.scale_lr=false", "learner.device=cpu"]
+           "learner.scale_lr=false", "learner.device=cpu", "learner.validation_share=0"]
 
 
 @pytest.fixture(autouse=True)
@@ -145,6 +147,68 @@ def test_the_wdl_head_uses_cross_entropy_and_its_most_likely_class() -> None:
     assert value_classes(torch.tensor([DRAW_BAND + 0.01, -DRAW_BAND - 0.01, 0.0]), None).tolist() == [0, 2, 1]
 
 
+def test_the_value_target_mixes_the_result_with_the_root_value() -> None:
+    logits, legal = torch.zeros(3, 4672), torch.ones(3, 4672, dtype=torch.bool)
+    policy = torch.full((3, 4672), 1 / 4672)
+    z, q, v = torch.tensor([1.0, -1.0, 0.0]), torch.tensor([0.5, -0.2, 0.4]), torch.tensor([0.2, 0.1, -0.3])
+    out = NetOutput(logits, v, None)
+    # w = 0.25: targets 0.75 z + 0.25 q = 0.875, -0.8, 0.1; errors 0.675, -0.9, 0.4.
+    mixed = compute_losses(out, policy, legal, z, value_loss_weight=1.0, q=q, q_weight=0.25)
+    assert float(mixed.value) == pytest.approx((0.675 ** 2 + 0.9 ** 2 + 0.4 ** 2) / 3)
+    assert float(mixed.value_mse) == pytest.approx(float(mixed.value))
+    assert float(mixed.value_accuracy) == pytest.approx(1 / 3)  # against the result: only the draw is right
+    # w = 0 (the default) and w = 1: the result alone, the root value alone.
+    plain = compute_losses(out, policy, legal, z, value_loss_weight=1.0, q=q, q_weight=0.0)
+    assert float(plain.value) == pytest.approx((0.8 ** 2 + 1.1 ** 2 + 0.3 ** 2) / 3)
+    assert float(compute_losses(out, policy, legal, z, value_loss_weight=1.0).value) == float(plain.value)
+    only_q = compute_losses(out, policy, legal, z, value_loss_weight=1.0, q=q, q_weight=1.0)
+    assert float(only_q.value) == pytest.approx((0.3 ** 2 + 0.3 ** 2 + 0.7 ** 2) / 3)
+    # A wdl head: the soft target 0.5 * (win) + 0.5 * (q = 0.5 -> W 0.5, D 0.5, L 0) = (0.75, 0.25, 0).
+    wdl = torch.tensor([[2.0, 0.0, -1.0]])
+    log_norm = math.log(math.exp(2.0) + 1.0 + math.exp(-1.0))
+    soft = compute_losses(NetOutput(torch.zeros(1, 4672), torch.zeros(1), wdl), policy[:1], legal[:1],
+                          torch.tensor([1.0]), value_loss_weight=1.0, q=torch.tensor([0.5]), q_weight=0.5)
+    assert float(soft.value) == pytest.approx(-(0.75 * (2.0 - log_norm) + 0.25 * (0.0 - log_norm)))
+
+
+def test_the_trainer_takes_the_root_values_from_the_batch_when_asked() -> None:
+    batch = dataclasses.replace(fixed_batch(8), q=np.linspace(-1, 1, 8).astype(np.float32))
+    torch.manual_seed(0)
+    weights = AlphaZeroNet(small_config().network).state_dict()
+    for weight in (0.0, 0.5):
+        config = small_config(f"learner.value_target_q_weight={weight}")
+        model = AlphaZeroNet(config.network)
+        model.load_state_dict(weights)
+        trainer = Trainer(model, config.learner, torch.device("cpu"))
+        stats = trainer.evaluate(batch)
+        with torch.no_grad():
+            value = model.eval()(*trainer.to_device(batch)[:2]).value.float()
+        target = (1 - weight) * torch.from_numpy(batch.z) + weight * torch.from_numpy(batch.q)
+        assert float(stats.value) == pytest.approx(float((target - value).square().mean()), rel=1e-5)
+
+
+def test_validation_figures_on_a_hand_built_batch() -> None:
+    logits = torch.zeros(2, 4672)
+    logits[0, [0, 1, 2, 3]] = torch.tensor([2.0, 1.0, 0.0, 10.0])  # move 3 is illegal: the 10 must not count
+    logits[1, [5, 6]] = torch.tensor([0.0, 3.0])
+    legal = torch.zeros(2, 4672, dtype=torch.bool)
+    legal[0, [0, 1, 2]] = True
+    legal[1, [5, 6]] = True
+    policy = torch.zeros(2, 4672)
+    policy[0, [0, 1, 2]] = torch.tensor([0.2, 0.7, 0.1])  # the search's most visited: move 1; the net's: move 0
+    policy[1, [5, 6]] = torch.tensor([0.5, 0.5])  # a tie: the net's move 6 is one of the most visited
+    value, z = torch.tensor([0.5, -0.5]), torch.tensor([1.0, 0.0])
+    sums = validation_sums(NetOutput(logits, value, None), policy, legal, z)
+    figures = dict(zip(VALIDATION_FIGURES, sums.tolist(), strict=True))
+    norm0, norm1 = math.log(math.exp(2) + math.exp(1) + 1), math.log(1 + math.exp(3))
+    cross_entropy = -(0.2 * (2 - norm0) + 0.7 * (1 - norm0) + 0.1 * (0 - norm0)) - 0.5 * ((0 - norm1) + (3 - norm1))
+    assert figures["policy_loss"] == pytest.approx(cross_entropy)
+    assert figures["policy_top1"] == 1.0  # row 0 disagrees, row 1 agrees
+    assert figures["value_loss"] == pytest.approx(0.5 ** 2 + 0.5 ** 2)
+    assert figures["value_mse"] == pytest.approx(0.5)
+    assert figures["value_accuracy"] == 1.0  # 0.5 predicts the win; -0.5 a loss where the game was drawn
+
+
 def test_the_optimiser_decays_weights_by_2c_and_adam_is_an_option() -> None:
     config = small_config()
     model = AlphaZeroNet(config.network)
@@ -245,6 +309,35 @@ def test_a_restart_resumes_where_a_clean_stop_saved(run: tuple[RunDir, Config]) 
         straight.train(10)
         for key, value in resumed.items():
             torch.testing.assert_close(straight.model.state_dict()[key], value)
+
+
+def test_the_learner_validates_on_held_out_games_and_keeps_them_after_a_restart(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    config = small_config("learner.validation_share=0.3", "learner.validate_every=4",
+                          "learner.validation_positions=1000")
+    rundir, _ = RunDir.create_or_open(tmp_path / "run", config)
+    for first_game in range(0, 40, 8):
+        add_games(rundir.selfplay, first_game, 8)
+    with Learner(rundir, config) as first:
+        first.resume()
+        assert first.train(6) == 6
+        held_out = first.window.validation_game_ids()
+        figures = first.validation
+        assert first.window.positions_added == 400 - 10 * len(held_out)  # held-out games are never trained on
+    assert held_out and figures is not None
+    assert figures["validation/positions"] == 10 * len(held_out) and figures["validation/games"] == len(held_out)
+    assert 0 <= figures["validation/policy_top1"] <= 1 and figures["validation/policy_loss"] > 0
+    events = EventAccumulator(str(rundir.tb / "learner"))  # the same run folder as the training curves
+    events.Reload()
+    scalars = events.Tags()["scalars"]
+    assert "loss/policy" in scalars
+    for name in ("policy_loss", "policy_top1", "value_loss", "value_accuracy"):
+        assert [e.step for e in events.Scalars(f"validation/{name}")] == [4, 6]  # every 4 steps and at the end
+        assert f"validation/train_{name}" in scalars
+    with Learner(rundir, config) as second:
+        second.resume()
+        assert second.window.validation_game_ids() == held_out
 
 
 def test_a_crash_loses_only_the_steps_after_the_last_checkpoint(run: tuple[RunDir, Config],

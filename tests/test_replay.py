@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 
 from alphazero.moves import policy_mask
 from alphazero.shards import NUM_MOVES, Shard, encode_shard, shard_from_records, shard_name, write_shard
-from learner.replay import WAIT_POSITIONS, WAIT_REUSE, ReplayWindow
+from learner.replay import WAIT_POSITIONS, WAIT_REUSE, ReplayWindow, is_validation_game
 
 LEGAL_MOVES = 20
 
@@ -86,7 +87,8 @@ def test_the_window_keeps_the_newest_positions(tmp_path: Path) -> None:
     assert len(window) == 100 and window.positions_added == 160
     ids = sampled_ids(window, 2000)
     assert ids.min() == 60 and ids.max() == 159  # the oldest shard is gone, the next one half inside
-    per_position = 112 * 8 + 7 * 4 + 1 + 8 + LEGAL_MOVES * (2 + 4)  # compact arrays only, no dense policy
+    # compact arrays only (bitboards, scalars, result, root value, policy offset and entries), no dense policy
+    per_position = 112 * 8 + 7 * 4 + 1 + 4 + 8 + LEGAL_MOVES * (2 + 4)
     assert window.nbytes <= 3 * 40 * per_position + 3 * 8  # the three newest shards
 
 
@@ -188,3 +190,92 @@ def test_batches_of_real_games_mask_the_legal_moves(tmp_path: Path) -> None:
     assert start.any()
     for row in np.flatnonzero(start):
         np.testing.assert_array_equal(batch.legal[row], policy_mask(chess.Board()))
+
+
+# --- the held-out validation games ------------------------------------------------------------------
+
+PER_GAME = 10
+
+
+def games_shard(first_game: int, games: int, *, ids: bool = True) -> Shard:
+    """A shard of ``games`` games of PER_GAME positions; position id // PER_GAME is the game's number."""
+    shard = make_shard(range(first_game * PER_GAME, (first_game + games) * PER_GAME))
+    return dataclasses.replace(
+        shard, game=np.repeat(np.arange(games), PER_GAME).astype(np.int32),
+        games=[{"samples": PER_GAME, **({"game_id": f"game-{first_game + i}"} if ids else {})}
+               for i in range(games)])
+
+
+def add_games(directory: Path, first_game: int, games: int, *, ids: bool = True) -> Path:
+    """Writes a games_shard; without ids under a fixed old name, so the split of its games is fixed too."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / (shard_name("test") if ids else f"{first_game:020d}-old-shard.npz")
+    write_shard(path, games_shard(first_game, games, ids=ids))
+    return path
+
+
+def test_the_split_is_a_pure_function_of_the_game_id() -> None:
+    ids = [f"game-{i}" for i in range(20_000)]
+    held_out = [is_validation_game(game_id, 0.02) for game_id in ids]
+    assert held_out == [is_validation_game(game_id, 0.02) for game_id in ids]  # the same answer every time
+    assert 0.017 < sum(held_out) / len(ids) < 0.023  # about the share (sha256 is uniform)
+    assert not any(is_validation_game(game_id, 0.0) for game_id in ids[:100])
+    assert all(is_validation_game(game_id, 1.0) for game_id in ids[:100])
+    # A larger share holds out a superset: raising it never moves a game into training.
+    assert all(is_validation_game(game_id, 0.05) for game_id, out in zip(ids, held_out) if out)
+
+
+def test_held_out_games_are_never_sampled_and_form_the_validation_set(tmp_path: Path) -> None:
+    for first in range(0, 40, 8):
+        add_games(tmp_path, first, 8)
+    window = ReplayWindow(tmp_path, window_positions=10_000, max_sample_reuse=0, validation_share=0.25,
+                          validation_positions=10_000)
+    window.refresh()
+    held_out = {game for game in range(40) if is_validation_game(f"game-{game}", 0.25)}
+    assert 0 < len(held_out) < 40
+    assert window.validation_game_ids() == {f"game-{game}" for game in held_out}
+    assert len(window) == window.positions_added == (40 - len(held_out)) * PER_GAME
+    trained = set(sampled_ids(window, 5000) // PER_GAME)
+    assert trained == set(range(40)) - held_out
+    validation = np.concatenate([b.scalars[:, 1] for b in window.validation_batches(7)]).astype(np.int64)
+    assert sorted(validation) == [game * PER_GAME + i for game in sorted(held_out) for i in range(PER_GAME)]
+    assert window.validation_size == len(held_out) * PER_GAME
+    sample = list(window.training_sample_batches(25, 10, seed=3))
+    assert [len(b) for b in sample] == [10, 10, 5] and window.samples_drawn == 5000  # counted nothing
+    assert not set(np.concatenate([b.scalars[:, 1] for b in sample]).astype(np.int64) // PER_GAME) & held_out
+
+
+def test_a_restarted_window_validates_on_the_same_games(tmp_path: Path) -> None:
+    # Older shards without game ids (their ids come from the file name) and newer ones with ids;
+    # far more games than the window holds, and a corrupt shard among them.
+    for first in range(0, 120, 6):
+        add_games(tmp_path, first, 6, ids=False)
+    (tmp_path / shard_name("garbage")).write_bytes(b"not a shard")
+    for first in range(120, 180, 6):
+        add_games(tmp_path, first, 6)
+    # The validation set reaches further back than the window: older shards are read for it.
+    settings = dict(window_positions=300, max_sample_reuse=0, validation_share=0.3, validation_positions=400)
+    before = ReplayWindow(tmp_path, **settings)
+    before.refresh()
+    games_before = before.validation_game_ids()
+    assert before.validation_size == 400 and before.corrupt_shards == 1
+    assert any("#" in game for game in games_before) and any(game.startswith("game-") for game in games_before)
+    after = ReplayWindow(tmp_path, **settings)
+    after.restore(before.state())
+    after.refresh()
+    assert after.validation_game_ids() == games_before
+    np.testing.assert_array_equal(np.concatenate([b.planes for b in after.validation_batches(50)]),
+                                  np.concatenate([b.planes for b in before.validation_batches(50)]))
+    assert after.corrupt_shards == 1  # counted once, not again after the restart
+
+
+def test_a_window_that_grew_shard_by_shard_holds_out_what_a_fresh_read_does(tmp_path: Path) -> None:
+    settings = dict(window_positions=200, max_sample_reuse=0, validation_share=0.3, validation_positions=80)
+    growing = ReplayWindow(tmp_path, **settings)
+    for first in range(0, 150, 5):
+        add_games(tmp_path, first, 5)
+        growing.refresh(force=True)
+    fresh = ReplayWindow(tmp_path, **settings)
+    fresh.refresh()
+    assert growing.validation_size == fresh.validation_size == 80
+    assert growing.validation_game_ids() == fresh.validation_game_ids()

@@ -14,6 +14,7 @@ import chess.pgn
 import numpy as np
 import pytest
 import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from alphazero import cli
 from alphazero.checkpoint import save_checkpoint
@@ -235,8 +236,8 @@ def test_worker_without_ray_measures_false_resignations(tmp_path):
 
     # A threshold of +0.5 puts every root value below it: each game "would resign"
     # at once, and in these played-through games no side may actually resign.
-    run, config = fast_run(tmp_path / "run", "search.resign_disabled_fraction=1.0", "search.resign_threshold=0.5",
-                           "search.resign_consecutive=1")
+    run, config = fast_run(tmp_path / "run", "search.resign_mode=fixed", "search.resign_disabled_fraction=1.0",
+                           "search.resign_threshold=0.5", "search.resign_consecutive=1")
     worker = SelfPlayWorker(str(run.root), to_toml(config), "w", seed=1, max_games=3)
     stats = worker.play(120)
     worker.flush()
@@ -277,3 +278,37 @@ def test_a_local_ray_starts_with_token_authentication_and_without_its_banner():
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[-1] == "token"  # the security stays on
     assert "Token authentication" not in done.stdout + done.stderr
+    # What the learner and the calibration read: a stable id, the threshold, each side's value.
+    assert len({game["game_id"] for game in games}) == 3
+    assert all(game["resign_threshold"] == 0.5 and game["resign_consecutive"] == 1 for game in games)
+    assert all(set(game["resign_values"]) == {"white", "black"} for game in games)
+    assert all(game["resign_values"][game["would_resign_side"]] < 0.5 for game in games)
+
+
+def test_the_calibrated_threshold_reaches_new_games(local_ray, tmp_path):
+    from selfplay.driver import run_selfplay
+    from tests.test_resign import game_record, write_games
+
+    run, config = fast_run(tmp_path / "run", "search.resign_min_cases=100", "search.resign_disabled_fraction=0")
+    # 100 played-through games in which White fell to -0.95 and lost: calibrated, White resigns below -0.01.
+    old = write_games(run, [game_record(-0.95, 0.9, "black") for _ in range(100)])
+    run_selfplay(run, config, actors=1, games=2, progress=False, chunk_seconds=0.5)
+    new_games = [game for path in list_shards(run.selfplay) if path != old for game in read_shard(path).games]
+    assert len(new_games) >= 2
+    assert all(game["resign_threshold"] == -0.01 and game["resign_enabled"] for game in new_games)
+    events = EventAccumulator(str(run.tb / "selfplay"))
+    events.Reload()
+    assert events.Scalars("resign/threshold")[-1].value == pytest.approx(-0.01)
+
+
+def test_a_pushed_threshold_applies_to_the_games_started_after_it(tmp_path):
+    from alphazero.config import to_toml
+    from selfplay.worker import SelfPlayWorker
+
+    run, config = fast_run(tmp_path / "run", "search.resign_disabled_fraction=1.0")
+    worker = SelfPlayWorker(str(run.root), to_toml(config), "w", seed=1, max_games=3)  # two games start now
+    worker.set_resign_threshold(-0.5)  # as the driver pushes it through Ray
+    worker.play(120)
+    worker.flush()
+    thresholds = [game["resign_threshold"] for path in list_shards(run.selfplay) for game in read_shard(path).games]
+    assert sorted(thresholds, key=str) == [-0.5, None, None]

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from alphazero.shards import (POLICY_ARRAYS, SAMPLE_ARRAYS, SHARD_VERSION, ShardError, concatenate, encode_shard,
-                              list_shards, read_shard, shard_from_records, shard_name, write_shard)
+                              game_ids, list_shards, read_shard, read_shard_games, shard_from_records, shard_name,
+                              write_shard)
 from mcts_ext.driver import run, uniform_evaluator
 from mcts_ext.search import MultiGameSearch
 
@@ -102,3 +103,32 @@ def test_listing_skips_temporary_files_and_sorts_by_age(tmp_path, records):
         write_shard(tmp_path / name, shard)
     (tmp_path / ".00000000000000000000-x-1.npz.123.abc.tmp").write_bytes(b"partial")
     assert [p.name for p in list_shards(tmp_path)] == sorted(names)
+
+
+def test_game_metadata_keeps_the_calibration_and_id_keys_and_reads_alone(tmp_path, records):
+    stamped = [{**record, "game_id": f"id{i}", "resign_values": {"white": -0.5, "black": None},
+                "resign_consecutive": 3} for i, record in enumerate(records)]
+    path = tmp_path / shard_name("test")
+    write_shard(path, shard_from_records(stamped))
+    games = read_shard_games(path)
+    assert games == read_shard(path).games
+    assert [g["game_id"] for g in games] == ["id0", "id1", "id2"]
+    assert all(g["resign_values"] == {"white": -0.5, "black": None} and g["resign_threshold"] is None
+               for g in games)
+    assert all("move_values" not in g for g in games)  # summarised by resign_values, not stored per move
+    assert game_ids(games, path.name) == ["id0", "id1", "id2"]
+
+
+def test_games_of_older_shards_get_ids_from_the_file_name(tmp_path, records):
+    # A version-1 shard written before games had ids.
+    old = [{key: value for key, value in record.items() if key not in ("move_values", "resign_threshold")}
+           for record in records]
+    path = tmp_path / "00000000000000000001-old.npz"
+    write_shard(path, shard_from_records(old))
+    games = read_shard(path).games
+    assert "game_id" not in games[0]
+    assert game_ids(games, path.name) == [f"{path.name}#{i}" for i in range(3)]
+    broken = tmp_path / "broken.npz"
+    broken.write_bytes(b"garbage")
+    with pytest.raises(ShardError, match="broken.npz"):
+        read_shard_games(broken)

@@ -30,16 +30,18 @@ def test_train_writes_games_checkpoints_and_curves_then_resumes(tmp_path, capsys
     assert train(run.root, 0.5) == 0
     out = capsys.readouterr().out
     assert "train: no checkpoint yet: the learner starts at step 0" in out and "learner at step" in out
+    assert "learner at step" in out and "train: resign" in out
     assert list_shards(run.selfplay) and list(run.games.glob("*.pgn"))
     first = latest_checkpoint(run)
     assert first is not None and step_of(first) > 0
     events = EventAccumulator(str(run.tb / "learner"))
     events.Reload()
-    assert {"loss/total", "loss/policy", "loss/value"} <= set(events.Tags()["scalars"])
+    assert {"loss/total", "loss/policy", "loss/value", "replay/validation_positions"} <= set(events.Tags()["scalars"])
     assert events.Scalars("loss/total")
     selfplay_events = EventAccumulator(str(run.tb / "selfplay"))
     selfplay_events.Reload()
-    assert "selfplay/positions_per_s" in selfplay_events.Tags()["scalars"]
+    assert {"selfplay/positions_per_s", "resign/threshold"} <= set(selfplay_events.Tags()["scalars"])
+    assert (run.root / "resign.json").is_file()  # the threshold in force, for the actors and a restart
 
     shards_before = set(list_shards(run.selfplay))
     assert train(run.root, 0.3) == 0  # a rerun resumes: nothing is lost, the step goes on
