@@ -249,6 +249,11 @@ def test_worker_without_ray_measures_false_resignations(tmp_path):
     expected = sum(game["winner"] != opponent[game["would_resign_side"]] for game in games)
     assert stats.false_resignations == expected
     assert all(game["would_resign_ply"] in (0, 1) for game in games)
+    # What the learner and the calibration read: a stable id, the threshold, each side's value.
+    assert len({game["game_id"] for game in games}) == 3
+    assert all(game["resign_threshold"] == 0.5 and game["resign_consecutive"] == 1 for game in games)
+    assert all(set(game["resign_values"]) == {"white", "black"} for game in games)
+    assert all(game["resign_values"][game["would_resign_side"]] < 0.5 for game in games)
 
 
 def test_the_live_line_fits_an_80_column_terminal():
@@ -278,11 +283,6 @@ def test_a_local_ray_starts_with_token_authentication_and_without_its_banner():
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[-1] == "token"  # the security stays on
     assert "Token authentication" not in done.stdout + done.stderr
-    # What the learner and the calibration read: a stable id, the threshold, each side's value.
-    assert len({game["game_id"] for game in games}) == 3
-    assert all(game["resign_threshold"] == 0.5 and game["resign_consecutive"] == 1 for game in games)
-    assert all(set(game["resign_values"]) == {"white", "black"} for game in games)
-    assert all(game["resign_values"][game["would_resign_side"]] < 0.5 for game in games)
 
 
 def test_the_calibrated_threshold_reaches_new_games(local_ray, tmp_path):
