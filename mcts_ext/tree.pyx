@@ -24,7 +24,8 @@ cdef int _reserve_nodes(Tree* tree, int32_t capacity) noexcept nogil:
             or grow(<void**>&tree.in_flight, capacity, sizeof(int32_t)) < 0
             or grow(<void**>&tree.parent, capacity, sizeof(int32_t)) < 0
             or grow(<void**>&tree.terminal, capacity, sizeof(int8_t)) < 0
-            or grow(<void**>&tree.pending, capacity, sizeof(uint8_t)) < 0):
+            or grow(<void**>&tree.pending, capacity, sizeof(uint8_t)) < 0
+            or grow(<void**>&tree.raw_value, capacity, sizeof(float)) < 0):
         return -1
     tree.node_capacity = capacity
     return 0
@@ -50,6 +51,7 @@ cdef int tree_init(Tree* tree) noexcept nogil:
     tree.parent = NULL
     tree.terminal = NULL
     tree.pending = NULL
+    tree.raw_value = NULL
     tree.move = NULL
     tree.prior = NULL
     tree.child = NULL
@@ -69,6 +71,7 @@ cdef void tree_free(Tree* tree) noexcept nogil:
     free(tree.parent)
     free(tree.terminal)
     free(tree.pending)
+    free(tree.raw_value)
     free(tree.move)
     free(tree.prior)
     free(tree.child)
@@ -98,6 +101,7 @@ cdef int tree_add_node(Tree* tree, int32_t parent) noexcept nogil:
     tree.parent[node] = parent
     tree.terminal[node] = ONGOING
     tree.pending[node] = 0
+    tree.raw_value[node] = 0.0
     tree.node_count += 1
     return node
 
@@ -129,6 +133,7 @@ cdef int _copy_node(Tree* src, int32_t node, Tree* dst, int32_t parent) noexcept
     dst.visits[copy] = src.visits[node]
     dst.value_sum[copy] = src.value_sum[node]
     dst.terminal[copy] = src.terminal[node]
+    dst.raw_value[copy] = src.raw_value[node]
     return copy
 
 
