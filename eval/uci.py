@@ -81,11 +81,12 @@ class UciOption:
     """One engine option, as declared to the GUI: UCI name, type, default, range and help."""
 
     name: str
-    type: str  # 'spin', 'check' or 'string'
+    type: str  # 'spin', 'check', 'combo' or 'string'
     default: int | bool | str
     help: str
     min: int | None = None
     max: int | None = None
+    choices: tuple[str, ...] = ()  # the values of a combo
 
     def declaration(self) -> str:
         """Returns the `option name ... type ...` line sent in answer to `uci`."""
@@ -96,6 +97,7 @@ class UciOption:
         line = f"option name {self.name} type {self.type} default {default}"
         if self.type == "spin":
             line += f" min {self.min} max {self.max}"
+        line += "".join(f" var {choice}" for choice in self.choices)
         return line
 
     def parse(self, text: str) -> int | bool | str:
@@ -113,6 +115,10 @@ class UciOption:
             if text.lower() not in ("true", "false"):
                 raise ValueError(f"{self.name} takes true or false, got {text!r}")
             return text.lower() == "true"
+        if self.type == "combo":
+            if text.lower() not in self.choices:
+                raise ValueError(f"{self.name} takes one of {', '.join(self.choices)}, got {text!r}")
+            return text.lower()
         return "" if text == "<empty>" else text
 
 
@@ -126,7 +132,9 @@ OPTIONS: tuple[UciOption, ...] = (
               0, 60_000),
     UciOption("MovesToGo", "spin", 30, "moves assumed left when the GUI sends a clock without movestogo", 1, 1000),
     UciOption("LeavesPerBatch", "spin", 1, "leaves per network call; more uses virtual loss (faster on a GPU, "
-              "weaker per node)", 1, 256),
+              "weaker per node); gumbel always takes 1", 1, 256),
+    UciOption("SearchAlgorithm", "combo", "auto", "puct or gumbel (no noise; best with a node limit, as Sequential "
+              "Halving plans for its budget); auto: the network's search.algorithm", choices=("auto", "puct", "gumbel")),
 )
 """Every engine option, declared once: the `uci` answer and setoption both read this table."""
 
@@ -485,8 +493,10 @@ class UciEngine:
     def _search(self, job: _Job, network: Network) -> None:
         best = "0000"
         try:
-            search = MultiGameSearch(1, simulations=job.nodes, leaves_per_game=int(self.values["LeavesPerBatch"]),
-                                     **search_options(network.search_config))
+            algorithm = str(self.values["SearchAlgorithm"])
+            options = search_options(network.search_config, algorithm=None if algorithm == "auto" else algorithm)
+            leaves = int(self.values["LeavesPerBatch"]) if options["algorithm"] == "puct" else 1
+            search = MultiGameSearch(1, simulations=job.nodes, leaves_per_game=leaves, **options)
             search.set_position(0, job.board)
             last_info = [job.started]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import chess
 import numpy as np
@@ -344,3 +345,69 @@ def test_self_play_worker_writes_gumbel_shards(tmp_path):
                 assert sorted(shard.policy_indices[start:end].tolist()) == sorted(legal_move_indices(board).tolist())
                 assert shard.policy_probs[start:end].sum() == pytest.approx(1.0, abs=1e-5)
                 board.push_uci(uci)
+
+
+# --- evaluation agents and the UCI engine ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory) -> Path:
+    import torch
+
+    from alphazero.network import AlphaZeroNet, save_model
+
+    torch.manual_seed(3)
+    path = tmp_path_factory.mktemp("net") / "net.pt"
+    save_model(path, AlphaZeroNet(get_preset("tiny").network))
+    return path
+
+
+def test_search_players_follow_the_run_algorithm_and_gumbel_players_always_use_gumbel(tmp_path, weights):
+    from eval.agents import parse_player
+    from eval.network_agents import NetworkCache, SearchAgent
+
+    puct_run, _ = RunDir.create_or_open(tmp_path / "puct", get_preset("tiny"))
+    gumbel_run, _ = RunDir.create_or_open(tmp_path / "gumbel", get_preset("tiny"), ["search.algorithm=gumbel"])
+    context = {"device": "cpu", "networks": NetworkCache()}
+
+    def agent(spec: str, run_dir: RunDir) -> SearchAgent:
+        made = parse_player(spec, run=run_dir.root, **context)
+        assert isinstance(made, SearchAgent)
+        return made
+
+    assert agent("search:8", puct_run).algorithm == "puct"
+    assert agent("search:8", gumbel_run).algorithm == "gumbel"
+    assert agent("search:8,algorithm=puct", gumbel_run).algorithm == "puct"
+    assert agent("search:8,algorithm=gumbel", puct_run).algorithm == "gumbel"
+    assert agent("gumbel:8", puct_run).algorithm == "gumbel" and agent("gumbel:8", puct_run).name == "gumbel:8@fresh"
+    with pytest.raises(UserError, match="algorithm"):
+        agent("search:8,algorithm=alphabeta", puct_run)
+    smothered = chess.Board("6rk/6pp/8/6N1/8/8/8/6K1 w - - 0 1")
+    gumbel = agent(f"gumbel:16,weights={weights}", puct_run)
+    boards = [chess.Board(), chess.Board(ITALIAN), smothered]
+    first, again = gumbel.choose(boards), gumbel.choose(boards)
+    assert [c.move for c in first] == [c.move for c in again]  # no noise: the same moves
+    assert all(board.is_legal(choice.move) for board, choice in zip(boards, first))
+    assert first[2].move == chess.Move.from_uci("g5f7")
+    assert all(choice.info["nodes"] == 16 and choice.info["pv"][0] == choice.move.uci() for choice in first)
+
+
+def test_uci_engine_searches_with_gumbel_when_asked(weights):
+    import io
+
+    from eval.uci import OPTIONS, UciEngine
+
+    [option] = [o for o in OPTIONS if o.name == "SearchAlgorithm"]
+    assert option.declaration() == "option name SearchAlgorithm type combo default auto var auto var puct var gumbel"
+    out = io.StringIO()
+    engine = UciEngine(None, weights, "cpu", stdin=io.StringIO(), stdout=out)
+    engine.handle("setoption name SearchAlgorithm value Nope")
+    assert "ignored: SearchAlgorithm takes one of auto, puct, gumbel" in out.getvalue()
+    engine.handle("setoption name SearchAlgorithm value gumbel")
+    engine.handle("setoption name LeavesPerBatch value 4")  # gumbel takes one leaf per batch regardless
+    engine.handle("position fen 6rk/6pp/8/6N1/8/8/8/6K1 w - - 0 1")
+    engine.handle("go nodes 16")
+    assert engine.wait(60)
+    assert engine.values["SearchAlgorithm"] == "gumbel"
+    assert out.getvalue().splitlines()[-1] == "bestmove g5f7"
+    assert "search failed" not in out.getvalue()
