@@ -411,3 +411,15 @@ def test_uci_engine_searches_with_gumbel_when_asked(weights):
     assert engine.values["SearchAlgorithm"] == "gumbel"
     assert out.getvalue().splitlines()[-1] == "bestmove g5f7"
     assert "search failed" not in out.getvalue()
+
+
+def test_bench_search_prints_gumbel_beside_puct(capsys):
+    import re
+
+    from alphazero import cli
+
+    assert cli.main(["bench", "search", "--algorithm", "gumbel", "--games", "2", "--simulations", "20",
+                     "--seconds", "0.3"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"PUCT: .* simulations/s", out)
+    assert re.search(r"Gumbel: .* simulations/s .* = \d+\.\dx PUCT", out)
