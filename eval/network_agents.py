@@ -518,7 +518,7 @@ def _make_search(options: dict[str, str], context: Mapping[str, Any], kind: str 
     assert simulations is not None
     if simulations < 1:
         raise UserError(f"{kind} needs at least 1 simulation, got sims={simulations}")
-    algorithm = "gumbel" if kind == "gumbel" else (options.get("algorithm") or None)
+    algorithm = "gumbel" if kind == "gumbel" else (options.get("algorithm", "").lower() or None)
     if algorithm is not None and algorithm not in SEARCH_ALGORITHMS:
         raise UserError(f"option algorithm={algorithm!r} must be one of {', '.join(SEARCH_ALGORITHMS)}")
     network = network_for(options, context)
