@@ -115,7 +115,6 @@ ctypedef struct Slot:
     GameStack stack                  # the game so far, plus the simulation's moves above root_length
     int root_length                  # stack length at the root
     Tree tree
-    GumbelRoot gumbel                # Gumbel: the root's noise and the tree's value range
     Rng rng
     int state
     int budget                       # simulations for the current move
@@ -131,6 +130,7 @@ ctypedef struct Slot:
     int would_resign_side
     long long moves_played           # moves this slot has played, over all its games
     Record record
+    GumbelRoot gumbel                # Gumbel: the root's noise and the tree's value range
 
 
 cdef void record_free(Record* r) noexcept nogil:
