@@ -134,7 +134,8 @@ OPTIONS: tuple[UciOption, ...] = (
     UciOption("LeavesPerBatch", "spin", 1, "leaves per network call; more uses virtual loss (faster on a GPU, "
               "weaker per node); gumbel always takes 1", 1, 256),
     UciOption("SearchAlgorithm", "combo", "auto", "puct or gumbel (no noise; best with a node limit, as Sequential "
-              "Halving plans for its budget); auto: the network's search.algorithm", choices=("auto", "puct", "gumbel")),
+              "Halving plans for its budget); auto: the network's search.algorithm",
+              choices=("auto", "puct", "gumbel")),
 )
 """Every engine option, declared once: the `uci` answer and setoption both read this table."""
 

@@ -204,6 +204,16 @@ def test_sixteen_simulations_find_mate_in_one_with_a_uniform_network(fen, mate, 
     assert gumbel_analysis(fen, uniform_evaluator, 16, gumbel_q_normalisation=normalisation).best_move(0) == mate
 
 
+def test_material_evaluator_takes_the_hanging_queen():
+    from tests.test_search import material_evaluator
+
+    for normalisation in ("tree", "node"):
+        search = gumbel_analysis("4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1", material_evaluator, 64,
+                                 gumbel_considered=32, gumbel_q_normalisation=normalisation)
+        assert search.best_move(0) == "d2d5"
+        assert max(search.improved_policy(0).items(), key=lambda item: item[1])[0] == "d2d5"
+
+
 # --- noise, determinism, options ---------------------------------------------------------------
 
 
