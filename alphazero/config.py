@@ -111,31 +111,41 @@ class NetworkConfig(_Section):
 
 @dataclass(frozen=True)
 class SearchConfig(_Section):
-    """PUCT search in self-play (AlphaZero pseudocode values as defaults)."""
+    """The self-play search: PUCT (AlphaZero pseudocode values as defaults) or Gumbel AlphaZero.
+
+    Every field is also a keyword of mcts_ext.search.MultiGameSearch (self-play
+    passes them by name).
+    """
 
     SECTION: ClassVar[str] = "search"
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"fpu_mode": ("reduction", "absolute"),
-                                                     "resign_mode": ("calibrated", "fixed", "off")}
+                                                     "resign_mode": ("calibrated", "fixed", "off"),
+                                                     "algorithm": ("puct", "gumbel"),
+                                                     "gumbel_q_normalisation": ("tree", "node")}
     MINIMUM: ClassVar[dict[str, float]] = {
         "simulations": 1, "c_init": 0.0, "c_base": 1.0, "dirichlet_alpha": 0.0, "noise_weight": 0.0,
         "temperature_plies": 0, "temperature": 0.0, "leaves_per_game": 1, "virtual_loss": 0.0,
         "ply_limit": 1, "resign_consecutive": 1, "resign_disabled_fraction": 0.0,
         "resign_false_positive_target": 0.0, "resign_min_cases": 1,
         "playout_cap_fraction": 0.0, "playout_cap_simulations": 1,
+        "gumbel_considered": 1, "gumbel_scale": 0.0, "gumbel_c_visit": 0.0, "gumbel_c_scale": 0.0,
     }
     # Fields that tell the self-play driver how to pick the threshold; not MultiGameSearch options.
     CALIBRATION_FIELDS: ClassVar[tuple[str, ...]] = ("resign_mode", "resign_false_positive_target",
                                                      "resign_min_cases")
 
+    algorithm: str = _field("puct", "'puct' (AlphaZero) or 'gumbel' (Gumbel AlphaZero: Sequential Halving at "
+                                    "the root, improved-policy training targets; needs leaves_per_game = 1)")
     simulations: int = _field(800, "simulations per move (the full budget)")
     c_init: float = _field(1.25, "PUCT exploration constant: C(s) = log((1 + N + c_base) / c_base) + c_init")
     c_base: float = _field(19652.0, "visit count over which exploration grows (see c_init)")
-    dirichlet_alpha: float = _field(0.3, "Dirichlet noise concentration at the root (0.3 for chess)")
+    dirichlet_alpha: float = _field(0.3, "puct: Dirichlet noise concentration at the root (0.3 for chess)")
     noise_weight: float = _field(0.25, "share of the root prior replaced by Dirichlet noise")
     fpu_mode: str = _field("reduction", "value of unvisited children: 'reduction' (parent minus fpu_value) "
                                         "or 'absolute' (fpu_value)")
     fpu_value: float = _field(0.25, "first-play urgency: the reduction or the absolute value, by fpu_mode")
-    temperature_plies: int = _field(30, "plies from the game start in which moves are sampled by visit count")
+    temperature_plies: int = _field(30, "puct: plies from the game start in which moves are sampled by visit "
+                                        "count (gumbel plays Sequential Halving's choice)")
     temperature: float = _field(1.0, "temperature of that sampling; later moves take the most visited")
     leaves_per_game: int = _field(1, "leaves collected per game per network batch (>1 uses virtual loss)")
     virtual_loss: float = _field(1.0, "value subtracted from a path while its leaf awaits evaluation")
@@ -152,6 +162,12 @@ class SearchConfig(_Section):
     playout_cap_fraction: float = _field(0.0, "0 = off; else the share of moves given the full budget "
                                               "(the others use playout_cap_simulations, no training target)")
     playout_cap_simulations: int = _field(100, "simulations of the cheap moves when playout_cap_fraction > 0")
+    gumbel_considered: int = _field(16, "gumbel: moves sampled at the root by Gumbel-Top-k (at most the legal ones)")
+    gumbel_scale: float = _field(1.0, "gumbel: scale of the root's Gumbel noise in self-play (evaluation uses 0)")
+    gumbel_c_visit: float = _field(50.0, "gumbel: sigma(q) = (gumbel_c_visit + most visits) * gumbel_c_scale * q")
+    gumbel_c_scale: float = _field(1.0, "gumbel: the scale of sigma (see gumbel_c_visit)")
+    gumbel_q_normalisation: str = _field("tree", "gumbel: q rescaled to [0, 1] by the tree's value range ('tree') "
+                                                 "or by each node's own Q values ('node', as DeepMind's mctx)")
 
     def _check(self) -> None:
         for name in ("noise_weight", "resign_disabled_fraction", "playout_cap_fraction",
@@ -160,6 +176,11 @@ class SearchConfig(_Section):
                 raise UserError(f"search.{name} must lie in [0, 1], got {getattr(self, name)}")
         if not -1.0 <= self.resign_threshold <= 1.0:
             raise UserError(f"search.resign_threshold must lie in [-1, 1], got {self.resign_threshold}")
+        if self.algorithm == "gumbel" and self.leaves_per_game != 1:
+            raise UserError(f"search.algorithm = 'gumbel' needs search.leaves_per_game = 1, "
+                            f"got {self.leaves_per_game}")
+        if self.algorithm == "gumbel" and self.tree_reuse:
+            raise UserError("search.algorithm = 'gumbel' does not reuse trees; set search.tree_reuse = false")
 
 
 @dataclass(frozen=True)

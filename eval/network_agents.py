@@ -1,15 +1,17 @@
-"""Agents that play with a network: policy-only, value-only and PUCT search.
+"""Agents that play with a network: policy-only, value-only and search (PUCT or Gumbel).
 
-Three kinds, registered in the player registry (eval.agents.PLAYERS):
+Four kinds, registered in the player registry (eval.agents.PLAYERS):
 
 - `policy`: the legal move with the highest prior; no search, one network
   call for all the games' positions.
 - `value`: every legal move's resulting position, of every game, evaluated in
   ONE batch; plays the move whose position is worst for the opponent. Game
   ends are scored exactly without the network (giving mate is +1, a draw 0).
-- `search:N`: N PUCT simulations without noise, the most visited move; one
-  MultiGameSearch slot per game, so each step sends the leaves of all the
-  games through the network together.
+- `search:N`: N simulations without noise of the run's `search.algorithm`
+  (PUCT: the most visited move; Gumbel: Sequential Halving's choice);
+  `algorithm=puct|gumbel` picks one. One MultiGameSearch slot per game, so
+  each step sends the leaves of all the games through the network together.
+- `gumbel:N`: the same with Gumbel AlphaZero's search, whatever the run used.
 
 Where the weights come from (`NetworkSource`): a run's latest checkpoint (the
 default; a run with none yet plays with freshly initialised, seeded weights
@@ -18,6 +20,7 @@ and warns on stderr), `checkpoint=STEP` or `checkpoint=PATH`, or
 
     policy                      value:checkpoint=1200
     search:400                  search:sims=64,weights=net.pt,device=cpu
+    gumbel:16                   search:sims=64,algorithm=puct,run=runs/g16
 
 Boards come from python-chess with their move stacks; each is rebuilt as an
 mcts_ext Board from its first position and moves, so the network sees the
@@ -426,13 +429,24 @@ class ValueAgent(NetworkAgent):
         return choices
 
 
-def search_options(config: SearchConfig) -> dict[str, Any]:
-    """Returns MultiGameSearch keyword arguments for analysis: PUCT and FPU from config, no noise."""
+SEARCH_ALGORITHMS = ("puct", "gumbel")
+
+
+def search_options(config: SearchConfig, *, algorithm: str | None = None) -> dict[str, Any]:
+    """Returns MultiGameSearch keyword arguments for analysis: the algorithm (config's unless given), its
+    constants from config, no noise (Dirichlet or Gumbel: the search is deterministic)."""
+    algorithm = algorithm or config.algorithm
     return {
+        "algorithm": algorithm,
         "c_init": config.c_init,
         "c_base": config.c_base,
         "fpu_mode": config.fpu_mode,
         "fpu_value": config.fpu_value,
+        "gumbel_considered": config.gumbel_considered,
+        "gumbel_scale": 0.0,
+        "gumbel_c_visit": config.gumbel_c_visit,
+        "gumbel_c_scale": config.gumbel_c_scale,
+        "gumbel_q_normalisation": config.gumbel_q_normalisation,
         "autoplay": False,
         "add_noise": False,
         "ply_limit": None,
@@ -440,28 +454,33 @@ def search_options(config: SearchConfig) -> dict[str, Any]:
 
 
 class SearchAgent(NetworkAgent):
-    """Searches each board with `simulations` PUCT simulations (no noise) and plays the most visited move.
+    """Searches each board with `simulations` simulations (no noise) and plays the search's best move.
 
-    One MultiGameSearch slot per board; every step evaluates the leaves of all
-    boards in one network call. PUCT constants come from the network's run
-    config (`search` section), else AlphaZero's defaults. Choice.value is the
-    root's value for the mover; info holds nodes, the principal variation,
-    the move's visits and Q.
+    `algorithm` is 'puct' (the most visited move) or 'gumbel' (Sequential
+    Halving's choice, Gumbel scale 0); None takes the network's run config
+    (`search.algorithm`), whose `search` section also gives the constants
+    (else AlphaZero's defaults). One MultiGameSearch slot per board; every
+    step evaluates the leaves of all boards in one network call.
+    Choice.value is the root's value for the mover; info holds nodes, the
+    principal variation, the move's visits and Q.
 
-    Raises UserError if simulations < 1.
+    Raises UserError if simulations < 1 or the algorithm is unknown.
     """
 
-    def __init__(self, network: Network, simulations: int, name: str) -> None:
+    def __init__(self, network: Network, simulations: int, name: str, *, algorithm: str | None = None) -> None:
         if simulations < 1:
             raise UserError(f"search needs at least 1 simulation, got {simulations}")
+        if algorithm is not None and algorithm not in SEARCH_ALGORITHMS:
+            raise UserError(f"the search algorithm must be one of {', '.join(SEARCH_ALGORITHMS)}, got {algorithm!r}")
         super().__init__(network, name)
         self.simulations = simulations
+        self.algorithm = algorithm or network.search_config.algorithm
         self._search: MultiGameSearch | None = None
 
     def _search_for(self, games: int) -> MultiGameSearch:
         # Reused between calls (the trees' memory is kept); rebuilt when more games come.
         if self._search is None or self._search.games < games:
-            options = search_options(self.network.search_config)
+            options = search_options(self.network.search_config, algorithm=self.algorithm)
             self._search = MultiGameSearch(games, simulations=self.simulations, **options)
         for slot in range(games, self._search.games):
             self._search.clear(slot)
@@ -539,22 +558,30 @@ def _make_value(options: dict[str, str], context: Mapping[str, Any]) -> Agent:
     return ValueAgent(network, _display_name("value", network))
 
 
-def _make_search(options: dict[str, str], context: Mapping[str, Any]) -> Agent:
+def _make_search(options: dict[str, str], context: Mapping[str, Any], kind: str = "search") -> Agent:
     default = int(context.get("simulations") or DEFAULT_SIMULATIONS)
     simulations = int_option(options, "sims", default)
     assert simulations is not None
     if simulations < 1:
-        raise UserError(f"search needs at least 1 simulation, got sims={simulations}")
+        raise UserError(f"{kind} needs at least 1 simulation, got sims={simulations}")
+    algorithm = "gumbel" if kind == "gumbel" else (options.get("algorithm", "").lower() or None)
+    if algorithm is not None and algorithm not in SEARCH_ALGORITHMS:
+        raise UserError(f"option algorithm={algorithm!r} must be one of {', '.join(SEARCH_ALGORITHMS)}")
     network = network_for(options, context)
-    return SearchAgent(network, simulations, _display_name(f"search:{simulations}", network))
+    tag = f"{algorithm or kind}:{simulations}"
+    return SearchAgent(network, simulations, _display_name(tag, network), algorithm=algorithm)
 
 
-NETWORK_PLAYERS = ("policy", "value", "search")
+def _make_gumbel(options: dict[str, str], context: Mapping[str, Any]) -> Agent:
+    return _make_search(options, context, kind="gumbel")
+
+
+NETWORK_PLAYERS = ("policy", "value", "search", "gumbel")
 """The player kinds this module registers."""
 
 
 def register_network_players(*, replace: bool = False) -> None:
-    """Registers `policy`, `value` and `search` in the player registry (done once at import).
+    """Registers `policy`, `value`, `search` and `gumbel` in the player registry (done once at import).
 
     Raises ValueError if a kind is already registered and replace is False.
     """
@@ -565,7 +592,16 @@ def register_network_players(*, replace: bool = False) -> None:
     register_player(
         "search",
         _make_search,
-        help="the network with PUCT search, most visited move (search:400 = 400 simulations)",
+        help="the network with the run's search (search.algorithm: PUCT or Gumbel), search:400 = 400 simulations",
+        options={"sims": f"simulations a move (default {DEFAULT_SIMULATIONS})",
+                 "algorithm": "puct or gumbel (default: the run's search.algorithm)", **_NETWORK_OPTIONS},
+        positional="sims",
+        replace=replace,
+    )
+    register_player(
+        "gumbel",
+        _make_gumbel,
+        help="the network with Gumbel AlphaZero's search, no noise (gumbel:64 = 64 simulations)",
         options={"sims": f"simulations a move (default {DEFAULT_SIMULATIONS})", **_NETWORK_OPTIONS},
         positional="sims",
         replace=replace,
@@ -578,6 +614,7 @@ __all__ = [
     "DEFAULT_RUN_DIR",
     "DEFAULT_SIMULATIONS",
     "NETWORK_PLAYERS",
+    "SEARCH_ALGORITHMS",
     "Network",
     "NetworkAgent",
     "NetworkCache",

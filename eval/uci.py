@@ -106,11 +106,12 @@ class UciOption:
     """One engine option, as declared to the GUI: UCI name, type, default, range and help."""
 
     name: str
-    type: str  # 'spin', 'check' or 'string'
+    type: str  # 'spin', 'check', 'combo' or 'string'
     default: int | bool | str
     help: str
     min: int | None = None
     max: int | None = None
+    choices: tuple[str, ...] = ()  # the values of a combo
 
     def declaration(self) -> str:
         """Returns the `option name ... type ...` line sent in answer to `uci`."""
@@ -121,6 +122,7 @@ class UciOption:
         line = f"option name {self.name} type {self.type} default {default}"
         if self.type == "spin":
             line += f" min {self.min} max {self.max}"
+        line += "".join(f" var {choice}" for choice in self.choices)
         return line
 
     def parse(self, text: str) -> int | bool | str:
@@ -138,6 +140,10 @@ class UciOption:
             if text.lower() not in ("true", "false"):
                 raise ValueError(f"{self.name} takes true or false, got {_quoted(text)}")
             return text.lower() == "true"
+        if self.type == "combo":
+            if text.lower() not in self.choices:
+                raise ValueError(f"{self.name} takes one of {', '.join(self.choices)}, got {text!r}")
+            return text.lower()
         return "" if text == "<empty>" else text
 
 
@@ -151,11 +157,14 @@ OPTIONS: tuple[UciOption, ...] = (
               0, 60_000),
     UciOption("MovesToGo", "spin", 30, "moves assumed left when the GUI sends a clock without movestogo", 1, 1000),
     UciOption("LeavesPerBatch", "spin", 1, "leaves per network call; more uses virtual loss (faster on a GPU, "
-              "weaker per node)", 1, 256),
+              "weaker per node); gumbel always takes 1", 1, 256),
     UciOption("MultiPV", "spin", 1, "root moves reported, each with its own score and line (multipv k)",
               1, MAX_MULTIPV),
     UciOption("UCI_ShowWDL", "check", False, "add `wdl W D L` (per mille) to the scores"),
     UciOption("Ponder", "check", False, "the GUI may send `go ponder`; pondering works either way"),
+    UciOption("SearchAlgorithm", "combo", "auto", "puct or gumbel (no noise; best with a node limit, as Sequential "
+              "Halving plans for its budget); auto: the network's search.algorithm",
+              choices=("auto", "puct", "gumbel")),
 )
 """Every engine option, declared once: the `uci` answer and setoption both read this table."""
 
@@ -590,10 +599,13 @@ class UciEngine:
 
     def _search_for(self, network: Network) -> MultiGameSearch:
         """The engine's search (tree kept from the last move), rebuilt if the network or batch size changed."""
-        key = (network, int(self.values["LeavesPerBatch"]))
+        algorithm = str(self.values["SearchAlgorithm"])
+        options = search_options(network.search_config, algorithm=None if algorithm == "auto" else algorithm)
+        leaves = int(self.values["LeavesPerBatch"]) if options["algorithm"] == "puct" else 1
+        key = (network, leaves, options["algorithm"])
         if self._search is None or self._search_key != key:
-            self._search = MultiGameSearch(1, simulations=INFINITE_NODES, leaves_per_game=key[1], solver=True,
-                                           **search_options(network.search_config))
+            self._search = MultiGameSearch(1, simulations=INFINITE_NODES, leaves_per_game=leaves, solver=True,
+                                           **options)
             self._search_key = key
         return self._search
 
@@ -601,7 +613,8 @@ class UciEngine:
         best, ponder = "0000", None
         try:
             search = self._search_for(network)
-            search.set_position(0, job.board, simulations=job.nodes, reuse=True)
+            # Gumbel's Sequential Halving schedules a budget from an empty root: no reuse there.
+            search.set_position(0, job.board, simulations=job.nodes, reuse=search.algorithm == "puct")
             multipv = int(self.values["MultiPV"])
             wdl = bool(self.values["UCI_ShowWDL"])
             draw = network.draw_probability(job.board) if wdl else None

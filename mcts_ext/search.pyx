@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""Batched PUCT search over many games at once.
+"""Batched PUCT or Gumbel AlphaZero search over many games at once.
 
 A MultiGameSearch holds G games ("slots"), each with its own game stack,
 tree and random generator. One step is:
@@ -16,18 +16,24 @@ When a game's root reaches its budget, a self-play search ("autoplay") picks
 and plays a move, records a training sample and goes on with the next move;
 an analysis search stops and waits to be read (root_stats, best_move).
 
+The algorithm is PUCT (AlphaZero) or Gumbel AlphaZero (gumbel.pxd: Gumbel-Top-k
+and Sequential Halving at the root, the deterministic improved-policy
+selection inside the tree, the improved policy as the training target).
+
 Both loops run without the GIL over flat arrays; the def methods validate.
 """
 
 import numpy as np
 
-from libc.math cimport isfinite, pow
+from libc.math cimport fabs, isfinite, pow
 from libc.stdint cimport int8_t, int16_t, int32_t, uint8_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 
 
 from mcts_ext.encode cimport COMPACT_PLANES, NUM_MOVES, NUM_SCALARS, encode_stack, move_index
+from mcts_ext.gumbel cimport (Q_NODE, Q_TREE, GumbelParams, GumbelRoot, gumbel_best_edge, gumbel_improved_policy,
+                              gumbel_interior_edge, gumbel_root_edge, gumbel_sample)
 from mcts_ext.memory cimport grow
 from mcts_ext.position cimport (CHECKMATE, MAX_MOVES, ONGOING, WHITE, Board, GameStack, Move, Position,
                                 format_fen, generate_legal, in_check, make_move, stack_copy, stack_free, stack_init,
@@ -51,6 +57,11 @@ cdef enum:
     # well under a millisecond.
     MAX_SCORED_DESCENTS = 256
 
+# Search algorithms.
+cdef enum:
+    PUCT = 0
+    GUMBEL = 1
+
 # Slot states.
 cdef enum:
     IDLE = 0                         # no game
@@ -67,17 +78,21 @@ cdef enum:
 
 STATE_NAMES = {IDLE: "idle", SEARCHING: "searching", READY: "ready", FINISHED: "finished"}
 PROOF_NAMES = {PROVEN_WIN: "win", PROVEN_DRAW: "draw", PROVEN_LOSS: "loss"}
+ALGORITHMS = {"puct": PUCT, "gumbel": GUMBEL}
+Q_NORMALISATIONS = {"tree": Q_TREE, "node": Q_NODE}
 _TERMINATION_NAMES = dict(TERMINATIONS)
 _TERMINATION_NAMES[RESIGNATION] = "resignation"
 
 ctypedef struct Options:
+    int algorithm                    # PUCT or GUMBEL
     PuctParams puct
+    GumbelParams gumbel
     int simulations                  # budget per move (full search)
     int leaves_per_game              # leaves gathered per game and step; >1 uses virtual loss
     bint add_noise                   # Dirichlet noise at the root of full searches
     float dirichlet_alpha
     float noise_weight
-    int temperature_plies            # plies sampled in proportion to visits^(1/temperature)
+    int temperature_plies            # PUCT: plies sampled in proportion to visits^(1/temperature)
     float temperature
     bint tree_reuse                  # keep the played move's subtree as the next root
     int ply_limit                    # game length (plies) that ends in a draw; 0 for none
@@ -129,6 +144,7 @@ ctypedef struct Slot:
     int would_resign_side
     long long moves_played           # moves this slot has played, over all its games
     Record record
+    GumbelRoot gumbel                # Gumbel: the root's noise and the tree's value range
 
 
 cdef void record_free(Record* r) noexcept nogil:
@@ -257,6 +273,13 @@ cdef inline float root_value(const Tree* tree) noexcept nogil:
     return -tree.value_sum[ROOT] / tree.visits[ROOT]
 
 
+cdef inline void note_leaf_value(Slot* s, int32_t node, float value) noexcept nogil:
+    """Keeps a leaf's own value, from the network or a game end (Gumbel's mixed value and Q range read it)."""
+    s.tree.raw_value[node] = value
+    if fabs(value) > s.gumbel.value_bound:
+        s.gumbel.value_bound = fabs(value)
+
+
 cdef void apply_noise(Slot* s, const Options* o) noexcept nogil:
     """Mixes Dirichlet(alpha) noise into the root priors: (1 - w) p + w eta."""
     cdef Tree* tree = &s.tree
@@ -287,6 +310,7 @@ cdef int start_move(Slot* s, const Options* o, int32_t keep, Tree* scratch) noex
     s.full_search = o.playout_cap_fraction <= 0.0 or rng_uniform(&s.rng) < o.playout_cap_fraction
     s.budget = o.simulations if s.full_search else o.playout_cap_simulations
     s.noisy = o.add_noise and s.full_search
+    s.gumbel.value_bound = 0.0
     s.done = 0
     s.in_flight = 0
     s.state = SEARCHING
@@ -319,6 +343,7 @@ cdef int descend(Slot* s, const Options* o, Move* moves, int* move_count, int32_
                 tree.terminal[node] = status
                 if o.solver:
                     prove(tree, node, terminal_proof(status), 0)
+                note_leaf_value(s, node, terminal_value(status))
                 backup_value(tree, node, terminal_value(status))
                 return LEAF_SCORED
             if tree_add_edges(tree, node, moves, n) < 0:
@@ -327,13 +352,17 @@ cdef int descend(Slot* s, const Options* o, Move* moves, int* move_count, int32_
                 return LEAF_NO_MEMORY
             if node != ROOT and tree.proof[node] != UNPROVEN:
                 # A mate in one: exact, so the network is not asked.
+                note_leaf_value(s, node, proven_value(tree.proof[node]))
                 backup_value(tree, node, proven_value(tree.proof[node]))
                 return LEAF_SCORED
             tree.pending[node] = 1
             move_count[0] = n
             leaf[0] = node
             return LEAF_NEW
-        if o.solver and node == ROOT and tree.proof[ROOT] == PROVEN_WIN:
+        if o.algorithm == GUMBEL:
+            edge = gumbel_root_edge(tree, &o.gumbel, &s.gumbel, s.budget) if node == ROOT else \
+                gumbel_interior_edge(tree, node, &o.gumbel, s.gumbel.value_bound)
+        elif o.solver and node == ROOT and tree.proof[ROOT] == PROVEN_WIN:
             edge = best_edge(tree, ROOT)  # the shortest proven win; PUCT might wander off it
         else:
             edge = select_edge(tree, node, &o.puct, o.solver)
@@ -370,13 +399,16 @@ cdef int expand_proven(Slot* s, int32_t node) noexcept nogil:
 
 
 cdef int32_t choose_edge(Slot* s, const Options* o) noexcept nogil:
-    """The root edge to play: sampled by visits^(1/T) early in the game, else the best (best_edge)."""
+    """The root edge to play: a solved root's best (best_edge); Gumbel's Sequential Halving choice;
+    PUCT's sampled by visits^(1/T) early in the game, else the best (best_edge)."""
     cdef Tree* tree = &s.tree
     cdef int32_t first = tree.first_edge[ROOT], count = tree.edge_count[ROOT], i, best = first, child
     cdef double weight, total = 0.0, target
     cdef int ply = s.root_length - 1
     if o.solver and tree.proof[ROOT] != UNPROVEN:
         return best_edge(tree, ROOT)  # a solved position: no sampling away from its result
+    if o.algorithm == GUMBEL:
+        return gumbel_best_edge(tree, &o.gumbel, &s.gumbel)
     if ply < o.temperature_plies and o.temperature > 0.0:
         for i in range(first, first + count):
             child = tree.child[i]
@@ -431,32 +463,45 @@ cdef int32_t best_edge(const Tree* tree, int32_t node) noexcept nogil:
     return best
 
 
-cdef int record_sample(Slot* s) noexcept nogil:
-    """Appends the root's compact input and its visit distribution over the legal moves to the record."""
-    cdef Record* r = &s.record
-    cdef Tree* tree = &s.tree
+cdef void root_target(const Slot* s, const Options* o, float* target) noexcept nogil:
+    """The root's training target over its edges: Gumbel's improved policy, PUCT's share of the visits."""
+    cdef const Tree* tree = &s.tree
     cdef int32_t first = tree.first_edge[ROOT], count = tree.edge_count[ROOT], i, child
-    cdef int total = 0, k = r.samples
-    cdef int turn = s.stack.positions[s.root_length - 1].turn
-    if record_reserve(r, k + 1, r.policy_total + count, 0) < 0:
-        return -1
+    cdef int total = 0
+    if o.algorithm == GUMBEL:
+        gumbel_improved_policy(tree, ROOT, &o.gumbel, s.gumbel.value_bound, target)
+        return
     for i in range(first, first + count):
         child = tree.child[i]
         if child != NO_NODE:
             total += tree.visits[child]
+    for i in range(count):
+        child = tree.child[first + i]
+        target[i] = <float>tree.visits[child] / total if child != NO_NODE and total > 0 else 0.0
+
+
+cdef int record_sample(Slot* s, const Options* o) noexcept nogil:
+    """Appends the root's compact input and its training target over the legal moves to the record."""
+    cdef Record* r = &s.record
+    cdef Tree* tree = &s.tree
+    cdef int32_t first = tree.first_edge[ROOT], count = tree.edge_count[ROOT], i
+    cdef int k = r.samples
+    cdef int turn = s.stack.positions[s.root_length - 1].turn
+    cdef float target[MAX_MOVES]
+    if record_reserve(r, k + 1, r.policy_total + count, 0) < 0:
+        return -1
+    root_target(s, o, target)
     s.stack.length = s.root_length
     encode_stack(&s.stack, &r.planes[k * COMPACT_PLANES], &r.scalars[k * NUM_SCALARS])
     r.ply[k] = <int16_t>(s.root_length - 1)
     r.root_value[k] = root_value(tree)
     if k == 0:
         r.policy_start[0] = 0
-    # Every legal move is listed, unvisited ones with 0: the learner masks the
-    # policy to these moves before its softmax.
-    for i in range(first, first + count):
-        child = tree.child[i]
-        r.policy_index[r.policy_total] = <int16_t>move_index(tree.move[i], turn)
-        r.policy_prob[r.policy_total] = <float>tree.visits[child] / total \
-            if child != NO_NODE and total > 0 else 0.0
+    # Every legal move is listed (PUCT's unvisited ones with 0): the learner
+    # masks the policy to these moves before its softmax.
+    for i in range(count):
+        r.policy_index[r.policy_total] = <int16_t>move_index(tree.move[first + i], turn)
+        r.policy_prob[r.policy_total] = target[i]
         r.policy_total += 1
     r.samples = k + 1
     r.policy_start[k + 1] = r.policy_total
@@ -499,7 +544,7 @@ cdef int finish_move(Slot* s, const Options* o, Tree* scratch) noexcept nogil:
         return 0
     mover = s.stack.positions[s.root_length - 1].turn
     value = root_value(&s.tree)
-    if s.full_search and o.record and record_sample(s) < 0:
+    if s.full_search and o.record and record_sample(s, o) < 0:
         return -1
     if record_reserve(&s.record, 0, 0, s.root_length) < 0:
         return -1
@@ -528,7 +573,7 @@ cdef int finish_move(Slot* s, const Options* o, Tree* scratch) noexcept nogil:
 
 
 cdef class MultiGameSearch:
-    """PUCT search over many games at once, for self-play (autoplay) or analysis.
+    """PUCT or Gumbel AlphaZero search over many games at once, for self-play (autoplay) or analysis.
 
     Self-play: every slot starts a game from the initial position (or a FEN),
     plays it to the end with `simulations` per move, and keeps its training
@@ -542,9 +587,26 @@ cdef class MultiGameSearch:
     (the shortest) and never a proven loss when there is another move, and an
     analysis search stops as soon as its root is proven. proof() reads them.
 
-    Raises ValueError for bad options (a budget of 0, an unknown FPU mode) and,
-    in gather()/backup(), for arrays of the wrong shape or non-finite network
-    output (the search is left as it was, so the call can be repeated).
+
+    algorithm="gumbel" (gumbel.pxd): the root samples k = min(gumbel_considered,
+    legal moves) moves by Gumbel-Top-k (noise scale gumbel_scale: default 1 in
+    self-play, 0 in analysis, which makes the search deterministic) and spends
+    the whole budget on them by Sequential Halving; inner nodes use the
+    paper's deterministic selection; sigma(q_hat) = (gumbel_c_visit +
+    max_b N(b)) * gumbel_c_scale * q_hat, with q_hat normalised over the tree's
+    value range ("tree") or the node's completed Qs ("node", as mctx). The
+    move played (and best_move()) is Sequential Halving's choice, not the
+    most visited; the recorded target is the improved policy
+    softmax(logits + sigma(completed Q)). Dirichlet noise and temperature
+    sampling do not apply (the Gumbel noise explores); add_noise=True,
+    tree_reuse=True or leaves_per_game > 1 with gumbel are refused
+    (ValueError). With playout-cap randomisation the cheap moves are Gumbel
+    searches of the cheap budget (with noise, without a training sample).
+
+    Raises ValueError for bad options (a budget of 0, an unknown FPU mode or
+    algorithm) and, in gather()/backup(), for arrays of the wrong shape or
+    non-finite network output (the search is left as it was, so the call can
+    be repeated).
     """
     cdef Slot* slots
     cdef int n_slots
@@ -577,7 +639,9 @@ cdef class MultiGameSearch:
                  tree_reuse: bool = False, ply_limit: int | None = 512, autoplay: bool = True,
                  record: bool | None = None, resign_threshold: float | None = None, resign_consecutive: int = 3,
                  resign_disabled_fraction: float = 0.1, playout_cap_fraction: float = 0.0,
-                 playout_cap_simulations: int = 100, solver: bool = False, seed: int = 0):
+                 playout_cap_simulations: int = 100, solver: bool = False, seed: int = 0, algorithm: str = "puct",
+                 gumbel_considered: int = 16, gumbel_scale: float | None = None, gumbel_c_visit: float = 50.0,
+                 gumbel_c_scale: float = 1.0, gumbel_q_normalisation: str = "tree"):
         if games < 1:
             raise ValueError(f"games must be at least 1, got {games}")
         if simulations < 1:
@@ -603,7 +667,16 @@ cdef class MultiGameSearch:
             raise ValueError(f"resign_disabled_fraction must be in [0, 1], got {resign_disabled_fraction}")
         if ply_limit is not None and ply_limit < 1:
             raise ValueError(f"ply_limit must be at least 1 or None, got {ply_limit}")
+        _check_gumbel(algorithm, gumbel_considered, gumbel_scale, gumbel_c_visit, gumbel_c_scale,
+                      gumbel_q_normalisation, add_noise=add_noise, tree_reuse=tree_reuse,
+                      leaves_per_game=leaves_per_game)
         cdef Options* o = &self.options
+        o.algorithm = ALGORITHMS[algorithm]
+        o.gumbel.considered = gumbel_considered
+        o.gumbel.scale = (1.0 if autoplay else 0.0) if gumbel_scale is None else gumbel_scale
+        o.gumbel.c_visit = gumbel_c_visit
+        o.gumbel.c_scale = gumbel_c_scale
+        o.gumbel.normalisation = Q_NORMALISATIONS[gumbel_q_normalisation]
         o.puct.c_init = c_init
         o.puct.c_base = c_base
         o.puct.fpu_mode = FPU_REDUCTION if fpu_mode == "reduction" else FPU_ABSOLUTE
@@ -611,7 +684,7 @@ cdef class MultiGameSearch:
         o.puct.virtual_loss = virtual_loss
         o.simulations = simulations
         o.leaves_per_game = leaves_per_game
-        o.add_noise = autoplay if add_noise is None else add_noise
+        o.add_noise = (autoplay and o.algorithm == PUCT) if add_noise is None else add_noise
         o.dirichlet_alpha = dirichlet_alpha
         o.noise_weight = noise_weight
         o.temperature_plies = temperature_plies
@@ -954,6 +1027,7 @@ cdef class MultiGameSearch:
                 value = 1.0
             elif value < -1.0:
                 value = -1.0
+            note_leaf_value(s, node, value)
             backup_value(&s.tree, node, value)
             s.in_flight -= 1
             if node == ROOT:
@@ -961,6 +1035,8 @@ cdef class MultiGameSearch:
                 # the root's children's visits add up to the budget.
                 if s.noisy:
                     apply_noise(s, o)
+                elif o.algorithm == GUMBEL:
+                    gumbel_sample(&s.rng, s.gumbel.noise, s.tree.edge_count[ROOT], o.gumbel.scale)
             else:
                 s.done += 1
                 self.total_simulations += 1
@@ -1001,11 +1077,18 @@ cdef class MultiGameSearch:
         """Simulations completed for the slot's current move."""
         return self._slot(slot).done
 
+    cdef int32_t _best_root_edge(self, Slot* s) noexcept:
+        # A solved root plays its proof (the shortest win, the longest loss), whatever the algorithm.
+        if self.options.algorithm == GUMBEL and not (self.options.solver and s.tree.proof[ROOT] != UNPROVEN):
+            return gumbel_best_edge(&s.tree, &self.options.gumbel, &s.gumbel)
+        return best_edge(&s.tree, ROOT)
+
     def best_move(self, int slot) -> str:
-        """The move to play, in UCI: the most visited (ties to the higher prior); with the
+        """The move to play, in UCI: PUCT's most visited (ties to the higher prior), Gumbel's
+        Sequential Halving choice (the highest g + logits + sigma among the most visited); with the
         solver, a proven win first (the shortest) and a proven loss last (the longest)."""
         cdef Slot* s = self._readable(slot)
-        return move_to_uci(s.tree.move[best_edge(&s.tree, ROOT)])
+        return move_to_uci(s.tree.move[self._best_root_edge(s)])
 
     def ranked_moves(self, int slot) -> list:
         """Every legal move at the root, in UCI, best first, in best_move's order."""
@@ -1035,7 +1118,7 @@ cdef class MultiGameSearch:
             if node == ROOT and first is not None:
                 best = self._root_edge(s, first)
             else:
-                best = best_edge(tree, node)
+                best = self._best_root_edge(s) if node == ROOT else best_edge(tree, node)
             child = tree.child[best]
             if node == ROOT and first is not None:
                 line.append(first)
@@ -1105,6 +1188,33 @@ cdef class MultiGameSearch:
             node = found
         return {move_to_uci(tree.move[i]): tree.prior[i]
                 for i in range(tree.first_edge[node], tree.first_edge[node] + tree.edge_count[node])}
+
+    def improved_policy(self, int slot) -> dict:
+        """The root's training target as {uci: probability} over the legal moves, as self-play records it.
+
+        Gumbel: softmax(logits + sigma(completed Q)); PUCT: each move's share of the root's visits.
+        """
+        cdef Slot* s = self._readable(slot)
+        cdef float target[MAX_MOVES]
+        cdef int32_t first = s.tree.first_edge[ROOT], i
+        root_target(s, &self.options, target)
+        return {move_to_uci(s.tree.move[first + i]): target[i] for i in range(s.tree.edge_count[ROOT])}
+
+    def gumbel_noise(self, int slot) -> dict:
+        """The Gumbel noise g of each root move of the current search, as {uci: g} (for inspection and tests).
+
+        Raises ValueError for a PUCT search.
+        """
+        if self.options.algorithm != GUMBEL:
+            raise ValueError("gumbel_noise() needs algorithm='gumbel'")
+        cdef Slot* s = self._readable(slot)
+        cdef int32_t first = s.tree.first_edge[ROOT], i
+        return {move_to_uci(s.tree.move[first + i]): s.gumbel.noise[i] for i in range(s.tree.edge_count[ROOT])}
+
+    @property
+    def algorithm(self) -> str:
+        """'puct' or 'gumbel'."""
+        return "gumbel" if self.options.algorithm == GUMBEL else "puct"
 
     def board(self, int slot) -> Board:
         """A copy of the slot's game (its position at the root, with history)."""
@@ -1218,6 +1328,29 @@ cdef void _copy_into(object array, const void* source, size_t size) except *:
 cdef void _check_resign_threshold(object threshold) except *:
     if threshold is not None and not -1.0 <= threshold <= 1.0:
         raise ValueError(f"need -1 <= resign_threshold <= 1 (or None), got {threshold}")
+
+
+def _check_gumbel(algorithm, considered, scale, c_visit, c_scale, normalisation, *, add_noise, tree_reuse,
+                  leaves_per_game) -> None:
+    """Raises ValueError for a bad algorithm, Gumbel constant, or an option Gumbel cannot honour."""
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be 'puct' or 'gumbel', got {algorithm!r}")
+    if normalisation not in Q_NORMALISATIONS:
+        raise ValueError(f"gumbel_q_normalisation must be 'tree' or 'node', got {normalisation!r}")
+    if considered < 1 or (scale is not None and not 0.0 <= scale < float("inf")) or c_visit < 0 or c_scale < 0:
+        raise ValueError(f"need gumbel_considered >= 1 and gumbel_scale, gumbel_c_visit, gumbel_c_scale >= 0, got "
+                         f"{considered}, {scale}, {c_visit} and {c_scale}")
+    if algorithm != "gumbel":
+        return
+    if leaves_per_game != 1:
+        raise ValueError(f"algorithm='gumbel' needs leaves_per_game=1 (its selection is deterministic: more leaves "
+                         f"of one game would all take the same path), got {leaves_per_game}")
+    if tree_reuse:
+        raise ValueError("algorithm='gumbel' does not reuse trees (each move's Sequential Halving starts from a "
+                         "fresh root); set tree_reuse=False")
+    if add_noise:
+        raise ValueError("algorithm='gumbel' takes no Dirichlet noise (its Gumbel noise explores); "
+                         "leave add_noise unset or False")
 
 
 cdef void _check_rows(object array, int width, int rows, str name) except *:

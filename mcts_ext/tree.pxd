@@ -1,5 +1,6 @@
 # Search tree storage: flat, growable arrays of nodes and edges, one Tree per
-# game. No Python object per node. Selection and backup live in puct.pxd.
+# game. No Python object per node. Selection and backup live in puct.pxd
+# (PUCT) and gumbel.pxd (Gumbel AlphaZero).
 #
 # A node's value_sum is seen from the player who moved INTO the node (the
 # player choosing among its parent's edges), so a parent maximises its
@@ -40,6 +41,7 @@ ctypedef struct Tree:
     uint8_t* pending        # 1 while the node's own evaluation is in the current batch
     int8_t* proof           # UNPROVEN or PROVEN_* for the node's side to move
     int16_t* proof_plies    # plies to the game's end under best play, when proven
+    float* raw_value        # the node's own value for its side to move (network, or exact at a game end)
     # edges [edge_capacity]
     Move* move
     float* prior            # policy prior (with Dirichlet noise at a noisy root)

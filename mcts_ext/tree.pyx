@@ -26,7 +26,8 @@ cdef int _reserve_nodes(Tree* tree, int32_t capacity) noexcept nogil:
             or grow(<void**>&tree.terminal, capacity, sizeof(int8_t)) < 0
             or grow(<void**>&tree.pending, capacity, sizeof(uint8_t)) < 0
             or grow(<void**>&tree.proof, capacity, sizeof(int8_t)) < 0
-            or grow(<void**>&tree.proof_plies, capacity, sizeof(int16_t)) < 0):
+            or grow(<void**>&tree.proof_plies, capacity, sizeof(int16_t)) < 0
+            or grow(<void**>&tree.raw_value, capacity, sizeof(float)) < 0):
         return -1
     tree.node_capacity = capacity
     return 0
@@ -54,6 +55,7 @@ cdef int tree_init(Tree* tree) noexcept nogil:
     tree.pending = NULL
     tree.proof = NULL
     tree.proof_plies = NULL
+    tree.raw_value = NULL
     tree.move = NULL
     tree.prior = NULL
     tree.child = NULL
@@ -75,6 +77,7 @@ cdef void tree_free(Tree* tree) noexcept nogil:
     free(tree.pending)
     free(tree.proof)
     free(tree.proof_plies)
+    free(tree.raw_value)
     free(tree.move)
     free(tree.prior)
     free(tree.child)
@@ -106,6 +109,7 @@ cdef int tree_add_node(Tree* tree, int32_t parent) noexcept nogil:
     tree.pending[node] = 0
     tree.proof[node] = UNPROVEN
     tree.proof_plies[node] = 0
+    tree.raw_value[node] = 0.0
     tree.node_count += 1
     return node
 
@@ -139,6 +143,7 @@ cdef int _copy_node(Tree* src, int32_t node, Tree* dst, int32_t parent) noexcept
     dst.terminal[copy] = src.terminal[node]
     dst.proof[copy] = src.proof[node]
     dst.proof_plies[copy] = src.proof_plies[node]
+    dst.raw_value[copy] = src.raw_value[node]
     return copy
 
 

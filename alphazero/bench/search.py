@@ -6,6 +6,10 @@ network and batched across games. The baseline is written the way most Python
 AlphaZero ports search: a Node object per position, python-chess boards
 pushed down the tree, legal moves and game ends from python-chess, and leaf
 planes built from the board's piece map for the last 8 positions.
+
+With `--algorithm gumbel` the Cython search is also timed with Gumbel
+AlphaZero's selection (Sequential Halving at the root, the improved-policy
+rule inside the tree) on the same workload, and printed beside PUCT.
 """
 
 from __future__ import annotations
@@ -129,11 +133,11 @@ def python_search_rate(games: int, budget: int, seconds: float) -> tuple[int, fl
     return simulations, time.perf_counter() - start
 
 
-def cython_search_rate(games: int, budget: int, seconds: float) -> tuple[int, float]:
-    """Simulations completed by the Cython MultiGameSearch in about `seconds`."""
+def cython_search_rate(games: int, budget: int, seconds: float, algorithm: str = "puct") -> tuple[int, float]:
+    """Simulations completed by the Cython MultiGameSearch (self-play, `algorithm`) in about `seconds`."""
     from mcts_ext.search import MultiGameSearch
 
-    search = MultiGameSearch(games, simulations=budget, seed=0)
+    search = MultiGameSearch(games, simulations=budget, seed=0, algorithm=algorithm)
     batch = search.new_batch()
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
@@ -149,14 +153,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--games", type=int, default=64, help="games searched at once (default 64)")
     parser.add_argument("--simulations", type=int, default=800, help="simulations per move (default 800)")
     parser.add_argument("--seconds", type=float, default=8.0, help="time for each side (default 8)")
+    parser.add_argument("--algorithm", choices=("puct", "gumbel"), default="puct",
+                        help="gumbel: also time the Cython search with Gumbel AlphaZero, beside PUCT (default puct)")
 
 
 def run(args: argparse.Namespace) -> None:
     fast, fast_time = cython_search_rate(args.games, args.simulations, args.seconds)
+    if args.algorithm == "gumbel":
+        gumbel, gumbel_time = cython_search_rate(args.games, args.simulations, args.seconds, "gumbel")
     slow, slow_time = python_search_rate(args.games, args.simulations, args.seconds)
     fast_rate, slow_rate = fast / fast_time, slow / slow_time
     print(f"search, uniform evaluator, {args.games} games at once, {args.simulations} simulations per move, "
           "leaf encoding included, one core:")
-    print(f"  Cython MultiGameSearch:         {rate(fast_rate):>8} simulations/s  ({fast} in {fast_time:.1f} s)")
+    print(f"  Cython MultiGameSearch, PUCT:   {rate(fast_rate):>8} simulations/s  ({fast} in {fast_time:.1f} s)")
+    if args.algorithm == "gumbel":
+        gumbel_rate = gumbel / gumbel_time
+        print(f"  Cython MultiGameSearch, Gumbel: {rate(gumbel_rate):>8} simulations/s  ({gumbel} in "
+              f"{gumbel_time:.1f} s) = {ratio(gumbel_rate, fast_rate)} PUCT")
     print(f"  plain-Python PUCT, python-chess: {rate(slow_rate):>8} simulations/s  ({slow} in {slow_time:.1f} s)")
     print(f"  Cython / plain Python: {ratio(fast_rate, slow_rate)}")
