@@ -362,7 +362,8 @@ def test_self_play_worker_writes_gumbel_shards(tmp_path):
 def weights(tmp_path_factory) -> Path:
     import torch
 
-    from alphazero.network import AlphaZeroNet, save_model
+    from alphazero.checkpoint import save_model
+    from alphazero.network import AlphaZeroNet
 
     torch.manual_seed(3)
     path = tmp_path_factory.mktemp("net") / "net.pt"
