@@ -21,6 +21,11 @@ games              uint8     [bytes]     JSON list, one object per game (see GAM
 meta               uint8     [bytes]     JSON object: writer, created_at, ...
 =================  ========  ==========  ==============================================
 
+The value target is ``results`` unless ``meta["value_target"]`` is
+``"root_values"`` (VALUE_FROM_ROOT): then the learner trains the value on
+``root_values``, a value in [-1, 1] (Stockfish labels, which have no game
+result; their ``results`` hold the nearest result class). See value_targets.
+
 Files are written to a temporary name and renamed (alphazero.rundir), so a
 reader sees whole shards or none; readers list only ``*.npz`` names that are
 not temporary. Names start with the write time in nanoseconds, so sorting
@@ -67,6 +72,9 @@ GAME_KEYS = ("start_fen", "moves", "result", "winner", "termination", "plies", "
              "would_resign_ply", "would_resign_side", "weights_step", "samples")
 _RECORD_ARRAYS = {"planes", "scalars", "plies_of_samples", "root_values", "policy_offsets", "policy_indices",
                   "policy_probs", "results", "full_search"}
+
+
+VALUE_FROM_ROOT = "root_values"  # meta["value_target"] of shards whose value target is root_values
 
 
 class ShardError(ValueError):
@@ -223,6 +231,31 @@ def read_shard(path: str | os.PathLike[str]) -> Shard:
                   games=games, meta=meta)
     validate(shard, str(path))
     return shard
+
+
+def read_shard_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Reads only the ``meta`` object of a shard file (cheap: one small member of the archive).
+
+    Raises:
+        ShardError: the file is missing, not a shard, or its meta is unreadable.
+    """
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            raw = archive["meta"]
+        meta = json.loads(raw.tobytes().decode())
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError, UnicodeDecodeError) as error:
+        raise ShardError(f"{path}: no readable shard meta ({type(error).__name__}: {error})") from None
+    if not isinstance(meta, dict):
+        raise ShardError(f"{path}: the shard meta is not a JSON object")
+    return meta
+
+
+def value_targets(shard: Shard) -> np.ndarray:
+    """Gets the value target of every sample [S]: ``results`` (int8), or ``root_values`` (float32) when
+    the shard's meta says so (see the module docstring)."""
+    if shard.meta.get("value_target") == VALUE_FROM_ROOT:
+        return np.clip(shard.root_values, -1.0, 1.0).astype(np.float32)
+    return shard.results
 
 
 def validate(shard: Shard, source: str = "shard") -> None:

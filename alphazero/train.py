@@ -6,6 +6,12 @@ the learner in a thread of this process. The learner's checkpoints are pushed
 to the actors as they are written (and, with eval.every_steps, rated in the
 background); Ctrl-C stops both cleanly (finished games and the last training
 step are saved) and a rerun resumes.
+
+``--init FILE_OR_RUN`` starts a new run from given weights (a model file, a
+checkpoint, a run's latest checkpoint, or ``builtin``): the run takes that
+network's architecture, and its first checkpoint (step 0, fresh optimiser)
+holds those weights, so self-play starts from them. A run that already has
+checkpoints is refused: it resumes from its own.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import os
 import threading
 from pathlib import Path
 
+from alphazero.builtin import Weights, read_weights
 from alphazero.errors import UserError
 from alphazero.rundir import add_run_arguments, open_run_from_args
 
@@ -27,6 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default=None, help="learner device: auto, cpu, cuda or cuda:N")
     parser.add_argument("--gpus", type=float, default=0.0, help="GPUs for self-play inference (default 0)")
     parser.add_argument("--quiet", action="store_true", help="no live progress lines")
+    parser.add_argument("--init", metavar="FILE_OR_RUN", default=None,
+                        help="start a new run from these weights: a model file, a checkpoint, a run directory "
+                             "(its latest checkpoint) or 'builtin' (the network that ships)")
 
 
 def run(args: argparse.Namespace) -> None:
@@ -36,6 +46,7 @@ def run(args: argparse.Namespace) -> None:
         UserError: bad options, a run of another configuration, a corrupt
             checkpoint, or a failure in the learner or an actor.
     """
+    from alphazero.network import load_weights
     from eval.evaluate import PeriodicEvaluation
     from learner.loop import Learner
     from selfplay.cli import actor_count
@@ -44,7 +55,8 @@ def run(args: argparse.Namespace) -> None:
 
     if args.minutes is not None and args.minutes <= 0:
         raise UserError(f"--minutes must be positive, got {args.minutes}")
-    run_dir, config = open_run_from_args(args)
+    init = _read_init(args.init, args.run) if args.init is not None else None
+    run_dir, config = open_run_from_args(args, init.overrides() if init is not None else ())
     actors = actor_count(args.actors, config.selfplay.actors)
     started_ray = connect_ray(None, num_cpus=max(actors + 1, os.cpu_count() or 1), num_gpus=args.gpus or None)
     stop = threading.Event()
@@ -61,6 +73,9 @@ def run(args: argparse.Namespace) -> None:
         learner = Learner(run_dir, config, device=args.device, on_checkpoint=on_checkpoint, progress=False,
                           threads=1)
         learner.resume()
+        if init is not None:
+            load_weights(learner.model, init.state, init.path)
+            print(f"train: starting from {init.summary}", flush=True)
         if learner.saved_step is None:
             learner.save()  # actors and learner start from the same weights
 
@@ -90,3 +105,18 @@ def run(args: argparse.Namespace) -> None:
             import ray
 
             ray.shutdown()
+
+
+def _read_init(spec: str, run: str | os.PathLike[str]) -> Weights:
+    """Reads the --init weights, refusing a run that already has checkpoints.
+
+    Raises:
+        UserError: the run has checkpoints, or the weights cannot be read.
+    """
+    from alphazero.checkpoint import latest_checkpoint
+
+    latest = latest_checkpoint(run)
+    if latest is not None:
+        raise UserError(f"--init starts a new run, but {run} already has checkpoints (newest {latest.name}); "
+                        f"use a new --run directory, or leave out --init to resume this run")
+    return read_weights(spec)

@@ -49,7 +49,7 @@ import numpy as np
 
 from alphazero.planes import COMPACT_PLANES, NUM_SCALARS
 from alphazero.rundir import is_temporary
-from alphazero.shards import NUM_MOVES, SHARD_SUFFIX, Shard, ShardError, read_shard
+from alphazero.shards import NUM_MOVES, SHARD_SUFFIX, Shard, ShardError, read_shard, value_targets
 
 __all__ = ["Batch", "ReplayWindow", "WAIT_POSITIONS", "WAIT_REUSE"]
 
@@ -85,7 +85,7 @@ class _Block:
     policy_offsets: np.ndarray
     policy_indices: np.ndarray
     policy_probs: np.ndarray
-    results: np.ndarray
+    results: np.ndarray  # value targets: int8 results, or float32 (alphazero.shards.value_targets)
 
     @property
     def end(self) -> int:
@@ -96,7 +96,7 @@ class _Block:
         # Keeps only these arrays; the shard's others (games, root values, ...) are freed with it.
         return cls(name, start, np.ascontiguousarray(shard.planes), np.ascontiguousarray(shard.scalars),
                    np.ascontiguousarray(shard.policy_offsets), np.ascontiguousarray(shard.policy_indices),
-                   np.ascontiguousarray(shard.policy_probs), np.ascontiguousarray(shard.results))
+                   np.ascontiguousarray(shard.policy_probs), np.ascontiguousarray(value_targets(shard)))
 
     @property
     def nbytes(self) -> int:
