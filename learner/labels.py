@@ -501,6 +501,8 @@ def label_positions(directory: str | os.PathLike[str], settings: LabelSettings, 
     try:
         done = _chunks_on_disk(directory, identity, settings)
         report.on_disk = sum(done.values())
+        if progress is not None:
+            progress(report.on_disk, settings.positions)
         pending = [c for c in range(settings.chunks) if c not in done]
         if not pending:
             return report
