@@ -53,6 +53,7 @@ from alphazero.rundir import atomic_write_bytes, complete_files
 SHARD_VERSION = 1
 SHARD_SUFFIX = ".npz"
 NUM_MOVES = 4672
+VALUE_FROM_ROOT = "root_values"  # meta["value_target"] of shards whose value target is root_values
 
 # name -> (dtype, trailing shape) of the per-sample and per-entry arrays.
 SAMPLE_ARRAYS: dict[str, tuple[np.dtype, tuple[int, ...]]] = {
@@ -72,9 +73,6 @@ GAME_KEYS = ("start_fen", "moves", "result", "winner", "termination", "plies", "
              "would_resign_ply", "would_resign_side", "weights_step", "samples")
 _RECORD_ARRAYS = {"planes", "scalars", "plies_of_samples", "root_values", "policy_offsets", "policy_indices",
                   "policy_probs", "results", "full_search"}
-
-
-VALUE_FROM_ROOT = "root_values"  # meta["value_target"] of shards whose value target is root_values
 
 
 class ShardError(ValueError):

@@ -89,7 +89,7 @@ def _check(args: argparse.Namespace) -> None:
         raise UserError(f"--steps must be 0 or more, got {args.steps}")
     for path in [*args.pgn, *args.positions_from]:
         if not Path(path).is_file():
-            what = "a directory, not a file" if Path(path).is_dir() else "does not exist"
+            what = "is a directory, not a file" if Path(path).is_dir() else "does not exist"
             raise UserError(f"{path} {what}")
         if not os.access(path, os.R_OK):
             raise UserError(f"cannot read {path}: permission denied")
@@ -174,6 +174,10 @@ class _PgnShardWriter:
         self.records.append(record)
         self.positions += int(record["plies"])
 
+    @property
+    def full(self) -> bool:
+        return self.positions >= self.shard_positions
+
     def flush(self, games_to: int, *, complete: bool = False) -> None:
         """Writes the collected games (and the file's progress up to game ``games_to``) as one shard.
 
@@ -246,7 +250,7 @@ def convert_pgn(directory: str | os.PathLike[str], files: list[str], *, smoothin
                         report.games += 1
                         report.positions += int(record["plies"])
                         bar.count(games=1, positions=int(record["plies"]))
-                        if writer.positions >= shard_positions:
+                        if writer.full:
                             writer.flush(number)
             except READ_ERRORS as error:
                 report.damaged.append(f"{path}: stopped reading at game {number + 1}: {error}")
@@ -272,8 +276,9 @@ class _PgnProgress:
             from rich.console import Console
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-            self._progress = Progress(TextColumn("pgn"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                                      TextColumn("{task.fields[text]}"), TimeElapsedColumn(),
+            self._progress = Progress(TextColumn("pgn"), BarColumn(bar_width=16),
+                                      TextColumn("{task.percentage:>3.0f}%"), TextColumn("{task.fields[text]}"),
+                                      TimeElapsedColumn(),
                                       console=Console(stderr=True))
             self._progress.start()
             self._task = self._progress.add_task("pgn", total=self.total, text="")
@@ -348,7 +353,7 @@ class _LabelProgress:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-            self._progress = Progress(TextColumn("stockfish labels"), BarColumn(), MofNCompleteColumn(),
+            self._progress = Progress(TextColumn("labels"), BarColumn(bar_width=16), MofNCompleteColumn(),
                                       TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
                                       console=Console(stderr=True))
             self._progress.start()

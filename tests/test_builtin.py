@@ -63,7 +63,8 @@ def test_weights_builtin_loads_and_plays(tmp_path: Path) -> None:
 def test_a_run_without_checkpoints_plays_the_builtin_network_and_says_so(empty_run: Path, tmp_path: Path,
                                                                          capsys) -> None:
     network = load_network(NetworkSource(empty_run), device="cpu")
-    assert network.tag == "builtin" and "no checkpoint yet; playing with the built-in network" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert network.tag == "builtin" and "no checkpoint yet; playing with the built-in network" in said
     missing = load_network(NetworkSource(tmp_path / "missing"), device="cpu")
     assert missing.tag == "builtin" and "does not exist; playing with the built-in network" in capsys.readouterr().err
     assert load_network(NetworkSource(empty_run, fallback=FRESH), device="cpu").fresh

@@ -21,7 +21,6 @@ import pytest
 
 from alphazero import cli
 from alphazero.checkpoint import latest_checkpoint
-from alphazero.config import get_preset
 from alphazero.errors import UserError
 from alphazero.moves import legal_move_indices, move_to_index
 from alphazero.pgn import SKIP_ILLEGAL, SKIP_NO_RESULT, SKIP_VARIANT, PgnGame, open_text, read_games
@@ -101,6 +100,13 @@ def test_damaged_and_missing_files_are_messages_not_tracebacks(tmp_path: Path, c
     assert report.damaged and "cut.pgn.gz" in report.damaged[0]
     assert 1 <= report.games < 20 * len(READ)  # the games read before the damage are kept
     assert sum(len(read_shard(path)) for path in list_shards(tmp_path / "pretrain")) == report.positions
+    if shutil.which("zstd"):
+        whole = tmp_path / "whole.pgn.zst"
+        subprocess.run(["zstd", "-q", "-o", str(whole), str(GAMES)], check=True)
+        cut = tmp_path / "cut.pgn.zst"
+        cut.write_bytes(whole.read_bytes()[:-40])
+        report = convert_pgn(tmp_path / "zst", [str(cut)], progress=False)
+        assert report.damaged and "zstd failed" in report.damaged[0]
     run = tmp_path / "run"
     assert cli.main(["pretrain", "--run", str(run), "--pgn", str(tmp_path / "missing.pgn"), "--quiet"]) == 2
     assert "missing.pgn does not exist" in capsys.readouterr().err
@@ -131,6 +137,21 @@ def test_pgn_samples_agree_with_the_reference_encoder_and_python_chess(tmp_path:
         assert dict(zip(shard.policy_indices[lo:hi].tolist(), shard.policy_probs[lo:hi].tolist()))[played] == 1.0
         white = {"1-0": 1, "0-1": -1, "1/2-1/2": 0}[game["result"]]
         assert targets[row] == (white if board.turn == chess.WHITE else -white)
+
+
+def test_pgn_conversion_resumes_after_the_last_written_shard(tmp_path: Path) -> None:
+    directory = tmp_path / "pretrain"
+    first = convert_pgn(directory, [str(GAMES)], shard_positions=10, progress=False)
+    shards = list_shards(directory)
+    assert len(shards) == 3 and read_shard_meta(shards[-1])["complete"]  # games 1 and 3; 6; 7 and the end
+    for path in shards[1:]:  # as if killed after the first shard
+        path.unlink()
+    again = convert_pgn(directory, [str(GAMES)], shard_positions=10, progress=False)
+    assert again.games == 2 and again.skipped == Counter({SKIP_VARIANT: 1, SKIP_NO_RESULT: 1})  # games 4 to 7
+    shard = _all_samples(directory)
+    assert len(shard) == first.positions
+    assert sorted(game["id"] for game in shard.games) == [f"pretrain_games.pgn:{n}" for n in sorted(READ)]
+    assert convert_pgn(directory, [str(GAMES)], progress=False).files_done_before == 1
 
 
 def test_pgn_smoothing_spreads_part_of_the_target_over_the_legal_moves(tmp_path: Path) -> None:
@@ -201,6 +222,11 @@ def test_labels_are_deterministic_for_a_seed(tmp_path: Path) -> None:
     shard = a[0]
     assert shard.meta["value_target"] == "root_values"
     np.testing.assert_array_equal(value_targets(shard), shard.root_values)
+    window = ReplayWindow(tmp_path / "a", window_positions=100, max_sample_reuse=0)
+    window.refresh(force=True)
+    values = set(np.concatenate([a[i].root_values for i in a]).tolist())
+    z = window.sample(64).z.tolist()
+    assert set(z) <= values and any(v not in (-1.0, 0.0, 1.0) for v in z)  # the learner's value target
     sums = np.add.reduceat(shard.policy_probs, shard.policy_offsets[:-1])
     np.testing.assert_allclose(sums, 1.0, rtol=1e-5)
     assert np.all(np.abs(shard.root_values) <= 1.0)
