@@ -415,6 +415,8 @@ def _train(run_dir: Any, config: Any, args: argparse.Namespace) -> None:
     if not args.quiet:
         print(f"pretrain: training on {positions:,} positions of {run_dir.pretrain} until step {steps:,} "
               f"(batch {learner.batch_size}, {steps * learner.batch_size / positions:.1f} epochs)", flush=True)
+    # The same learner as self-play's, on run/pretrain: its checkpoints, TensorBoard and (once the learner
+    # holds games out for validation) its held-out split, which goes by each game's stable "id".
     with Learner(run_dir, config, device=args.device, progress=not args.quiet, threads=args.threads or None,
                  shards=run_dir.pretrain) as trainer:
         trainer.resume()
