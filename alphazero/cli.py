@@ -133,6 +133,14 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_lazy("alphazero.train", "run"))
 
 
+def _add_pretrain(sub: argparse._SubParsersAction) -> None:
+    from learner.pretrain import add_arguments
+
+    p = sub.add_parser("pretrain", help="supervised training from PGN games or Stockfish-labelled positions")
+    add_arguments(p)
+    p.set_defaults(func=_lazy("learner.pretrain", "run"))
+
+
 def _add_eval_commands(sub: argparse._SubParsersAction) -> None:
     from eval.cli import add_eval_arguments, add_match_arguments, add_uci_arguments
 
@@ -148,7 +156,7 @@ def _add_eval_commands(sub: argparse._SubParsersAction) -> None:
 
 
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
-    _add_train, _add_selfplay, _add_learn, _add_eval_commands, _add_perft, _add_bench,
+    _add_train, _add_selfplay, _add_learn, _add_pretrain, _add_eval_commands, _add_perft, _add_bench,
 ]
 
 

@@ -9,8 +9,8 @@ Sections and whether they may change when a run is reopened:
 - ``network`` (fixed): the architecture; the checkpoints only load into it.
 - ``learner`` (free, except ``learner.optimizer``, fixed because the saved
   optimizer state only loads into the same optimizer).
-- ``search``, ``selfplay``, ``eval`` (free): they shape new games and matches,
-  not what was already saved.
+- ``search``, ``selfplay``, ``eval``, ``pretrain`` (free): they shape new games,
+  matches and pretraining data, not what was already saved.
 
 Presets:
 
@@ -290,6 +290,37 @@ class EvalConfig(_Section):
 
 
 @dataclass(frozen=True)
+class PretrainConfig(_Section):
+    """Supervised pretraining data (alphazero pretrain): Stockfish labels and PGN games."""
+
+    SECTION: ClassVar[str] = "pretrain"
+    MINIMUM: ClassVar[dict[str, float]] = {
+        "temperature": 0.0, "multipv": 0, "hash_mb": 1, "shard_positions": 1, "opening_plies": 0,
+        "random_move_fraction": 0.0, "game_plies": 1, "pgn_smoothing": 0.0,
+    }
+
+    temperature: float = _field(0.05, "Stockfish labels: temperature of the softmax over the legal moves' "
+                                      "win probabilities (0..1) that is the policy target; 0 = the best move")
+    multipv: int = _field(0, "Stockfish labels: moves scored per position (MultiPV); 0 = every legal move, "
+                             "moves left unscored get no policy share")
+    hash_mb: int = _field(16, "Stockfish labels: hash table of each Stockfish process, in MB (cleared per position)")
+    seed: int = _field(0, "Stockfish labels: seed of the random-opening games whose positions are labelled")
+    opening_plies: int = _field(8, "Stockfish labels: each game opens with 0..this many uniformly random plies")
+    random_move_fraction: float = _field(0.05, "Stockfish labels: share of later moves played uniformly at random "
+                                               "(the others are drawn from the label's policy)")
+    game_plies: int = _field(200, "Stockfish labels: a labelling game stops after this many plies")
+    shard_positions: int = _field(1024, "positions per shard in run/pretrain/ (a Stockfish shard is the unit "
+                                        "a restart resumes from)")
+    pgn_smoothing: float = _field(0.0, "PGN games: share of the played move's policy target spread evenly "
+                                       "over all legal moves (0 = the played move only)")
+
+    def _check(self) -> None:
+        for name in ("random_move_fraction", "pgn_smoothing"):
+            if getattr(self, name) > 1.0:
+                raise UserError(f"pretrain.{name} must lie in [0, 1], got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole configuration of a run; ``preset`` names the preset it started from."""
 
@@ -299,6 +330,7 @@ class Config:
     selfplay: SelfPlayConfig = field(default_factory=SelfPlayConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
 
 
 SECTIONS: dict[str, type[Any]] = {
@@ -307,6 +339,7 @@ SECTIONS: dict[str, type[Any]] = {
     "selfplay": SelfPlayConfig,
     "learner": LearnerConfig,
     "eval": EvalConfig,
+    "pretrain": PretrainConfig,
 }
 
 

@@ -5,6 +5,7 @@ Layout::
     runs/NAME/config.toml     the full config, written once when the run is created
     runs/NAME/checkpoints/    step_000012000.pt files and LATEST (see alphazero.checkpoint)
     runs/NAME/selfplay/       shard files of self-play positions
+    runs/NAME/pretrain/       shard files of supervised positions (alphazero pretrain; made when used)
     runs/NAME/games/          PGN of self-play and match games
     runs/NAME/tb/             TensorBoard event files
     runs/NAME/eval/           match results (JSON lines) and rating tables
@@ -211,6 +212,10 @@ class RunDir:
     @property
     def selfplay(self) -> Path:
         return self.root / "selfplay"
+
+    @property
+    def pretrain(self) -> Path:
+        return self.root / "pretrain"
 
     @property
     def games(self) -> Path:

@@ -29,6 +29,11 @@ null when it could not resign), ``resign_values`` ({"white": m, "black": m},
 see alphazero.resign) and ``resign_consecutive`` (the k that m was computed
 with).
 
+The value target is ``results`` unless ``meta["value_target"]`` is
+``"root_values"`` (VALUE_FROM_ROOT): then the learner trains the value on
+``root_values``, a value in [-1, 1] (Stockfish labels, which have no game
+result; their ``results`` hold the nearest result class). See value_targets.
+
 Files are written to a temporary name and renamed (alphazero.rundir), so a
 reader sees whole shards or none; readers list only ``*.npz`` names that are
 not temporary. Names start with the write time in nanoseconds, so sorting
@@ -56,6 +61,7 @@ from alphazero.rundir import atomic_write_bytes, complete_files
 SHARD_VERSION = 1
 SHARD_SUFFIX = ".npz"
 NUM_MOVES = 4672
+VALUE_FROM_ROOT = "root_values"  # meta["value_target"] of shards whose value target is root_values
 
 # name -> (dtype, trailing shape) of the per-sample and per-entry arrays.
 SAMPLE_ARRAYS: dict[str, tuple[np.dtype, tuple[int, ...]]] = {
@@ -267,6 +273,31 @@ def game_ids(games: Sequence[Mapping[str, Any]], shard_file: str) -> list[str]:
     """Gets each game's stable id: its ``game_id``, else (older shards) ``<file name>#<index>``."""
     return [str(game["game_id"]) if game.get("game_id") else f"{shard_file}#{index}"
             for index, game in enumerate(games)]
+
+
+def read_shard_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Reads only the ``meta`` object of a shard file (cheap: one small member of the archive).
+
+    Raises:
+        ShardError: the file is missing, not a shard, or its meta is unreadable.
+    """
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            raw = archive["meta"]
+        meta = json.loads(raw.tobytes().decode())
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError, UnicodeDecodeError) as error:
+        raise ShardError(f"{path}: no readable shard meta ({type(error).__name__}: {error})") from None
+    if not isinstance(meta, dict):
+        raise ShardError(f"{path}: the shard meta is not a JSON object")
+    return meta
+
+
+def value_targets(shard: Shard) -> np.ndarray:
+    """Gets the value target of every sample [S]: ``results`` (int8), or ``root_values`` (float32) when
+    the shard's meta says so (see the module docstring)."""
+    if shard.meta.get("value_target") == VALUE_FROM_ROOT:
+        return np.clip(shard.root_values, -1.0, 1.0).astype(np.float32)
+    return shard.results
 
 
 def validate(shard: Shard, source: str = "shard") -> None:

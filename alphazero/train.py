@@ -6,6 +6,12 @@ the learner in a thread of this process. The learner's checkpoints are pushed
 to the actors as they are written (and, with eval.every_steps, rated in the
 background); Ctrl-C stops both cleanly (finished games and the last training
 step are saved) and a rerun resumes.
+
+``--init FILE_OR_RUN`` starts a new run from given weights (a model file, a
+checkpoint, a run's latest checkpoint, or ``builtin``): the run takes that
+network's architecture, and its first checkpoint (step 0, fresh optimiser)
+holds those weights, so self-play starts from them. A run that already has
+checkpoints is refused: it resumes from its own.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import os
 import threading
 from pathlib import Path
 
+from alphazero.builtin import Weights, read_weights
 from alphazero.config import Config
 from alphazero.console import fit_line
 from alphazero.errors import UserError
@@ -32,6 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpus", type=float, default=0.0, help="GPUs for self-play inference (default 0)")
     parser.add_argument("--quiet", action="store_true", help="no live progress lines")
     add_from_checkpoint_argument(parser)
+    parser.add_argument("--init", metavar="FILE_OR_RUN", default=None,
+                        help="start a new run from these weights: a model file, a checkpoint, a run directory "
+                             "(its latest checkpoint) or 'builtin' (the network that ships)")
 
 
 def run(args: argparse.Namespace) -> None:
@@ -48,13 +58,17 @@ def run(args: argparse.Namespace) -> None:
         raise UserError(f"--minutes must be positive, got {args.minutes}")
     if args.from_checkpoint is not None and args.from_checkpoint < 0:
         raise UserError(f"--from-checkpoint takes a step (0 or more), got {args.from_checkpoint}")
-    run_dir, config = open_run_from_args(args)
+    if args.init is not None and args.from_checkpoint is not None:
+        raise UserError("--init starts a new run and --from-checkpoint resumes an old one: give one of them")
+    init = _read_init(args.init, args.run) if args.init is not None else None
+    run_dir, config = open_run_from_args(args, init.overrides() if init is not None else ())
     with learner_lock(run_dir, "alphazero train"):
-        _train(args, run_dir, config)
+        _train(args, run_dir, config, init)
 
 
-def _train(args: argparse.Namespace, run_dir: RunDir, config: Config) -> None:
+def _train(args: argparse.Namespace, run_dir: RunDir, config: Config, init: Weights | None) -> None:
     """Runs self-play and the learner on an open run (the learner lock held)."""
+    from alphazero.network import load_weights
     from eval.evaluate import PeriodicEvaluation
     from learner.loop import Learner
     from selfplay.cli import actor_count
@@ -80,7 +94,11 @@ def _train(args: argparse.Namespace, run_dir: RunDir, config: Config) -> None:
         for note in learner.resume_notes:
             print(f"train: learner {note}", flush=True)
         if learner.resumed_from is None:
-            print("train: no checkpoint yet: the learner starts at step 0", flush=True)
+            if init is not None:
+                load_weights(learner.model, init.state, init.path)
+                print(f"train: starting from {init.summary}", flush=True)
+            else:
+                print("train: no checkpoint yet: the learner starts at step 0", flush=True)
             learner.save()  # actors and learner start from the same weights
 
         def learn() -> None:
@@ -95,7 +113,8 @@ def _train(args: argparse.Namespace, run_dir: RunDir, config: Config) -> None:
         try:
             totals = run_selfplay(run_dir, config, actors=actors, gpus=args.gpus, minutes=args.minutes,
                                   progress=not args.quiet, stop=stop,
-                                  status_suffix=lambda width: f"{learner.status(width)}\n{fit_line([evaluation.status()], width)}")
+                                  status_suffix=lambda width: (f"{learner.status(width)}\n"
+                                                               f"{fit_line([evaluation.status()], width)}"))
         finally:
             stop.set()
             thread.join()
@@ -114,3 +133,18 @@ def _train(args: argparse.Namespace, run_dir: RunDir, config: Config) -> None:
             import ray
 
             ray.shutdown()
+
+
+def _read_init(spec: str, run: str | os.PathLike[str]) -> Weights:
+    """Reads the --init weights, refusing a run that already has checkpoints.
+
+    Raises:
+        UserError: the run has checkpoints, or the weights cannot be read.
+    """
+    from alphazero.checkpoint import latest_checkpoint
+
+    latest = latest_checkpoint(run)
+    if latest is not None:
+        raise UserError(f"--init starts a new run, but {run} already has checkpoints (newest {latest.name}); "
+                        f"use a new --run directory, or leave out --init to resume this run")
+    return read_weights(spec)

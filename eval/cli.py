@@ -210,10 +210,12 @@ def add_uci_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--run", type=Path, default=None,
                         help=f"run whose latest checkpoint plays (default {DEFAULT_RUN_DIR})")
-    source.add_argument("--weights", type=Path, default=None, help="a model file or checkpoint to play with")
+    source.add_argument("--weights", type=Path, default=None,
+                        help="a model file or checkpoint to play with; 'builtin' is the network that ships")
     parser.add_argument("--fresh", action="store_true",
-                        help="allow a run without checkpoints: play with freshly initialised (about random) "
-                             "weights instead of refusing")
+                        help="let a run without checkpoints play freshly initialised (about random) weights "
+                             "instead of the built-in network (or, for a run that does not exist, instead of "
+                             "refusing)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default auto)")
     parser.add_argument("--nodes", type=int, default=None, help="simulations a move for a bare `go` (default 400)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
@@ -230,7 +232,7 @@ def run_uci_command(args: argparse.Namespace) -> None:
 
     if args.fresh and args.weights is not None:
         raise UserError("--fresh goes with a run (--run), not with --weights")
-    run_uci(args.run if args.run is not None else DEFAULT_RUN_DIR, args.weights, args.device,
+    run_uci(args.run, args.weights, args.device,
             nodes=args.nodes, threads=args.threads, fresh=args.fresh)
 
 

@@ -55,7 +55,9 @@ from alphazero.stockfish import INSTALL_HINT, find_stockfish
 from eval.agents import Agent, RandomAgent, StockfishAgent
 from eval.elo import Rating, Ratings, fit_ratings
 from eval.match import MatchResult, play_match
-from eval.network_agents import Network, NetworkSource, PolicyAgent, SearchAgent, ValueAgent, load_network
+from eval.network_agents import (
+    FRESH, Network, NetworkSource, PolicyAgent, SearchAgent, ValueAgent, load_network,
+)
 
 QUICK_GAMES_PER_PAIR = 4
 QUICK_SIMULATIONS = 64
@@ -146,7 +148,8 @@ def _network(run: RunDir, config: Config, step: int | None, model: AlphaZeroNet 
             raise UserError("evaluate_checkpoint needs the step of the model it is given")
         return Network(Evaluator(_copy_model(model, device)), f"step {step}", f"step{step}", step, None, False,
                        config)
-    source = NetworkSource(run.root, None if step is None else str(step))
+    # A run's step 0 is rated as the run has it (fresh weights), never as the built-in network.
+    source = NetworkSource(run.root, None if step is None else str(step), fallback=FRESH)
     network = load_network(source, device=device)
     if network.config is None:
         network.config = config

@@ -14,9 +14,10 @@ Four kinds, registered in the player registry (eval.agents.PLAYERS):
 - `gumbel:N`: the same with Gumbel AlphaZero's search, whatever the run used.
 
 Where the weights come from (`NetworkSource`): a run's latest checkpoint (the
-default; a run with none yet plays with freshly initialised, seeded weights
-and warns on stderr), `checkpoint=STEP` or `checkpoint=PATH`, or
-`weights=FILE` (a model file or any checkpoint). Specs::
+default; a run with none yet plays the built-in network of alphazero/weights,
+or with `fallback="fresh"` freshly initialised, seeded weights, and says so on
+stderr), `checkpoint=STEP` or `checkpoint=PATH`, or `weights=FILE` (a model
+file or any checkpoint; `weights=builtin` is the built-in network). Specs::
 
     policy                      value:checkpoint=1200
     search:400                  search:sims=64,weights=net.pt,device=cpu
@@ -41,6 +42,7 @@ import chess
 import numpy as np
 import torch
 
+from alphazero.builtin import BUILTIN, builtin_path, is_builtin, require_builtin
 from alphazero.checkpoint import checkpoint_name, latest_checkpoint, load_model, step_of
 from alphazero.config import DEFAULT_PRESET, Config, SearchConfig, from_toml, get_preset
 from alphazero.errors import UserError
@@ -56,6 +58,9 @@ from mcts_ext.search import MultiGameSearch
 DEFAULT_RUN_DIR = Path(DEFAULT_RUN)
 """The run directory that every command uses when none is given (alphazero.rundir.DEFAULT_RUN)."""
 
+FRESH = "fresh"
+"""NetworkSource.fallback for seeded random weights when a run has no checkpoint (BUILTIN is the default)."""
+
 DEFAULT_SIMULATIONS = 400
 """Simulations of `search` when neither the spec nor the caller's context gives a number."""
 
@@ -63,7 +68,7 @@ PathLike = str | os.PathLike[str]
 
 _NETWORK_OPTIONS = {
     "checkpoint": "a step of the run (e.g. 1200) or a checkpoint file; default the run's latest",
-    "weights": "a model file (or any checkpoint) outside the run",
+    "weights": "a model file (or any checkpoint) outside the run; 'builtin' for the network that ships",
     "run": "the run directory (default: the caller's, else runs/default)",
     "device": "auto, cpu, cuda or cuda:N (default auto)",
 }
@@ -77,13 +82,16 @@ class NetworkSource:
     """Names a network: a run's latest checkpoint, one of its checkpoints, or a weights file.
 
     At most one of `checkpoint` (a step number like "1200", or a path) and
-    `weights` (a model file or checkpoint) may be set; with neither, the run's
-    latest checkpoint is used.
+    `weights` (a model file or checkpoint, or 'builtin') may be set; with
+    neither, the run's latest checkpoint is used. `fallback` says what plays
+    when the run has no checkpoint: 'builtin' (the shipped network, when this
+    installation has one; else fresh weights) or 'fresh' (seeded random weights).
     """
 
     run: Path = DEFAULT_RUN_DIR
     checkpoint: str | None = None
     weights: Path | None = None
+    fallback: str = BUILTIN
 
 
 @dataclass
@@ -138,6 +146,8 @@ class ResolvedSource:
     step: int | None
     config: Config | None
     from_run: bool
+    builtin: bool = False  # the path is the built-in network's
+    note: str | None = None  # why the built-in network stands in for the run's (said when loading)
 
 
 def _is_file(path: Path, what: str) -> bool:
@@ -192,6 +202,10 @@ def resolve_source(source: NetworkSource) -> ResolvedSource:
     """
     if source.checkpoint is not None and source.weights is not None:
         raise UserError("give a network as checkpoint=... or weights=..., not both")
+    if source.fallback not in (BUILTIN, FRESH):
+        raise UserError(f"fallback must be {BUILTIN!r} or {FRESH!r}, got {source.fallback!r}")
+    if is_builtin(source.weights):
+        return ResolvedSource(require_builtin(), None, None, from_run=False, builtin=True)
     if source.weights is not None:
         path = Path(source.weights).expanduser()
         if not _is_file(path, "weights file"):
@@ -214,6 +228,11 @@ def _resolve_in_run(source: NetworkSource) -> ResolvedSource:
             return ResolvedSource(path, step, None, from_run=False)
         return ResolvedSource(path, step, config, from_run=True)
     latest = latest_checkpoint(run)
+    builtin = builtin_path() if source.fallback == BUILTIN else None
+    if latest is None and builtin is not None:
+        why = f"run {run.root} has no checkpoint yet" if config is not None else f"run {run.root} does not exist"
+        return ResolvedSource(builtin, None, config, from_run=False, builtin=True,
+                              note=f"{why}; playing with the built-in network ({builtin})")
     return ResolvedSource(latest, step_of(latest) if latest else 0, config, from_run=True)
 
 
@@ -243,9 +262,10 @@ def load_network(
 ) -> Network:
     """Loads the network a source names onto `device` ('auto' picks CUDA when present).
 
-    A run with no checkpoint yet gives freshly initialised weights (seeded by
-    the run's learner.seed; the tiny preset's network when the run does not
-    exist) and a warning on `warn` (default stderr).
+    A run with no checkpoint yet gives the built-in network (source.fallback
+    'builtin', when this installation has one) or freshly initialised weights
+    (seeded by the run's learner.seed; the tiny preset's network when the run
+    does not exist), and says which on `warn` (default stderr).
 
     Raises UserError for a missing or corrupt file, an unknown step, an
     architecture that differs from the run's, or an unusable device.
@@ -258,7 +278,11 @@ def load_network(
     model, extra = load_model(resolved.path, torch_device, expected=expected)
     step = extra.get("step") if isinstance(extra.get("step"), int) else resolved.step
     config = resolved.config if resolved.config is not None else _config_in_file(extra)
-    if step is not None and resolved.from_run:
+    if resolved.note is not None:
+        print(f"note: {resolved.note}", file=warn if warn is not None else sys.stderr, flush=True)
+    if resolved.builtin:
+        label, tag = "built-in network", BUILTIN
+    elif step is not None and resolved.from_run:
         label, tag = f"step {step}", f"step{step}"
     else:
         label, tag = f"weights {resolved.path.name}", resolved.path.stem
@@ -613,6 +637,7 @@ register_network_players()
 __all__ = [
     "DEFAULT_RUN_DIR",
     "DEFAULT_SIMULATIONS",
+    "FRESH",
     "NETWORK_PLAYERS",
     "SEARCH_ALGORITHMS",
     "Network",

@@ -61,10 +61,12 @@ from typing import Any, TextIO
 import torch
 
 from alphazero import __version__
+from alphazero.builtin import BUILTIN
 from alphazero.errors import UserError
 from alphazero.network import pick_device
+from alphazero.rundir import RunDir
 from eval.network_agents import (
-    DEFAULT_RUN_DIR, Network, NetworkSource, load_network, resolve_source, search_options,
+    DEFAULT_RUN_DIR, FRESH, Network, NetworkSource, load_network, resolve_source, search_options,
 )
 from eval.scores import value_to_centipawns, value_to_wdl
 from mcts_ext import STARTING_FEN, Board, ChessError
@@ -367,9 +369,10 @@ class UciEngine:
 
     Construct it with the network's source (a run directory and/or a weights
     file) and streams; the network is loaded at the first `isready` or `go`,
-    so that the `uci` handshake is immediate. A run without checkpoints (or
-    that does not exist) would play with freshly initialised weights, about as
-    strong as random: that takes `fresh=True`.
+    so that the `uci` handshake is immediate. A run without checkpoints plays
+    the built-in network (alphazero/weights, saying so); a run that was named
+    but does not exist is refused (a typo must not play); freshly initialised
+    weights, about as strong as random, take `fresh=True`.
 
     Raises UserError (from the constructor) if the source names no existing
     file or usable run checkpoint (unless `fresh`), or the device is unknown.
@@ -392,6 +395,7 @@ class UciEngine:
         self._out = _Output(stdout if stdout is not None else sys.stdout)
         self._err = stderr if stderr is not None else sys.stderr
         self._run = Path(run_dir) if run_dir is not None else DEFAULT_RUN_DIR
+        self._run_named = run_dir is not None  # a run the user named must exist (a typo must not play)
         self._fresh = fresh
         self.values: dict[str, Any] = {option.name: option.default for option in OPTIONS}
         self.values["Weights"] = str(weights) if weights is not None else ""
@@ -681,7 +685,8 @@ class UciEngine:
 
     def _source(self) -> NetworkSource:
         weights = str(self.values["Weights"]).strip()
-        return NetworkSource(self._run, None, Path(weights) if weights else None)
+        return NetworkSource(self._run, None, Path(weights) if weights else None,
+                             fallback=FRESH if self._fresh else BUILTIN)
 
     def _check_source(self) -> None:
         """Checks that the network source names a usable file (cheap; nothing is loaded).
@@ -689,11 +694,16 @@ class UciEngine:
         Raises UserError for a missing or unusable file or run, and for a run
         with no checkpoint unless fresh weights were allowed.
         """
-        resolved = resolve_source(self._source())
-        if resolved.path is None and not self._fresh:
-            why = "has no checkpoint yet" if resolved.config is not None else "does not exist"
-            raise UserError(f"run {str(self._run)!r} {why}: give a run with checkpoints or a weights file, "
-                            f"or --fresh to play with freshly initialised (about random) weights")
+        source = self._source()
+        resolved = resolve_source(source)
+        if self._fresh or source.weights is not None:
+            return
+        missing = resolved.config is None and not RunDir(self._run).exists()
+        if resolved.path is None or (missing and self._run_named):
+            why = "has no checkpoint yet" if not missing else "does not exist"
+            raise UserError(f"run {str(self._run)!r} {why}: give a run with checkpoints or a weights file "
+                            f"(--weights builtin: the network that ships), or --fresh to play with freshly "
+                            f"initialised (about random) weights")
 
     def _ensure_network(self) -> Network | None:
         """Loads the network when the options changed (or at first use); reports errors as info strings."""
@@ -711,6 +721,8 @@ class UciEngine:
             return self._network
         if network.fresh:
             self.info_string(f"warning: {self._run} has no checkpoint; playing with freshly initialised weights")
+        elif (note := resolve_source(key[0]).note) is not None:
+            self.info_string(f"note: {note}")
         self._network, self._loaded_key = network, key
         self.info_string(f"network: {network.label} on {network.evaluator.device}")
         return network

@@ -268,6 +268,8 @@ class Learner:
         clip_grad_norm: clip gradients to this global norm; None measures only.
         poll_seconds: how often a waiting learner looks for new shards.
         threads: torch CPU threads (None leaves torch's setting).
+        shards: the folder the replay window reads (default run/selfplay;
+            ``alphazero pretrain`` passes run/pretrain).
 
     Raises:
         UserError: an unknown or missing device.
@@ -275,7 +277,8 @@ class Learner:
 
     def __init__(self, run: RunDir, config: Config, *, device: str | None = None,
                  on_checkpoint: OnCheckpoint | None = None, progress: bool = False,
-                 clip_grad_norm: float | None = None, poll_seconds: float = 2.0, threads: int | None = None) -> None:
+                 clip_grad_norm: float | None = None, poll_seconds: float = 2.0, threads: int | None = None,
+                 shards: Path | None = None) -> None:
         if threads:
             torch.set_num_threads(threads)
         self.run = run
@@ -287,7 +290,7 @@ class Learner:
         torch.manual_seed(self.settings.seed)  # the initial weights; a resumed run loads its own
         self.trainer = Trainer(AlphaZeroNet(config.network), self.settings, self.device,
                                clip_grad_norm=clip_grad_norm, compile=self.settings.compile)
-        self.window = ReplayWindow(run.selfplay, window_positions=self.settings.window_positions,
+        self.window = ReplayWindow(shards or run.selfplay, window_positions=self.settings.window_positions,
                                    max_sample_reuse=self.settings.max_sample_reuse,
                                    min_positions=self.settings.min_window_positions, seed=self.settings.seed,
                                    validation_share=self.settings.validation_share,

@@ -58,7 +58,7 @@ import numpy as np
 
 from alphazero.planes import COMPACT_PLANES, NUM_SCALARS
 from alphazero.rundir import is_temporary
-from alphazero.shards import NUM_MOVES, SHARD_SUFFIX, Shard, ShardError, game_ids, read_shard
+from alphazero.shards import NUM_MOVES, SHARD_SUFFIX, Shard, ShardError, game_ids, read_shard, value_targets
 
 __all__ = ["Batch", "ReplayWindow", "WAIT_POSITIONS", "WAIT_REUSE", "is_validation_game"]
 
@@ -110,7 +110,7 @@ class _Block:
     policy_offsets: np.ndarray
     policy_indices: np.ndarray
     policy_probs: np.ndarray
-    results: np.ndarray
+    results: np.ndarray  # value targets: int8 results, or float32 (alphazero.shards.value_targets)
     root_values: np.ndarray
     game: np.ndarray
     games: tuple[str, ...] = ()
@@ -140,7 +140,7 @@ class _Block:
             used, inverse = np.unique(shard.game[rows], return_inverse=True)
             games, game = tuple(ids[g] for g in used), inverse.astype(np.int32)
         arrays = (shard.planes[take], shard.scalars[take], offsets, shard.policy_indices[entries],
-                  shard.policy_probs[entries], shard.results[take], shard.root_values[take])
+                  shard.policy_probs[entries], value_targets(shard)[take], shard.root_values[take])
         return cls(name, start, *(np.ascontiguousarray(a) for a in arrays), game, games)
 
     @property

@@ -23,6 +23,7 @@ from eval.cli import DEFAULT_RUN_DIR as CLI_DEFAULT_RUN_DIR
 from eval.cli import add_match_arguments, parse_versus, run_match
 from eval.network_agents import (
     DEFAULT_RUN_DIR,
+    FRESH,
     Network,
     NetworkCache,
     NetworkSource,
@@ -205,10 +206,10 @@ def run_dir(tmp_path: Path) -> Path:
 
 
 def test_a_run_without_checkpoints_plays_fresh_seeded_weights_and_says_so(run_dir: Path, capsys) -> None:
-    first = load_network(NetworkSource(run_dir), device="cpu")
+    first = load_network(NetworkSource(run_dir, fallback=FRESH), device="cpu")
     assert first.fresh and first.step == 0
     assert "no checkpoint" in capsys.readouterr().err
-    second = load_network(NetworkSource(run_dir), device="cpu")
+    second = load_network(NetworkSource(run_dir, fallback=FRESH), device="cpu")
     for a, b in zip(first.evaluator.model.parameters(), second.evaluator.model.parameters()):
         assert torch.equal(a, b)
 
@@ -238,7 +239,8 @@ def test_player_specs_share_one_network(run_dir: Path) -> None:
     search = parse_player("search", **context)
     search_8 = parse_player("search:8", **context)
     named = parse_player("search:sims=4,name=mine", **context)
-    assert isinstance(search, SearchAgent) and search.simulations == 12 and search.name == "search:12@fresh"
+    # The run has no checkpoint: the built-in network plays (tests/test_builtin.py).
+    assert isinstance(search, SearchAgent) and search.simulations == 12 and search.name == "search:12@builtin"
     assert isinstance(search_8, SearchAgent) and search_8.simulations == 8
     assert named.name == "mine"
     assert isinstance(policy, PolicyAgent) and policy.network is search.network

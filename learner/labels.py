@@ -1,0 +1,616 @@
+"""Stockfish labels: positions scored by Stockfish's MultiPV search, written as shards that resume.
+
+Each position gets, from one Stockfish search of ``nodes`` nodes with MultiPV
+over every legal move (``pretrain.multipv``, 0 = all):
+
+- the win probability of each scored move for the mover, as Lichess turns
+  centipawns into one: ``w = 1/2 + 1/2 * (2 / (1 + exp(-0.00368208 cp)) - 1)``;
+  a mate for the mover is 1, against it 0;
+- the policy target, a softmax of w / ``pretrain.temperature`` over the scored
+  moves (0: all on the best move); moves Stockfish left unscored get 0;
+- the value target, the best move's w mapped to [-1, 1] (``2 w - 1``), stored as
+  the shard's ``root_values`` with ``meta["value_target"] = "root_values"``
+  (alphazero.shards.value_targets); ``results`` hold its nearest result class.
+
+Where positions come from:
+
+- **random-opening play** (the default): games that open with 0 to
+  ``pretrain.opening_plies`` uniformly random plies, then play a move drawn
+  from each position's own label (a share ``pretrain.random_move_fraction``
+  uniformly at random instead), until the game ends or reaches
+  ``pretrain.game_plies``; every position before a move is labelled.
+- **files** (``--positions-from``): the mainline positions of PGN games (with
+  their history) and the positions of EPD lines, in file order.
+
+Positions are cut into chunks of ``pretrain.shard_positions`` (the last one
+shorter); chunk c is one shard, written when complete, by whichever
+Stockfish process labelled it. Random-opening games of chunk c are drawn from
+a generator seeded by (``pretrain.seed``, c), so a chunk is the same whoever
+labels it and whenever. Stockfish runs with one thread, a fixed hash that is
+cleared (``ucinewgame``) before every position, and a node limit, so its
+scores do not depend on timing: the same seed, nodes and Stockfish binary
+give the same shards. A restart reads the chunks already on disk (from their
+shards' meta) and labels only the others; a killed labeller loses only the
+chunks in flight. Settings that change the labels (nodes, temperature, the
+source, Stockfish's version, ...) may not change between restarts.
+
+Example::
+
+    settings = LabelSettings.of(config.pretrain, nodes=1000, positions=100_000)
+    report = label_positions(run.root / "pretrain", settings, workers=4)
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import math
+import os
+import queue
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import chess
+import chess.engine
+import numpy as np
+
+from alphazero.config import PretrainConfig
+from alphazero.errors import UserError
+from alphazero.pgn_reader import READ_ERRORS, PgnGame, open_text, read_games
+from alphazero.shards import (
+    VALUE_FROM_ROOT, ShardError, list_shards, read_shard_meta, shard_from_records, shard_name, write_shard,
+)
+from alphazero.stockfish import require_stockfish
+from mcts_ext import Board, ChessError
+from mcts_ext.encode import encode_board, legal_move_indices, new_batch
+
+__all__ = [
+    "LAB_KIND", "LabelReport", "LabelSettings", "Labeller", "label_positions", "policy_target", "win_probability",
+]
+
+LAB_KIND = "stockfish"  # meta["kind"] of labelled shards
+WIN_SLOPE = 0.00368208  # Lichess's centipawn-to-win-probability slope
+DRAW_BAND = 1.0 / 3.0  # a value within this of 0 has the result class "draw" (as the learner's accuracy)
+_INFO = chess.engine.INFO_SCORE | chess.engine.INFO_PV  # all a label needs from Stockfish's output
+
+
+# --- scores to targets ---------------------------------------------------------------------------
+
+
+def win_probability(score: chess.engine.Score) -> float:
+    """Gets the mover's win probability in [0, 1] of a score from the mover's view (Lichess's formula)."""
+    mate = score.mate()
+    if mate is not None:
+        return 1.0 if mate > 0 else 0.0  # Mate(0) (the mover is mated) has no move to score: never seen here
+    centipawns = score.score()
+    assert centipawns is not None
+    return 0.5 + 0.5 * (2.0 / (1.0 + math.exp(-WIN_SLOPE * centipawns)) - 1.0)
+
+
+def policy_target(wins: np.ndarray, scored: np.ndarray, temperature: float) -> np.ndarray:
+    """Gets the policy over the legal moves: softmax(w / temperature) over the ``scored`` ones, 0 elsewhere.
+
+    A temperature of 0 puts everything on the first best move. ``scored`` needs one True.
+    """
+    probs = np.zeros(len(wins), dtype=np.float64)
+    candidates = np.flatnonzero(scored)
+    best = candidates[np.argmax(wins[candidates])]
+    if temperature <= 0.0:
+        probs[best] = 1.0
+    else:
+        # Subtracting the best keeps every exponent <= 0: no overflow at small temperatures.
+        weights = np.exp((wins[candidates] - wins[best]) / temperature)
+        probs[candidates] = weights / weights.sum()
+    return probs.astype(np.float32)
+
+
+# --- settings -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LabelSettings:
+    """What to label: ``positions`` positions at ``nodes`` nodes, drawn as PretrainConfig says.
+
+    ``files`` (PGN or EPD paths) replace random-opening play as the source.
+    """
+
+    nodes: int
+    positions: int
+    temperature: float = 0.05
+    multipv: int = 0
+    hash_mb: int = 16
+    seed: int = 0
+    opening_plies: int = 8
+    random_move_fraction: float = 0.05
+    game_plies: int = 200
+    shard_positions: int = 1024
+    files: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, config: PretrainConfig, *, nodes: int, positions: int, files: Sequence[str | os.PathLike[str]] = ()
+           ) -> LabelSettings:
+        """Builds the settings from the run's pretrain section and the command's figures.
+
+        Raises:
+            UserError: nodes or positions below 1.
+        """
+        if nodes < 1:
+            raise UserError(f"--stockfish takes the nodes per position, at least 1, got {nodes}")
+        if positions < 1:
+            raise UserError(f"--positions must be at least 1, got {positions}")
+        return cls(nodes, positions, config.temperature, config.multipv, config.hash_mb, config.seed,
+                   config.opening_plies, config.random_move_fraction, config.game_plies, config.shard_positions,
+                   tuple(str(Path(f).resolve()) for f in files))
+
+    @property
+    def chunks(self) -> int:
+        return -(-self.positions // self.shard_positions)
+
+    def chunk_size(self, chunk: int) -> int:
+        """Positions of chunk ``chunk``: shard_positions, less for the last."""
+        return min(self.shard_positions, self.positions - chunk * self.shard_positions)
+
+    def identity(self, engine: str) -> dict[str, Any]:
+        """Everything that shapes the labels (all but ``positions``), as saved in each shard's meta."""
+        fields = asdict(self)
+        del fields["positions"]
+        fields["files"] = list(self.files)
+        if self.files:  # random-play settings do not apply
+            for name in ("seed", "opening_plies", "random_move_fraction", "game_plies"):
+                del fields[name]
+        return {**fields, "engine": engine}
+
+
+@dataclass
+class LabelReport:
+    """What a labelling call did and found."""
+
+    labelled: int = 0  # positions labelled by this call
+    on_disk: int = 0  # positions in labelled shards before this call
+    chunks_written: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)  # source games or lines skipped, by reason
+    exhausted: bool = False  # the files held fewer positions than asked for
+
+    @property
+    def total(self) -> int:
+        return self.labelled + self.on_disk
+
+
+# --- one Stockfish ---------------------------------------------------------------------------------
+
+
+class Labeller:
+    """One Stockfish process (one thread, fixed hash) that labels positions one at a time.
+
+    Raises:
+        UserError: Stockfish is missing or does not start.
+    """
+
+    def __init__(self, settings: LabelSettings, path: str | None = None) -> None:
+        self.settings = settings
+        path = path or require_stockfish()
+        try:
+            self.engine = chess.engine.SimpleEngine.popen_uci(path, timeout=30)
+            self.engine.configure({"Threads": 1, "Hash": settings.hash_mb})
+        except (chess.engine.EngineError, OSError, TimeoutError) as error:
+            raise UserError(f"Stockfish at {path} did not start: {error or type(error).__name__}") from None
+        self.name = str(self.engine.id.get("name", "unknown engine"))
+
+    def close(self) -> None:
+        with contextlib.suppress(chess.engine.EngineError, OSError, TimeoutError, RuntimeError):
+            self.engine.quit()
+
+    def label(self, board: chess.Board, legal: Sequence[str]) -> tuple[np.ndarray, float]:
+        """Scores ``board`` (whose legal moves are ``legal``, UCI, in the order of the result).
+
+        Returns (policy over ``legal`` float32, value in [-1, 1] for the mover).
+
+        Raises:
+            UserError: Stockfish died or answered nothing usable (the message names the FEN).
+        """
+        multipv = len(legal) if self.settings.multipv <= 0 else min(self.settings.multipv, len(legal))
+        try:
+            # A new game object makes python-chess send ucinewgame: hash and histories cleared,
+            # so the result does not depend on what this process searched before.
+            infos = self.engine.analyse(board, chess.engine.Limit(nodes=self.settings.nodes), multipv=multipv,
+                                        game=object(), info=_INFO)
+        except (chess.engine.EngineError, chess.engine.EngineTerminatedError, TimeoutError) as error:
+            raise UserError(f"Stockfish failed on {board.fen()}: {error or type(error).__name__}") from None
+        position = {uci: i for i, uci in enumerate(legal)}
+        wins = np.zeros(len(legal), dtype=np.float64)
+        scored = np.zeros(len(legal), dtype=bool)
+        for info in infos:
+            pv, score = info.get("pv"), info.get("score")
+            if not pv or score is None or pv[0].uci() not in position:
+                continue
+            index = position[pv[0].uci()]
+            wins[index], scored[index] = win_probability(score.relative), True
+        if not scored.any():
+            raise UserError(f"Stockfish scored no move of {board.fen()} at {self.settings.nodes} nodes")
+        return policy_target(wins, scored, self.settings.temperature), 2.0 * float(wins[scored].max()) - 1.0
+
+
+# --- games and chunks ----------------------------------------------------------------------------------
+
+
+class _Stopped(Exception):
+    """Raised inside a worker when the labelling is asked to stop."""
+
+
+@dataclass
+class _GameLabels:
+    """The labelled positions of one game as they are collected, then a shard record."""
+
+    game_id: str
+    start_fen: str
+    history: list[str]  # moves before the first labelled position
+    played: list[str] = field(default_factory=list)
+    rows: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]] = field(default_factory=list)
+    termination: str = "label"
+
+    def record(self) -> dict[str, Any]:
+        count = len(self.rows)
+        lengths = [len(row[2]) for row in self.rows]
+        values = np.array([row[4] for row in self.rows], dtype=np.float32)
+        return {
+            "id": self.game_id,
+            "start_fen": self.start_fen,
+            "moves": self.history + self.played,
+            "result": "*",
+            "winner": None,
+            "termination": self.termination,
+            "plies": len(self.history) + len(self.played),
+            "planes": np.concatenate([row[0] for row in self.rows]),
+            "scalars": np.concatenate([row[1] for row in self.rows]),
+            "plies_of_samples": np.arange(len(self.history), len(self.history) + count, dtype=np.int16),
+            "root_values": values,
+            "policy_offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+            "policy_indices": np.concatenate([row[2] for row in self.rows]).astype(np.int16),
+            "policy_probs": np.concatenate([row[3] for row in self.rows]),
+            "results": np.where(values > DRAW_BAND, 1, np.where(values < -DRAW_BAND, -1, 0)).astype(np.int8),
+        }
+
+
+Chooser = Callable[[Board, list[str], np.ndarray], str | None]  # (board, legal, policy) -> next move or None
+
+
+def _label_game(labeller: Labeller, game: _GameLabels, choose: Chooser, room: int, stop: threading.Event,
+                on_position: Callable[[], None], *, draw_rules_end: bool) -> None:
+    """Labels the positions of one game from its start (after its history) until ``choose`` says None,
+    the game ends, or ``room`` positions are labelled.
+
+    With ``draw_rules_end`` False only checkmate and stalemate end the game
+    (a PGN game goes on after a repetition nobody claimed).
+    """
+    board = Board.from_moves(game.history, game.start_fen, ply_limit=None)
+    py_board = chess.Board(game.start_fen)
+    for uci in game.history:
+        py_board.push_uci(uci)
+    while len(game.rows) < room:
+        if stop.is_set():
+            raise _Stopped
+        termination = board.termination()
+        legal = board.legal_moves()
+        if termination is not None and (draw_rules_end or not legal):
+            game.termination = termination
+            return
+        policy, value = labeller.label(py_board, legal)
+        planes, scalars = new_batch(1)
+        encode_board(board, planes, scalars)
+        game.rows.append((planes, scalars, legal_move_indices(board), policy, value))
+        on_position()
+        move = choose(board, legal, policy)
+        if move is None:
+            return
+        board.push_uci(move)
+        py_board.push_uci(move)
+        game.played.append(move)
+
+
+def _random_play_chunk(labeller: Labeller, chunk: int, size: int, stop: threading.Event,
+                       on_position: Callable[[], None]) -> list[_GameLabels]:
+    """Labels ``size`` positions of random-opening games drawn from the generator of (seed, chunk)."""
+    settings = labeller.settings
+    rng = np.random.default_rng([settings.seed, chunk])
+    games: list[_GameLabels] = []
+    labelled = 0
+    while labelled < size:
+        opening = int(rng.integers(0, settings.opening_plies + 1))
+        game = _GameLabels(f"sf:{settings.seed}:{chunk}:{len(games)}", chess.STARTING_FEN, [])
+
+        def choose(board: Board, legal: list[str], policy: np.ndarray, game: _GameLabels = game,
+                   opening: int = opening) -> str | None:
+            if len(game.played) + 1 >= settings.game_plies:
+                return None
+            if len(game.played) < opening or rng.random() < settings.random_move_fraction:
+                return legal[int(rng.integers(len(legal)))]
+            shares = policy.astype(np.float64)
+            return legal[int(rng.choice(len(legal), p=shares / shares.sum()))]
+
+        _label_game(labeller, game, choose, size - labelled, stop, on_position, draw_rules_end=True)
+        if game.rows:
+            games.append(game)
+            labelled += len(game.rows)
+    return games
+
+
+@dataclass(frozen=True)
+class _Segment:
+    """Consecutive positions of one source game: after ``history``, then after each of ``moves`` but the last."""
+
+    game_id: str
+    start_fen: str
+    history: list[str]
+    moves: list[str]  # the moves played from the first labelled position; len(moves) positions
+
+
+def _segments_chunk(labeller: Labeller, segments: list[_Segment], stop: threading.Event,
+                    on_position: Callable[[], None]) -> list[_GameLabels]:
+    """Labels the positions of file segments, in order."""
+    games = []
+    for segment in segments:
+        game = _GameLabels(segment.game_id, segment.start_fen, list(segment.history))
+
+        def choose(board: Board, legal: list[str], policy: np.ndarray, game: _GameLabels = game,
+                   moves: list[str] = segment.moves) -> str | None:
+            step = len(game.played) + 1  # positions labelled so far in this segment
+            return moves[step - 1] if step < len(moves) else None
+
+        _label_game(labeller, game, choose, len(segment.moves), stop, on_position, draw_rules_end=False)
+        if game.rows:
+            games.append(game)
+    return games
+
+
+# --- positions from files ---------------------------------------------------------------------------------
+
+
+def _file_positions(paths: Sequence[str], skipped: Counter[str]) -> Iterator[tuple[str, str, list[str], str]]:
+    """Yields (game id, start FEN, moves before the position, next move or '') for every position of the files.
+
+    PGN games give each position before a mainline move; EPD lines (files
+    named .epd, optionally compressed) one position each. Skipped games and
+    lines are counted in ``skipped``; a damaged file is reported and left.
+    """
+    for path in paths:
+        name = Path(path).name
+        is_epd = ".epd" in Path(path).suffixes
+        try:
+            with open_text(path) as handle:
+                if is_epd:
+                    for number, line in enumerate(handle, 1):
+                        text = line.strip()
+                        if not text or text.startswith("#"):
+                            continue
+                        try:
+                            board, _ = chess.Board.from_epd(text)
+                            Board(board.fen())
+                        except (ValueError, ChessError):
+                            skipped["unreadable EPD line"] += 1
+                            continue
+                        if not any(board.legal_moves) or board.chess960:
+                            skipped["EPD position without a move to label"] += 1
+                            continue
+                        yield f"{name}:{number}", board.fen(), [], ""
+                else:
+                    for item in read_games(handle):
+                        if not isinstance(item, PgnGame):
+                            skipped[item] += 1
+                            continue
+                        try:
+                            Board(item.start_fen)
+                        except ChessError:
+                            skipped["unsupported start position"] += 1
+                            continue
+                        for ply, move in enumerate(item.moves):
+                            yield f"{name}:{item.number}", item.start_fen, item.moves[:ply], move
+        except READ_ERRORS as error:
+            skipped["damaged file"] += 1
+            print(f"warning: stopped reading {path}: {error}", flush=True)
+
+
+def _segments(items: list[tuple[str, str, list[str], str]]) -> list[_Segment]:
+    """Groups consecutive positions of the same game into segments."""
+    segments: list[_Segment] = []
+    for game_id, fen, history, move in items:
+        last = segments[-1] if segments else None
+        if last is not None and last.game_id == game_id and last.start_fen == fen \
+                and history == last.history + last.moves:
+            last.moves.append(move)
+            continue
+        segments.append(_Segment(game_id, fen, list(history), [move]))
+    return segments
+
+
+# --- resuming --------------------------------------------------------------------------------------------
+
+
+def _chunks_on_disk(directory: Path, identity: dict[str, Any], settings: LabelSettings) -> dict[int, int]:
+    """Reads the chunks already labelled in ``directory``: chunk -> positions.
+
+    Raises:
+        UserError: the shards were labelled with other settings, or a chunk's
+            size is not what these settings make it.
+    """
+    done: dict[int, int] = {}
+    for path in list_shards(directory):
+        try:
+            meta = read_shard_meta(path)
+        except ShardError:
+            continue  # the learner reports unreadable shards; this chunk is labelled again
+        if meta.get("kind") != LAB_KIND:
+            continue
+        saved = meta.get("labels")
+        if saved != identity:
+            changed = sorted(k for k in {**identity, **(saved or {})} if (saved or {}).get(k) != identity.get(k))
+            raise UserError(f"{directory} holds Stockfish labels made with other settings (they differ in "
+                            f"{', '.join(changed)}); rerun with the same settings, or use a new run directory")
+        chunk, size = int(meta.get("chunk", -1)), int(meta.get("positions", -1))
+        short_files = bool(meta.get("files_ended")) and size < settings.chunk_size(chunk)
+        if chunk < settings.chunks and size != settings.chunk_size(chunk) and not short_files:
+            raise UserError(f"{path.name} holds {size} positions of chunk {chunk}, but --positions "
+                            f"{settings.positions} makes that chunk {settings.chunk_size(chunk)}: it was "
+                            f"labelled with another --positions; use the same one, or a new run directory")
+        done[chunk] = size
+    return done
+
+
+# --- all of it ----------------------------------------------------------------------------------------
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self.value = 0
+        self._lock = threading.Lock()
+
+    def add(self) -> None:
+        with self._lock:
+            self.value += 1
+
+
+def label_positions(directory: str | os.PathLike[str], settings: LabelSettings, *, workers: int | None = None,
+                    progress: Callable[[int, int], None] | None = None, stockfish: str | None = None,
+                    stop: threading.Event | None = None) -> LabelReport:
+    """Labels the chunks of ``settings`` not yet in ``directory`` with ``workers`` Stockfish processes.
+
+    ``progress(done, total)`` is called from this thread about four times a
+    second with the positions labelled (on disk included) and the target.
+    Each chunk's shard is written as soon as it is complete.
+
+    Raises:
+        UserError: Stockfish is missing or fails; the directory holds labels of
+            other settings; it cannot be written.
+        KeyboardInterrupt: after Ctrl-C (chunks in flight are dropped; written ones stay).
+    """
+    directory = Path(directory)
+    stop = stop if stop is not None else threading.Event()
+    if not directory.parent.is_dir():
+        raise UserError(f"cannot label into {directory}: {directory.parent} is not a folder")
+    workers = max(1, workers or os.cpu_count() or 1)
+    path = stockfish or require_stockfish()
+    first = Labeller(settings, path)
+    labellers: queue.Queue[Labeller] = queue.Queue()
+    labellers.put(first)
+    identity = settings.identity(first.name)
+    report = LabelReport()
+    counter = _Counter()
+    try:
+        done = _chunks_on_disk(directory, identity, settings)
+        report.on_disk = sum(done.values())
+        if progress is not None:
+            progress(report.on_disk, settings.positions)
+        pending = [c for c in range(settings.chunks) if c not in done]
+        if not pending:
+            return report
+        directory.mkdir(parents=True, exist_ok=True)
+        for _ in range(min(workers, len(pending)) - 1):
+            labellers.put(Labeller(settings, path))
+
+        def work(job: _Job) -> int:
+            labeller = labellers.get()
+            try:
+                if job.segments is None:
+                    games = _random_play_chunk(labeller, job.chunk, settings.chunk_size(job.chunk), stop,
+                                               counter.add)
+                else:
+                    games = _segments_chunk(labeller, job.segments, stop, counter.add)
+                return _write_chunk(directory, job, games, identity)
+            finally:
+                labellers.put(labeller)
+
+        _run_jobs(_jobs(settings, pending, report), work, workers, report, counter, stop,
+                  lambda done: progress(done, settings.positions) if progress is not None else None)
+    finally:
+        stop.set()
+        while not labellers.empty():
+            labellers.get().close()
+    return report
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One chunk to label: its number, and its file segments (None for random-opening play)."""
+
+    chunk: int
+    segments: list[_Segment] | None = None
+    files_ended: bool = False  # the files ended inside this chunk: it is shorter than the others
+
+
+def _jobs(settings: LabelSettings, pending: list[int], report: LabelReport) -> Iterator[_Job]:
+    """Yields the jobs of the pending chunks, in order (reading the files, when they are the source)."""
+    if not settings.files:
+        for chunk in pending:
+            yield _Job(chunk)
+        return
+    wanted = set(pending)
+    items: list[tuple[str, str, list[str], str]] = []
+    filled = chunk = 0
+    for item in _file_positions(settings.files, report.skipped):
+        if chunk >= settings.chunks:
+            break
+        filled += 1
+        if chunk in wanted:
+            items.append(item)
+        if filled == settings.chunk_size(chunk):
+            if chunk in wanted:
+                yield _Job(chunk, _segments(items))
+            items, filled, chunk = [], 0, chunk + 1
+    if chunk < settings.chunks:
+        report.exhausted = True
+        if items and chunk in wanted:
+            yield _Job(chunk, _segments(items), files_ended=True)
+
+
+def _run_jobs(jobs: Iterator[_Job], work: Callable[[_Job], int], workers: int, report: LabelReport,
+              counter: _Counter, stop: threading.Event, progress: Callable[[int], object]) -> None:
+    """Runs the jobs on ``workers`` threads, taking a few more jobs than there are threads at a time;
+    reports the positions labelled about four times a second.
+
+    Raises:
+        Whatever a job raised (the others are stopped first).
+    """
+    in_flight: set[concurrent.futures.Future[int]] = set()
+    executor = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="labeller")
+    try:
+        more = True
+        while True:
+            while more and len(in_flight) < 2 * workers:
+                job = next(jobs, None)
+                if job is None:
+                    more = False
+                else:
+                    in_flight.add(executor.submit(work, job))
+            if not in_flight:
+                break
+            finished, in_flight = concurrent.futures.wait(in_flight, timeout=0.25,
+                                                          return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in finished:
+                report.labelled += future.result()  # a job's error is raised here
+                report.chunks_written += 1
+            progress(report.on_disk + counter.value)
+    except BaseException:
+        stop.set()  # the jobs in flight stop at their next position
+        raise
+    finally:
+        executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _write_chunk(directory: Path, job: _Job, games: list[_GameLabels], identity: dict[str, Any]) -> int:
+    """Writes one chunk's shard; returns its positions.
+
+    Raises:
+        UserError: the folder cannot be written.
+    """
+    positions = sum(len(game.rows) for game in games)
+    meta = {"writer": "alphazero pretrain", "kind": LAB_KIND, "chunk": job.chunk, "positions": positions,
+            "files_ended": job.files_ended, "labels": identity, "value_target": VALUE_FROM_ROOT}
+    shard = shard_from_records([game.record() for game in games], meta)
+    try:
+        write_shard(directory / shard_name(f"sf-c{job.chunk:06d}"), shard)
+    except OSError as error:
+        raise UserError(f"cannot write labels into {directory}: {error.strerror or error}") from None
+    return positions

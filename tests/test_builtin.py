@@ -1,0 +1,141 @@
+"""The network that ships (alphazero/weights), `--weights builtin`, the fallback of runs without checkpoints,
+and `alphazero train --init`."""
+
+from __future__ import annotations
+
+import fnmatch
+import io
+import re
+import tomllib
+from pathlib import Path
+
+import chess
+import pytest
+import torch
+
+import alphazero.builtin
+from alphazero import cli
+from alphazero.builtin import BUILTIN_FILE, read_weights, resolve_weights
+from alphazero.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from alphazero.config import NetworkConfig, get_preset
+from alphazero.errors import UserError
+from alphazero.network import AlphaZeroNet, save_model
+from alphazero.rundir import RunDir
+from eval.agents import parse_player
+from eval.network_agents import FRESH, NetworkCache, NetworkSource, PolicyAgent, load_network
+from eval.uci import UciEngine
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = get_preset("tiny")
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture
+def empty_run(tmp_path: Path) -> Path:
+    RunDir.create_or_open(tmp_path / "run", TINY)
+    return tmp_path / "run"
+
+
+def test_the_builtin_network_ships_with_its_card_and_is_package_data() -> None:
+    assert BUILTIN_FILE.is_file() and BUILTIN_FILE.stat().st_size < 8_000_000  # a few MB
+    card = BUILTIN_FILE.with_name("README.md").read_text()
+    readme = (ROOT / "README.md").read_text()
+    recipe = re.search(r"## Start from knowledge.*?```bash\n(.*?)\n```", readme, flags=re.S)
+    assert recipe is not None and "--export alphazero/weights/builtin.pt" in recipe.group(1)
+    assert recipe.group(1) in card  # the card shows the command the README documents
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    patterns = pyproject["tool"]["setuptools"]["package-data"]["alphazero"]
+    for name in ("weights/builtin.pt", "weights/README.md"):
+        assert any(fnmatch.fnmatch(name, pattern) for pattern in patterns), name
+
+
+def test_weights_builtin_loads_and_plays(tmp_path: Path) -> None:
+    network = load_network(NetworkSource(tmp_path / "nowhere", weights=Path("builtin")), device="cpu")
+    assert network.label == "built-in network" and network.tag == "builtin" and not network.fresh
+    assert network.config is not None  # the file carries the config it was trained with
+    agent = parse_player("policy:weights=builtin", device="cpu", networks=NetworkCache())
+    assert isinstance(agent, PolicyAgent) and agent.name == "policy@builtin"
+    board = chess.Board()
+    assert agent.choose([board])[0].move in board.legal_moves
+
+
+def test_a_run_without_checkpoints_plays_the_builtin_network_and_says_so(empty_run: Path, tmp_path: Path,
+                                                                         capsys) -> None:
+    network = load_network(NetworkSource(empty_run), device="cpu")
+    said = capsys.readouterr().err
+    assert network.tag == "builtin" and "no checkpoint yet; playing with the built-in network" in said
+    missing = load_network(NetworkSource(tmp_path / "missing"), device="cpu")
+    assert missing.tag == "builtin" and "does not exist; playing with the built-in network" in capsys.readouterr().err
+    assert load_network(NetworkSource(empty_run, fallback=FRESH), device="cpu").fresh
+    save_checkpoint(empty_run, AlphaZeroNet(TINY.network), None, 7, TINY)
+    assert load_network(NetworkSource(empty_run), device="cpu").label == "step 7"  # a checkpoint comes first
+
+
+def test_without_a_builtin_network_the_fallback_is_fresh_and_builtin_is_refused(empty_run: Path, monkeypatch,
+                                                                                capsys) -> None:
+    monkeypatch.setattr(alphazero.builtin, "BUILTIN_FILE", empty_run / "no-such.pt")
+    assert load_network(NetworkSource(empty_run), device="cpu").fresh
+    assert "freshly initialised" in capsys.readouterr().err
+    with pytest.raises(UserError, match="no built-in network"):
+        load_network(NetworkSource(weights=Path("builtin")), device="cpu")
+
+
+def test_uci_plays_the_builtin_network(empty_run: Path) -> None:
+    for run, weights in ((None, "builtin"), (empty_run, None)):
+        out, err = io.StringIO(), io.StringIO()
+        commands = "uci\nisready\nposition startpos moves e2e4\ngo nodes 8\nquit\n"
+        UciEngine(run, weights, "cpu", stdin=io.StringIO(commands), stdout=out, stderr=err, threads=1).run()
+        lines = out.getvalue().splitlines()
+        assert "info string network: built-in network on cpu" in lines
+        best = [line for line in lines if line.startswith("bestmove")][0].split()[1]
+        board = chess.Board()
+        board.push_uci("e2e4")
+        assert chess.Move.from_uci(best) in board.legal_moves
+
+
+def test_weights_are_named_by_file_run_or_builtin(empty_run: Path, tmp_path: Path) -> None:
+    assert resolve_weights("builtin") == BUILTIN_FILE
+    with pytest.raises(UserError, match="no checkpoint"):
+        resolve_weights(empty_run)
+    model = AlphaZeroNet(TINY.network)
+    path = save_checkpoint(empty_run, model, None, 12, TINY)
+    assert resolve_weights(empty_run) == path
+    by_run = read_weights(empty_run)
+    assert by_run.network == TINY.network and by_run.step == 12
+    save_model(tmp_path / "net.pt", model, step=3, summary="a test net")
+    by_file = read_weights(tmp_path / "net.pt")
+    assert by_file.step == 3 and "a test net" in by_file.summary
+    with pytest.raises(UserError, match="name no file"):
+        read_weights(tmp_path / "nothing.pt")
+
+
+# --- alphazero train --init ---------------------------------------------------------------------------
+
+
+def test_init_refuses_a_run_with_checkpoints(empty_run: Path, tmp_path: Path, capsys) -> None:
+    save_checkpoint(empty_run, AlphaZeroNet(TINY.network), None, 5, TINY)
+    assert cli.main(["train", "--run", str(empty_run), "--init", "builtin", "--minutes", "0.01", "--quiet"]) == 2
+    assert "already has checkpoints" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_train_init_starts_from_the_given_weights(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    from tests.test_train import FAST
+
+    # An architecture unlike the preset's: the new run takes the init's.
+    network = NetworkConfig(blocks=1, filters=16, policy_filters=16, policy_kernel=1, value_filters=4,
+                            value_hidden=32)
+    torch.manual_seed(123)
+    model = AlphaZeroNet(network)
+    save_model(tmp_path / "init.pt", model)
+    run = tmp_path / "run"
+    overrides = [item for override in FAST for item in ("--set", override)]
+    assert cli.main(["train", "--run", str(run), "--init", str(tmp_path / "init.pt"), "--minutes", "0.05",
+                     "--actors", "1", "--quiet", *overrides]) == 0
+    assert RunDir(run).read_config().network == network
+    first = load_checkpoint(run / "checkpoints" / "step_000000000.pt")
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(first["model"][name], tensor), name
+    assert latest_checkpoint(run) is not None

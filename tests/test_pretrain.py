@@ -1,0 +1,332 @@
+"""`alphazero pretrain`: PGN games and Stockfish labels as shards, training on them, resuming after a kill."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import chess
+import chess.engine
+import numpy as np
+import pytest
+
+from alphazero import cli
+from alphazero.checkpoint import latest_checkpoint
+from alphazero.errors import UserError
+from alphazero.moves import legal_move_indices, move_to_index
+from alphazero.pgn_reader import SKIP_ILLEGAL, SKIP_NO_RESULT, SKIP_VARIANT, PgnGame, open_text, read_games
+from alphazero.rundir import RunDir
+from alphazero.shards import Shard, concatenate, list_shards, read_shard, read_shard_meta, value_targets
+from learner.labels import LabelSettings, label_positions, policy_target, win_probability
+from learner.pretrain import convert_pgn
+from learner.replay import ReplayWindow
+from tests.reference_encoder import reference_compact
+from tests.test_match import stockfish_or_skip
+
+ROOT = Path(__file__).resolve().parent.parent
+GAMES = ROOT / "tests" / "data" / "pretrain_games.pgn"
+POSITIONS = ROOT / "tests" / "data" / "pretrain_positions.epd"
+# The games of GAMES that are read, by number, with their plies; the others are skipped.
+READ = {1: 7, 3: 14, 6: 131, 7: 8}
+SKIPPED = {SKIP_ILLEGAL: 1, SKIP_VARIANT: 1, SKIP_NO_RESULT: 1}
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _games(path: Path) -> list[PgnGame | str]:
+    with open_text(path) as handle:
+        return list(read_games(handle))
+
+
+def _all_samples(directory: Path):
+    return concatenate(read_shard(path) for path in list_shards(directory))
+
+
+# --- reading PGN -------------------------------------------------------------------------------------
+
+
+def test_pgn_mainlines_skip_variations_comments_nags_and_broken_games() -> None:
+    items = _games(GAMES)
+    games = {item.number: item for item in items if isinstance(item, PgnGame)}
+    assert {number: len(game.moves) for number, game in games.items()} == READ
+    assert Counter(item for item in items if isinstance(item, str)) == SKIPPED
+    # Variations (1... c5, 2... Nf6, 3... g6), comments and NAGs leave the mainline alone.
+    assert games[1].moves == ["e2e4", "e7e5", "f1c4", "b8c6", "d1h5", "g8f6", "h5f7"]
+    assert games[1].result == "1-0"
+    set_up = games[3]
+    assert set_up.start_fen == "8/8/8/4k3/8/8/8/3QK3 b - - 0 1" and set_up.moves[0] == "e5e4"
+    board = chess.Board(set_up.start_fen)
+    for uci in set_up.moves:
+        board.push_uci(uci)
+    assert board.is_checkmate()
+    assert games[7].result == "1/2-1/2"
+
+
+def test_compressed_pgn_reads_the_same_games(tmp_path: Path) -> None:
+    text = GAMES.read_bytes()
+    (tmp_path / "g.pgn.gz").write_bytes(gzip.compress(text))
+    (tmp_path / "g.pgn.bz2").write_bytes(bz2.compress(text))
+    names = ["g.pgn.gz", "g.pgn.bz2"]
+    if shutil.which("zstd"):
+        subprocess.run(["zstd", "-q", "-o", str(tmp_path / "g.pgn.zst"), str(GAMES)], check=True)
+        names.append("g.pgn.zst")
+    expected = [(g.number, g.moves) if isinstance(g, PgnGame) else g for g in _games(GAMES)]
+    for name in names:
+        assert [(g.number, g.moves) if isinstance(g, PgnGame) else g for g in _games(tmp_path / name)] == expected
+
+
+def test_zst_without_zstandard_or_zstd_says_how_to_get_them(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "g.pgn.zst").write_bytes(b"\x28\xb5\x2f\xfd")
+    monkeypatch.setitem(sys.modules, "zstandard", None)  # import zstandard fails
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(UserError, match="zstandard.*zstd"):
+        _games(tmp_path / "g.pgn.zst")
+
+
+def test_damaged_and_missing_files_are_messages_not_tracebacks(tmp_path: Path, capsys) -> None:
+    damaged = tmp_path / "cut.pgn.gz"
+    data = gzip.compress(GAMES.read_bytes() * 20)
+    damaged.write_bytes(data[: len(data) * 2 // 3])
+    report = convert_pgn(tmp_path / "pretrain", [str(damaged)], progress=False)
+    assert report.damaged and "cut.pgn.gz" in report.damaged[0]
+    assert 1 <= report.games < 20 * len(READ)  # the games read before the damage are kept
+    assert sum(len(read_shard(path)) for path in list_shards(tmp_path / "pretrain")) == report.positions
+    if shutil.which("zstd"):
+        whole = tmp_path / "whole.pgn.zst"
+        subprocess.run(["zstd", "-q", "-o", str(whole), str(GAMES)], check=True)
+        cut = tmp_path / "cut.pgn.zst"
+        cut.write_bytes(whole.read_bytes()[:-40])
+        report = convert_pgn(tmp_path / "zst", [str(cut)], progress=False)
+        assert report.damaged and "zstd failed" in report.damaged[0]
+    run = tmp_path / "run"
+    assert cli.main(["pretrain", "--run", str(run), "--pgn", str(tmp_path / "missing.pgn"), "--quiet"]) == 2
+    assert "missing.pgn does not exist" in capsys.readouterr().err
+
+
+# --- PGN samples ------------------------------------------------------------------------------------------
+
+
+def test_pgn_samples_agree_with_the_reference_encoder_and_python_chess(tmp_path: Path) -> None:
+    report = convert_pgn(tmp_path / "pretrain", [str(GAMES)], shard_positions=50, progress=False)
+    assert report.games == len(READ) and report.positions == sum(READ.values())
+    assert report.skipped == Counter(SKIPPED)
+    shard = _all_samples(tmp_path / "pretrain")
+    assert len(shard) == sum(READ.values())
+    targets = value_targets(shard)
+    for row in range(len(shard)):
+        game = shard.games[int(shard.game[row])]
+        ply = int(shard.ply[row])
+        board = chess.Board(game["start_fen"])
+        for uci in game["moves"][:ply]:
+            board.push_uci(uci)
+        planes, scalars = reference_compact(board)
+        np.testing.assert_array_equal(shard.planes[row], planes)
+        np.testing.assert_array_equal(shard.scalars[row], scalars)
+        lo, hi = shard.policy_offsets[row], shard.policy_offsets[row + 1]
+        assert sorted(shard.policy_indices[lo:hi].tolist()) == sorted(legal_move_indices(board).tolist())
+        played = move_to_index(chess.Move.from_uci(game["moves"][ply]), board.turn)
+        assert dict(zip(shard.policy_indices[lo:hi].tolist(), shard.policy_probs[lo:hi].tolist()))[played] == 1.0
+        white = {"1-0": 1, "0-1": -1, "1/2-1/2": 0}[game["result"]]
+        assert targets[row] == (white if board.turn == chess.WHITE else -white)
+
+
+def test_pgn_conversion_resumes_after_the_last_written_shard(tmp_path: Path) -> None:
+    directory = tmp_path / "pretrain"
+    first = convert_pgn(directory, [str(GAMES)], shard_positions=10, progress=False)
+    shards = list_shards(directory)
+    assert len(shards) == 3 and read_shard_meta(shards[-1])["complete"]  # games 1 and 3; 6; 7 and the end
+    for path in shards[1:]:  # as if killed after the first shard
+        path.unlink()
+    again = convert_pgn(directory, [str(GAMES)], shard_positions=10, progress=False)
+    assert again.games == 2 and again.skipped == Counter({SKIP_VARIANT: 1, SKIP_NO_RESULT: 1})  # games 4 to 7
+    shard = _all_samples(directory)
+    assert len(shard) == first.positions
+    assert sorted(game["id"] for game in shard.games) == [f"pretrain_games.pgn:{n}" for n in sorted(READ)]
+    assert convert_pgn(directory, [str(GAMES)], progress=False).files_done_before == 1
+
+
+def test_pgn_smoothing_spreads_part_of_the_target_over_the_legal_moves(tmp_path: Path) -> None:
+    convert_pgn(tmp_path / "pretrain", [str(GAMES)], smoothing=0.25, progress=False)
+    shard = _all_samples(tmp_path / "pretrain")
+    lo, hi = shard.policy_offsets[0], shard.policy_offsets[1]  # the start position: 20 moves
+    probs = np.sort(shard.policy_probs[lo:hi])
+    assert probs[-1] == pytest.approx(0.75 + 0.25 / 20) and probs[0] == pytest.approx(0.25 / 20)
+
+
+@pytest.mark.slow
+def test_pretrain_on_pgn_trains_and_a_rerun_resumes(tmp_path: Path, capsys) -> None:
+    run = RunDir(tmp_path / "run")
+    args = ["pretrain", "--run", str(run.root), "--pgn", str(GAMES), "--steps", "4", "--quiet",
+            "--set", "learner.batch_size=16", "--set", "learner.log_every=2", "--export", str(tmp_path / "net.pt")]
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert "4 games (160 positions)" in out and "skipped 3 games" in out
+    assert latest_checkpoint(run).name == "step_000000004.pt"
+    assert (tmp_path / "net.pt").is_file() and list((run.tb / "learner").iterdir())
+    shards = list_shards(run.pretrain)
+    assert cli.main([*args[:6], "6", *args[7:]]) == 0  # the same data, two more steps
+    assert "0 games (0 positions)" in capsys.readouterr().out and list_shards(run.pretrain) == shards
+    assert latest_checkpoint(run).name == "step_000000006.pt"
+
+
+# --- Stockfish labels ------------------------------------------------------------------------------------
+
+
+def test_win_probability_is_lichess_formula_and_mates_are_certain() -> None:
+    assert win_probability(chess.engine.Cp(0)) == 0.5
+    assert win_probability(chess.engine.Cp(200)) == pytest.approx(0.5 + 0.5 * (2 / (1 + math.exp(-0.736416)) - 1))
+    assert win_probability(chess.engine.Cp(-200)) == pytest.approx(1 - win_probability(chess.engine.Cp(200)))
+    assert win_probability(chess.engine.Mate(3)) == 1.0 and win_probability(chess.engine.Mate(-2)) == 0.0
+
+
+def test_policy_target_is_a_softmax_of_scored_moves() -> None:
+    wins = np.array([0.5, 0.6, 0.1, 0.6])
+    scored = np.array([True, True, True, False])
+    probs = policy_target(wins, scored, 0.1)
+    expected = np.exp(np.array([0.5, 0.6, 0.1]) / 0.1)
+    np.testing.assert_allclose(probs[:3], expected / expected.sum(), rtol=1e-6)
+    assert probs[3] == 0.0
+    np.testing.assert_array_equal(policy_target(wins, scored, 0.0), [0, 1, 0, 0])
+
+
+def _label(directory: Path, workers: int = 2, **changes) -> None:
+    settings = LabelSettings(**{"nodes": 40, "positions": 30, "shard_positions": 8, **changes})
+    label_positions(directory, settings, workers=workers)
+
+
+def _chunks(directory: Path) -> dict[int, Shard]:
+    return {read_shard_meta(path)["chunk"]: read_shard(path) for path in list_shards(directory)}
+
+
+def test_labels_are_deterministic_for_a_seed(tmp_path: Path) -> None:
+    stockfish_or_skip()
+    _label(tmp_path / "a")
+    _label(tmp_path / "b", workers=1)
+    _label(tmp_path / "c", seed=1)
+    a, b, c = _chunks(tmp_path / "a"), _chunks(tmp_path / "b"), _chunks(tmp_path / "c")
+    assert sorted(a) == sorted(b) == [0, 1, 2, 3] and [len(a[i]) for i in range(4)] == [8, 8, 8, 6]
+    for chunk in a:  # two workers or one, the same positions and the same labels
+        for name in ("planes", "scalars", "policy_offsets", "policy_indices", "policy_probs", "root_values"):
+            np.testing.assert_array_equal(getattr(a[chunk], name), getattr(b[chunk], name))
+        assert a[chunk].games == b[chunk].games
+    assert any(not np.array_equal(a[i].planes, c[i].planes) for i in a)  # another seed, other games
+    shard = a[0]
+    assert shard.meta["value_target"] == "root_values"
+    np.testing.assert_array_equal(value_targets(shard), shard.root_values)
+    window = ReplayWindow(tmp_path / "a", window_positions=100, max_sample_reuse=0)
+    window.refresh(force=True)
+    values = set(np.concatenate([a[i].root_values for i in a]).tolist())
+    z = window.sample(64).z.tolist()
+    assert set(z) <= values and any(v not in (-1.0, 0.0, 1.0) for v in z)  # the learner's value target
+    sums = np.add.reduceat(shard.policy_probs, shard.policy_offsets[:-1])
+    np.testing.assert_allclose(sums, 1.0, rtol=1e-5)
+    assert np.all(np.abs(shard.root_values) <= 1.0)
+
+
+def test_labelled_positions_are_the_encoder_s_and_stockfish_s(tmp_path: Path) -> None:
+    stockfish_or_skip()
+    _label(tmp_path / "l", positions=8, temperature=0.0)
+    shard = _all_samples(tmp_path / "l")
+    with chess.engine.SimpleEngine.popen_uci(stockfish_or_skip()) as engine:
+        engine.configure({"Threads": 1, "Hash": 16})
+        for row in range(len(shard)):
+            game = shard.games[int(shard.game[row])]
+            board = chess.Board(game["start_fen"])
+            for uci in game["moves"][: int(shard.ply[row])]:
+                board.push_uci(uci)
+            planes, _ = reference_compact(board)
+            np.testing.assert_array_equal(shard.planes[row], planes)
+            info = engine.analyse(board, chess.engine.Limit(nodes=40), multipv=board.legal_moves.count(),
+                                  game=object())
+            lo, hi = shard.policy_offsets[row], shard.policy_offsets[row + 1]
+            best = shard.policy_indices[lo:hi][np.argmax(shard.policy_probs[lo:hi])]
+            assert best == move_to_index(info[0]["pv"][0], board.turn)
+            assert shard.root_values[row] == pytest.approx(2 * win_probability(info[0]["score"].relative) - 1)
+
+
+def test_labels_from_pgn_and_epd_files(tmp_path: Path) -> None:
+    stockfish_or_skip()
+    settings = LabelSettings(nodes=40, positions=100, shard_positions=16, files=(str(POSITIONS),))
+    report = label_positions(tmp_path / "epd", settings, workers=1)
+    assert report.labelled == 3 and report.exhausted
+    assert report.skipped == Counter({"unreadable EPD line": 1, "EPD position without a move to label": 1})
+    settings = LabelSettings(nodes=40, positions=24, shard_positions=16, files=(str(GAMES),))
+    assert label_positions(tmp_path / "pgn", settings, workers=2).labelled == 24
+    chunks = _chunks(tmp_path / "pgn")
+    labelled = concatenate(chunks[i] for i in sorted(chunks))
+    convert_pgn(tmp_path / "games", [str(GAMES)], progress=False)
+    games = _all_samples(tmp_path / "games")
+    # The first 24 positions of the file: game 1's 7, game 3's 14, game 6's first 3, in order.
+    np.testing.assert_array_equal(labelled.planes, games.planes[:24])
+    assert [g["id"] for g in labelled.games][:2] == ["pretrain_games.pgn:1", "pretrain_games.pgn:3"]
+
+
+def test_other_label_settings_in_the_run_are_refused(tmp_path: Path) -> None:
+    stockfish_or_skip()
+    _label(tmp_path / "l", positions=8)
+    with pytest.raises(UserError, match="other settings.*nodes"):
+        _label(tmp_path / "l", positions=8, nodes=41)
+    with pytest.raises(UserError, match="another --positions"):
+        _label(tmp_path / "l", positions=4)
+
+
+@pytest.mark.slow
+def test_a_killed_labeller_loses_no_written_shard_and_a_restart_completes(tmp_path: Path) -> None:
+    stockfish_or_skip()
+    run = tmp_path / "run"
+    chunks, size = 40, 8
+    command = [sys.executable, "-m", "alphazero.cli", "pretrain", "--run", str(run), "--stockfish", "60",
+               "--positions", str(chunks * size), "--set", f"pretrain.shard_positions={size}", "--workers", "1",
+               "--data-only", "--quiet"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not list_shards(run / "pretrain"):
+            assert process.poll() is None, process.stderr.read().decode()
+            assert time.monotonic() < deadline, "no shard was written"
+            time.sleep(0.01)
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    before = {path.name: path.read_bytes() for path in list_shards(run / "pretrain")}
+    assert 1 <= len(before) < chunks  # killed after the first shard, with most chunks still to label
+    assert cli.main(command[3:]) == 0
+    after = list_shards(run / "pretrain")
+    assert all(before[name] == (run / "pretrain" / name).read_bytes() for name in before)  # kept as written
+    metas = [read_shard_meta(path) for path in after]
+    assert sorted(meta["chunk"] for meta in metas) == list(range(chunks))  # each chunk once: no duplicates
+    assert sum(len(read_shard(path)) for path in after) == chunks * size
+    window = ReplayWindow(run / "pretrain", window_positions=10_000, max_sample_reuse=0)
+    window.refresh(force=True)
+    assert len(window) == chunks * size and window.corrupt_shards == 0
+
+
+def test_a_missing_stockfish_is_a_message(tmp_path: Path, monkeypatch, capsys) -> None:
+    import alphazero.stockfish
+
+    monkeypatch.setattr(alphazero.stockfish, "find_stockfish", lambda: None)
+    assert cli.main(["pretrain", "--run", str(tmp_path / "run"), "--stockfish", "10", "--positions", "5",
+                     "--quiet"]) == 2
+    assert "Stockfish was not found" in capsys.readouterr().err
+
+
+def test_pretrain_options_are_checked(tmp_path: Path, capsys) -> None:
+    run = str(tmp_path / "run")
+    assert cli.main(["pretrain", "--run", run, "--stockfish", "10"]) == 2
+    assert "go together" in capsys.readouterr().err
+    assert cli.main(["pretrain", "--run", run, "--quiet"]) == 2
+    assert "no positions to train on" in capsys.readouterr().err
+
