@@ -1,6 +1,6 @@
 """The network that ships inside the package, and weights named by a file, a run or ``builtin``.
 
-``alphazero/weights/builtin.pt`` is a model file (alphazero.network.save_model)
+``alphazero/weights/builtin.pt`` is a model file (alphazero.checkpoint.save_model)
 trained by ``alphazero pretrain`` (its card: ``alphazero/weights/README.md``).
 ``alphazero uci`` and ``alphazero match`` play it when their run has no
 checkpoint; ``--weights builtin``, ``weights=builtin`` in a player spec and

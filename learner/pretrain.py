@@ -397,7 +397,7 @@ def _train(run_dir: Any, config: Any, args: argparse.Namespace) -> None:
         UserError: no data, an unusable device, a corrupt checkpoint, a full disk.
     """
     from alphazero.config import to_toml
-    from alphazero.network import save_model
+    from alphazero.checkpoint import save_model
     from learner.loop import Learner
 
     positions = _positions_in(run_dir.pretrain)

@@ -19,7 +19,8 @@ from alphazero.builtin import BUILTIN_FILE, read_weights, resolve_weights
 from alphazero.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from alphazero.config import NetworkConfig, get_preset
 from alphazero.errors import UserError
-from alphazero.network import AlphaZeroNet, save_model
+from alphazero.checkpoint import save_model
+from alphazero.network import AlphaZeroNet
 from alphazero.rundir import RunDir
 from eval.agents import parse_player
 from eval.network_agents import FRESH, NetworkCache, NetworkSource, PolicyAgent, load_network

@@ -388,7 +388,7 @@ def test_search_players_follow_the_run_algorithm_and_gumbel_players_always_use_g
     assert agent("search:8", gumbel_run).algorithm == "gumbel"
     assert agent("search:8,algorithm=puct", gumbel_run).algorithm == "puct"
     assert agent("search:8,algorithm=gumbel", puct_run).algorithm == "gumbel"
-    assert agent("gumbel:8", puct_run).algorithm == "gumbel" and agent("gumbel:8", puct_run).name == "gumbel:8@fresh"
+    assert agent("gumbel:8", puct_run).algorithm == "gumbel" and agent("gumbel:8", puct_run).name == "gumbel:8@builtin"
     with pytest.raises(UserError, match="algorithm"):
         agent("search:8,algorithm=alphabeta", puct_run)
     smothered = chess.Board("6rk/6pp/8/6N1/8/8/8/6K1 w - - 0 1")
