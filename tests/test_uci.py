@@ -492,10 +492,11 @@ def test_stop_is_heard_after_a_long_quiet_history(engine: chess.engine.SimpleEng
 # --- bad option values and network sources --------------------------------------------------------
 
 
-def test_a_bad_weights_value_is_refused_and_the_old_one_kept(weights: Path) -> None:
+def test_a_bad_weights_value_is_refused_and_the_old_one_kept(weights: Path, tmp_path: Path) -> None:
     # Regression: a 300-character Weights value made every later isready and go fail (OSError).
+    # The engine names a run that does not exist, so an empty Weights (the run's checkpoint) is refused too.
     out = io.StringIO()
-    engine = UciEngine(None, weights, "cpu", stdin=io.StringIO(""), stdout=out)
+    engine = UciEngine(tmp_path / "misspelt", weights, "cpu", stdin=io.StringIO(""), stdout=out)
     for value in ("w" * 300, "/nonexistent/net.pt", str(weights) + "\x00x", ""):
         engine.handle(f"setoption name Weights value {value}")
         assert engine.values["Weights"] == str(weights)
