@@ -25,7 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--actors", type=int, default=None,
                         help="self-play actors (default: selfplay.actors, 0 = one per CPU core)")
     parser.add_argument("--device", default=None, help="learner device: auto, cpu, cuda or cuda:N")
-    parser.add_argument("--gpus", type=float, default=0.0, help="GPUs for self-play inference (default 0)")
+    parser.add_argument("--gpus", type=float, default=0.0,
+                        help="GPUs for self-play inference (default 0); the preset's selfplay.gpu_* defaults apply")
     parser.add_argument("--quiet", action="store_true", help="no live progress lines")
 
 
@@ -45,7 +46,7 @@ def run(args: argparse.Namespace) -> None:
     if args.minutes is not None and args.minutes <= 0:
         raise UserError(f"--minutes must be positive, got {args.minutes}")
     run_dir, config = open_run_from_args(args)
-    actors = actor_count(args.actors, config.selfplay.actors)
+    actors = actor_count(args.actors, config.selfplay.actors, gpus=args.gpus, gpu_configured=config.selfplay.gpu_actors)
     started_ray = connect_ray(None, num_cpus=max(actors + 1, os.cpu_count() or 1), num_gpus=args.gpus or None)
     stop = threading.Event()
     failure: list[BaseException] = []
