@@ -50,6 +50,8 @@ DEFAULT_PRESET = "tiny"
 # Fields that may not differ between a run's saved config and a reopening
 # process: "section.*" is a whole section.
 FIXED_FIELDS = ("network.*", "learner.optimizer")
+# How a CUDA forward pass runs (alphazero.forward): here so that the CLI lists them without loading torch.
+FORWARD_MODES = ("eager", "graphs", "compile")
 
 
 @functools.cache
@@ -158,7 +160,7 @@ class SelfPlayConfig(_Section):
     SECTION: ClassVar[str] = "selfplay"
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"inference": ("local", "server"),
                                                      "overlap": ("auto", "on", "off"),
-                                                     "cuda_forward": ("eager", "graphs", "compile")}
+                                                     "cuda_forward": FORWARD_MODES}
     MINIMUM: ClassVar[dict[str, float]] = {"actors": 0, "games_per_actor": 1, "shard_games": 1,
                                            "server_batch_size": 1, "server_wait_ms": 0.0,
                                            "weights_poll_seconds": 0.0, "max_games": 0,

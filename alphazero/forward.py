@@ -32,9 +32,8 @@ from collections.abc import Callable
 
 import torch
 
+from alphazero.config import FORWARD_MODES
 from alphazero.planes import COMPACT_PLANES, NUM_SCALARS
-
-FORWARD_MODES = ("eager", "graphs", "compile")
 GRAPH_WARMUP_PASSES = 3  # eager passes before a capture: they pick convolution algorithms and fill caches
 
 Forward = Callable[[torch.Tensor, torch.Tensor], tuple]

@@ -119,7 +119,7 @@ class InferenceServer:
             for request in taken:
                 end = start + len(request.planes)
                 # Copies: the evaluator's buffers are reused by the next pass.
-                request.answer.set_result((legal[start:end, :request.indices.shape[1]].copy(),
+                request.answer.set_result((legal[start:end, :max(int(request.counts.max()), 1)].copy(),
                                            values[start:end].copy(), self.step))
                 start = end
 

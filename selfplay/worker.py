@@ -44,7 +44,7 @@ class PlayStats:
 
     worker: str = ""
     wall_seconds: float = 0.0
-    network_seconds: float = 0.0      # inside the evaluator (forward pass, transfers, Ray for a server)
+    network_seconds: float = 0.0      # waiting for the evaluator (forward pass, transfers, Ray for a server)
     batches: int = 0
     evaluations: int = 0              # positions sent to the network
     moves: int = 0                    # positions played (plies), finished games or not
@@ -232,8 +232,12 @@ class SelfPlayWorker:
         self._collect(stats, lane)
         if submit and lane.search.searching():
             rows = lane.search.gather(*lane.batch)
-            if rows:
-                lane.waiting = self._submit(lane, rows)
+            if not rows:
+                self._collect(stats, lane)  # games that ended inside gather(): their slots start new ones
+            else:
+                tick = time.perf_counter()
+                lane.waiting = self._submit(lane, rows)  # on the CPU without overlap: the whole pass
+                stats.network_seconds += time.perf_counter() - tick
                 stats.batches += 1
                 stats.evaluations += rows
 
@@ -306,7 +310,7 @@ class SelfPlayWorker:
 
     def idle(self) -> bool:
         """Whether every game has finished and no new one will start (max_games reached)."""
-        return self.search.searching() == 0
+        return not any(lane.search.searching() for lane in self.lanes)
 
 
 def measure_rate(evaluator: Evaluator, planes: np.ndarray, scalars: np.ndarray, indices: np.ndarray,

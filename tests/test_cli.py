@@ -63,3 +63,11 @@ def test_bench_movegen_and_search_print_ratios(capsys):
     assert re.search(r"bulk-counted perft: Cython .* \d+\.\dx python-chess", out)
     assert cli.main(["bench", "search", "--games", "4", "--simulations", "50", "--seconds", "0.5"]) == 0
     assert re.search(r"Cython / plain Python: \d+\.\dx", capsys.readouterr().out)
+
+
+def test_bench_network_shows_where_a_pass_goes(capsys):
+    args = ["bench", "network", "--preset", "tiny", "--batch-sizes", "1,4", "--seconds", "0.05", "--device", "cpu"]
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert all(column in out for column in ("input ms", "forward ms", "output ms"))
+    assert re.search(r"tiny on cpu: best [\d.]+k? evals/s at batch [14]", out)
