@@ -102,6 +102,9 @@ def run(args: argparse.Namespace) -> None:
         batch_text += f", {positions / passes:.1f} per server pass"
     print(f"  network evaluations: {rate(evaluations / wall)}/s, {batch_text}")
     busy = f"{gpu_seconds / (wall * max(args.gpus, 1.0)):.1%}" if args.gpus > 0 else "-"
+    if args.gpus > 0 and not servers and args.actors > args.gpus:
+        # Each actor times its own passes; passes of actors sharing a GPU interleave.
+        busy += f" (summed over the {args.actors} actors' passes: an upper bound)"
     print(f"  GPU busy (CUDA events around each pass): {busy}")
     print(f"  share of actor wall time waiting for the network: {network / (wall * args.actors):.1%} "
           f"(search, encoding, Python and Ray: {1 - network / (wall * args.actors):.1%})")
