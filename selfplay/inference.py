@@ -152,9 +152,16 @@ class InferenceServer:
 
     async def network_rate(self, planes: np.ndarray, scalars: np.ndarray, legal_indices: np.ndarray,
                            legal_counts: np.ndarray, seconds: float) -> float:
-        """Evaluations/s of this server's network alone on one batch (the baseline of `bench selfplay`)."""
-        return await asyncio.get_running_loop().run_in_executor(
-            self.pool, measure_rate, self.evaluator, planes, scalars, legal_indices, legal_counts, seconds)
+        """Evaluations/s of this server's network alone on one batch (the baseline of `bench selfplay`),
+        from the server's own pass arrays as a pass would be."""
+
+        def measure() -> float:
+            batch_planes, batch_scalars, indices, counts = self._batch_arrays(len(planes), legal_indices.shape[1])
+            batch_planes[...], batch_scalars[...], counts[...] = planes, scalars, legal_counts
+            indices[:, :legal_indices.shape[1]] = legal_indices
+            return measure_rate(self.evaluator, batch_planes, batch_scalars, indices, counts, seconds)
+
+        return await asyncio.get_running_loop().run_in_executor(self.pool, measure)
 
     def stats(self) -> dict[str, float]:
         """Forward passes, positions and GPU seconds so far (average batch = positions / passes)."""

@@ -294,14 +294,17 @@ class SelfPlayWorker:
         """
         lane = self.lanes[0]
         rows = max(1, rows or lane.search.max_batch)
-        planes, scalars, indices, counts = (np.resize(array, (rows, *array.shape[1:])) for array in lane.batch[:4])
-        counts = np.maximum(counts, 1)  # rows never gathered list no move; read one logit there
+        arrays = tuple(np.resize(array, (rows, *array.shape[1:])) for array in lane.batch[:4])
+        np.maximum(arrays[3], 1, out=arrays[3])  # rows never gathered list no move; read one logit there
         if self.server is not None:
             import ray
 
-            return ray.get(self.server.network_rate.remote(planes, scalars, indices, counts, seconds))
+            return ray.get(self.server.network_rate.remote(*arrays, seconds))
         assert self.evaluator is not None
-        return measure_rate(self.evaluator, planes, scalars, indices, counts, seconds)
+        pinned = self.evaluator.pin(arrays)  # as self-play's batches are
+        for target, array in zip(pinned, arrays):
+            target[...] = array
+        return measure_rate(self.evaluator, *pinned, seconds)
 
     def flush(self) -> str | None:
         """Writes the finished games still buffered (at a clean stop); returns the shard path."""
