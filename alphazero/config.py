@@ -182,9 +182,9 @@ class SelfPlayConfig(_Section):
                                 "0 = one per CPU core but one (the driver's)")
     overlap: str = _field("auto", "two batches in flight per actor (each half of its games searched while the "
                                   "other is in the network): 'auto' (on for a GPU or a server), 'on', 'off'")
-    # GPU.md (H100): a CUDA graph was fastest at batch 1024 and below (6x64: 1.06M evals/s vs 622k compiled
-    # at 1024; 20x256: 126k vs 164k at 1024, but graphs 2-4x eager below 256), compiled code at 4096. An
-    # actor's lane of the GPU defaults is 256-512 positions, hence graphs; try 'compile' for a server's big passes.
+    # On one H100 (the README's GPU figures) 6x64 ran fastest as a CUDA graph up to batch 1024 (1.06M evals/s
+    # against 622k compiled) and compiled at 4096 (2.29M); 20x256 ran fastest compiled (164k against 126k at
+    # 1024). Graphs are the default, the alphazero preset compiles; try 'compile' for a server's big passes.
     cuda_forward: str = _field("graphs", "how a CUDA pass runs: 'graphs' (a CUDA graph per batch-size bucket), "
                                          "'compile' (torch.compile reduce-overhead per bucket) or 'eager'")
 
@@ -389,7 +389,7 @@ def _small() -> Config:
         preset="small",
         network=NetworkConfig(blocks=6, filters=64, policy_filters=64, value_filters=16, value_hidden=128),
         search=SearchConfig(simulations=200),
-        # On one H100 (GPU.md, 14 actors, local inference, one batch per actor)
+        # On one H100 (README's GPU figures; 14 actors, local inference, one batch per actor)
         # 1024 games per actor gave 465k evals/s against 214k at 256 and 60.8k
         # at 64, and a CUDA graph of this net ran fastest at batch 1024 (1.06M/s).
         # With overlap an actor's games make two batches: 2048 games keep each
@@ -406,7 +406,7 @@ def _alphazero() -> Config:
     # The dataclass defaults are AlphaZero's values. The window is the exception:
     # AlphaZero sampled from its last 1M games (~100M positions, ~100 GB in compact
     # form); 20M positions keep the last ~200k games in ~20 GB.
-    # Inference: on one H100 (GPU.md) each actor running the network itself gave
+    # Inference: on one H100 (README's GPU figures) each actor running the network itself gave
     # 54.5k evals/s against 35.8k through an inference server (128 games per
     # actor), so 'local' is the default. 512 games per actor gave 87.4k with the
     # actors all of their time in the network (one batch of 512 each); with

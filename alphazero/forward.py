@@ -1,20 +1,22 @@
 """How the Evaluator runs the network's forward pass: eager, or padded to batch-size buckets.
 
-A GPU spends most of a small batch's pass launching kernels (GPU.md: 1.9 ms
-for 6x64 at batch 64 eagerly, 0.31 ms replayed from a CUDA graph). A graph
-or a compiled kernel set is made for one input shape, so batches are padded
-up to a few fixed sizes, the buckets: powers of two and 1.5 times powers of
-two (1, 2, 3, 4, 6, 8, 12, ...), which wastes at most a third of a pass,
-plus the largest batch the caller will send, which then pads nothing.
+A GPU spends much of a small batch's pass launching kernels one layer at a
+time: on an H100 (the README's GPU figures) 6x64 ran 554k evals/s at batch
+1024 eagerly and 1.06M replayed from a CUDA graph, and the gap grows as
+batches shrink. A graph or a compiled kernel set is made for one input shape,
+so batches are padded up to a few fixed sizes, the buckets: powers of two and
+1.5 times powers of two (1, 2, 3, 4, 6, 8, 12, ...), which wastes at most a
+third of a pass, plus the largest batch the caller will send, which then pads
+nothing.
 
 Modes (``FORWARD_MODES``):
 
 - ``eager``: the model as it is, no padding (the CPU always runs this way).
 - ``graphs``: a CUDA graph captured per bucket on first use and replayed;
-  where GPU.md measured it fastest (batch 1024 and below).
+  measured fastest there at batch 1024 and below.
 - ``compile``: ``torch.compile(mode="reduce-overhead")`` on the padded
-  batches, so it compiles (and records its own graphs) once per bucket; GPU.md
-  measured compiled code fastest at batch 1024 and above, graphs below.
+  batches, so it compiles (and records its own graphs) once per bucket;
+  compiled code measured fastest there for 20x256 at batch 1024 and above.
 
 Padding rows hold whatever the bucket's buffer held before (zeros at first);
 in eval mode every row of the network is computed on its own (batch norm uses
@@ -22,7 +24,7 @@ its running statistics), so they never change the real rows' outputs.
 
 Example::
 
-    forward = BucketedForward(model, max_batch=512, graphs=False)   # the padding alone, any device
+    forward = BucketedForward(model, device, max_batch=512)   # the padding alone, any device
     out = forward(planes_t, scalars_t)     # NetOutput of the real rows only
 """
 
@@ -34,6 +36,7 @@ import torch
 
 from alphazero.config import FORWARD_MODES
 from alphazero.planes import COMPACT_PLANES, NUM_SCALARS
+
 GRAPH_WARMUP_PASSES = 3  # eager passes before a capture: they pick convolution algorithms and fill caches
 
 Forward = Callable[[torch.Tensor, torch.Tensor], tuple]

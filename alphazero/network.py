@@ -15,6 +15,7 @@ Example::
     model = AlphaZeroNet(get_preset("tiny").network)
     evaluator = Evaluator(model, pick_device("auto"))
     logits, values = evaluator.evaluate(planes, scalars)   # numpy in, float32 numpy out
+    legal, values = evaluator.evaluate_legal(planes, scalars, legal_indices, legal_counts)   # what search reads
 """
 
 from __future__ import annotations
@@ -407,6 +408,18 @@ def gather_legal(policy_logits: torch.Tensor, legal_indices: torch.Tensor,
     return policy_logits.gather(1, safe), (real & ~valid).any()
 
 
+def gather_legal_numpy(policy_logits: np.ndarray, legal_indices: np.ndarray, legal_counts: np.ndarray,
+                       out: np.ndarray) -> bool:
+    """gather_legal on the host: fills ``out`` [B, W]; returns the flag of a bad index (out is then unspecified)."""
+    width = out.shape[1]
+    real = np.arange(width) < legal_counts[:, None]
+    safe = np.where(real, legal_indices[:, :width], 0)
+    if safe.min() < 0 or safe.max() >= policy_logits.shape[1]:
+        return True
+    out[...] = np.take_along_axis(policy_logits, safe, axis=1)
+    return False
+
+
 class Evaluator:
     """Runs a model for search: numpy in, float32 numpy out, no gradients.
 
@@ -537,15 +550,21 @@ class Evaluator:
         logits_out, values_out, flag_out = outputs
         rows, width = logits_out.shape
         planes_t, scalars_t = compact_to_torch(planes, scalars, self.device)
-        indices_t = _to_device(legal_indices[:rows], self.device)
-        counts_t = _to_device(legal_counts[:rows], self.device)
+        if self.use_cuda:
+            indices_t = _to_device(legal_indices[:rows], self.device)
+            counts_t = _to_device(legal_counts[:rows], self.device)
         stage_done("input")
         out = self._forward(planes_t, scalars_t)
         stage_done("forward")
-        legal, bad = gather_legal(out.policy_logits, indices_t[:, :width], counts_t)
-        logits_out.copy_(legal, non_blocking=True)
+        if self.use_cuda:
+            legal, bad = gather_legal(out.policy_logits, indices_t[:, :width], counts_t)
+            logits_out.copy_(legal, non_blocking=True)
+            flag_out.copy_(bad, non_blocking=True)
+        else:
+            # The logits are host memory already: numpy gathers them with less overhead than torch's small ops.
+            flag_out[0] = gather_legal_numpy(out.policy_logits.numpy(), legal_indices[:rows], legal_counts[:rows],
+                                             logits_out.numpy())
         values_out.copy_(out.value, non_blocking=True)
-        flag_out.copy_(bad, non_blocking=True)
         stage_done("output")
 
     def evaluate_legal(self, planes: np.ndarray, scalars: np.ndarray, legal_indices: np.ndarray,

@@ -232,3 +232,23 @@ def test_preset_networks_build() -> None:
         with torch.no_grad():
             out = model(*compact_to_torch(*positions(2), "cpu"))
         assert out.policy_logits.shape == (2, POLICY_SIZE)
+
+
+def test_the_device_gather_and_the_host_gather_agree() -> None:
+    from alphazero.network import gather_legal, gather_legal_numpy
+
+    rng = np.random.default_rng(8)
+    logits = rng.standard_normal((6, POLICY_SIZE)).astype(np.float32)
+    indices, counts = legal_batch(6, seed=9)
+    width = int(counts.max())
+    host = np.empty((6, width), np.float32)
+    assert not gather_legal_numpy(logits, indices, counts, host)
+    device, flag = gather_legal(torch.from_numpy(logits), torch.from_numpy(indices[:, :width]), torch.from_numpy(counts))
+    assert not bool(flag)
+    for row, count in enumerate(counts):  # padding columns may differ; the search never reads them
+        assert np.array_equal(device.numpy()[row, :count], host[row, :count])
+        assert np.array_equal(host[row, :count], logits[row, indices[row, :count]])
+    indices[2, counts[2] - 1] = -1
+    assert gather_legal_numpy(logits, indices, counts, host)
+    assert bool(gather_legal(torch.from_numpy(logits), torch.from_numpy(indices[:, :width]),
+                             torch.from_numpy(counts))[1])
