@@ -1,10 +1,12 @@
 """An inference server: one network on one GPU, fed by the batches of several actors.
 
 Actors send their gathered leaves (compact planes, a few KB per position, and
-the legal moves' indices) and wait; the server waits up to `wait_ms` for more
-requests, copies up to `max_batch` positions into one preallocated (on CUDA
-pinned) batch, runs one forward pass, and answers each actor with its own
-rows: only the legal moves' logits (~30 floats a position) and the values.
+the legal moves' indices) and wait; the server copies up to `max_batch`
+positions of the waiting requests into one preallocated (on CUDA pinned)
+batch, runs one forward pass, and answers each actor with its own rows: only
+the legal moves' logits (~30 floats a position) and the values. Requests
+that come during a pass make up the next one; an idle server waits up to
+`wait_ms` for company.
 
 What crosses Ray: each request's arrays are numpy, which Ray serializes
 without pickling their contents (pickle protocol 5 buffers; arrays above
@@ -100,9 +102,13 @@ class InferenceServer:
 
     async def _run_batches(self) -> None:
         loop = asyncio.get_running_loop()
+        idle = True
         while self.pending:
-            if sum(len(r.planes) for r in self.pending) < self.max_batch:
-                await asyncio.sleep(self.wait_s)  # let the other actors' requests arrive
+            # Requests that come while a pass runs wait for the next one, so only
+            # an idle server waits (up to wait_ms) for other actors' requests.
+            if idle and sum(len(r.planes) for r in self.pending) < self.max_batch:
+                await asyncio.sleep(self.wait_s)
+            idle = False
             taken, size = [], 0
             while self.pending and (not taken or size + len(self.pending[0].planes) <= self.max_batch):
                 taken.append(self.pending.pop(0))
