@@ -50,6 +50,8 @@ DEFAULT_PRESET = "tiny"
 # Fields that may not differ between a run's saved config and a reopening
 # process: "section.*" is a whole section.
 FIXED_FIELDS = ("network.*", "learner.optimizer")
+# How a CUDA forward pass runs (alphazero.forward): here so that the CLI lists them without loading torch.
+FORWARD_MODES = ("eager", "graphs", "compile")
 
 
 @functools.cache
@@ -188,10 +190,13 @@ class SelfPlayConfig(_Section):
     """Self-play actors and how they reach the network."""
 
     SECTION: ClassVar[str] = "selfplay"
-    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"inference": ("local", "server")}
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"inference": ("local", "server"),
+                                                     "overlap": ("auto", "on", "off"),
+                                                     "cuda_forward": FORWARD_MODES}
     MINIMUM: ClassVar[dict[str, float]] = {"actors": 0, "games_per_actor": 1, "shard_games": 1,
                                            "server_batch_size": 1, "server_wait_ms": 0.0,
-                                           "weights_poll_seconds": 0.0, "max_games": 0}
+                                           "weights_poll_seconds": 0.0, "max_games": 0,
+                                           "gpu_games_per_actor": 0, "gpu_actors": 0}
 
     actors: int = _field(0, "self-play actors; 0 = one per CPU core")
     games_per_actor: int = _field(64, "games each actor plays at once; their leaves share one network batch")
@@ -203,6 +208,17 @@ class SelfPlayConfig(_Section):
     weights_poll_seconds: float = _field(30.0, "how often an actor looks for a newer checkpoint")
     save_pgn: bool = _field(True, "also write every game as PGN under run/games/")
     max_games: int = _field(0, "stop after this many games in all; 0 = until stopped")
+    # With GPUs (--gpus) a batch must be far larger than a CPU core wants; these take over there.
+    gpu_games_per_actor: int = _field(0, "games_per_actor when self-play has GPUs (--gpus > 0); 0 = games_per_actor")
+    gpu_actors: int = _field(0, "actors when self-play has GPUs and --actors is not given; "
+                                "0 = one per CPU core but one (the driver's)")
+    overlap: str = _field("auto", "two batches in flight per actor (each half of its games searched while the "
+                                  "other is in the network): 'auto' (on for a GPU or a server), 'on', 'off'")
+    # On one H100 (the README's GPU figures) 6x64 ran fastest as a CUDA graph up to batch 1024 (1.06M evals/s
+    # against 622k compiled) and compiled at 4096 (2.29M); 20x256 ran fastest compiled (164k against 126k at
+    # 1024). Graphs are the default, the alphazero preset compiles; try 'compile' for a server's big passes.
+    cuda_forward: str = _field("graphs", "how a CUDA pass runs: 'graphs' (a CUDA graph per batch-size bucket), "
+                                         "'compile' (torch.compile reduce-overhead per bucket) or 'eager'")
 
 
 @dataclass(frozen=True)
@@ -439,7 +455,9 @@ def _tiny() -> Config:
         network=NetworkConfig(blocks=2, filters=32, policy_filters=32, policy_kernel=1,
                               value_filters=8, value_hidden=64),
         search=SearchConfig(simulations=64, ply_limit=256),
-        selfplay=SelfPlayConfig(games_per_actor=32, shard_games=16, device="cpu", weights_poll_seconds=10.0),
+        # gpu_games_per_actor is not measured: tiny is a CPU preset.
+        selfplay=SelfPlayConfig(games_per_actor=32, shard_games=16, device="cpu", weights_poll_seconds=10.0,
+                                gpu_games_per_actor=256),
         learner=LearnerConfig(batch_size=256, lr_boundaries=(10_000, 30_000, 50_000), training_steps=70_000,
                               window_positions=100_000, min_window_positions=2_000, max_sample_reuse=4.0,
                               checkpoint_every=200, keep_checkpoints=5, keep_every_steps=5_000, log_every=20,
@@ -453,7 +471,12 @@ def _small() -> Config:
         preset="small",
         network=NetworkConfig(blocks=6, filters=64, policy_filters=64, value_filters=16, value_hidden=128),
         search=SearchConfig(simulations=200),
-        selfplay=SelfPlayConfig(games_per_actor=64, shard_games=32),
+        # On one H100 (README's GPU figures; 14 actors, local inference, one batch per actor)
+        # 1024 games per actor gave 465k evals/s against 214k at 256 and 60.8k
+        # at 64, and a CUDA graph of this net ran fastest at batch 1024 (1.06M/s).
+        # With overlap an actor's games make two batches: 2048 games keep each
+        # at 1024. Unmeasured on a GPU since (README).
+        selfplay=SelfPlayConfig(games_per_actor=64, shard_games=32, gpu_games_per_actor=2048),
         learner=LearnerConfig(batch_size=1024, lr_boundaries=(40_000, 120_000, 200_000), training_steps=280_000,
                               window_positions=1_000_000, min_window_positions=20_000, max_sample_reuse=2.0,
                               checkpoint_every=500, keep_every_steps=10_000, validation_positions=20_000,
@@ -466,11 +489,28 @@ def _alphazero() -> Config:
     # The dataclass defaults are AlphaZero's values. The window is the exception:
     # AlphaZero sampled from its last 1M games (~100M positions, ~100 GB in compact
     # form); 20M positions keep the last ~200k games in ~20 GB.
-    return Config(preset="alphazero", selfplay=SelfPlayConfig(inference="server", games_per_actor=128))
+    # Inference: on one H100 (README's GPU figures) each actor running the network itself gave
+    # 54.5k evals/s against 35.8k through an inference server (128 games per
+    # actor), so 'local' is the default. 512 games per actor gave 87.4k with the
+    # actors all of their time in the network (one batch of 512 each); with
+    # overlap 1024 games keep each of an actor's two batches at 512. 20x256 is
+    # compute-bound there: compiled code beat CUDA graphs at batch 1024 (164k/s
+    # against 126k), so it is compiled. Unmeasured on a GPU since (README).
+    return Config(preset="alphazero", selfplay=SelfPlayConfig(inference="local", games_per_actor=128,
+                                                              gpu_games_per_actor=1024, cuda_forward="compile"))
 
 
 _PRESETS = {"tiny": _tiny, "small": _small, "alphazero": _alphazero}
 PRESET_NAMES: tuple[str, ...] = tuple(_PRESETS)
+
+
+def for_gpus(config: Config, gpus: float) -> Config:
+    """Gets the config self-play runs with on ``gpus`` GPUs: selfplay.gpu_games_per_actor (when set) becomes
+    selfplay.games_per_actor; without GPUs the config as it is."""
+    if gpus <= 0 or config.selfplay.gpu_games_per_actor <= 0:
+        return config
+    return dataclasses.replace(config, selfplay=dataclasses.replace(
+        config.selfplay, games_per_actor=config.selfplay.gpu_games_per_actor))
 
 
 def get_preset(name: str) -> Config:

@@ -15,6 +15,7 @@ Example::
     model = AlphaZeroNet(get_preset("tiny").network)
     evaluator = Evaluator(model, pick_device("auto"))
     logits, values = evaluator.evaluate(planes, scalars)   # numpy in, float32 numpy out
+    legal, values = evaluator.evaluate_legal(planes, scalars, legal_indices, legal_counts)   # what search reads
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import time
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -31,6 +34,7 @@ from torch import nn
 
 from alphazero.config import NetworkConfig
 from alphazero.errors import UserError
+from alphazero.forward import FORWARD_MODES, BucketedForward, compile_per_bucket
 from alphazero.planes import INPUT_PLANES, check_compact_numpy, compact_to_torch, expand_torch
 
 POLICY_PLANES = 73  # 56 queen-like + 8 knight + 9 under-promotion move planes
@@ -184,6 +188,130 @@ def load_weights(model: nn.Module, state_dict: dict[str, torch.Tensor], source: 
         raise UserError(f"{source}: the weights do not fit the model: {first_line}") from None
 
 
+class PendingOutput:
+    """One batch's legal-move logits and values on their way to the host (Evaluator.submit_legal).
+
+    wait() returns (legal_logits float32 [B, W], values float32 [B]) as numpy
+    views of the evaluator's buffers for the batch's lane: they stay valid
+    until the next batch of that lane is submitted.
+    """
+
+    def __init__(self, evaluator: Evaluator, host: _HostOutput, rows: int, width: int,
+                 events: tuple[Any, Any] | None) -> None:
+        self._evaluator = evaluator
+        self._host = host
+        self._rows = rows
+        self._width = width
+        self._events = events
+        self._result: tuple[np.ndarray, np.ndarray] | None = None
+
+    def wait(self) -> tuple[np.ndarray, np.ndarray]:
+        """Waits for the batch (the pass's one synchronisation on CUDA) and returns its results.
+
+        Raises:
+            ValueError: a legal index outside [0, 4672) among a row's first legal_counts[b].
+        """
+        if self._result is None:
+            if self._events is not None:
+                start, end = self._events
+                end.synchronize()
+                self._evaluator.gpu_seconds += start.elapsed_time(end) / 1000
+            logits, values, flag = self._host.numpy(self._rows, self._width)
+            if flag[0]:
+                raise ValueError(f"legal move indices must lie in [0, {POLICY_SIZE}), got one outside")
+            self._result = (logits, values)
+        return self._result
+
+
+class _HostOutput:
+    """Preallocated host memory (pinned on CUDA) for one lane's legal logits, values and error flag."""
+
+    def __init__(self, pin: bool) -> None:
+        self.pin = pin
+        self.logits = torch.empty(0, dtype=torch.float32)
+        self.values = torch.empty(0, dtype=torch.float32)
+        self.flag = torch.zeros(1, dtype=torch.bool, pin_memory=pin)
+
+    def tensors(self, rows: int, width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Views for a batch of rows x width, growing the buffers (doubling) when they are too small."""
+        if self.logits.numel() < rows * width:
+            self.logits = torch.empty(max(rows * width, 2 * self.logits.numel()), dtype=torch.float32,
+                                      pin_memory=self.pin)
+        if self.values.numel() < rows:
+            self.values = torch.empty(max(rows, 2 * self.values.numel()), dtype=torch.float32, pin_memory=self.pin)
+        return self.logits[:rows * width].view(rows, width), self.values[:rows], self.flag
+
+    def numpy(self, rows: int, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        logits, values, flag = self.tensors(rows, width)
+        return logits.numpy(), values.numpy(), flag.numpy()
+
+
+def _to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """Moves a numpy array to ``device``; asynchronously when it lies in pinned memory (see compact_to_torch)."""
+    if not array.flags.c_contiguous or not array.flags.writeable:
+        array = np.array(array, order="C")  # torch.from_numpy needs writeable, contiguous memory
+    tensor = torch.from_numpy(array)
+    return tensor.to(device, non_blocking=device.type == "cuda" and tensor.is_pinned())
+
+
+def _check_legal(legal_indices: np.ndarray, legal_counts: np.ndarray, rows: int) -> None:
+    if not isinstance(legal_indices, np.ndarray) or not isinstance(legal_counts, np.ndarray):
+        raise ValueError("legal_indices and legal_counts must be numpy arrays")
+    if legal_indices.dtype != np.int32 or legal_counts.dtype != np.int32:
+        raise ValueError(f"legal_indices and legal_counts must be int32, got {legal_indices.dtype} "
+                         f"and {legal_counts.dtype}")
+    if legal_indices.ndim != 2 or legal_indices.shape[0] < rows or legal_counts.ndim != 1 \
+            or legal_counts.shape[0] < rows:
+        raise ValueError(f"legal_indices must be [>={rows}, W] and legal_counts [>={rows}], got "
+                         f"{legal_indices.shape} and {legal_counts.shape}")
+    counts = legal_counts[:rows]
+    if rows and (counts.min() < 0 or counts.max() > legal_indices.shape[1]):
+        raise ValueError(f"legal_counts must lie in [0, {legal_indices.shape[1]}] (the width of legal_indices), "
+                         f"got {counts.min()}..{counts.max()}")
+
+
+def _legal_shape(planes: np.ndarray, scalars: np.ndarray, legal_indices: np.ndarray,
+                 legal_counts: np.ndarray) -> tuple[int, int]:
+    """Checks a legal pass's inputs; returns its rows and result width (the largest count, at least 1)."""
+    check_compact_numpy(planes, scalars)
+    rows = planes.shape[0]
+    _check_legal(legal_indices, legal_counts, rows)
+    return rows, max(int(legal_counts[:rows].max()), 1) if rows else 1
+
+
+def gather_legal(policy_logits: torch.Tensor, legal_indices: torch.Tensor,
+                 legal_counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gathers each row's legal moves' logits: out[b, i] = policy_logits[b, legal_indices[b, i]].
+
+    Columns at and beyond legal_counts[b] are padding: whatever they hold,
+    they read index 0, so the search (which reads only the first
+    legal_counts[b] columns) never sees them. Works on any device without a
+    synchronisation: an index outside [0, 4672) among the real columns reads
+    index 0 too and raises the returned flag (a bool tensor) instead of
+    faulting on the GPU.
+
+    Returns:
+        (float32 [B, W] legal logits, bool [] flag of a bad index).
+    """
+    width = legal_indices.shape[1]
+    real = torch.arange(width, device=legal_indices.device) < legal_counts[:, None].to(torch.int64)
+    valid = (legal_indices >= 0) & (legal_indices < policy_logits.shape[1])
+    safe = torch.where(real & valid, legal_indices, 0).to(torch.int64)
+    return policy_logits.gather(1, safe), (real & ~valid).any()
+
+
+def gather_legal_numpy(policy_logits: np.ndarray, legal_indices: np.ndarray, legal_counts: np.ndarray,
+                       out: np.ndarray) -> bool:
+    """gather_legal on the host: fills ``out`` [B, W]; returns the flag of a bad index (out is then unspecified)."""
+    width = out.shape[1]
+    real = np.arange(width) < legal_counts[:, None]
+    safe = np.where(real, legal_indices[:, :width], 0)
+    if safe.min() < 0 or safe.max() >= policy_logits.shape[1]:
+        return True
+    out[...] = np.take_along_axis(policy_logits, safe, axis=1)
+    return False
+
+
 class Evaluator:
     """Runs a model for search: numpy in, float32 numpy out, no gradients.
 
@@ -193,21 +321,47 @@ class Evaluator:
     back to float32. ``compile=True`` wraps the model in torch.compile; the first
     batches of each new size are then slow.
 
+    ``forward`` picks how a CUDA pass runs (alphazero.forward.FORWARD_MODES):
+    'eager', 'graphs' (a CUDA graph per batch-size bucket) or 'compile'
+    (torch.compile(mode='reduce-overhead') per bucket); ``max_batch`` is the
+    largest batch the caller sends (a bucket of its own). On the CPU both are
+    ignored: the pass is eager, as there is no launch overhead to save.
+
+    Two ways in: evaluate() returns all 4672 logits per position;
+    submit_legal() / evaluate_legal() return only the legal moves' logits,
+    gathered on the device, in preallocated (on CUDA pinned) host buffers, with
+    one synchronisation per pass; that is what the search reads
+    (MultiGameSearch.backup_legal). ``gpu_seconds`` sums the GPU time of the
+    legal passes (CUDA events; 0 on the CPU).
+
     Example::
 
         evaluator = Evaluator(model, pick_device("auto"))
         logits, values = evaluator.evaluate(planes, scalars)   # [B, 4672], [B]
+        legal, values = evaluator.evaluate_legal(planes, scalars, legal_indices, legal_counts)   # [B, W], [B]
     """
 
     def __init__(self, model: AlphaZeroNet, device: torch.device | str | None = None, *,
-                 compile: bool = False, bf16: bool = True) -> None:
+                 compile: bool = False, bf16: bool = True, forward: str = "eager",
+                 max_batch: int | None = None) -> None:
+        if forward not in FORWARD_MODES:
+            raise ValueError(f"forward must be one of {', '.join(FORWARD_MODES)}, got {forward!r}")
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         self.model = model.to(self.device).eval()
         self.use_cuda = self.device.type == "cuda"
         if self.use_cuda:
             self.model = self.model.to(memory_format=torch.channels_last)
         self.autocast = bf16 and self.use_cuda
-        self._forward: nn.Module = torch.compile(self.model) if compile else self.model  # type: ignore[assignment]
+        self._forward: Any = torch.compile(self.model) if compile else self.model
+        self.forward_mode = forward if self.use_cuda else "eager"
+        if self.forward_mode == "compile":
+            # Padded to buckets, so it compiles (and records its graphs) once per bucket.
+            self._forward = compile_per_bucket(self.model)
+        if self.forward_mode != "eager":
+            self._forward = BucketedForward(self._forward, self.device, max_batch=max_batch,
+                                            graphs=self.forward_mode == "graphs")
+        self._lanes: dict[int, tuple[_HostOutput, tuple[Any, Any] | None]] = {}
+        self.gpu_seconds = 0.0
 
     @property
     def config(self) -> NetworkConfig:
@@ -215,7 +369,8 @@ class Evaluator:
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.autocast:
-            return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+            # No weight-cast cache: a CUDA graph must redo the casts it captured on every replay.
+            return torch.autocast(device_type="cuda", dtype=torch.bfloat16, cache_enabled=False)
         return contextlib.nullcontext()
 
     def evaluate(self, planes: np.ndarray, scalars: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -237,8 +392,127 @@ class Evaluator:
         values = out.value.float().cpu().numpy()
         return logits, values
 
+    def pin(self, arrays: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+        """Gets zeroed arrays shaped like ``arrays`` in pinned host memory on CUDA (the arrays themselves on the CPU).
+
+        A batch gathered straight into pinned memory goes to the GPU
+        asynchronously, without a staging copy: give the search
+        ``evaluator.pin(search.new_batch())``.
+        """
+        if not self.use_cuda:
+            return arrays
+        pinned = []
+        for array in arrays:
+            memory = torch.zeros(array.nbytes, dtype=torch.uint8, pin_memory=True)
+            pinned.append(memory.numpy().view(array.dtype).reshape(array.shape))
+        return tuple(pinned)
+
+    def submit_legal(self, planes: np.ndarray, scalars: np.ndarray, legal_indices: np.ndarray,
+                     legal_counts: np.ndarray, *, lane: int = 0) -> PendingOutput:
+        """Starts evaluating B positions; returns their legal moves' logits and values when waited for.
+
+        legal_indices int32 [>=B, >=W] and legal_counts int32 [>=B] are the
+        search's gather() arrays: row b's first legal_counts[b] entries are
+        its legal moves' policy indices (the rest are ignored). The result's
+        width W is the largest count. On CUDA the pass only gets queued, so
+        the caller can search meanwhile; batches of different ``lane``s may be
+        in flight together (each lane has its own output buffers), a lane's
+        next batch may only be submitted after its last one was waited for.
+
+        Raises:
+            ValueError: wrong dtypes or shapes, or counts beyond legal_indices' width.
+        """
+        rows, width = _legal_shape(planes, scalars, legal_indices, legal_counts)
+        host, events = self._lane(lane)
+        if rows == 0:
+            host.flag.zero_()
+            return PendingOutput(self, host, rows, width, None)
+        with torch.inference_mode(), self._autocast():
+            if events is not None:
+                events[0].record()
+            self._run_legal(planes, scalars, legal_indices, legal_counts, host.tensors(rows, width), lambda _: None)
+            if events is not None:
+                events[1].record()
+        return PendingOutput(self, host, rows, width, events)
+
+    def _run_legal(self, planes: np.ndarray, scalars: np.ndarray, legal_indices: np.ndarray,
+                   legal_counts: np.ndarray, outputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+                   stage_done: Callable[[str], None]) -> None:
+        """Queues one legal pass into ``outputs`` (logits, values, flag host views); stage_done(name) after each stage."""
+        logits_out, values_out, flag_out = outputs
+        rows, width = logits_out.shape
+        planes_t, scalars_t = compact_to_torch(planes, scalars, self.device)
+        if self.use_cuda:
+            indices_t = _to_device(legal_indices[:rows], self.device)
+            counts_t = _to_device(legal_counts[:rows], self.device)
+        stage_done("input")
+        out = self._forward(planes_t, scalars_t)
+        stage_done("forward")
+        if self.use_cuda:
+            legal, bad = gather_legal(out.policy_logits, indices_t[:, :width], counts_t)
+            logits_out.copy_(legal, non_blocking=True)
+            flag_out.copy_(bad, non_blocking=True)
+        else:
+            # The logits are host memory already: numpy gathers them with less overhead than torch's small ops.
+            flag_out[0] = gather_legal_numpy(out.policy_logits.numpy(), legal_indices[:rows], legal_counts[:rows],
+                                             logits_out.numpy())
+        values_out.copy_(out.value, non_blocking=True)
+        stage_done("output")
+
+    def evaluate_legal(self, planes: np.ndarray, scalars: np.ndarray, legal_indices: np.ndarray,
+                       legal_counts: np.ndarray, *, lane: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """Evaluates B positions now: (legal logits float32 [B, W], values float32 [B]) (see submit_legal).
+
+        The arrays are views of the lane's buffers, valid until its next call.
+
+        Raises:
+            ValueError: as submit_legal and PendingOutput.wait.
+        """
+        return self.submit_legal(planes, scalars, legal_indices, legal_counts, lane=lane).wait()
+
+    def _lane(self, lane: int) -> tuple[_HostOutput, tuple[Any, Any] | None]:
+        entry = self._lanes.get(lane)
+        if entry is None:
+            events = None
+            if self.use_cuda:
+                events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            entry = (_HostOutput(pin=self.use_cuda), events)
+            self._lanes[lane] = entry
+        return entry
+
+    def profile_legal(self, planes: np.ndarray, scalars: np.ndarray, legal_indices: np.ndarray,
+                      legal_counts: np.ndarray) -> dict[str, float]:
+        """Times one evaluate_legal pass stage by stage: seconds of 'input', 'forward' and 'output'.
+
+        input: the compact batch and its legal indices to the device;
+        forward: the network (input expansion included); output: the legal
+        logits' gather and the copy to the host. Each stage is waited for
+        before the next starts, so the sum exceeds a real pass, where they overlap.
+
+        Raises:
+            ValueError: as submit_legal, or an empty batch.
+        """
+        rows, width = _legal_shape(planes, scalars, legal_indices, legal_counts)
+        if rows == 0:
+            raise ValueError("profile_legal needs at least one position")
+        host, _ = self._lane(-1)
+        sync = torch.cuda.synchronize if self.use_cuda else (lambda: None)
+        times: dict[str, float] = {}
+        tick = [time.perf_counter()]
+
+        def stage_done(name: str) -> None:
+            sync()
+            now = time.perf_counter()
+            times[name], tick[0] = now - tick[0], now
+
+        with torch.inference_mode(), self._autocast():
+            sync()
+            tick[0] = time.perf_counter()
+            self._run_legal(planes, scalars, legal_indices, legal_counts, host.tensors(rows, width), stage_done)
+        return times
+
     def set_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
-        """Replaces the model's weights in place (no rebuild, no recompile).
+        """Replaces the model's weights in place (no rebuild, no recompile, captured graphs stay valid).
 
         Raises:
             UserError: the weights do not fit the model.
@@ -254,6 +528,6 @@ def count_parameters(model: nn.Module) -> int:
 
 
 __all__ = [
-    "POLICY_PLANES", "POLICY_SIZE", "AlphaZeroNet", "Evaluator", "NetOutput",
+    "POLICY_PLANES", "POLICY_SIZE", "AlphaZeroNet", "Evaluator", "NetOutput", "PendingOutput", "gather_legal",
     "check_architecture", "count_parameters", "cpu_state_dict", "load_weights", "pick_device",
 ]

@@ -39,6 +39,10 @@ SCALAR_SCALE = np.array([1.0, 1.0 / 256.0, 1.0, 1.0, 1.0, 1.0, 1.0 / 100.0], dty
 SCALAR_SCALE.setflags(write=False)
 
 _SCALE_TUPLE = tuple(float(v) for v in SCALAR_SCALE)
+# SCALAR_SCALE and the 64 bit shifts as tensors, one pair per device, made on
+# the first expansion there: building them on every call copied a CPU tensor
+# to the GPU inside the forward pass, which a CUDA graph cannot capture.
+_DEVICE_CONSTANTS: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
 
 def _check_compact_shapes(planes_shape: tuple[int, ...], scalars_shape: tuple[int, ...]) -> None:
@@ -105,6 +109,18 @@ def _check_compact_torch(planes: torch.Tensor, scalars: torch.Tensor) -> None:
     _check_compact_shapes(tuple(planes.shape), tuple(scalars.shape))
 
 
+def _constants_on(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gets the bit shifts (int64 [64]) and SCALAR_SCALE (float32 [7]) on ``device``, cached."""
+    constants = _DEVICE_CONSTANTS.get(device)
+    if constants is None:
+        # Made outside inference mode, so that training may use them too.
+        with torch.inference_mode(False):
+            constants = (torch.arange(64, dtype=torch.int64).to(device),
+                         torch.tensor(_SCALE_TUPLE, dtype=torch.float32).to(device))
+        _DEVICE_CONSTANTS[device] = constants
+    return constants
+
+
 def expand_torch(planes: torch.Tensor, scalars: torch.Tensor) -> torch.Tensor:
     """Expands compact positions into float32 input planes on the tensors' device.
 
@@ -120,12 +136,11 @@ def expand_torch(planes: torch.Tensor, scalars: torch.Tensor) -> torch.Tensor:
     """
     _check_compact_torch(planes, scalars)
     n = planes.shape[0]
-    shifts = torch.arange(64, device=planes.device, dtype=torch.int64)
+    shifts, scale = _constants_on(planes.device)
     # >> on int64 is arithmetic: bit 63 (a negative number) shifts in ones, but
     # the mask keeps only the lowest bit, so every bit comes out right.
     bits = (planes.unsqueeze(-1) >> shifts) & 1
     board = bits.to(torch.float32).reshape(n, COMPACT_PLANES, 8, 8)
-    scale = torch.tensor(_SCALE_TUPLE, dtype=torch.float32, device=scalars.device)
     constant = (scalars * scale)[:, :, None, None].expand(n, NUM_SCALARS, 8, 8)
     return torch.cat([board, constant], dim=1)
 

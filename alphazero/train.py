@@ -36,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--actors", type=int, default=None,
                         help="self-play actors (default: selfplay.actors, 0 = one per CPU core)")
     parser.add_argument("--device", default=None, help="learner device: auto, cpu, cuda or cuda:N")
-    parser.add_argument("--gpus", type=float, default=0.0, help="GPUs for self-play inference (default 0)")
+    parser.add_argument("--gpus", type=float, default=0.0,
+                        help="GPUs for self-play inference (default 0); the preset's selfplay.gpu_* defaults apply")
     parser.add_argument("--quiet", action="store_true", help="no live progress lines")
     add_from_checkpoint_argument(parser)
     parser.add_argument("--init", metavar="FILE_OR_RUN", default=None,
@@ -75,7 +76,8 @@ def _train(args: argparse.Namespace, run_dir: RunDir, config: Config, init: Weig
     from selfplay.driver import connect_ray, run_selfplay
     from selfplay.publish import WeightPublisher
 
-    actors = actor_count(args.actors, config.selfplay.actors)
+    actors = actor_count(args.actors, config.selfplay.actors, gpus=args.gpus,
+                         gpu_configured=config.selfplay.gpu_actors)
     started_ray = connect_ray(None, num_cpus=max(actors + 1, os.cpu_count() or 1), num_gpus=args.gpus or None)
     stop = threading.Event()
     failure: list[BaseException] = []

@@ -500,12 +500,15 @@ class SearchAgent(NetworkAgent):
         self.simulations = simulations
         self.algorithm = algorithm or network.search_config.algorithm
         self._search: MultiGameSearch | None = None
+        self._batch: tuple | None = None
 
     def _search_for(self, games: int) -> MultiGameSearch:
-        # Reused between calls (the trees' memory is kept); rebuilt when more games come.
+        # Reused between calls (the trees' memory and the batch arrays, pinned
+        # on a GPU, are kept); rebuilt when more games come.
         if self._search is None or self._search.games < games:
             options = search_options(self.network.search_config, algorithm=self.algorithm)
             self._search = MultiGameSearch(games, simulations=self.simulations, **options)
+            self._batch = self.network.evaluator.pin(self._search.new_batch())
         for slot in range(games, self._search.games):
             self._search.clear(slot)
         return self._search
@@ -517,7 +520,8 @@ class SearchAgent(NetworkAgent):
         search = self._search_for(len(boards))
         for slot, board in enumerate(boards):
             search.set_position(slot, to_mcts_board(board))
-        run_search(search, self.network.evaluate)
+        # The legal moves' logits only: on a GPU they are gathered there, ~30 floats a position come back.
+        run_search(search, evaluate_legal=self.network.evaluator.evaluate_legal, batch=self._batch)
         return [self._read(search, slot) for slot in range(len(boards))]
 
     def _read(self, search: MultiGameSearch, slot: int) -> Choice:
@@ -535,6 +539,7 @@ class SearchAgent(NetworkAgent):
     def close(self) -> None:
         """Frees the search trees."""
         self._search = None
+        self._batch = None
 
 
 # --- the registry ----------------------------------------------------------------------------

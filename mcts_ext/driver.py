@@ -3,6 +3,13 @@
 An evaluator is any callable taking (planes uint64 [B, 112], scalars float32
 [B, 7]) and returning (policy logits [B, 4672], values [B]); a network
 wrapper, an inference-server client, or the uniform evaluator below.
+
+A legal evaluator also takes gather()'s legal_indices int32 [B, 256] and
+legal_counts int32 [B] and returns only the legal moves' logits (legal
+logits [B, W], W >= every row's count, row b's first legal_counts[b] in
+legal_indices' order) and the values; the search backs those up with
+backup_legal(). A GPU evaluator gathers them on the device and copies ~30
+floats a position instead of 4672 (alphazero.network.Evaluator.evaluate_legal).
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from mcts_ext.position import Board
 from mcts_ext.search import MultiGameSearch
 
 Evaluator = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+LegalEvaluator = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
 _ZEROS: dict[str, np.ndarray] = {"logits": np.zeros((0, NUM_MOVES), np.float32), "values": np.zeros(0, np.float32)}
@@ -36,6 +44,21 @@ def uniform_evaluator(planes: np.ndarray, scalars: np.ndarray) -> tuple[np.ndarr
     return _ZEROS["logits"][:rows], _ZEROS["values"][:rows]
 
 
+def uniform_legal_evaluator(planes: np.ndarray, scalars: np.ndarray, legal_indices: np.ndarray,
+                            legal_counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The uniform evaluator as a legal evaluator: equal legal logits [B, W] (W: legal_indices' width) and values 0.
+
+    Returns read-only views of one shared zero buffer, as uniform_evaluator.
+    """
+    rows, width = planes.shape[0], legal_indices.shape[1]
+    legal = _ZEROS.get("legal")
+    if legal is None or legal.shape[0] < rows or legal.shape[1] != width:
+        legal = np.zeros((max(rows, 1), width), np.float32)
+        legal.flags.writeable = False
+        _ZEROS["legal"] = legal
+    return legal[:rows], uniform_evaluator(planes, scalars)[1]
+
+
 def evaluate_into(search: MultiGameSearch, evaluate: Evaluator, batch: tuple, rows: int) -> None:
     """Evaluates the first `rows` leaves of `batch` and backs the results up."""
     planes, scalars = batch[0], batch[1]
@@ -44,19 +67,41 @@ def evaluate_into(search: MultiGameSearch, evaluate: Evaluator, batch: tuple, ro
                   np.ascontiguousarray(values, dtype=np.float32).reshape(-1))
 
 
-def run(search: MultiGameSearch, evaluate: Evaluator, *,
+def evaluate_legal_into(search: MultiGameSearch, evaluate_legal: LegalEvaluator, batch: tuple, rows: int) -> None:
+    """Evaluates the first `rows` leaves of `batch` with a legal evaluator and backs the results up."""
+    planes, scalars, legal_indices, legal_counts = batch[:4]
+    logits, values = evaluate_legal(planes[:rows], scalars[:rows], legal_indices, legal_counts)
+    search.backup_legal(np.ascontiguousarray(logits, dtype=np.float32),
+                        np.ascontiguousarray(values, dtype=np.float32).reshape(-1))
+
+
+def run(search: MultiGameSearch, evaluate: Evaluator | None = None, *,
+        evaluate_legal: LegalEvaluator | None = None,
         should_stop: Callable[[], bool] | None = None,
-        on_step: Callable[[int], None] | None = None) -> None:
+        on_step: Callable[[int], None] | None = None,
+        batch: tuple | None = None) -> None:
     """Steps the search until no slot wants simulations (or should_stop() says so).
 
-    Self-play searches play their games to the end (collect them with
-    take_finished() from on_step); analysis searches stop at their budgets.
+    Give either `evaluate` (full logits) or `evaluate_legal` (the legal moves'
+    logits only; what a GPU evaluator should be given). `batch` is the arrays
+    to gather into, as search.new_batch() makes them (an evaluator may want
+    them in pinned memory); default: new ones. Self-play searches play their
+    games to the end (collect them with take_finished() from on_step);
+    analysis searches stop at their budgets.
+
+    Raises:
+        TypeError: both evaluators or neither given.
     """
-    batch = search.new_batch()
+    if (evaluate is None) == (evaluate_legal is None):
+        raise TypeError("run() takes one of evaluate and evaluate_legal")
+    batch = search.new_batch() if batch is None else batch
     while search.searching():
         rows = search.gather(*batch)
         if rows:
-            evaluate_into(search, evaluate, batch, rows)
+            if evaluate_legal is not None:
+                evaluate_legal_into(search, evaluate_legal, batch, rows)
+            else:
+                evaluate_into(search, evaluate, batch, rows)
         if on_step is not None:
             on_step(rows)
         if should_stop is not None and should_stop():

@@ -102,24 +102,32 @@ cdef inline void backup(Tree* tree, int32_t leaf, float value) noexcept nogil:
         node = tree.parent[node]
 
 
+cdef inline float legal_logit(const float* logits, const int32_t* indices, int i) noexcept nogil:
+    """The logit of the i-th legal move: logits[indices[i]] of a full policy row, or logits[i] of a
+    compact row that holds the legal moves' logits only (indices NULL)."""
+    return logits[i] if indices == NULL else logits[indices[i]]
+
+
 cdef inline bint logits_finite(const float* logits, const int32_t* indices, int count) noexcept nogil:
+    """Whether the `count` legal moves' logits (see legal_logit) are all finite."""
     cdef int i
     for i in range(count):
-        if not isfinite(logits[indices[i]]):
+        if not isfinite(legal_logit(logits, indices, i)):
             return False
     return True
 
 
 cdef inline void set_priors(Tree* tree, int32_t node, const float* logits, const int32_t* indices) noexcept nogil:
-    """Softmax of the legal moves' logits (the rest are masked out) into the node's edge priors."""
+    """Softmax of the legal moves' logits (see legal_logit; the rest are masked out) into the node's edge priors."""
     cdef int32_t first = tree.first_edge[node], count = tree.edge_count[node], i
-    cdef float top = -1e30, total = 0.0, p
+    cdef float top = -1e30, total = 0.0, p, logit
     for i in range(count):
-        if logits[indices[i]] > top:
-            top = logits[indices[i]]
+        logit = legal_logit(logits, indices, i)
+        if logit > top:
+            top = logit
     for i in range(count):
         # Subtracting the maximum keeps exp() from overflowing; the result is unchanged.
-        p = exp(logits[indices[i]] - top)
+        p = exp(legal_logit(logits, indices, i) - top)
         tree.prior[first + i] = p
         total += p
     for i in range(count):

@@ -12,6 +12,9 @@ gather() walks every game that still needs simulations down its tree to a
 leaf, scores game-ending leaves exactly on the spot, and writes each other
 leaf's compact input into row b of the caller's arrays. backup() masks the
 illegal moves, softmaxes the legal logits into priors, and backs the values up.
+backup_legal() does the same from the legal moves' logits alone (in the
+order of gather()'s legal_indices), so a GPU evaluator can gather those few
+logits on the device and copy ~30 floats a row to the host instead of 4672.
 When a game's root reaches its budget, a self-play search ("autoplay") picks
 and plays a move, records a training sample and goes on with the next move;
 an analysis search stops and waits to be read (root_stats, best_move).
@@ -990,26 +993,62 @@ cdef class MultiGameSearch:
         Raises ValueError on a shape mismatch or a NaN/inf among the values or
         the legal moves' logits, before changing anything.
         """
-        cdef int rows = self.pending_leaves, b
+        cdef int rows = self.pending_leaves
         if policy_logits.shape[0] != rows or policy_logits.shape[1] != NUM_MOVES or values.shape[0] != rows:
             raise ValueError(f"expected policy_logits [{rows}, {NUM_MOVES}] and values [{rows}] for the "
                              f"{rows} leaves of the last gather(), got [{policy_logits.shape[0]}, "
                              f"{policy_logits.shape[1]}] and [{values.shape[0]}]")
+        self._check_output(&policy_logits[0, 0] if rows else NULL, NUM_MOVES, False, values)
+        self._backup_checked(&policy_logits[0, 0] if rows else NULL, NUM_MOVES, False, values)
+
+    def backup_legal(self, const float[:, ::1] legal_logits not None, const float[::1] values not None) -> None:
+        """Hands back the network's output for the last gather()'s rows, as the legal moves' logits only.
+
+        legal_logits: float32 [B, W]; legal_logits[b, i] is the logit of the
+        i-th move of row b as gather() listed it in legal_indices[b, i]. Only
+        the first legal_counts[b] columns of row b are read, so W may be any
+        width that holds the longest row (at most 256 = MAX_MOVES is ever
+        needed) and the columns beyond a row's count may hold anything.
+        values: as in backup(). Gives exactly the priors backup() gives for
+        full logits with the same values at the legal moves.
+
+        Raises ValueError on a shape mismatch, a row longer than W, or a
+        NaN/inf among the values or the read logits, before changing anything.
+        """
+        cdef int rows = self.pending_leaves, width = legal_logits.shape[1], b, count
+        if legal_logits.shape[0] != rows or values.shape[0] != rows:
+            raise ValueError(f"expected legal_logits [{rows}, W] and values [{rows}] for the {rows} leaves "
+                             f"of the last gather(), got [{legal_logits.shape[0]}, {width}] and [{values.shape[0]}]")
         for b in range(rows):
+            count = self.slots[self.leaf_slot[b]].tree.edge_count[self.leaf_node[b]]
+            if count > width:
+                raise ValueError(f"legal_logits has {width} columns but row {b} has {count} legal moves")
+        self._check_output(&legal_logits[0, 0] if rows else NULL, width, True, values)
+        self._backup_checked(&legal_logits[0, 0] if rows else NULL, width, True, values)
+
+    cdef void _check_output(self, const float* logits, int width, bint compact, const float[::1] values) except *:
+        """Raises ValueError for a non-finite value or legal move's logit among the pending rows."""
+        cdef int b
+        for b in range(self.pending_leaves):
             if not isfinite(values[b]):
                 raise ValueError(f"the network returned a non-finite value ({values[b]}) for row {b}")
-            if not logits_finite(&policy_logits[b, 0], &self.leaf_indices[b * MAX_MOVES],
+            if not logits_finite(logits + <size_t>b * width, NULL if compact else &self.leaf_indices[b * MAX_MOVES],
                                  self.slots[self.leaf_slot[b]].tree.edge_count[self.leaf_node[b]]):
                 raise ValueError(f"the network returned non-finite policy logits for a legal move in row {b}")
+
+    cdef void _backup_checked(self, const float* logits, int width, bint compact, const float[::1] values) except *:
+        cdef int rows = self.pending_leaves
         cdef bint out_of_memory = False
         if rows:
             with nogil:
-                self._backup(&policy_logits[0, 0], &values[0], rows, &out_of_memory)
+                self._backup(logits, width, compact, &values[0], rows, &out_of_memory)
         self.pending_leaves = 0
         if out_of_memory:
             raise MemoryError("the search ran out of memory")
 
-    cdef void _backup(self, const float* logits, const float* values, int rows, bint* out_of_memory) noexcept nogil:
+    cdef void _backup(self, const float* logits, int width, bint compact, const float* values, int rows,
+                      bint* out_of_memory) noexcept nogil:
+        """Backs up `rows` leaves; row b's logits start at logits + b * width, compact (legal moves only) or full."""
         cdef int b
         cdef int32_t node
         cdef float value
@@ -1018,7 +1057,7 @@ cdef class MultiGameSearch:
         for b in range(rows):
             s = &self.slots[self.leaf_slot[b]]
             node = self.leaf_node[b]
-            set_priors(&s.tree, node, logits + b * NUM_MOVES, &self.leaf_indices[b * MAX_MOVES])
+            set_priors(&s.tree, node, logits + <size_t>b * width, NULL if compact else &self.leaf_indices[b * MAX_MOVES])
             s.tree.pending[node] = 0
             if o.leaves_per_game > 1:
                 add_in_flight(&s.tree, node, -1)

@@ -14,10 +14,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("actors")
     group.add_argument("--actors", type=int, default=None,
                        help="self-play actors (default: selfplay.actors, 0 = one per CPU core)")
-    group.add_argument("--games-per-actor", type=int, default=None, help="games each actor plays at once")
+    group.add_argument("--games-per-actor", type=int, default=None,
+                       help="games each actor plays at once (with --gpus: selfplay.gpu_games_per_actor)")
     group.add_argument("--sims", type=int, default=None, help="simulations per move (search.simulations)")
     group.add_argument("--address", default=None, help="Ray cluster address (HOST:PORT or 'auto'); default: local")
-    group.add_argument("--gpus", type=float, default=0.0, help="GPUs for inference (default 0: CPU)")
+    group.add_argument("--gpus", type=float, default=0.0,
+                       help="GPUs for inference (default 0: CPU); the preset's selfplay.gpu_* defaults apply")
     group.add_argument("--inference", choices=("local", "server"), default=None,
                        help="with GPUs: each actor runs the network ('local') or batching servers do ('server')")
     stop = group.add_mutually_exclusive_group()
@@ -27,9 +29,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def overrides_from(args: argparse.Namespace) -> list[str]:
-    """The overrides that shortcut flags (--sims, ...) stand for."""
+    """The overrides that shortcut flags (--sims, ...) stand for.
+
+    With GPUs (--gpus > 0) --games-per-actor sets selfplay.gpu_games_per_actor,
+    the field self-play then reads.
+    """
     overrides = []
-    for flag, key in (("games_per_actor", "selfplay.games_per_actor"), ("sims", "search.simulations"),
+    games_key = "selfplay.gpu_games_per_actor" if (getattr(args, "gpus", 0) or 0) > 0 else "selfplay.games_per_actor"
+    for flag, key in (("games_per_actor", games_key), ("sims", "search.simulations"),
                       ("inference", "selfplay.inference")):
         value = getattr(args, flag, None)
         if value is not None:
@@ -37,11 +44,24 @@ def overrides_from(args: argparse.Namespace) -> list[str]:
     return overrides
 
 
-def actor_count(requested: int | None, configured: int) -> int:
-    count = requested if requested is not None else configured
+def actor_count(requested: int | None, configured: int, *, gpus: float = 0.0, gpu_configured: int = 0) -> int:
+    """The number of self-play actors: --actors, else the config's (selfplay.gpu_actors with GPUs).
+
+    0 means one per CPU core; with GPUs one fewer, as the driver (and the
+    learner of `alphazero train`) keep a core busy feeding the GPU.
+
+    Raises:
+        UserError: a negative count.
+    """
+    if requested is None and gpus > 0:
+        count = gpu_configured
+        cores = (os.cpu_count() or 2) - 1
+    else:
+        count = requested if requested is not None else configured
+        cores = os.cpu_count() or 1
     if count < 0:
         raise UserError(f"--actors must be at least 1, got {count}")
-    return count or os.cpu_count() or 1
+    return count or max(cores, 1)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -50,7 +70,8 @@ def run(args: argparse.Namespace) -> None:
     run_dir, config = open_run_from_args(args, overrides_from(args))
     if args.minutes is not None and args.minutes <= 0 or args.games is not None and args.games < 1:
         raise UserError("--minutes must be positive and --games at least 1")
-    totals = run_selfplay(run_dir, config, actors=actor_count(args.actors, config.selfplay.actors),
+    actors = actor_count(args.actors, config.selfplay.actors, gpus=args.gpus, gpu_configured=config.selfplay.gpu_actors)
+    totals = run_selfplay(run_dir, config, actors=actors,
                           address=args.address, gpus=args.gpus, minutes=args.minutes, games=args.games,
                           progress=not args.quiet)
     print(f"self-play: {totals.games} games, {totals.moves} positions in {len(totals.shards)} shards "

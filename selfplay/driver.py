@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from alphazero.checkpoint import latest_checkpoint, load_checkpoint
-from alphazero.config import Config, to_toml
+from alphazero.config import Config, for_gpus, to_toml
 from alphazero.console import compact_number, fit_line
 from alphazero.errors import UserError
 from alphazero.resign import ResignCalibrator
@@ -285,6 +285,7 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
 
     if actors < 1:
         raise UserError(f"--actors must be at least 1, got {actors}")
+    config = for_gpus(config, gpus)  # with GPUs: selfplay.gpu_games_per_actor
     step = check_checkpoint(run, config)
     if step is None:
         print(f"self-play: no checkpoint in {run.checkpoints} yet: playing with freshly initialised weights",

@@ -14,6 +14,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,7 @@ from selfplay.records import GameWriter
 log = logging.getLogger(__name__)
 
 EvaluateFn = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+Result = Callable[[], tuple[np.ndarray, np.ndarray]]  # waits for a batch's (legal logits, values)
 
 
 def search_options(search: SearchConfig, resign_threshold: float | None = None) -> dict[str, Any]:
@@ -52,7 +54,7 @@ class PlayStats:
 
     worker: str = ""
     wall_seconds: float = 0.0
-    network_seconds: float = 0.0      # inside the evaluator (forward pass, transfers, Ray for a server)
+    network_seconds: float = 0.0      # waiting for the evaluator (forward pass, transfers, Ray for a server)
     batches: int = 0
     evaluations: int = 0              # positions sent to the network
     moves: int = 0                    # positions played (plies), finished games or not
@@ -67,6 +69,7 @@ class PlayStats:
     would_have_resigned: int = 0      # ... in which a side went below the threshold
     false_resignations: int = 0       # ... and that side did not lose
     weights_step: int = -1            # -1: freshly initialised weights
+    gpu_seconds: float = 0.0          # GPU time of the local passes (CUDA events; 0 on the CPU or with a server)
 
 
 def _one_thread() -> None:
@@ -75,8 +78,41 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
+@dataclass
+class _Lane:
+    """A share of an actor's games with its own search and batch arrays; one batch of it may be in the network."""
+
+    index: int
+    search: MultiGameSearch
+    batch: tuple[np.ndarray, ...]      # search.new_batch()'s arrays, pinned for a local GPU
+    first_step: list[int]              # per slot: the weights' step when its game started
+    waiting: Result | None = None      # the batch in the network: call it for (legal logits, values)
+
+
+def lane_games(games: int, overlap: bool) -> list[int]:
+    """Splits an actor's games into its lanes: one, or two halves (the first takes the odd game)."""
+    if not overlap or games < 2:
+        return [games]
+    return [games - games // 2, games // 2]
+
+
+def uses_overlap(setting: str, device: torch.device | None) -> bool:
+    """Whether selfplay.overlap ('auto', 'on', 'off') gives two lanes on ``device`` (None: an inference server)."""
+    if setting == "auto":
+        return device is None or device.type == "cuda"
+    return setting == "on"
+
+
 class SelfPlayWorker:
-    """Plays games with its own network copy (or an inference server) and writes them to the run."""
+    """Plays games with its own network copy (or an inference server) and writes them to the run.
+
+    Its games are split into lanes (selfplay.overlap): with two, one lane's
+    batch is in the network while the other lane is searched, so the search
+    hides behind the network. On a GPU the pass only gets queued (CUDA
+    streams); on the CPU the network runs in a thread; with an inference
+    server both lanes' requests are in flight. The network sees only the
+    legal moves' logits (Evaluator.evaluate_legal, MultiGameSearch.backup_legal).
+    """
 
     def __init__(self, run_path: str, config_toml: str, name: str, *, seed: int | None = None,
                  device: str | None = None, server: Any = None, max_games: int | None = None) -> None:
@@ -87,36 +123,50 @@ class SelfPlayWorker:
         self.server = server
         self.step = -1
         self.weights_checked = 0.0
-        if server is None:
+        selfplay = self.config.selfplay
+        torch_device = pick_device(device or selfplay.device) if server is None else None
+        games = lane_games(selfplay.games_per_actor, uses_overlap(selfplay.overlap, torch_device))
+        self.evaluator: Evaluator | None = None
+        if torch_device is not None:
             model = AlphaZeroNet(self.config.network)
-            self.evaluator: Evaluator | None = Evaluator(model, pick_device(device or self.config.selfplay.device))
+            self.evaluator = Evaluator(model, torch_device, forward=selfplay.cuda_forward,
+                                       max_batch=games[0] * self.config.search.leaves_per_game)
             self._poll_weights(force=True)
             if self.step < 0:
                 log.warning("%s: no checkpoint in %s yet: playing with freshly initialised weights",
                             name, self.run.checkpoints)
-        else:
-            self.evaluator = None
+        # On the CPU a second lane only overlaps if the network runs beside the search, in a thread.
+        self.pool = ThreadPoolExecutor(max_workers=1) if len(games) > 1 and torch_device is not None \
+            and torch_device.type == "cpu" else None
         # Self-play wants variety more than reproducibility: a restarted actor must
         # not replay the games it already wrote.
         seed = seed if seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
         self.resign_checked = time.monotonic()
-        self.search = MultiGameSearch(self.config.selfplay.games_per_actor, seed=seed,
-                                      **search_options(self.config.search,
-                                                       threshold_for_actors(self.run, self.config.search)))
-        self.batch = self.search.new_batch()
-        self.first_step = [self.step] * self.search.games
+        threshold = threshold_for_actors(self.run, self.config.search)
+        self.lanes: list[_Lane] = []
+        for index, count in enumerate(games):
+            search = MultiGameSearch(count, seed=seed + index, **search_options(self.config.search, threshold))
+            batch = search.new_batch()
+            if self.evaluator is not None:
+                batch = self.evaluator.pin(batch)
+            self.lanes.append(_Lane(index, search, batch, [self.step] * count))
         # Games this worker may still start (None: no limit); all slots start at once.
-        self.games_to_start = None if max_games is None else max_games - self.search.games
-        for slot in range(max_games if max_games is not None and max_games < self.search.games else self.search.games,
-                          self.search.games):
-            self.search.clear(slot)
-        self.writer = GameWriter(self.run, name, shard_games=self.config.selfplay.shard_games,
-                                 save_pgn=self.config.selfplay.save_pgn)
+        total = sum(games)
+        self.games_to_start = None if max_games is None else max_games - total
+        slots = [(lane, slot) for lane in self.lanes for slot in range(lane.search.games)]
+        for lane, slot in slots[max_games if max_games is not None and max_games < total else total:]:
+            lane.search.clear(slot)
+        self.writer = GameWriter(self.run, name, shard_games=selfplay.shard_games, save_pgn=selfplay.save_pgn)
+
+    @property
+    def search(self) -> MultiGameSearch:
+        """The first lane's search (the only one without overlap)."""
+        return self.lanes[0].search
 
     # -- weights -------------------------------------------------------------
 
     def set_weights(self, step: int, state_dict: dict[str, torch.Tensor]) -> int:
-        """Takes weights pushed through Ray (between search steps: no game is dropped)."""
+        """Takes weights pushed through Ray (between play() calls, with no batch in the network)."""
         if self.evaluator is not None and step > self.step:
             self.evaluator.set_weights(state_dict)
             self.step = step
@@ -140,7 +190,8 @@ class SelfPlayWorker:
     def set_resign_threshold(self, threshold: float | None) -> None:
         """Takes the calibrated threshold pushed through Ray; games started from now on use it."""
         if self.config.search.resign_mode == "calibrated" and threshold != self.search.resign_threshold:
-            self.search.set_resign_threshold(threshold)
+            for lane in self.lanes:
+                lane.search.set_resign_threshold(threshold)
             log.info("%s: new games resign below %s", self.name, threshold)
 
     def _poll_resign(self) -> None:
@@ -154,44 +205,94 @@ class SelfPlayWorker:
         if found:  # a missing or unreadable file keeps the threshold in use (pushed, or read before)
             self.set_resign_threshold(threshold)
 
-    def _evaluate(self, planes: np.ndarray, scalars: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _submit(self, lane: _Lane, rows: int) -> Result:
+        """Sends the first `rows` leaves of the lane's batch to the network; returns what waits for the result."""
+        planes, scalars, indices, counts = lane.batch[0][:rows], lane.batch[1][:rows], lane.batch[2], lane.batch[3]
         if self.server is not None:
             import ray
 
-            logits, values, step = ray.get(self.server.evaluate.remote(planes, scalars))
-            self.step = step
-            return logits, values
+            width = int(counts[:rows].max())
+            ref = self.server.evaluate_legal.remote(planes, scalars, np.ascontiguousarray(indices[:rows, :width]),
+                                                    counts[:rows])
+
+            def from_server() -> tuple[np.ndarray, np.ndarray]:
+                logits, values, self.step = ray.get(ref)
+                return logits, values
+
+            return from_server
         assert self.evaluator is not None
-        return self.evaluator.evaluate(planes, scalars)
+        if self.pool is not None:
+            return self.pool.submit(self.evaluator.evaluate_legal, planes, scalars, indices, counts,
+                                    lane=lane.index).result
+        return self.evaluator.submit_legal(planes, scalars, indices, counts, lane=lane.index).wait
 
     # -- playing -------------------------------------------------------------
 
     def play(self, seconds: float) -> PlayStats:
-        """Runs the search loop for about `seconds`; finished games are written as shards fill up."""
+        """Runs the search loop for about `seconds`; finished games are written as shards fill up.
+
+        Returns with no batch in the network, so weights may change between calls.
+        """
         stats = PlayStats(worker=self.name)
-        moves_before = self.search.total_moves
+        moves_before = self._total_moves()
+        gpu_before = self.evaluator.gpu_seconds if self.evaluator is not None else 0.0
         start = time.perf_counter()
-        while time.perf_counter() - start < seconds and self.search.searching():
-            self._poll_weights()
+        if len(self.lanes) == 1:
+            lane = self.lanes[0]
+            while time.perf_counter() - start < seconds and lane.search.searching():
+                self._poll_weights()
+                self._poll_resign()
+                self._step(lane, stats, submit=True)
+                self._receive(lane, stats)
+        else:
+            self._poll_weights()  # here only: no batch is in the network
             self._poll_resign()
-            rows = self.search.gather(*self.batch)
-            if rows:
-                tick = time.perf_counter()
-                logits, values = self._evaluate(self.batch[0][:rows], self.batch[1][:rows])
-                stats.network_seconds += time.perf_counter() - tick
-                self.search.backup(np.ascontiguousarray(logits, np.float32), np.ascontiguousarray(values, np.float32))
-                stats.batches += 1
-                stats.evaluations += rows
-            self._collect(stats)
+            while time.perf_counter() - start < seconds and any(lane.search.searching() for lane in self.lanes):
+                for lane in self.lanes:
+                    self._receive(lane, stats)
+                    self._step(lane, stats, submit=time.perf_counter() - start < seconds)
+        for lane in self.lanes:
+            self._receive(lane, stats)
+            self._collect(stats, lane)  # games that ended inside the last gather()
         stats.wall_seconds = time.perf_counter() - start
-        stats.moves = self.search.total_moves - moves_before
+        stats.moves = self._total_moves() - moves_before
         stats.weights_step = self.step
+        if self.evaluator is not None:
+            stats.gpu_seconds = self.evaluator.gpu_seconds - gpu_before
         return stats
 
-    def _collect(self, stats: PlayStats) -> None:
-        for slot, record in self.search.take_finished():
+    def _step(self, lane: _Lane, stats: PlayStats, *, submit: bool) -> None:
+        """Collects the lane's finished games and, when `submit`, sends its next leaves to the network."""
+        self._collect(stats, lane)
+        if submit and lane.search.searching():
+            rows = lane.search.gather(*lane.batch)
+            if not rows:
+                self._collect(stats, lane)  # games that ended inside gather(): their slots start new ones
+            else:
+                tick = time.perf_counter()
+                lane.waiting = self._submit(lane, rows)  # on the CPU without overlap: the whole pass
+                stats.network_seconds += time.perf_counter() - tick
+                stats.batches += 1
+                stats.evaluations += rows
+
+    def _receive(self, lane: _Lane, stats: PlayStats) -> None:
+        """Waits for the lane's batch in the network, if any, and backs it up."""
+        if lane.waiting is None:
+            return
+        tick = time.perf_counter()
+        logits, values = lane.waiting()
+        stats.network_seconds += time.perf_counter() - tick
+        lane.waiting = None
+        lane.search.backup_legal(np.ascontiguousarray(logits, np.float32), np.ascontiguousarray(values, np.float32))
+        self._collect(stats, lane)
+
+    def _total_moves(self) -> int:
+        return sum(lane.search.total_moves for lane in self.lanes)
+
+    def _collect(self, stats: PlayStats, lane: _Lane) -> None:
+        for slot, record in lane.search.take_finished():
             record["weights_step"] = self.step
-            record["weights_step_first"] = self.first_step[slot]
+            record["weights_step_first"] = lane.first_step[slot]
             record["actor"] = self.name
             record["game_id"] = uuid.uuid4().hex  # stable: the learner's validation split hashes it
             record.update(game_resign_fields(record, self.config.search.resign_consecutive))
@@ -200,8 +301,8 @@ class SelfPlayWorker:
             if shard is not None:
                 stats.shards.append(str(shard))
             if self.games_to_start is None or self.games_to_start > 0:
-                self.search.start_game(slot)
-                self.first_step[slot] = self.step
+                lane.search.start_game(slot)
+                lane.first_step[slot] = self.step
                 if self.games_to_start is not None:
                     self.games_to_start -= 1
 
@@ -219,20 +320,27 @@ class SelfPlayWorker:
                 stats.would_have_resigned += 1
                 stats.false_resignations += record["winner"] != _other(record["would_resign_side"])
 
-    def network_rate(self, seconds: float) -> float:
-        """Evaluations/s of the network alone in this process, on a full batch of this worker's leaves.
+    def network_rate(self, seconds: float, rows: int | None = None) -> float:
+        """Evaluations/s of the network alone, through this worker's path, on `rows` of its leaves.
 
-        The baseline of `alphazero bench selfplay`: same process, same thread
-        settings, same kind of positions, no search in between.
+        The baseline of `alphazero bench selfplay`: same process (or the same
+        inference server), same thread settings, same kind of positions (the
+        last batch of the first lane, repeated to `rows`; default: a full
+        lane), the same legal-logit path, no search in between.
         """
-        rows = self.search.max_batch
-        planes, scalars = self.batch[0][:rows], self.batch[1][:rows]
-        self._evaluate(planes, scalars)
-        done, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            self._evaluate(planes, scalars)
-            done += rows
-        return done / (time.perf_counter() - start)
+        lane = self.lanes[0]
+        rows = max(1, rows or lane.search.max_batch)
+        arrays = tuple(np.resize(array, (rows, *array.shape[1:])) for array in lane.batch[:4])
+        np.maximum(arrays[3], 1, out=arrays[3])  # rows never gathered list no move; read one logit there
+        if self.server is not None:
+            import ray
+
+            return ray.get(self.server.network_rate.remote(*arrays, seconds))
+        assert self.evaluator is not None
+        pinned = self.evaluator.pin(arrays)  # as self-play's batches are
+        for target, array in zip(pinned, arrays):
+            target[...] = array
+        return measure_rate(self.evaluator, *pinned, seconds)
 
     def flush(self) -> str | None:
         """Writes the finished games still buffered (at a clean stop); returns the shard path."""
@@ -241,7 +349,18 @@ class SelfPlayWorker:
 
     def idle(self) -> bool:
         """Whether every game has finished and no new one will start (max_games reached)."""
-        return self.search.searching() == 0
+        return not any(lane.search.searching() for lane in self.lanes)
+
+
+def measure_rate(evaluator: Evaluator, planes: np.ndarray, scalars: np.ndarray, indices: np.ndarray,
+                 counts: np.ndarray, seconds: float) -> float:
+    """Evaluations/s of evaluator.evaluate_legal on one batch, repeated for about `seconds` after a warm-up pass."""
+    evaluator.evaluate_legal(planes, scalars, indices, counts)
+    done, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        evaluator.evaluate_legal(planes, scalars, indices, counts)
+        done += len(planes)
+    return done / (time.perf_counter() - start)
 
 
 def _other(colour: str) -> str:

@@ -78,3 +78,11 @@ def test_an_unquoted_fen_to_perft_gets_a_hint_to_quote_it(capsys):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "invalid int value: 'w'; a FEN has spaces, so put it in quotes" in err and "Traceback" not in err
+
+
+def test_bench_network_shows_where_a_pass_goes(capsys):
+    args = ["bench", "network", "--preset", "tiny", "--batch-sizes", "1,4", "--seconds", "0.05", "--device", "cpu"]
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert all(column in out for column in ("input ms", "forward ms", "output ms"))
+    assert re.search(r"tiny on cpu: best [\d.]+k? evals/s at batch [14]", out)

@@ -158,3 +158,25 @@ def test_every_field_is_documented() -> None:
     for i, line in enumerate(lines):
         if " = " in line and not line.startswith(("#", "preset")):
             assert lines[i - 1].startswith("# "), line
+
+
+def test_gpus_bring_the_presets_gpu_batch_sizes() -> None:
+    from alphazero.config import for_gpus
+
+    small, alphazero = get_preset("small"), get_preset("alphazero")
+    assert for_gpus(small, 0) == small  # the CPU keeps the preset as it is
+    assert for_gpus(small, 1).selfplay.games_per_actor == small.selfplay.gpu_games_per_actor == 2048
+    assert for_gpus(alphazero, 0.5).selfplay.games_per_actor == 1024
+    assert alphazero.selfplay.inference == "local" and alphazero.selfplay.cuda_forward == "compile"
+    assert small.selfplay.cuda_forward == "graphs" and small.selfplay.overlap == "auto"
+    unset = apply_overrides(small, ["selfplay.gpu_games_per_actor=0"])
+    assert for_gpus(unset, 1).selfplay.games_per_actor == small.selfplay.games_per_actor
+    with pytest.raises(UserError, match="selfplay.cuda_forward"):
+        apply_overrides(small, ["selfplay.cuda_forward=fast"])
+
+
+def test_a_run_saved_before_the_gpu_keys_still_loads() -> None:
+    text = to_toml(get_preset("small"))
+    old = "\n".join(line for line in text.splitlines()
+                    if not line.startswith(("gpu_", "overlap", "cuda_forward")))
+    assert from_toml(old) == get_preset("small")

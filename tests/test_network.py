@@ -109,6 +109,73 @@ def test_evaluator_set_weights_swaps_in_place() -> None:
         evaluator.set_weights(AlphaZeroNet(dataclasses.replace(SMALL_NET, filters=4)).state_dict())
 
 
+def legal_batch(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Legal move lists as gather() writes them: [n, 256] indices, junk beyond each row's count."""
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(1, 60, size=n).astype(np.int32)
+    indices = rng.integers(-10_000, 10_000, size=(n, 256)).astype(np.int32)  # junk, out of range too
+    for row, count in enumerate(counts):
+        indices[row, :count] = rng.choice(POLICY_SIZE, size=count, replace=False)
+    return indices, counts
+
+
+def test_evaluate_legal_gathers_the_legal_logits_of_evaluate() -> None:
+    evaluator = Evaluator(trained_a_little(AlphaZeroNet(SMALL_NET)), "cpu")
+    planes, scalars = positions(7, seed=4)
+    indices, counts = legal_batch(7, seed=5)
+    logits, values = evaluator.evaluate(planes, scalars)
+    legal, legal_values = evaluator.evaluate_legal(planes, scalars, indices, counts)
+    assert legal.dtype == np.float32 and legal.shape == (7, counts.max())
+    assert np.array_equal(legal_values, values)
+    for row, count in enumerate(counts):
+        assert np.array_equal(legal[row, :count], logits[row, indices[row, :count]])  # bitwise
+
+
+def test_batches_of_two_lanes_in_flight_keep_their_own_results() -> None:
+    evaluator = Evaluator(trained_a_little(AlphaZeroNet(SMALL_NET)), "cpu")
+    (planes_a, scalars_a), (planes_b, scalars_b) = positions(5, seed=1), positions(3, seed=2)
+    (indices_a, counts_a), (indices_b, counts_b) = legal_batch(5, seed=3), legal_batch(3, seed=4)
+    expected_a = [a.copy() for a in evaluator.evaluate_legal(planes_a, scalars_a, indices_a, counts_a)]
+    expected_b = [b.copy() for b in evaluator.evaluate_legal(planes_b, scalars_b, indices_b, counts_b)]
+    first = evaluator.submit_legal(planes_a, scalars_a, indices_a, counts_a, lane=0)
+    second = evaluator.submit_legal(planes_b, scalars_b, indices_b, counts_b, lane=1)
+    for pending, expected in ((second, expected_b), (first, expected_a)):
+        got = pending.wait()
+        assert all(np.array_equal(g, e) for g, e in zip(got, expected))
+    assert evaluator.gpu_seconds == 0.0  # no CUDA events on the CPU
+
+
+def test_evaluate_legal_refuses_bad_indices_and_counts() -> None:
+    evaluator = Evaluator(AlphaZeroNet(SMALL_NET), "cpu")
+    planes, scalars = positions(3)
+    indices, counts = legal_batch(3, seed=6)
+    indices[1, 0] = POLICY_SIZE
+    with pytest.raises(ValueError, match="legal move indices must lie in"):
+        evaluator.evaluate_legal(planes, scalars, indices, counts)
+    with pytest.raises(ValueError, match="legal_counts must lie in"):
+        evaluator.evaluate_legal(planes, scalars, indices, np.full(3, 257, np.int32))
+    with pytest.raises(ValueError, match="int32"):
+        evaluator.evaluate_legal(planes, scalars, indices.astype(np.int64), counts)
+    with pytest.raises(ValueError, match=r"\[>=3, W\]"):
+        evaluator.evaluate_legal(planes, scalars, indices[:2], counts)
+    legal, values = evaluator.evaluate_legal(planes[:0], scalars[:0], indices, counts)
+    assert legal.shape == (0, 1) and values.shape == (0,)
+
+
+def test_profile_legal_times_the_three_stages() -> None:
+    evaluator = Evaluator(AlphaZeroNet(SMALL_NET), "cpu")
+    indices, counts = legal_batch(4, seed=7)
+    times = evaluator.profile_legal(*positions(4), indices, counts)
+    assert set(times) == {"input", "forward", "output"} and all(t >= 0 for t in times.values())
+    assert evaluator.pin((indices,))[0] is indices  # nothing to pin on the CPU
+
+
+def test_input_expansion_constants_are_made_once_per_device() -> None:
+    from alphazero.planes import _constants_on
+
+    assert _constants_on(torch.device("cpu"))[1] is _constants_on(torch.device("cpu"))[1]
+
+
 def test_save_load_round_trip_gives_identical_outputs(tmp_path: Path) -> None:
     model = trained_a_little(AlphaZeroNet(dataclasses.replace(SMALL_NET, value_head="wdl")))
     save_model(tmp_path / "net.pt", model, step=42, note="hello")
@@ -164,3 +231,23 @@ def test_preset_networks_build() -> None:
         with torch.no_grad():
             out = model(*compact_to_torch(*positions(2), "cpu"))
         assert out.policy_logits.shape == (2, POLICY_SIZE)
+
+
+def test_the_device_gather_and_the_host_gather_agree() -> None:
+    from alphazero.network import gather_legal, gather_legal_numpy
+
+    rng = np.random.default_rng(8)
+    logits = rng.standard_normal((6, POLICY_SIZE)).astype(np.float32)
+    indices, counts = legal_batch(6, seed=9)
+    width = int(counts.max())
+    host = np.empty((6, width), np.float32)
+    assert not gather_legal_numpy(logits, indices, counts, host)
+    device, flag = gather_legal(torch.from_numpy(logits), torch.from_numpy(indices[:, :width]), torch.from_numpy(counts))
+    assert not bool(flag)
+    for row, count in enumerate(counts):  # padding columns may differ; the search never reads them
+        assert np.array_equal(device.numpy()[row, :count], host[row, :count])
+        assert np.array_equal(host[row, :count], logits[row, indices[row, :count]])
+    indices[2, counts[2] - 1] = -1
+    assert gather_legal_numpy(logits, indices, counts, host)
+    assert bool(gather_legal(torch.from_numpy(logits), torch.from_numpy(indices[:, :width]),
+                             torch.from_numpy(counts))[1])

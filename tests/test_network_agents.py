@@ -158,18 +158,19 @@ def test_policy_agent_plays_the_top_prior_among_legal_moves(network: Network, fe
     assert choice.info["prior"] > 1.0 / board.legal_moves.count()
 
 
-def test_search_agent_batches_the_leaves_of_all_games(network: Network) -> None:
+def test_search_agent_batches_the_leaves_of_all_games(network: Network, monkeypatch: pytest.MonkeyPatch) -> None:
     boards = _random_boards(5, 7)
     rows: list[int] = []
-    real = network.evaluate
+    real = network.evaluator.evaluate_legal
 
-    def counting(planes: np.ndarray, scalars: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def counting(planes: np.ndarray, scalars: np.ndarray, indices: np.ndarray,
+                 counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         rows.append(len(planes))
-        return real(planes, scalars)
+        return real(planes, scalars, indices, counts)
 
-    fake = Network(network.evaluator, "fake", "fake", None, None, False, None)
-    fake.evaluate = counting  # type: ignore[method-assign]
-    choices = SearchAgent(fake, 16, "search:16").choose(boards)
+    # The search hands the network only the legal moves (evaluate_legal).
+    monkeypatch.setattr(network.evaluator, "evaluate_legal", counting)
+    choices = SearchAgent(network, 16, "search:16").choose(boards)
     assert max(rows) == len(boards)
     assert len(rows) <= 16 + 1  # the roots, then one leaf per game per step
     assert all(c.info["nodes"] == 16 for c in choices)

@@ -398,3 +398,80 @@ def test_reuse_never_keeps_a_position_that_ended_the_game_below_the_root():
     assert not search.set_position(0, Board.from_moves(moves + ["f6g8"], ply_limit=None), reuse=True)
     run(search, uniform_evaluator)
     assert search.best_move(0) in Board.from_moves(moves + ["f6g8"], ply_limit=None).legal_moves()
+
+
+def _random_network_output(rng: np.random.Generator, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    logits = rng.standard_normal((rows, NUM_MOVES)).astype(np.float32) * 3
+    return logits, rng.uniform(-1, 1, rows).astype(np.float32)
+
+
+def _play_steps(compact: bool, steps: int, **options) -> MultiGameSearch:
+    """Self-play steps fed the same random network output, as all 4672 logits or as the legal ones only."""
+    search = MultiGameSearch(4, simulations=24, seed=7, **options)
+    planes, scalars, indices, counts, games = search.new_batch()
+    rng = np.random.default_rng(3)
+    for _ in range(steps):
+        rows = search.gather(planes, scalars, indices, counts, games)
+        logits, values = _random_network_output(rng, rows)
+        if not compact:
+            search.backup(logits, values)
+            continue
+        width = int(counts[:rows].max()) + 5
+        legal = np.full((rows, width), np.nan, np.float32)  # columns beyond a row's count must never be read
+        for b in range(rows):
+            legal[b, :counts[b]] = logits[b, indices[b, :counts[b]]]
+        search.backup_legal(legal, values)
+    return search
+
+
+def _root_stats(search: MultiGameSearch, slot: int) -> list | None:
+    try:
+        return search.root_stats(slot)
+    except ValueError:  # the root of a new move is not expanded yet
+        return None
+
+
+@pytest.mark.parametrize("options", [{}, {"leaves_per_game": 3}, {"tree_reuse": True}])
+def test_backup_legal_gives_the_priors_and_visits_of_backup(options):
+    full, compact = _play_steps(False, 300, **options), _play_steps(True, 300, **options)
+    assert full.total_moves == compact.total_moves > 4
+    assert full.total_simulations == compact.total_simulations
+    for slot in range(4):
+        assert full.state(slot) == compact.state(slot)
+        assert _root_stats(full, slot) == _root_stats(compact, slot)  # priors bitwise, visits, Q
+    finished = [record for _, record in full.take_finished()]
+    for (_, record), expected in zip(compact.take_finished(), finished):
+        assert record["moves"] == expected["moves"]
+        assert np.array_equal(record["policy_probs"], expected["policy_probs"])
+
+
+def test_backup_legal_refuses_short_rows_and_non_finite_output_without_damage():
+    search = MultiGameSearch(2, simulations=10, seed=1)
+    planes, scalars, indices, counts, games = search.new_batch()
+    rows = search.gather(planes, scalars, indices, counts, games)
+    legal, values = np.zeros((rows, 20), np.float32), np.zeros(rows, np.float32)
+    with pytest.raises(ValueError, match="19 columns but row 0 has 20 legal moves"):
+        search.backup_legal(np.ascontiguousarray(legal[:, :19]), values)
+    with pytest.raises(ValueError, match="expected legal_logits"):
+        search.backup_legal(legal[:1], values)
+    with pytest.raises(ValueError, match="non-finite value"):
+        search.backup_legal(legal, np.array([0.0, np.inf], np.float32))
+    bad = legal.copy()
+    bad[1, 19] = np.nan
+    with pytest.raises(ValueError, match="non-finite policy"):
+        search.backup_legal(bad, values)
+    search.backup_legal(legal, values)
+    assert search.gather(planes, scalars) == 2
+
+
+def test_run_takes_a_legal_evaluator_and_gives_the_same_search():
+    from mcts_ext.driver import uniform_legal_evaluator
+
+    board = Board("k7/8/2K5/8/8/8/8/7R w - - 0 1")
+    full = analyse(board, uniform_evaluator, 200)
+    compact = MultiGameSearch(1, simulations=200, autoplay=False)
+    compact.set_position(0, board)
+    run(compact, evaluate_legal=uniform_legal_evaluator)
+    assert compact.root_stats(0) == full.root_stats(0)
+    with pytest.raises(TypeError):
+        run(compact, uniform_evaluator, evaluate_legal=uniform_legal_evaluator)

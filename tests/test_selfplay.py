@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import subprocess
+import re
 import sys
 import time
 from pathlib import Path
@@ -312,3 +313,124 @@ def test_a_pushed_threshold_applies_to_the_games_started_after_it(tmp_path):
     worker.flush()
     thresholds = [game["resign_threshold"] for path in list_shards(run.selfplay) for game in read_shard(path).games]
     assert sorted(thresholds, key=str) == [-0.5, None, None]
+
+
+def _worker(run, config, *, max_games: int, seed: int = 1):
+    from alphazero.config import to_toml
+    from selfplay.worker import SelfPlayWorker
+
+    return SelfPlayWorker(str(run.root), to_toml(config), f"w{seed}", seed=seed, max_games=max_games)
+
+
+def _play_out(worker) -> None:
+    for _ in range(200):
+        if worker.idle():
+            break
+        worker.play(0.5)
+    worker.flush()
+
+
+def _shard_kind(run) -> tuple:
+    """What a shard holds, without the values: its arrays' dtypes and trailing shapes, its games' keys."""
+    shards = [read_shard(path) for path in list_shards(run.selfplay)]
+    arrays = {name: (value.dtype, value.shape[1:]) for name, value in vars(shards[0]).items()
+              if isinstance(value, np.ndarray)}
+    keys = {key for shard in shards for game in shard.games for key in game}
+    return arrays, keys, sum(len(shard.games) for shard in shards)
+
+
+@pytest.mark.parametrize("network", ["thread", "queued"])
+def test_two_lanes_keep_one_batch_in_the_network_while_the_other_is_searched(tmp_path, network):
+    # "thread": the CPU's overlap (the network in a thread); "queued": the CUDA
+    # path's order (submit_legal, then wait), computed at once on the CPU.
+    single_run, config = fast_run(tmp_path / "single")
+    _play_out(_worker(single_run, config, max_games=4))
+    run, config = fast_run(tmp_path / "double", "selfplay.games_per_actor=4", "selfplay.overlap=on")
+    worker = _worker(run, config, max_games=4)
+    assert [lane.search.games for lane in worker.lanes] == [2, 2]
+    real = worker.evaluator.evaluate_legal
+    seen_both_in_flight = []
+
+    def evaluate_legal(*arrays, lane):
+        if lane == 0 and not seen_both_in_flight:
+            # The actor searches lane 1 and sends its leaves while lane 0's are in the network.
+            deadline = time.monotonic() + 60
+            while worker.lanes[1].waiting is None and time.monotonic() < deadline:
+                time.sleep(0.001)
+            seen_both_in_flight.append(worker.lanes[1].waiting is not None)
+        return real(*arrays, lane=lane)
+
+    if network == "thread":
+        assert worker.pool is not None
+        worker.evaluator.evaluate_legal = evaluate_legal
+    else:
+        worker.pool = None
+    stats = worker.play(0.5)
+    assert all(lane.waiting is None for lane in worker.lanes)  # play() returns with nothing in flight
+    assert stats.batches > 0
+    _play_out(worker)
+    if network == "thread":
+        assert seen_both_in_flight == [True]
+    for path in list_shards(run.selfplay):
+        check_shard_invariants(path)
+    assert _shard_kind(run) == _shard_kind(single_run)
+    assert _shard_kind(run)[2] == 4
+
+
+def test_inference_server_merges_waiting_requests_into_one_pass(tmp_path):
+    import asyncio
+
+    from alphazero.config import to_toml
+    from selfplay.inference import InferenceServer
+
+    run, config = fast_run(tmp_path / "run")
+    server = InferenceServer(str(run.root), to_toml(config), device="cpu", max_batch=8, wait_ms=50)
+    rng = np.random.default_rng(0)
+    requests = []
+    for rows, width in ((3, 20), (3, 31), (2, 7)):
+        planes = rng.integers(0, 2**63, size=(rows, 112), dtype=np.uint64)
+        scalars = rng.integers(0, 50, size=(rows, 7)).astype(np.float32)
+        counts = rng.integers(1, width + 1, size=rows).astype(np.int32)
+        indices = rng.integers(0, 4672, size=(rows, width)).astype(np.int32)
+        requests.append((planes, scalars, indices, counts))
+
+    async def all_at_once():
+        return await asyncio.gather(*(server.evaluate_legal(*request) for request in requests))
+
+    answers = asyncio.run(all_at_once())
+    assert server.stats()["passes"] == 1 and server.stats()["positions"] == 8
+    for (planes, scalars, indices, counts), (legal, values, step) in zip(requests, answers):
+        alone, alone_values = server.evaluator.evaluate_legal(planes, scalars, indices, counts)
+        assert legal.shape == (len(planes), counts.max()) and step == -1
+        for row, count in enumerate(counts):
+            np.testing.assert_allclose(legal[row, :count], alone[row, :count], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(values, alone_values, rtol=1e-5, atol=1e-6)
+
+
+def test_gpus_pick_the_gpu_fields_for_actor_count_and_games_per_actor():
+    import argparse
+    import os
+
+    from selfplay.cli import actor_count, overrides_from
+
+    cores = os.cpu_count() or 1
+    assert actor_count(None, 0) == cores
+    assert actor_count(None, 0, gpus=1, gpu_configured=0) == max(cores - 1, 1)  # a core feeds the GPU
+    assert actor_count(None, 3, gpus=1, gpu_configured=15) == 15
+    assert actor_count(4, 3, gpus=1, gpu_configured=15) == 4  # --actors wins
+    flags = argparse.Namespace(games_per_actor=512, sims=None, inference=None, gpus=1.0)
+    assert overrides_from(flags) == ["selfplay.gpu_games_per_actor=512"]
+    flags.gpus = 0.0
+    assert overrides_from(flags) == ["selfplay.games_per_actor=512"]
+
+
+@pytest.mark.slow
+def test_bench_selfplay_with_an_inference_server_on_the_cpu(local_ray, capsys):
+    args = ["bench", "selfplay", "--inference", "server", "--seconds", "1",
+            *(item for pair in (("--set", o) for o in FAST) for item in pair)]
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert "2 games each (2 lanes)" in out and "server inference on the CPU" in out
+    assert re.search(r"average batch [\d.]+ per request, [\d.]+ per server pass", out)
+    assert "GPU busy (CUDA events around each pass): -" in out
+    assert re.search(r"at batch \d+: [\d.]+k? evaluations/s; self-play reaches [\d.]+x of it \(all actors", out)

@@ -1,10 +1,16 @@
 """`alphazero bench network`: network evaluations per second by batch size, per preset and device.
 
-Each point times the real inference path (``Evaluator.evaluate``: compact numpy
-in, expansion on the device, forward pass, float32 numpy out) on random
-positions, and is compared with batch size 1 of the same preset and device in
-the same run. Each point is the fastest of five or more timed rounds. On CUDA
-the evaluator runs bf16 autocast in channels_last.
+Each point times the path self-play uses (``Evaluator.evaluate_legal``:
+compact numpy in, expansion on the device, forward pass, the logits of 32
+"legal" moves per position gathered on the device, float32 numpy out) on
+random positions, and is compared with batch size 1 of the same preset and
+device in the same run. Each point is the fastest of five or more timed
+rounds. On CUDA the evaluator runs bf16 autocast in channels_last, and the
+forward pass the way self-play runs it (the preset's selfplay.cuda_forward:
+CUDA graphs or torch.compile per batch size; --forward to choose). Beside
+each point: where one pass goes (``Evaluator.profile_legal``, the fastest of
+a few passes stage by stage): input (the batch to the device), forward (the
+network) and output (the gather and the copy to the host).
 
 A point is skipped when one pass would take longer than --max-pass-seconds
 (default 1 s, predicted from the previous batch size), which keeps the 20x256
@@ -20,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from alphazero.bench import bench_devices, preset_list, rate, ratio
-from alphazero.config import PRESET_NAMES, get_preset
+from alphazero.config import FORWARD_MODES, PRESET_NAMES, get_preset
 from alphazero.errors import UserError
 
 if TYPE_CHECKING:
@@ -36,6 +42,8 @@ DEFAULT_BATCH_SIZES = "1,8,32,64,128,256"
 WARMUP_PASSES = 3  # the first passes allocate buffers and pick convolution algorithms
 WARMUP_SECONDS = 0.2  # and warm-up lasts at least this share of --seconds
 ROUNDS = 5  # timed rounds per point; the fastest counts
+LEGAL_MOVES = 32  # "legal" moves per random position: about a middlegame's count
+PROFILE_PASSES = 5  # passes timed stage by stage per point; the fastest of each stage counts
 
 
 @dataclass
@@ -43,6 +51,7 @@ class Point:
     batch: int
     seconds_per_pass: float = 0.0
     skipped: str = ""
+    stages: dict[str, float] | None = None  # seconds of input, forward and output
 
     @property
     def evals_per_second(self) -> float:
@@ -71,41 +80,55 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-pass-seconds", type=float, default=1.0,
                         help="skip batch sizes whose single pass would take longer (default: 1.0)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the network (slow first passes)")
+    parser.add_argument("--forward", choices=FORWARD_MODES, default=None,
+                        help="how a CUDA pass runs (default: the preset's selfplay.cuda_forward; the CPU runs eager)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
 
 
-def _random_positions(batch: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def _random_positions(batch: int, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+    """Random compact positions with LEGAL_MOVES random move indices each: planes, scalars,
+    legal_indices [B, 256] (as wide as the search's) and legal_counts."""
     import numpy as np
 
+    from alphazero.network import POLICY_SIZE
     from alphazero.planes import COMPACT_PLANES, NUM_SCALARS
 
     planes = rng.integers(0, np.iinfo(np.uint64).max, size=(batch, COMPACT_PLANES), dtype=np.uint64, endpoint=True)
     scalars = rng.integers(0, 100, size=(batch, NUM_SCALARS)).astype(np.float32)
-    return planes, scalars
+    indices = np.zeros((batch, 256), np.int32)  # as wide as the search's arrays
+    indices[:, :LEGAL_MOVES] = rng.integers(0, POLICY_SIZE, size=(batch, LEGAL_MOVES))
+    counts = np.full(batch, LEGAL_MOVES, np.int32)
+    return planes, scalars, indices, counts
 
 
-def _measure(evaluator: Evaluator, batch: int, seconds: float, rng: np.random.Generator) -> float:
-    """Times evaluator.evaluate on ``batch`` positions for about ``seconds``; returns seconds per pass.
+def _measure(evaluator: Evaluator, batch: int, seconds: float, rng: np.random.Generator) -> Point:
+    """Times evaluator.evaluate_legal on ``batch`` positions for about ``seconds``, then its stages.
 
     The time is split into at least ROUNDS rounds and the fastest round counts,
     as timeit does: other processes on the machine only ever make a round slower.
     """
-    planes, scalars = _random_positions(batch, rng)
+    arrays = _random_positions(batch, rng)
+    pinned = evaluator.pin(arrays)
+    for target, array in zip(pinned, arrays):
+        target[...] = array
+    arrays = pinned
     warmup_passes, start = 0, time.perf_counter()
     while warmup_passes < WARMUP_PASSES or time.perf_counter() - start < WARMUP_SECONDS * seconds:
-        evaluator.evaluate(planes, scalars)
+        evaluator.evaluate_legal(*arrays)
         warmup_passes += 1
     last_pass = time.perf_counter()
-    evaluator.evaluate(planes, scalars)
+    evaluator.evaluate_legal(*arrays)
     per_round = max(1, round(seconds / ROUNDS / (time.perf_counter() - last_pass)))
     best, rounds, start = float("inf"), 0, time.perf_counter()
     while rounds < ROUNDS or time.perf_counter() - start < seconds:
         round_start = time.perf_counter()
         for _ in range(per_round):
-            evaluator.evaluate(planes, scalars)  # returns numpy, so CUDA work has finished when it does
+            evaluator.evaluate_legal(*arrays)  # returns numpy, so CUDA work has finished when it does
         best = min(best, (time.perf_counter() - round_start) / per_round)
         rounds += 1
-    return best
+    profiles = [evaluator.profile_legal(*arrays) for _ in range(PROFILE_PASSES)]
+    stages = {name: min(p[name] for p in profiles) for name in profiles[0]}
+    return Point(batch, best, stages=stages)
 
 
 def _measure_model(evaluator: Evaluator, batches: list[int], args: argparse.Namespace) -> list[Point]:
@@ -120,17 +143,17 @@ def _measure_model(evaluator: Evaluator, batches: list[int], args: argparse.Name
         if predicted > args.max_pass_seconds:
             points.append(Point(batch, skipped=f"~{predicted:.1f} s/pass"))
             continue
-        point = Point(batch, _measure(evaluator, batch, args.seconds, rng))
+        point = _measure(evaluator, batch, args.seconds, rng)
         seconds_per_position = point.seconds_per_pass / batch
         points.append(point)
     return points
 
 
-def _device_label(device: torch.device) -> str:
+def _device_label(device: torch.device, forward: str) -> str:
     import torch
 
     if device.type == "cuda":
-        return f"{device} ({torch.cuda.get_device_name(device)}, bf16)"
+        return f"{device} ({torch.cuda.get_device_name(device)}, bf16, {forward})"
     return f"cpu ({torch.get_num_threads()} threads)"
 
 
@@ -147,8 +170,10 @@ def run(args: argparse.Namespace) -> None:
         torch.set_num_threads(args.threads)
     devices = bench_devices(args.device)
     batches = sorted(set(args.batch_sizes) | {1})
-    table = Table(title="network evaluations per second (Evaluator.evaluate: compact numpy in, numpy out)")
-    for column in ("preset", "parameters", "device", "batch", "evals/s", "ms/pass", "vs batch 1"):
+    table = Table(title="network evaluations per second (Evaluator.evaluate_legal: compact numpy in, the legal "
+                        "moves' logits out)")
+    for column in ("preset", "parameters", "device", "batch", "evals/s", "ms/pass", "input ms", "forward ms",
+                   "output ms", "vs batch 1"):
         table.add_column(column, justify="right")
     notes, best = [], []
     for name in args.preset:
@@ -156,16 +181,20 @@ def run(args: argparse.Namespace) -> None:
         for device in devices:
             torch.manual_seed(0)
             model = AlphaZeroNet(config)
-            evaluator = Evaluator(model, device, compile=args.compile)
+            forward = args.forward or get_preset(name).selfplay.cuda_forward
+            evaluator = Evaluator(model, device, compile=args.compile, forward=forward)
             points = _measure_model(evaluator, batches, args)
             baseline = points[0].evals_per_second
             for i, point in enumerate(points):
-                label = (name, f"{count_parameters(model) / 1e6:.2f}M", _device_label(device)) if i == 0 else ("",) * 3
+                label = (name, f"{count_parameters(model) / 1e6:.2f}M", _device_label(device, evaluator.forward_mode)) if i == 0 else ("",) * 3
                 if point.skipped:
-                    table.add_row(*label, str(point.batch), "skipped", point.skipped, "-")
+                    table.add_row(*label, str(point.batch), "skipped", point.skipped, "-", "-", "-", "-")
                 else:
+                    stages = point.stages or {}
                     table.add_row(*label, str(point.batch), rate(point.evals_per_second),
-                                  f"{point.seconds_per_pass * 1e3:.2f}", ratio(point.evals_per_second, baseline))
+                                  f"{point.seconds_per_pass * 1e3:.2f}",
+                                  *(f"{stages.get(name, 0.0) * 1e3:.2f}" for name in ("input", "forward", "output")),
+                                  ratio(point.evals_per_second, baseline))
             table.rows[-1].end_section = True
             skipped = [str(p.batch) for p in points if p.skipped]
             if skipped:
@@ -175,7 +204,7 @@ def run(args: argparse.Namespace) -> None:
             best.append(f"{name} on {device}: best {rate(top.evals_per_second)} evals/s at batch {top.batch}, "
                         f"{ratio(top.evals_per_second, baseline)} batch 1")
             del evaluator, model
-    console = Console(width=max(Console().width, 100))
+    console = Console(width=max(Console().width, 130))
     console.print(table)
     for line in best + notes:
         print(line)

@@ -1,11 +1,14 @@
 """`alphazero bench selfplay`: how much of self-play is the network.
 
 Runs real self-play actors on a local Ray (a throwaway run directory, the
-chosen preset, fresh weights), then times the same network alone inside the
-first actor, on a full batch of its own leaves (same process, same threads).
-Printed: positions/s, the share of the actors' wall time spent evaluating the
-network (everything else is search, encoding, Python and Ray), and
-self-play's network throughput as a ratio of the network alone.
+chosen preset, fresh weights; with --gpus the preset's selfplay.gpu_*
+defaults), local inference or an inference server (--inference), then times
+the same network alone through the same path (the first actor's evaluator, or
+the server) on that many of the actors' own leaves as self-play's average
+batch (same process, same threads). Printed: evaluations/s, positions/s,
+the average batch, the GPU's busy share (CUDA events around each pass; '-' on
+the CPU), the share of the actors' wall time spent waiting for the network,
+and self-play's evaluations/s as a ratio of the network alone.
 """
 
 from __future__ import annotations
@@ -13,60 +16,108 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from typing import Any
 
 from alphazero.bench import rate, ratio
+from alphazero.errors import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default="tiny", help="config preset (default: tiny)")
     parser.add_argument("--actors", type=int, default=1, help="self-play actors (default: 1)")
     parser.add_argument("--seconds", type=float, default=20.0, help="measured self-play time (default: 20)")
+    parser.add_argument("--gpus", type=float, default=0.0,
+                        help="GPUs for inference (default 0: CPU); the preset's selfplay.gpu_* defaults apply")
+    parser.add_argument("--inference", choices=("local", "server"), default=None,
+                        help="each actor runs the network ('local') or one inference server per GPU (one on the "
+                             "CPU) batches them ('server'); default: the preset's selfplay.inference with GPUs, "
+                             "else local")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="config override (repeatable)")
+
+
+def _measure(handles: list[Any], seconds: float) -> tuple[list[Any], float]:
+    """Runs play() on every actor for about `seconds` (after a warm-up); returns their stats and the wall time."""
+    import ray
+
+    ray.get([handle.play.remote(2.0) for handle in handles])  # warm-up: model build, first batches, captures
+    start = time.perf_counter()
+    pending = {handle.play.remote(2.0): handle for handle in handles}
+    stats = []
+    while time.perf_counter() - start < seconds:
+        ready, _ = ray.wait(list(pending), num_returns=1)
+        for ref in ready:
+            handle = pending.pop(ref)
+            stats.append(ray.get(ref))
+            pending[handle.play.remote(2.0)] = handle
+    stats.extend(ray.get(list(pending)))
+    return stats, time.perf_counter() - start
 
 
 def run(args: argparse.Namespace) -> None:
     import ray
 
-    from alphazero.config import apply_overrides, get_preset
+    from alphazero.config import apply_overrides, for_gpus, get_preset
     from alphazero.rundir import RunDir
     from selfplay.driver import _start_actors, connect_ray
+    from selfplay.worker import lane_games, uses_overlap
 
-    config = apply_overrides(get_preset(args.preset), args.overrides)
+    if args.actors < 1 or args.seconds <= 0 or args.gpus < 0:
+        raise UserError("--actors must be at least 1, --seconds positive and --gpus at least 0")
+    config = for_gpus(apply_overrides(get_preset(args.preset), args.overrides), args.gpus)
+    inference = args.inference or (config.selfplay.inference if args.gpus > 0 else "local")
+    servers_wanted = max(1, int(args.gpus)) if inference == "server" else 0
     with tempfile.TemporaryDirectory(prefix="alphazero-bench-") as folder:
         run_dir, config = RunDir.create_or_open(folder, config)
-        started = connect_ray(None, num_cpus=args.actors)
-        handles, _ = _start_actors(run_dir, config, args.actors, 0.0, "local", 0, None)
+        started = connect_ray(None, num_cpus=args.actors + servers_wanted, num_gpus=args.gpus or None)
+        handles, servers = _start_actors(run_dir, config, args.actors, args.gpus, inference, servers_wanted, None)
         try:
-            ray.get([handle.play.remote(2.0) for handle in handles])  # warm-up: model build, first batches
-            start = time.perf_counter()
-            pending = {handle.play.remote(2.0): handle for handle in handles}
-            stats = []
-            while time.perf_counter() - start < args.seconds:
-                ready, _ = ray.wait(list(pending), num_returns=1)
-                for ref in ready:
-                    handle = pending.pop(ref)
-                    stats.append(ray.get(ref))
-                    pending[handle.play.remote(2.0)] = handle
-            stats.extend(ray.get(list(pending)))
-            wall = time.perf_counter() - start
-            alone = ray.get(handles[0].network_rate.remote(min(args.seconds, 10.0)))
+            served_before = [ray.get(server.stats.remote()) for server in servers]
+            stats, wall = _measure(handles, args.seconds)
+            served = [ray.get(server.stats.remote()) for server in servers]
+            passes = sum(a["passes"] - b["passes"] for a, b in zip(served, served_before))
+            positions = sum(a["positions"] - b["positions"] for a, b in zip(served, served_before))
+            evaluations, batches = sum(s.evaluations for s in stats), max(sum(s.batches for s in stats), 1)
+            # The network alone at self-play's batch: a server's passes, else an actor's requests.
+            batch = positions / passes if passes else evaluations / batches
+            alone = ray.get(handles[0].network_rate.remote(min(args.seconds, 10.0), round(batch)))
         finally:
-            for handle in handles:
+            for handle in [*handles, *servers]:
                 ray.kill(handle)
             if started:
                 ray.shutdown()
+    gpu_seconds = sum(a["gpu_seconds"] - b["gpu_seconds"] for a, b in zip(served, served_before)) if servers \
+        else sum(s.gpu_seconds for s in stats)
     network = sum(s.network_seconds for s in stats)
-    evaluations = sum(s.evaluations for s in stats)
-    batches = max(sum(s.batches for s in stats), 1)
     moves = sum(s.moves for s in stats)
-    per_actor = evaluations / wall / args.actors
-    print(f"self-play, preset {args.preset}: {args.actors} actor(s), {config.selfplay.games_per_actor} games each, "
-          f"{config.search.simulations} simulations per move, {wall:.0f} s measured")
-    print(f"  positions played:   {rate(moves / wall)}/s ({sum(s.games for s in stats)} games finished)")
-    print(f"  network evaluations: {rate(evaluations / wall)}/s, average batch {evaluations / batches:.1f}")
-    print(f"  share of actor wall time in the network: {network / (wall * args.actors):.1%} "
+    lanes = len(lane_games(config.selfplay.games_per_actor,
+                           uses_overlap(config.selfplay.overlap, None if servers else _actor_device(config))))
+    where = f"{inference} inference on {'GPU' if args.gpus > 0 else 'the CPU'}"
+    print(f"self-play, preset {args.preset}: {args.actors} actor(s), {config.selfplay.games_per_actor} games each "
+          f"({lanes} lane{'s' if lanes > 1 else ''}), {config.search.simulations} simulations per move, {where}, "
+          f"{wall:.0f} s measured")
+    print(f"  positions played:    {rate(moves / wall)}/s ({sum(s.games for s in stats)} games finished)")
+    batch_text = f"average batch {evaluations / batches:.1f} per request"
+    if passes:
+        batch_text += f", {positions / passes:.1f} per server pass"
+    print(f"  network evaluations: {rate(evaluations / wall)}/s, {batch_text}")
+    busy = f"{gpu_seconds / (wall * max(args.gpus, 1.0)):.1%}" if args.gpus > 0 else "-"
+    if args.gpus > 0 and not servers and args.actors > args.gpus:
+        # Each actor times its own passes; passes of actors sharing a GPU interleave.
+        busy += f" (summed over the {args.actors} actors' passes: an upper bound)"
+    print(f"  GPU busy (CUDA events around each pass): {busy}")
+    print(f"  share of actor wall time waiting for the network: {network / (wall * args.actors):.1%} "
           f"(search, encoding, Python and Ray: {1 - network / (wall * args.actors):.1%})")
-    print(f"  the network alone in an actor, on a full batch of its leaves: {rate(alone)} evaluations/s; "
-          f"self-play reaches {ratio(per_actor, alone)} of it per actor")
+    # On the CPU each actor has its own network; a GPU or a server is shared by all the actors.
+    shared = args.gpus > 0 or bool(servers)
+    reached = evaluations / wall / (max(servers_wanted, 1) if shared else args.actors)
+    whose = "all actors together" if shared else "per actor"
+    print(f"  the network alone through the same path, at batch {round(batch)}: {rate(alone)} evaluations/s; "
+          f"self-play reaches {ratio(reached, alone)} of it ({whose})")
 
+
+def _actor_device(config: Any) -> Any:
+    """The device the actors' local evaluators pick (as SelfPlayWorker does)."""
+    from alphazero.network import pick_device
+
+    return pick_device(config.selfplay.device)
