@@ -9,6 +9,7 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import chess
 import chess.pgn
@@ -142,8 +143,8 @@ class StopsMidCall(SelfPlayWorker):
     lands mid-call, whatever the game lengths and timings.
     """
 
-    def _collect(self, stats: PlayStats) -> None:
-        super()._collect(stats)
+    def _collect(self, stats: PlayStats, lane: Any) -> None:
+        super()._collect(stats, lane)
         if not (self.name.startswith("actor0-") and stats.games and self.search.searching()):
             return
         try:
