@@ -116,6 +116,19 @@ class AlphaZeroNet(nn.Module):
         return NetOutput(policy, torch.tanh(out[:, 0]), None)
 
 
+def build_network(config: NetworkConfig) -> nn.Module:
+    """Builds the network ``config.kind`` names: AlphaZeroNet ('resnet') or Chessformer ('chessformer').
+
+    Both take (int64 planes [N, 112], float32 scalars [N, 7]), return a
+    NetOutput and keep the config as ``.config``.
+    """
+    if config.kind == "chessformer":
+        from alphazero.chessformer import Chessformer  # it imports this module (NetOutput)
+
+        return Chessformer(config)
+    return AlphaZeroNet(config)
+
+
 def pick_device(spec: str = "auto") -> torch.device:
     """Gets the torch device for ``spec``: 'auto' (CUDA when present, else CPU), 'cpu', 'cuda' or 'cuda:N'.
 
@@ -267,8 +280,8 @@ def save_model(path: str | os.PathLike[str], model: AlphaZeroNet, **extra: Any) 
 
 def load_model(
     path: str | os.PathLike[str], device: torch.device | str = "cpu", *, expected: NetworkConfig | None = None
-) -> tuple[AlphaZeroNet, dict[str, Any]]:
-    """Loads a model file (save_model) or a learner checkpoint into a new AlphaZeroNet in eval mode.
+) -> tuple[nn.Module, dict[str, Any]]:
+    """Loads a model file (save_model) or a learner checkpoint into a new network (build_network) in eval mode.
 
     Returns the model on ``device`` and the file's other entries: ``extra`` of a
     model file, or the checkpoint's metadata (step, config_toml, ...) without
@@ -282,7 +295,7 @@ def load_model(
     network = network_config_of(payload, path)
     if expected is not None:
         check_architecture(network, expected, path)
-    model = AlphaZeroNet(network)
+    model = build_network(network)
     load_weights(model, payload["model"], path)
     model.to(device).eval()
     if payload.get("format") == MODEL_FORMAT:
@@ -362,7 +375,7 @@ def count_parameters(model: nn.Module) -> int:
 
 
 __all__ = [
-    "POLICY_PLANES", "POLICY_SIZE", "AlphaZeroNet", "Evaluator", "NetOutput",
+    "POLICY_PLANES", "POLICY_SIZE", "AlphaZeroNet", "Evaluator", "NetOutput", "build_network",
     "check_architecture", "count_parameters", "cpu_state_dict", "load_model", "load_weights", "pick_device",
     "read_payload", "save_model",
 ]

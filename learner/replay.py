@@ -69,6 +69,7 @@ class Batch:
     policy: np.ndarray  # float32 [B, 4672] visit shares (zero off the visited moves)
     legal: np.ndarray  # bool [B, 4672] True at the position's legal moves
     z: np.ndarray  # float32 [B] the game's result for the side to move: 1, 0 or -1
+    root_values: np.ndarray | None = None  # float32 [B] the search's value for the side to move, when known
 
     def __len__(self) -> int:
         return len(self.z)
@@ -86,6 +87,7 @@ class _Block:
     policy_indices: np.ndarray
     policy_probs: np.ndarray
     results: np.ndarray
+    root_values: np.ndarray
 
     @property
     def end(self) -> int:
@@ -93,15 +95,16 @@ class _Block:
 
     @classmethod
     def of(cls, name: str, start: int, shard: Shard) -> _Block:
-        # Keeps only these arrays; the shard's others (games, root values, ...) are freed with it.
+        # Keeps only these arrays; the shard's others (games, plies, ...) are freed with it.
         return cls(name, start, np.ascontiguousarray(shard.planes), np.ascontiguousarray(shard.scalars),
                    np.ascontiguousarray(shard.policy_offsets), np.ascontiguousarray(shard.policy_indices),
-                   np.ascontiguousarray(shard.policy_probs), np.ascontiguousarray(shard.results))
+                   np.ascontiguousarray(shard.policy_probs), np.ascontiguousarray(shard.results),
+                   np.ascontiguousarray(shard.root_values))
 
     @property
     def nbytes(self) -> int:
         return sum(a.nbytes for a in (self.planes, self.scalars, self.policy_offsets, self.policy_indices,
-                                      self.policy_probs, self.results))
+                                      self.policy_probs, self.results, self.root_values))
 
     @classmethod
     def merge(cls, blocks: Sequence[_Block]) -> _Block:
@@ -113,6 +116,7 @@ class _Block:
             np.concatenate([b.planes for b in blocks]), np.concatenate([b.scalars for b in blocks]),
             np.concatenate(offsets), np.concatenate([b.policy_indices for b in blocks]),
             np.concatenate([b.policy_probs for b in blocks]), np.concatenate([b.results for b in blocks]),
+            np.concatenate([b.root_values for b in blocks]),
         )
 
 
@@ -345,6 +349,7 @@ class ReplayWindow:
         policy = np.zeros((size, NUM_MOVES), np.float32)
         legal = np.zeros((size, NUM_MOVES), np.bool_)
         z = np.empty(size, np.float32)
+        root_values = np.empty(size, np.float32)
         starts = np.array([block.start for block in self._blocks], dtype=np.int64)
         owner = np.searchsorted(starts, numbers, side="right") - 1
         # numbers are sorted, so each block's positions are one slice of the batch.
@@ -357,10 +362,11 @@ class ReplayWindow:
             planes[lo_out:hi_out] = block.planes[rows]
             scalars[lo_out:hi_out] = block.scalars[rows]
             z[lo_out:hi_out] = block.results[rows]
+            root_values[lo_out:hi_out] = block.root_values[rows]
             lo, hi = block.policy_offsets[rows], block.policy_offsets[rows + 1]
             entries = np.repeat(lo, hi - lo) + _ranges(hi - lo)
             batch_rows = np.repeat(np.arange(lo_out, hi_out), hi - lo)
             moves = block.policy_indices[entries].astype(np.int64)
             policy[batch_rows, moves] = block.policy_probs[entries]
             legal[batch_rows, moves] = True
-        return Batch(planes, scalars, policy, legal, z)
+        return Batch(planes, scalars, policy, legal, z, root_values)

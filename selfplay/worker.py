@@ -21,7 +21,7 @@ import torch
 
 from alphazero.checkpoint import load_latest_weights
 from alphazero.config import Config, SearchConfig, from_toml
-from alphazero.network import AlphaZeroNet, Evaluator, pick_device
+from alphazero.network import Evaluator, build_network, pick_device
 from alphazero.rundir import RunDir
 from mcts_ext.search import MultiGameSearch
 from selfplay.records import GameWriter
@@ -78,7 +78,7 @@ class SelfPlayWorker:
         self.step = -1
         self.weights_checked = 0.0
         if server is None:
-            model = AlphaZeroNet(self.config.network)
+            model = build_network(self.config.network)
             self.evaluator: Evaluator | None = Evaluator(model, pick_device(device or self.config.selfplay.device))
             self._poll_weights(force=True)
             if self.step < 0:

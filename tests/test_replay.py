@@ -36,7 +36,7 @@ def make_shard(ids: range, seed: int = 0, legal: int = LEGAL_MOVES) -> Shard:
         results=rng.integers(-1, 2, n).astype(np.int8),
         game=np.zeros(n, np.int32),
         ply=np.arange(n, dtype=np.int16),
-        root_values=np.zeros(n, np.float32),
+        root_values=rng.uniform(-1, 1, n).astype(np.float32),
         games=[{"samples": n}],
     )
 
@@ -73,6 +73,7 @@ def test_a_batch_carries_the_shards_positions(tmp_path: Path) -> None:
         shard, index = shards[position - position % 7], position % 7
         np.testing.assert_array_equal(batch.planes[row], shard.planes[index])
         np.testing.assert_array_equal(batch.policy[row], shard.dense_policy([index])[0])
+        assert batch.root_values is not None and batch.root_values[row] == shard.root_values[index]
         legal = shard.policy_indices[shard.policy_offsets[index]:shard.policy_offsets[index + 1]]
         assert sorted(np.flatnonzero(batch.legal[row])) == sorted(legal)
         assert batch.z[row] == shard.results[index]
@@ -86,7 +87,7 @@ def test_the_window_keeps_the_newest_positions(tmp_path: Path) -> None:
     assert len(window) == 100 and window.positions_added == 160
     ids = sampled_ids(window, 2000)
     assert ids.min() == 60 and ids.max() == 159  # the oldest shard is gone, the next one half inside
-    per_position = 112 * 8 + 7 * 4 + 1 + 8 + LEGAL_MOVES * (2 + 4)  # compact arrays only, no dense policy
+    per_position = 112 * 8 + 7 * 4 + 1 + 4 + 8 + LEGAL_MOVES * (2 + 4)  # compact arrays, root value; no dense policy
     assert window.nbytes <= 3 * 40 * per_position + 3 * 8  # the three newest shards
 
 

@@ -152,7 +152,7 @@ def _measure(preset: str, device: torch.device, args: argparse.Namespace) -> Poi
     import numpy as np
     import torch
 
-    from alphazero.network import AlphaZeroNet, Evaluator, count_parameters
+    from alphazero.network import Evaluator, build_network, count_parameters
     from learner.trainer import Trainer
 
     config = get_preset(preset)
@@ -160,13 +160,13 @@ def _measure(preset: str, device: torch.device, args: argparse.Namespace) -> Poi
     batch = synthetic_batch(batch_size, np.random.default_rng(0))
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     torch.manual_seed(0)
-    trainer = Trainer(AlphaZeroNet(config.network), config.learner, device, compile=args.compile)
+    trainer = Trainer(build_network(config.network), config.learner, device, compile=args.compile)
     steps = iter(range(10**9))
     train_s = _fastest(lambda: trainer.step(batch, next(steps)), args.seconds, sync)
     parameters = count_parameters(trainer.model)
     del trainer
     torch.manual_seed(0)
-    evaluator = Evaluator(AlphaZeroNet(config.network), device, compile=args.compile)
+    evaluator = Evaluator(build_network(config.network), device, compile=args.compile)
     infer_s = _fastest(lambda: evaluator.evaluate(batch.planes, batch.scalars), args.seconds, sync)
     del evaluator
     sample_s = _sampling_seconds(batch_size, args.seconds)
