@@ -220,10 +220,11 @@ class RelativeSelfAttention(nn.Module):
         # q_i . a^K_ij: for each i, [N * heads, d] x [d, 64 j].
         by_query = q.permute(2, 0, 1, 3).reshape(SQUARES, n * heads, width)
         logits += torch.bmm(by_query, relative_key.transpose(1, 2)).view(SQUARES, n, heads, SQUARES).permute(1, 2, 0, 3)
-        # a^Q_ij . k_j: for each j, [64 i, d] x [d, N * heads].
-        by_key = k.permute(2, 3, 0, 1).reshape(SQUARES, width, n * heads)
-        pair_to_key = torch.bmm(relative_query.transpose(0, 1), by_key)  # [j, i, N * heads]
-        logits.add_(pair_to_key.view(SQUARES, SQUARES, n, heads).permute(2, 3, 1, 0), alpha=scale)
+        # a^Q_ij . k_j: for each j, [N * heads, d] x [d, 64 i]. The sum runs over
+        # the key's square, so this term arrives transposed: the one strided pass.
+        by_key = k.permute(2, 0, 1, 3).reshape(SQUARES, n * heads, width)
+        pair_to_key = torch.bmm(by_key, relative_query.permute(1, 2, 0))  # [j, N * heads, i]
+        logits.add_(pair_to_key.view(SQUARES, n, heads, SQUARES).permute(1, 2, 3, 0), alpha=scale)
         # a^Q_ij . a^K_ij: the same for every position.
         logits += (relative_query * relative_key).sum(-1) * scale
         return logits

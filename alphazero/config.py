@@ -22,7 +22,7 @@ Presets:
   800 simulations, batch 4096, learning rate 0.2 dropping tenfold at 100k,
   300k and 500k steps.
 - ``cf-tiny``: tiny's search and self-play with a 2-layer Chessformer
-  (``network.kind = "chessformer"``, embedding 64, 2 heads), trained with NAdam
+  (``network.kind = "chessformer"``, embedding 48, 2 heads), trained with NAdam
   and the auxiliary soft-policy and q targets: the transformer on a CPU.
 - ``cf-6m``: small's search and self-play with the Chessformer paper's CF-6M
   (8 layers, embedding 256, 8 heads, feed-forward 256): a run on one GPU.
@@ -434,14 +434,15 @@ _CHESSFORMER_LEARNER = dict(optimizer="nadam", learning_rates=(1e-3, 3e-4, 1e-4,
 
 def _cf_tiny() -> Config:
     # The tiny preset's search, self-play and schedule with a 2-layer Chessformer of
-    # about its FLOPs per evaluation (15M vs 11M). On a CPU the attention's 64 x 64
-    # matrices cost more than their FLOPs say: two heads, not four, keep the
-    # network near a quarter of the resnet's evaluations per second.
+    # about its FLOPs per evaluation (9.6M vs 10.7M, counted by `bench network`).
+    # On a CPU the attention's 64 x 64 matrices (softmax, the relative terms) cost
+    # more than their FLOPs say: with two heads, not four, it evaluates about
+    # 2.5x fewer positions per second than tiny, so its games take that much longer.
     tiny = _tiny()
     return dataclasses.replace(
         tiny,
         preset="cf-tiny",
-        network=NetworkConfig(kind="chessformer", layers=2, embedding=64, heads=2, ffn=64, policy_filters=64,
+        network=NetworkConfig(kind="chessformer", layers=2, embedding=48, heads=2, ffn=48, policy_filters=48,
                               value_head="wdl", value_filters=8, value_hidden=64),
         learner=dataclasses.replace(tiny.learner, warmup_steps=250, **_CHESSFORMER_LEARNER),
     )

@@ -204,7 +204,7 @@ def test_architecture_hash_covers_the_transformer_fields() -> None:
     ("override", "message"),
     [
         ("network.kind=vit", "network.kind must be one of 'resnet', 'chessformer'"),
-        ("network.heads=3", r"network.embedding \(64\) must be a multiple of network.heads \(3\)"),
+        ("network.heads=5", r"network.embedding \(48\) must be a multiple of network.heads \(5\)"),
         ("learner.optimizer=rmsprop", "learner.optimizer must be one of 'sgd', 'adam', 'adamw', 'nadam'"),
         ("learner.beta2=1", "below 1"),
         ("learner.soft_policy_temperature=0.5", "at least 1"),
