@@ -165,19 +165,20 @@ class SquareEmbedding(nn.Module):
 class RelativeSelfAttention(nn.Module):
     """Multi-head self-attention over the 64 squares with Shaw et al.'s relative positions.
 
-    Variant: the full one of Shaw et al. (2018), eq. 3-5, with the query-side
-    term as well (the Chessformer's form): a^Q_ij joins the query, a^K_ij the
-    key and a^V_ij the value, for every ordered pair of squares (i, j). The
-    vectors are per pair, not per clipped offset j - i as in text: the board is
-    small and its edges matter (a knight on a1 differs from one on d4), so
-    each of the 64 x 64 pairs learns its own.
+    Variant: Shaw et al.'s (2018) key and value terms (a^K_ij, a^V_ij) plus the
+    Chessformer paper's query term a^Q_ij, so that e_ij is the product of the
+    two position-aware vectors in full (the four terms of the module
+    docstring). The vectors belong to ordered pairs of squares (i, j), not to
+    clipped offsets j - i as in Shaw et al.'s text: the board is small and its
+    edges matter (a knight on a1 differs from one on d4), so each of the
+    64 x 64 pairs learns its own.
 
     Sharing: one set of vectors per layer, of the head width d = embedding /
-    heads, shared by all heads (each head's projections still see them through
-    their own q_i and k_j). Per-head vectors would multiply the largest tensor
-    of the model by the head count: 3 * 64 * 64 * 32 values per layer of
-    CF-6M (its ~6M parameters are this sharing's count; per head they would
-    be ~28M), for little gain on 64 tokens.
+    heads, shared by all heads (each head still sees them through its own q_i
+    and k_j). Per-head vectors would multiply the model's largest tensors by
+    the head count: CF-6M (8 layers, 8 heads, d = 32) has 3.1M relative-position
+    values this way and 6.8M parameters in all (without the auxiliary heads),
+    the paper's size; per head it would have 25M and 29M.
 
     The term a^Q_ij . a^K_ij does not depend on the position, so it is one
     64 x 64 bias per layer (computed from the parameters every pass).
