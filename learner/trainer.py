@@ -27,10 +27,14 @@ averaged over the batch, plus c * ||theta||^2 (c = learner.weight_decay):
 Optimiser: SGD with momentum (AlphaZero), Adam with L2 weight decay, or AdamW /
 NAdam with decoupled weight decay on the weight matrices (``momentum`` and
 ``beta2`` are the Adam family's betas), with ``learner.learning_rate(step)``
-(warm-up included) set before each step.
+(warm-up included) set before each step. On CUDA the forward pass runs under
+bf16 autocast (no loss scaling needed for bf16) in channels_last; the losses
+are computed in float32. The gradient norm is measured every step and clipped
+only when ``clip_grad_norm`` is given.
 
-Auxiliary targets (a Chessformer's second policy and value heads, see
-alphazero.chessformer; weights 0 leave them untrained and unrun):
+Auxiliary targets, added to the loss with their weights (a Chessformer's
+second policy and value heads, see alphazero.chessformer; with both weights
+0 those heads are neither run nor trained):
 
 - **Soft policy** (``soft_policy_loss_weight``): cross-entropy of the soft
   head's legal-move softmax against pi^(1/T) renormalised over the legal
@@ -38,11 +42,8 @@ alphazero.chessformer; weights 0 leave them untrained and unrun):
   paper): the flattened target makes the body learn which moves the search
   found nearly as good, not only the best.
 - **q** (``q_loss_weight``): squared error of the q head against the
-  search's root value of the position (shards store it per sample), a less
-  noisy value target than the game's result. On CUDA the forward
-pass runs under bf16 autocast (no loss scaling needed for bf16) in
-channels_last; the losses are computed in float32. The gradient norm is
-measured every step and clipped only when ``clip_grad_norm`` is given.
+  search's root value of the position (shards store it per sample): a less
+  noisy value signal than the game's result, which the value head keeps.
 
 Example::
 

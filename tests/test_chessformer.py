@@ -416,3 +416,15 @@ def test_decoupled_optimizers_decay_weight_matrices_only(name: str) -> None:
     assert not decayed_names & {"embedding.gain", "embedding.offset", "encoder.0.ffn_in.bias",
                                 "encoder.0.attention_norm.weight"}
     assert len(decayed["params"]) + len(kept["params"]) == len(list(model.parameters()))
+
+
+def test_bench_network_prints_flops_beside_speed_for_both_kinds(capsys: pytest.CaptureFixture[str]) -> None:
+    from alphazero import cli
+
+    common = ["bench", "network", "--batch-sizes", "2", "--seconds", "0.05", "--device", "cpu"]
+    assert cli.main([*common, "--preset", "tiny,cf-tiny"]) == 0
+    out = capsys.readouterr().out
+    assert "tiny on cpu: 10.7 MFLOP/eval, best" in out and "cf-tiny on cpu: 9.6 MFLOP/eval, best" in out
+    assert cli.main([*common, "--preset", "tiny", "--set", "network.filters=64", "--set",
+                     "network.policy_filters=64"]) == 0
+    assert "tiny on cpu: 33.1 MFLOP/eval" in capsys.readouterr().out  # --set measures a variant
