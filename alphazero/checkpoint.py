@@ -58,7 +58,7 @@ from alphazero.config import (
     Config, NetworkConfig, architecture_hash, config_hash, network_config_from_dict, to_toml,
 )
 from alphazero.errors import UserError
-from alphazero.network import AlphaZeroNet, check_architecture, cpu_state_dict, load_weights
+from alphazero.network import build_network, check_architecture, cpu_state_dict, load_weights
 from alphazero.rundir import RunDir, atomic_write_bytes, atomic_write_text, complete_files, remove_stale_temporaries
 
 CHECKPOINT_FORMAT = "alphazero-checkpoint"
@@ -232,7 +232,7 @@ def save_checkpoint(
     return path
 
 
-def save_model(path: str | os.PathLike[str], model: AlphaZeroNet, **extra: Any) -> None:
+def save_model(path: str | os.PathLike[str], model: nn.Module, **extra: Any) -> None:
     """Saves the model's weights and NetworkConfig (plus ``extra`` entries) to ``path`` atomically.
 
     ``extra`` values must be plain data (numbers, strings, lists, dicts, tensors)
@@ -404,8 +404,8 @@ def load_checkpoint(
 
 def load_model(
     path: str | os.PathLike[str], device: torch.device | str = "cpu", *, expected: NetworkConfig | None = None
-) -> tuple[AlphaZeroNet, dict[str, Any]]:
-    """Loads a model file (save_model) or a learner checkpoint into a new AlphaZeroNet in eval mode.
+) -> tuple[nn.Module, dict[str, Any]]:
+    """Loads a model file (save_model) or a learner checkpoint into a new network (build_network) in eval mode.
 
     Returns the model on ``device`` and the file's other entries: ``extra`` of a
     model file, or the checkpoint's metadata (step, config_toml, ...) without
@@ -420,7 +420,7 @@ def load_model(
     network = network_config_of(payload, path)
     if expected is not None:
         check_architecture(network, expected, path)
-    model = AlphaZeroNet(network)
+    model = build_network(network)
     load_weights(model, payload["model"], path)
     model.to(device).eval()
     if payload.get("format") == MODEL_FORMAT:
@@ -487,7 +487,7 @@ def restore_checkpoint(
 
 
 def load_latest_weights(
-    run_dir: RunDir | str | os.PathLike[str], model: AlphaZeroNet | nn.Module, *, newer_than: int = -1
+    run_dir: RunDir | str | os.PathLike[str], model: nn.Module, *, newer_than: int = -1
 ) -> int | None:
     """Loads the newest checkpoint's weights into ``model`` in place; returns that checkpoint's step.
 

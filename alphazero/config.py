@@ -21,6 +21,11 @@ Presets:
 - ``alphazero``: the values of Silver et al. (2018): 20 blocks x 256 filters,
   800 simulations, batch 4096, learning rate 0.2 dropping tenfold at 100k,
   300k and 500k steps.
+- ``cf-tiny``: tiny's search and self-play with a 2-layer Chessformer
+  (``network.kind = "chessformer"``, embedding 48, 2 heads), trained with NAdam
+  and the auxiliary soft-policy and q targets: the transformer on a CPU.
+- ``cf-6m``: small's search and self-play with the Chessformer paper's CF-6M
+  (8 layers, embedding 256, 8 heads, feed-forward 256): a run on one GPU.
 
 Example::
 
@@ -91,24 +96,40 @@ class _Section:
 
 @dataclass(frozen=True)
 class NetworkConfig(_Section):
-    """The residual tower and its two heads. Fixed for the life of a run."""
+    """The network: a residual tower or a Chessformer, and its two heads. Fixed for the life of a run.
+
+    ``kind`` picks the body; the fields marked (resnet) or (chessformer) are
+    read by that kind only, the others by both.
+    """
 
     SECTION: ClassVar[str] = "network"
-    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"value_head": ("scalar", "wdl")}
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"kind": ("resnet", "chessformer"),
+                                                     "value_head": ("scalar", "wdl")}
     MINIMUM: ClassVar[dict[str, float]] = {"blocks": 0, "filters": 1, "policy_filters": 1,
-                                           "value_filters": 1, "value_hidden": 1}
+                                           "value_filters": 1, "value_hidden": 1,
+                                           "layers": 1, "embedding": 1, "heads": 1, "ffn": 1}
 
-    blocks: int = _field(20, "residual blocks in the tower (each: conv-BN-ReLU-conv-BN, skip, ReLU)")
-    filters: int = _field(256, "channels of the stem and of every 3x3 convolution in the tower")
-    policy_filters: int = _field(256, "channels of the policy head's 3x3 conv-BN-ReLU before its last conv")
-    policy_kernel: int = _field(3, "kernel of the policy head's last conv to 73 move planes: 1 or 3")
+    kind: str = _field("resnet", "'resnet': AlphaZero's residual tower; 'chessformer': a transformer over the 64 "
+                                 "squares with relative square positions (Monroe & Chalmers)")
+    blocks: int = _field(20, "(resnet) residual blocks in the tower (each: conv-BN-ReLU-conv-BN, skip, ReLU)")
+    filters: int = _field(256, "(resnet) channels of the stem and of every 3x3 convolution in the tower")
+    policy_filters: int = _field(256, "channels of the resnet policy head's 3x3 conv-BN-ReLU before its last conv; "
+                                      "chessformer: width of the attention policy's square tokens, queries and keys")
+    policy_kernel: int = _field(3, "(resnet) kernel of the policy head's last conv to 73 move planes: 1 or 3")
     value_head: str = _field("scalar", "'scalar': one tanh output (AlphaZero); 'wdl': win/draw/loss logits")
-    value_filters: int = _field(1, "channels of the value head's 1x1 conv-BN-ReLU")
+    value_filters: int = _field(1, "channels per square of the value head (resnet: its 1x1 conv-BN-ReLU)")
     value_hidden: int = _field(256, "units of the value head's hidden fully connected layer")
+    layers: int = _field(8, "(chessformer) encoder layers")
+    embedding: int = _field(256, "(chessformer) width of each square's token through the encoder")
+    heads: int = _field(8, "(chessformer) attention heads per layer; embedding must be a multiple of it")
+    ffn: int = _field(256, "(chessformer) hidden units of each layer's feed-forward sublayer")
 
     def _check(self) -> None:
         if self.policy_kernel not in (1, 3):
             raise UserError(f"network.policy_kernel must be 1 or 3, got {self.policy_kernel}")
+        if self.kind == "chessformer" and self.embedding % self.heads:
+            raise UserError(f"network.embedding ({self.embedding}) must be a multiple of network.heads "
+                            f"({self.heads})")
 
 
 @dataclass(frozen=True)
@@ -226,27 +247,40 @@ class LearnerConfig(_Section):
     """The training loop over the replay window."""
 
     SECTION: ClassVar[str] = "learner"
-    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"optimizer": ("sgd", "adam")}
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"optimizer": ("sgd", "adam", "adamw", "nadam")}
     MINIMUM: ClassVar[dict[str, float]] = {
         "batch_size": 1, "momentum": 0.0, "weight_decay": 0.0, "training_steps": 0,
         "window_positions": 1, "min_window_positions": 1, "max_sample_reuse": 0.0,
         "checkpoint_every": 1, "keep_checkpoints": 1, "keep_every_steps": 0, "log_every": 1,
         "value_loss_weight": 0.0, "value_target_q_weight": 0.0, "validation_share": 0.0,
         "validation_positions": 1, "validate_every": 0,
+        "value_loss_weight": 0.0, "beta2": 0.0, "epsilon": 0.0, "warmup_steps": 0,
+        "soft_policy_loss_weight": 0.0, "soft_policy_temperature": 1.0, "q_loss_weight": 0.0,
     }
 
     batch_size: int = _field(4096, "positions per training step")
-    optimizer: str = _field("sgd", "'sgd' (with momentum, as AlphaZero) or 'adam'")
+    optimizer: str = _field("sgd", "'sgd' (with momentum, as AlphaZero), 'adam', or 'adamw' / 'nadam' "
+                                   "(decoupled weight decay)")
     learning_rates: tuple[float, ...] = _field((0.2, 0.02, 0.002, 0.0002),
                                                "learning rate per stage, quoted for batch 4096 (see scale_lr)")
     lr_boundaries: tuple[int, ...] = _field((100_000, 300_000, 500_000),
                                             "steps at which the next learning rate starts")
     scale_lr: bool = _field(True, "multiply learning rates by batch_size / 4096 (linear scaling)")
-    momentum: float = _field(0.9, "SGD momentum (Adam's beta1 when optimizer = 'adam')")
-    weight_decay: float = _field(1e-4, "L2 weight decay (AlphaZero's c = 1e-4)")
+    warmup_steps: int = _field(0, "steps over which the learning rate rises linearly from 0 to its first value")
+    momentum: float = _field(0.9, "SGD momentum (beta1 of adam, adamw and nadam)")
+    beta2: float = _field(0.999, "beta2 of adam, adamw and nadam")
+    epsilon: float = _field(1e-8, "epsilon of adam, adamw and nadam")
+    weight_decay: float = _field(1e-4, "sgd/adam: L2 weight decay c (AlphaZero's 1e-4); adamw/nadam: the "
+                                       "decoupled decay rate, applied to weight matrices only")
     value_loss_weight: float = _field(1.0, "weight of the value loss beside the policy loss")
     value_target_q_weight: float = _field(0.0, "value target = (1 - w) * game result + w * the search's root "
                                                "value (Leela's q-ratio); 0 = the game result alone")
+    soft_policy_loss_weight: float = _field(0.0, "weight of the auxiliary soft-policy loss (chessformer only): "
+                                                 "its second policy head learns the targets at a temperature")
+    soft_policy_temperature: float = _field(4.0, "temperature T of the soft-policy targets: pi^(1/T), "
+                                                 "renormalised over the legal moves")
+    q_loss_weight: float = _field(0.0, "weight of the auxiliary q loss (chessformer only): its second value "
+                                       "head learns the search's root value (squared error)")
     training_steps: int = _field(700_000, "stop after this many steps; 0 = until stopped")
     window_positions: int = _field(20_000_000, "replay window: the newest positions sampled from")
     min_window_positions: int = _field(500_000, "positions self-play must have written before training")
@@ -277,12 +311,17 @@ class LearnerConfig(_Section):
         if self.min_window_positions > self.window_positions:
             raise UserError(f"learner.min_window_positions ({self.min_window_positions}) exceeds "
                             f"learner.window_positions ({self.window_positions})")
+        if not (self.momentum < 1.0 and self.beta2 < 1.0):
+            raise UserError(f"learner.momentum and learner.beta2 must be below 1, got {self.momentum} "
+                            f"and {self.beta2}")
 
     def learning_rate(self, step: int) -> float:
-        """Gets the learning rate of training step ``step`` (0-based), scaled to the batch size."""
+        """Gets the learning rate of training step ``step`` (0-based): scaled to the batch size, and
+        rising linearly over the first ``warmup_steps`` steps."""
         stage = sum(1 for boundary in self.lr_boundaries if step >= boundary)
         scale = self.batch_size / REFERENCE_BATCH_SIZE if self.scale_lr else 1.0
-        return self.learning_rates[stage] * scale
+        warmup = min(1.0, (step + 1) / self.warmup_steps) if self.warmup_steps > 0 else 1.0
+        return self.learning_rates[stage] * scale * warmup
 
 
 @dataclass(frozen=True)
@@ -500,7 +539,44 @@ def _alphazero() -> Config:
                                                               gpu_games_per_actor=1024, cuda_forward="compile"))
 
 
-_PRESETS = {"tiny": _tiny, "small": _small, "alphazero": _alphazero}
+# The Chessformer presets train with NAdam (beta 0.9/0.98, epsilon 1e-7, decoupled
+# weight decay) after a linear warm-up, at rates that do not scale with the batch,
+# and give the auxiliary soft-policy and q targets a weight.
+_CHESSFORMER_LEARNER = dict(optimizer="nadam", learning_rates=(1e-3, 3e-4, 1e-4, 3e-5), scale_lr=False,
+                            momentum=0.9, beta2=0.98, epsilon=1e-7, weight_decay=0.01,
+                            soft_policy_loss_weight=1.0, q_loss_weight=1.0)
+
+
+def _cf_tiny() -> Config:
+    # The tiny preset's search, self-play and schedule with a 2-layer Chessformer of
+    # about its FLOPs per evaluation (9.6M vs 10.7M, counted by `bench network`).
+    # On a CPU the attention's 64 x 64 matrices (softmax, the relative terms) cost
+    # more than their FLOPs say: with two heads, not four, it evaluates about
+    # 2.5x fewer positions per second than tiny, so its games take that much longer.
+    tiny = _tiny()
+    return dataclasses.replace(
+        tiny,
+        preset="cf-tiny",
+        network=NetworkConfig(kind="chessformer", layers=2, embedding=48, heads=2, ffn=48, policy_filters=48,
+                              value_head="wdl", value_filters=8, value_hidden=64),
+        learner=dataclasses.replace(tiny.learner, warmup_steps=250, **_CHESSFORMER_LEARNER),
+    )
+
+
+def _cf_6m() -> Config:
+    # The paper's CF-6M body (8 layers, embedding 256, 8 heads, feed-forward 256)
+    # with the small preset's search, self-play and schedule: a run on one GPU.
+    small = _small()
+    return dataclasses.replace(
+        small,
+        preset="cf-6m",
+        network=NetworkConfig(kind="chessformer", layers=8, embedding=256, heads=8, ffn=256, policy_filters=256,
+                              value_head="wdl", value_filters=32, value_hidden=128),
+        learner=dataclasses.replace(small.learner, warmup_steps=1000, **_CHESSFORMER_LEARNER),
+    )
+
+
+_PRESETS = {"tiny": _tiny, "small": _small, "alphazero": _alphazero, "cf-tiny": _cf_tiny, "cf-6m": _cf_6m}
 PRESET_NAMES: tuple[str, ...] = tuple(_PRESETS)
 
 

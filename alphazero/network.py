@@ -113,6 +113,19 @@ class AlphaZeroNet(nn.Module):
         return NetOutput(policy, torch.tanh(out[:, 0]), None)
 
 
+def build_network(config: NetworkConfig) -> nn.Module:
+    """Builds the network ``config.kind`` names: AlphaZeroNet ('resnet') or Chessformer ('chessformer').
+
+    Both take (int64 planes [N, 112], float32 scalars [N, 7]), return a
+    NetOutput and keep the config as ``.config``.
+    """
+    if config.kind == "chessformer":
+        from alphazero.chessformer import Chessformer  # it imports this module (NetOutput)
+
+        return Chessformer(config)
+    return AlphaZeroNet(config)
+
+
 def pick_device(spec: str = "auto") -> torch.device:
     """Gets the torch device for ``spec``: 'auto' (CUDA when present, else CPU), 'cpu', 'cuda' or 'cuda:N'.
 
@@ -528,6 +541,7 @@ def count_parameters(model: nn.Module) -> int:
 
 
 __all__ = [
-    "POLICY_PLANES", "POLICY_SIZE", "AlphaZeroNet", "Evaluator", "NetOutput", "PendingOutput", "gather_legal",
+    "POLICY_PLANES", "POLICY_SIZE", "AlphaZeroNet", "Evaluator", "NetOutput", "PendingOutput", "build_network",
+    "gather_legal",
     "check_architecture", "count_parameters", "cpu_state_dict", "load_weights", "pick_device",
 ]

@@ -49,7 +49,7 @@ from rich.table import Table
 from alphazero.checkpoint import checkpoint_name
 from alphazero.config import Config, EvalConfig
 from alphazero.errors import UserError
-from alphazero.network import AlphaZeroNet, Evaluator, cpu_state_dict, pick_device
+from alphazero.network import AlphaZeroNet, Evaluator, build_network, cpu_state_dict, pick_device
 from alphazero.rundir import RunDir, atomic_write_text, check_writable_directory
 from alphazero.stockfish import INSTALL_HINT, find_stockfish
 from eval.agents import Agent, RandomAgent, StockfishAgent
@@ -161,7 +161,7 @@ def _copy_model(model: AlphaZeroNet, device: str) -> AlphaZeroNet:
     device, maybe compiled) is left exactly as it was. 'auto' keeps the model's device."""
     config = getattr(model, "_orig_mod", model).config
     target = next(model.parameters()).device if device == "auto" else pick_device(device)
-    copy = AlphaZeroNet(config)
+    copy = build_network(config)
     copy.load_state_dict(cpu_state_dict(model))
     return copy.to(target).eval()
 

@@ -46,7 +46,7 @@ from alphazero.builtin import BUILTIN, builtin_path, is_builtin, require_builtin
 from alphazero.checkpoint import checkpoint_name, latest_checkpoint, load_model, step_of
 from alphazero.config import DEFAULT_PRESET, Config, SearchConfig, from_toml, get_preset
 from alphazero.errors import UserError
-from alphazero.network import AlphaZeroNet, Evaluator, pick_device
+from alphazero.network import AlphaZeroNet, Evaluator, build_network, pick_device
 from alphazero.planes import compact_to_torch
 from alphazero.rundir import DEFAULT_RUN, RunDir, complete_files
 from eval.agents import Agent, Choice, int_option, register_player
@@ -251,7 +251,7 @@ def _fresh_model(config: Config) -> AlphaZeroNet:
     """Builds the config's network with weights seeded by learner.seed (global RNGs left alone)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.learner.seed)
-        return AlphaZeroNet(config.network)
+        return build_network(config.network)
 
 
 def load_network(

@@ -68,7 +68,7 @@ from alphazero.config import Config
 from alphazero.console import fit_line
 from alphazero.errors import UserError
 from alphazero.moves import index_to_move, legal_move_indices
-from alphazero.network import AlphaZeroNet, pick_device
+from alphazero.network import AlphaZeroNet, build_network, pick_device
 from alphazero.planes import compact_to_torch, encode_position
 from alphazero.rundir import RunDir
 from learner.replay import WAIT_POSITIONS, Batch, ReplayWindow
@@ -172,7 +172,8 @@ VALIDATION_LAYOUT = {"validation: held out vs trained on": {
     "policy top-1": ["Multiline", ["validation/train_policy_top1", "validation/policy_top1"]],
 }}
 _TB_NAMES = {"total": "loss/total", "policy": "loss/policy", "value": "loss/value", "value_mse": "loss/value_mse",
-             "entropy": "policy/entropy", "value_accuracy": "value/accuracy", "grad_norm": "grad_norm"}
+             "entropy": "policy/entropy", "value_accuracy": "value/accuracy", "grad_norm": "grad_norm",
+             "soft_policy": "loss/soft_policy", "q": "loss/q"}
 
 
 class _Running:
@@ -288,7 +289,7 @@ class Learner:
         self.on_checkpoint = on_checkpoint
         self.poll_seconds = poll_seconds
         torch.manual_seed(self.settings.seed)  # the initial weights; a resumed run loads its own
-        self.trainer = Trainer(AlphaZeroNet(config.network), self.settings, self.device,
+        self.trainer = Trainer(build_network(config.network), self.settings, self.device,
                                clip_grad_norm=clip_grad_norm, compile=self.settings.compile)
         self.window = ReplayWindow(shards or run.selfplay, window_positions=self.settings.window_positions,
                                    max_sample_reuse=self.settings.max_sample_reuse,

@@ -32,15 +32,30 @@ averaged over the batch, plus c * ||theta||^2 (c = learner.weight_decay):
   agreement: the share of positions whose most likely legal move under the
   network is one of the search's most visited.
 
-Optimiser: SGD with momentum (AlphaZero) or Adam (``momentum`` is its beta1),
-with ``learner.learning_rate(step)`` set before each step. On CUDA the forward
-pass runs under bf16 autocast (no loss scaling needed for bf16) in
-channels_last; the losses are computed in float32. The gradient norm is
-measured every step and clipped only when ``clip_grad_norm`` is given.
+Optimiser: SGD with momentum (AlphaZero), Adam with L2 weight decay, or AdamW /
+NAdam with decoupled weight decay on the weight matrices (``momentum`` and
+``beta2`` are the Adam family's betas), with ``learner.learning_rate(step)``
+(warm-up included) set before each step. On CUDA the forward pass runs under
+bf16 autocast (no loss scaling needed for bf16) in channels_last; the losses
+are computed in float32. The gradient norm is measured every step and clipped
+only when ``clip_grad_norm`` is given.
+
+Auxiliary targets, added to the loss with their weights (a Chessformer's
+second policy and value heads, see alphazero.chessformer; with both weights
+0 those heads are neither run nor trained):
+
+- **Soft policy** (``soft_policy_loss_weight``): cross-entropy of the soft
+  head's legal-move softmax against pi^(1/T) renormalised over the legal
+  moves (T = ``soft_policy_temperature``, 4 as in KataGo and the Chessformer
+  paper): the flattened target makes the body learn which moves the search
+  found nearly as good, not only the best.
+- **q** (``q_loss_weight``): squared error of the q head against the
+  search's root value of the position (shards store it per sample): a less
+  noisy value signal than the game's result, which the value head keeps.
 
 Example::
 
-    trainer = Trainer(AlphaZeroNet(config.network), config.learner, torch.device("cpu"))
+    trainer = Trainer(build_network(config.network), config.learner, torch.device("cpu"))
     stats = trainer.step(batch, step=0)      # StepStats of 0-dim tensors; float(stats.total)
 """
 
@@ -48,7 +63,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -57,13 +72,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from alphazero.config import LearnerConfig
-from alphazero.network import AlphaZeroNet, NetOutput
+from alphazero.errors import UserError
+from alphazero.network import NetOutput
 from alphazero.planes import compact_to_torch
 from learner.replay import Batch
 
 __all__ = [
-    "DRAW_BAND", "StepStats", "Trainer", "VALIDATION_FIGURES", "build_optimizer", "compute_losses",
-    "masked_log_softmax", "policy_kl", "result_classes", "validation_sums", "value_classes", "value_target",
+    "DRAW_BAND", "StepStats", "Trainer", "VALIDATION_FIGURES", "auxiliary_losses", "build_optimizer",
+    "compute_losses", "masked_log_softmax", "policy_kl", "result_classes", "soft_policy_targets",
+    "validation_sums", "value_classes", "value_target",
     "weight_decay_term",
 ]
 
@@ -75,13 +92,15 @@ DRAW_BAND = 1.0 / 3.0  # a scalar value within this of 0 predicts a draw (the ne
 class StepStats:
     """Figures of one batch as 0-dim float32 tensors on the training device (read them with float())."""
 
-    total: torch.Tensor  # policy + value_loss_weight * value (weight decay not included)
+    total: torch.Tensor  # policy + value_loss_weight * value (+ weighted auxiliary losses; no weight decay)
     policy: torch.Tensor  # cross-entropy of the targets and the legal-move softmax
     value: torch.Tensor  # squared error (scalar head) or win/draw/loss cross-entropy (wdl head)
     value_mse: torch.Tensor  # (z - v)^2 for either head, so runs with either compare
     entropy: torch.Tensor  # entropy of the network's policy over the legal moves
     value_accuracy: torch.Tensor  # share of predicted result classes equal to z's
     grad_norm: torch.Tensor  # global L2 norm of the gradient, before clipping
+    soft_policy: torch.Tensor  # auxiliary soft-policy cross-entropy (0 when not trained)
+    q: torch.Tensor  # auxiliary q head's squared error against the root value (0 when not trained)
 
     def as_floats(self) -> dict[str, float]:
         """Gets every figure as a Python float (one device sync per figure)."""
@@ -178,8 +197,9 @@ def compute_losses(out: NetOutput, policy: torch.Tensor, legal: torch.Tensor, z:
     terms = _per_sample(out, policy, legal, z, q, q_weight)
     policy_loss, value_loss = terms.policy.mean(), terms.value.mean()
     total = policy_loss + value_loss_weight * value_loss
+    zero = torch.zeros((), device=total.device)
     return StepStats(total, policy_loss.detach(), value_loss.detach(), terms.value_mse.mean().detach(),
-                     terms.entropy.mean().detach(), terms.correct.mean(), torch.zeros((), device=total.device))
+                     terms.entropy.mean().detach(), terms.correct.mean(), zero, zero, zero)
 
 
 VALIDATION_FIGURES = ("policy_loss", "policy_top1", "value_loss", "value_mse", "value_accuracy")
@@ -200,12 +220,52 @@ def validation_sums(out: NetOutput, policy: torch.Tensor, legal: torch.Tensor, z
                             terms.correct.sum()]).double()
 
 
+def soft_policy_targets(policy: torch.Tensor, legal: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Gets the soft policy targets pi^(1/T), renormalised over the legal moves (zero elsewhere)."""
+    soft = torch.where(legal, policy.float().clamp_min(0.0).pow(1.0 / temperature), torch.zeros_like(policy))
+    return soft / soft.sum(dim=1, keepdim=True).clamp_min(1e-30)  # a row without targets stays zero
+
+
+def auxiliary_losses(aux: Any, policy: torch.Tensor, legal: torch.Tensor, root_values: torch.Tensor | None,
+                     *, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Computes the auxiliary heads' losses: (soft-policy cross-entropy, q squared error).
+
+    Args:
+        aux: the heads' outputs (alphazero.chessformer.AuxOutput).
+        policy, legal: as for compute_losses.
+        root_values: float32 [B] the search's root values; None gives a q loss of 0.
+        temperature: T of the soft targets pi^(1/T).
+    """
+    log_p = masked_log_softmax(aux.soft_policy_logits, legal)
+    soft = -_legal_sum(soft_policy_targets(policy, legal, temperature) * log_p, legal).mean()
+    if root_values is None:
+        return soft, torch.zeros((), device=soft.device)
+    return soft, (aux.q.float() - root_values).square().mean()
+
+
+def _decoupled_decay_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    # Decoupled decay pulls weights towards 0; gains, offsets and biases
+    # (vectors, and what the model names in no_weight_decay) keep their scale.
+    skip = model.no_weight_decay() if hasattr(model, "no_weight_decay") else set()
+    named = list(model.named_parameters())
+    decay = [p for name, p in named if p.ndim >= 2 and name not in skip]
+    rest = [p for name, p in named if not (p.ndim >= 2 and name not in skip)]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+
+
 def build_optimizer(model: nn.Module, config: LearnerConfig) -> torch.optim.Optimizer:
     """Builds the configured optimiser over the model's parameters (weight decay 2c: see the module docstring)."""
     rate = config.learning_rate(0)
     decay = 2.0 * config.weight_decay
+    betas = (config.momentum, config.beta2)
+    if config.optimizer == "adamw":
+        groups = _decoupled_decay_groups(model, config.weight_decay)
+        return torch.optim.AdamW(groups, lr=rate, betas=betas, eps=config.epsilon)
+    if config.optimizer == "nadam":
+        groups = _decoupled_decay_groups(model, config.weight_decay)
+        return torch.optim.NAdam(groups, lr=rate, betas=betas, eps=config.epsilon, decoupled_weight_decay=True)
     if config.optimizer == "adam":
-        return torch.optim.Adam(model.parameters(), lr=rate, betas=(config.momentum, 0.999), weight_decay=decay)
+        return torch.optim.Adam(model.parameters(), lr=rate, betas=betas, eps=config.epsilon, weight_decay=decay)
     return torch.optim.SGD(model.parameters(), lr=rate, momentum=config.momentum, weight_decay=decay)
 
 
@@ -231,7 +291,7 @@ class Trainer:
         compile: torch.compile the forward pass.
     """
 
-    def __init__(self, model: AlphaZeroNet, config: LearnerConfig, device: torch.device, *,
+    def __init__(self, model: nn.Module, config: LearnerConfig, device: torch.device, *,
                  clip_grad_norm: float | None = None, bf16: bool = True, compile: bool = False) -> None:
         self.device = device
         self.config = config
@@ -243,6 +303,13 @@ class Trainer:
         self.clip_grad_norm = clip_grad_norm
         self.autocast = bf16 and device.type == "cuda"
         self._forward: nn.Module = torch.compile(self.model) if compile else self.model  # type: ignore[assignment]
+        self.auxiliary = config.soft_policy_loss_weight > 0 or config.q_loss_weight > 0
+        if self.auxiliary and not hasattr(self.model, "forward_with_aux"):
+            raise UserError("learner.soft_policy_loss_weight and learner.q_loss_weight train auxiliary heads, which "
+                            f"only network.kind = 'chessformer' has (this network is {self.model.config.kind!r}); "
+                            "set both to 0")
+        forward_with_aux = getattr(self.model, "forward_with_aux", None)
+        self._forward_aux = torch.compile(forward_with_aux) if compile and self.auxiliary else forward_with_aux
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.autocast:
@@ -283,8 +350,13 @@ class Trainer:
         self.set_learning_rate(step)
         tensors = self.to_device(batch)
         with self._autocast():
-            out = self._forward(tensors[0], tensors[1])
+            if self.auxiliary:
+                out, aux = self._forward_aux(tensors[0], tensors[1])
+            else:
+                out = self._forward(tensors[0], tensors[1])
         stats = self._losses(out, batch, tensors)
+        if self.auxiliary:
+            stats = self._add_auxiliary_losses(stats, aux, batch, tensors[2], tensors[3])
         self.optimizer.zero_grad(set_to_none=True)
         stats.total.backward()
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
@@ -293,8 +365,24 @@ class Trainer:
         else:
             grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
         self.optimizer.step()
-        return StepStats(stats.total.detach(), stats.policy, stats.value, stats.value_mse, stats.entropy,
-                         stats.value_accuracy, grad_norm.detach().float())
+        return replace(stats, total=stats.total.detach(), grad_norm=grad_norm.detach().float())
+
+    def _add_auxiliary_losses(self, stats: StepStats, aux: Any, batch: Batch, policy: torch.Tensor,
+                              legal: torch.Tensor) -> StepStats:
+        """Adds the weighted auxiliary losses to ``stats.total`` and records them.
+
+        Raises:
+            ValueError: the q loss has a weight but the batch holds no root values.
+        """
+        config = self.config
+        root_values = None
+        if config.q_loss_weight > 0:
+            if batch.q is None:
+                raise ValueError("learner.q_loss_weight > 0 needs batches with root values")
+            root_values = torch.from_numpy(np.ascontiguousarray(batch.q, dtype=np.float32)).to(self.device)
+        soft, q = auxiliary_losses(aux, policy, legal, root_values, temperature=config.soft_policy_temperature)
+        total = stats.total + config.soft_policy_loss_weight * soft + config.q_loss_weight * q
+        return replace(stats, total=total, soft_policy=soft.detach(), q=q.detach())
 
     @torch.no_grad()
     def evaluate(self, batch: Batch) -> StepStats:

@@ -29,7 +29,7 @@ import torch
 
 from alphazero.checkpoint import load_latest_weights
 from alphazero.config import from_toml
-from alphazero.network import AlphaZeroNet, Evaluator, pick_device
+from alphazero.network import Evaluator, build_network, pick_device
 from alphazero.planes import COMPACT_PLANES, NUM_SCALARS
 from alphazero.rundir import RunDir
 from selfplay.worker import measure_rate
@@ -56,7 +56,7 @@ class InferenceServer:
         config = from_toml(config_toml)
         self.run = RunDir(run_path)
         self.max_batch = max_batch or config.selfplay.server_batch_size
-        self.evaluator = Evaluator(AlphaZeroNet(config.network), pick_device(device or config.selfplay.device),
+        self.evaluator = Evaluator(build_network(config.network), pick_device(device or config.selfplay.device),
                                    forward=config.selfplay.cuda_forward, max_batch=self.max_batch)
         self.wait_s = (wait_ms if wait_ms is not None else config.selfplay.server_wait_ms) / 1000
         self.poll_s = config.selfplay.weights_poll_seconds

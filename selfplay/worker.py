@@ -23,7 +23,7 @@ import torch
 
 from alphazero.checkpoint import load_latest_weights
 from alphazero.config import Config, SearchConfig, from_toml
-from alphazero.network import AlphaZeroNet, Evaluator, pick_device
+from alphazero.network import Evaluator, build_network, pick_device
 from alphazero.resign import game_resign_fields, threshold_for_actors, threshold_in_file
 from alphazero.rundir import RunDir
 from mcts_ext.search import MultiGameSearch
@@ -128,7 +128,7 @@ class SelfPlayWorker:
         games = lane_games(selfplay.games_per_actor, uses_overlap(selfplay.overlap, torch_device))
         self.evaluator: Evaluator | None = None
         if torch_device is not None:
-            model = AlphaZeroNet(self.config.network)
+            model = build_network(self.config.network)
             self.evaluator = Evaluator(model, torch_device, forward=selfplay.cuda_forward,
                                        max_batch=games[0] * self.config.search.leaves_per_game)
             self._poll_weights(force=True)

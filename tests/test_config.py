@@ -8,14 +8,15 @@ import pytest
 
 from alphazero.config import (
     PRESET_NAMES, REFERENCE_BATCH_SIZE, Config, NetworkConfig, SearchConfig, apply_overrides,
-    architecture_hash, config_hash, from_toml, get_preset, incompatible_fields, to_toml,
+    architecture_hash, config_hash, from_toml, get_preset, incompatible_fields, network_config_from_dict, to_toml,
 )
 from alphazero.errors import UserError
 
 
 def test_presets_exist_and_differ_as_documented() -> None:
-    assert PRESET_NAMES == ("tiny", "small", "alphazero")
-    tiny, small, alphazero = (get_preset(name) for name in PRESET_NAMES)
+    assert PRESET_NAMES == ("tiny", "small", "alphazero", "cf-tiny", "cf-6m")
+    tiny, small, alphazero = (get_preset(name) for name in ("tiny", "small", "alphazero"))
+    assert all(config.network.kind == "resnet" for config in (tiny, small, alphazero))
     assert (tiny.network.blocks, tiny.network.filters) == (2, 32)
     assert (small.network.blocks, small.network.filters) == (6, 64)
     assert (alphazero.network.blocks, alphazero.network.filters) == (20, 256)
@@ -46,7 +47,7 @@ def test_learning_rate_scales_with_batch_size() -> None:
 
 
 def test_unknown_preset_lists_the_known_ones() -> None:
-    with pytest.raises(UserError, match="tiny, small, alphazero"):
+    with pytest.raises(UserError, match="tiny, small, alphazero, cf-tiny, cf-6m"):
         get_preset("huge")
 
 
@@ -180,3 +181,65 @@ def test_a_run_saved_before_the_gpu_keys_still_loads() -> None:
     old = "\n".join(line for line in text.splitlines()
                     if not line.startswith(("gpu_", "overlap", "cuda_forward")))
     assert from_toml(old) == get_preset("small")
+
+
+# --- network kinds and the Chessformer presets -----------------------------------------
+
+
+def test_chessformer_presets_have_their_architecture_and_optimizer() -> None:
+    cf_tiny, cf_6m = get_preset("cf-tiny"), get_preset("cf-6m")
+    assert (cf_6m.network.kind, cf_6m.network.layers, cf_6m.network.embedding) == ("chessformer", 8, 256)
+    assert (cf_6m.network.heads, cf_6m.network.ffn, cf_6m.network.value_head) == (8, 256, "wdl")
+    assert cf_tiny.network.kind == "chessformer" and cf_tiny.network.layers < cf_6m.network.layers
+    for config in (cf_tiny, cf_6m):
+        learner = config.learner
+        assert (learner.optimizer, learner.momentum, learner.beta2, learner.epsilon) == ("nadam", 0.9, 0.98, 1e-7)
+        assert learner.warmup_steps > 0 and not learner.scale_lr
+        assert learner.soft_policy_loss_weight > 0 and learner.q_loss_weight > 0
+    assert cf_tiny.search == get_preset("tiny").search and cf_6m.search == get_preset("small").search
+    for name in ("tiny", "small", "alphazero"):
+        learner = get_preset(name).learner
+        assert learner.soft_policy_loss_weight == 0 == learner.q_loss_weight and learner.warmup_steps == 0
+
+
+def test_a_config_written_before_network_kind_loads_as_resnet() -> None:
+    new_keys = ("kind", "layers", "embedding", "heads", "ffn")
+    old_text = "\n".join(line for line in to_toml(get_preset("tiny"), comments=False).splitlines()
+                         if line.split(" = ")[0] not in new_keys and not line.startswith(
+                             ("warmup_steps", "beta2", "epsilon", "soft_policy", "q_loss")))
+    assert "kind" not in old_text
+    assert from_toml(old_text) == get_preset("tiny")
+    saved_network = {"blocks": 2, "filters": 32, "policy_filters": 32, "policy_kernel": 1, "value_head": "scalar",
+                     "value_filters": 8, "value_hidden": 64}  # a checkpoint's network entry before kinds
+    assert network_config_from_dict(saved_network) == get_preset("tiny").network
+
+
+def test_architecture_hash_covers_the_transformer_fields() -> None:
+    cf = get_preset("cf-tiny")
+    hashes = {architecture_hash(apply_overrides(cf, [override])) for override in (
+        "network.layers=3", "network.embedding=32", "network.heads=4", "network.ffn=32", "network.kind=resnet")}
+    assert len(hashes) == 5 and architecture_hash(cf) not in hashes
+    assert incompatible_fields(cf, apply_overrides(cf, ["network.heads=4"])) == ["network.heads"]
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("network.kind=vit", "network.kind must be one of 'resnet', 'chessformer'"),
+        ("network.heads=5", r"network.embedding \(48\) must be a multiple of network.heads \(5\)"),
+        ("learner.optimizer=rmsprop", "learner.optimizer must be one of 'sgd', 'adam', 'adamw', 'nadam'"),
+        ("learner.beta2=1", "below 1"),
+        ("learner.soft_policy_temperature=0.5", "at least 1"),
+    ],
+)
+def test_bad_chessformer_overrides_raise(override: str, message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        apply_overrides(get_preset("cf-tiny"), [override])
+
+
+def test_learning_rate_warms_up_linearly() -> None:
+    learner = apply_overrides(get_preset("cf-tiny"), ["learner.warmup_steps=4"]).learner
+    peak = learner.learning_rates[0]
+    assert [learner.learning_rate(step) for step in range(5)] == pytest.approx([peak / 4, peak / 2, 3 * peak / 4,
+                                                                               peak, peak])
+    assert learner.learning_rate(learner.lr_boundaries[0]) == learner.learning_rates[1]

@@ -12,7 +12,7 @@ import torch
 from alphazero.checkpoint import load_model, save_model
 from alphazero.config import NetworkConfig, get_preset
 from alphazero.errors import UserError
-from alphazero.network import POLICY_SIZE, AlphaZeroNet, Evaluator, pick_device
+from alphazero.network import POLICY_SIZE, AlphaZeroNet, Evaluator, build_network, pick_device
 from alphazero.planes import COMPACT_PLANES, NUM_SCALARS, compact_to_torch
 
 SMALL_NET = NetworkConfig(blocks=1, filters=8, policy_filters=8, policy_kernel=3, value_filters=2, value_hidden=16)
@@ -226,8 +226,8 @@ def test_pick_device() -> None:
 
 
 def test_preset_networks_build() -> None:
-    for name in ("tiny", "small"):
-        model = AlphaZeroNet(get_preset(name).network).eval()
+    for name in ("tiny", "small", "cf-tiny", "cf-6m"):
+        model = build_network(get_preset(name).network).eval()
         with torch.no_grad():
             out = model(*compact_to_torch(*positions(2), "cpu"))
         assert out.policy_logits.shape == (2, POLICY_SIZE)

@@ -37,7 +37,7 @@ def make_shard(ids: range, seed: int = 0, legal: int = LEGAL_MOVES) -> Shard:
         results=rng.integers(-1, 2, n).astype(np.int8),
         game=np.zeros(n, np.int32),
         ply=np.arange(n, dtype=np.int16),
-        root_values=np.zeros(n, np.float32),
+        root_values=rng.uniform(-1, 1, n).astype(np.float32),
         games=[{"samples": n}],
     )
 
@@ -74,6 +74,7 @@ def test_a_batch_carries_the_shards_positions(tmp_path: Path) -> None:
         shard, index = shards[position - position % 7], position % 7
         np.testing.assert_array_equal(batch.planes[row], shard.planes[index])
         np.testing.assert_array_equal(batch.policy[row], shard.dense_policy([index])[0])
+        assert batch.root_values is not None and batch.root_values[row] == shard.root_values[index]
         legal = shard.policy_indices[shard.policy_offsets[index]:shard.policy_offsets[index + 1]]
         assert sorted(np.flatnonzero(batch.legal[row])) == sorted(legal)
         assert batch.z[row] == shard.results[index]

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 # them: the CLI imports every bench module to build its parser.
 
 DEFAULT_PRESETS = "tiny,alphazero"
-CPU_BATCH = {"alphazero": 16}  # CPU batch sizes where the preset's own is far too slow
+CPU_BATCH = {"alphazero": 16, "cf-6m": 16}  # CPU batch sizes where the preset's own is far too slow
 LEGAL_MOVES = 30  # about the number of legal moves in a middlegame
 WARMUP_STEPS = 2  # the first steps allocate buffers and pick convolution algorithms
 MIN_ROUNDS = 3
@@ -83,7 +83,8 @@ def _batch_size(preset: str, device: torch.device, requested: int) -> int:
 
 
 def synthetic_batch(size: int, rng: np.random.Generator) -> Batch:
-    """Builds a batch of random positions, each with LEGAL_MOVES legal moves and a visit share over them."""
+    """Builds a batch of random positions, each with LEGAL_MOVES legal moves, a visit share over them, a
+    result and a root value."""
     import numpy as np
 
     from learner.replay import Batch
@@ -96,7 +97,8 @@ def synthetic_batch(size: int, rng: np.random.Generator) -> Batch:
     policy[rows, moves] = rng.dirichlet(np.full(LEGAL_MOVES, 0.3), size=size).reshape(-1)
     planes = rng.integers(0, np.iinfo(np.uint64).max, size=(size, 112), dtype=np.uint64, endpoint=True)
     scalars = rng.integers(0, 100, size=(size, 7)).astype(np.float32)
-    return Batch(planes, scalars, policy, legal, rng.integers(-1, 2, size).astype(np.float32))
+    results = rng.integers(-1, 2, size).astype(np.float32)
+    return Batch(planes, scalars, policy, legal, results, rng.uniform(-1, 1, size).astype(np.float32))
 
 
 def _fastest(run_once: Callable[[], object], seconds: float, sync: Callable[[], object]) -> float:
@@ -152,7 +154,7 @@ def _measure(preset: str, device: torch.device, args: argparse.Namespace) -> Poi
     import numpy as np
     import torch
 
-    from alphazero.network import AlphaZeroNet, Evaluator, count_parameters
+    from alphazero.network import Evaluator, build_network, count_parameters
     from learner.trainer import Trainer
 
     config = get_preset(preset)
@@ -160,13 +162,13 @@ def _measure(preset: str, device: torch.device, args: argparse.Namespace) -> Poi
     batch = synthetic_batch(batch_size, np.random.default_rng(0))
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     torch.manual_seed(0)
-    trainer = Trainer(AlphaZeroNet(config.network), config.learner, device, compile=args.compile)
+    trainer = Trainer(build_network(config.network), config.learner, device, compile=args.compile)
     steps = iter(range(10**9))
     train_s = _fastest(lambda: trainer.step(batch, next(steps)), args.seconds, sync)
     parameters = count_parameters(trainer.model)
     del trainer
     torch.manual_seed(0)
-    evaluator = Evaluator(AlphaZeroNet(config.network), device, compile=args.compile)
+    evaluator = Evaluator(build_network(config.network), device, compile=args.compile)
     infer_s = _fastest(lambda: evaluator.evaluate(batch.planes, batch.scalars), args.seconds, sync)
     del evaluator
     sample_s = _sampling_seconds(batch_size, args.seconds)

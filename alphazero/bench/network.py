@@ -1,5 +1,12 @@
 """`alphazero bench network`: network evaluations per second by batch size, per preset and device.
 
+Beside the speed, each preset's FLOPs per evaluation: counted by
+``torch.utils.flop_counter.FlopCounterMode`` over one forward pass (the
+matrix products and convolutions; a multiply-add counts 2, element-wise work
+such as softmax and activations is not counted), divided by the batch.
+``--set network.KEY=VALUE`` changes every measured preset's network (e.g. a
+wider resnet to compare with a Chessformer of some FLOPs).
+
 Each point times the path self-play uses (``Evaluator.evaluate_legal``:
 compact numpy in, expansion on the device, forward pass, the logits of 32
 "legal" moves per position gathered on the device, float32 numpy out) on
@@ -26,12 +33,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from alphazero.bench import bench_devices, preset_list, rate, ratio
-from alphazero.config import FORWARD_MODES, PRESET_NAMES, get_preset
+from alphazero.config import FORWARD_MODES, PRESET_NAMES, apply_overrides, get_preset
 from alphazero.errors import UserError
 
 if TYPE_CHECKING:
     import numpy as np
     import torch
+    from torch import nn
 
     from alphazero.network import Evaluator
 
@@ -83,6 +91,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--forward", choices=FORWARD_MODES, default=None,
                         help="how a CUDA pass runs (default: the preset's selfplay.cuda_forward; the CPU runs eager)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config field of every measured preset, e.g. --set network.filters=64 "
+                             "(repeatable)")
 
 
 def _random_positions(batch: int, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
@@ -99,6 +110,26 @@ def _random_positions(batch: int, rng: np.random.Generator) -> tuple[np.ndarray,
     indices[:, :LEGAL_MOVES] = rng.integers(0, POLICY_SIZE, size=(batch, LEGAL_MOVES))
     counts = np.full(batch, LEGAL_MOVES, np.int32)
     return planes, scalars, indices, counts
+
+
+def flops_per_evaluation(model: nn.Module, batch: int = 4) -> float:
+    """Counts the FLOPs of one forward pass per position (FlopCounterMode; float32 on the CPU, no gradients).
+
+    A copy of the model runs, so the caller's model keeps its device and mode.
+    """
+    import copy
+
+    import numpy as np
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from alphazero.planes import compact_to_torch
+
+    counted = copy.deepcopy(model).to("cpu").float().eval()
+    planes, scalars = compact_to_torch(*_random_positions(batch, np.random.default_rng(0))[:2], "cpu")
+    with torch.inference_mode(), FlopCounterMode(display=False) as counter:
+        counted(planes, scalars)
+    return counter.get_total_flops() / batch
 
 
 def _measure(evaluator: Evaluator, batch: int, seconds: float, rng: np.random.Generator) -> Point:
@@ -162,7 +193,7 @@ def run(args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from alphazero.network import AlphaZeroNet, Evaluator, count_parameters
+    from alphazero.network import Evaluator, build_network, count_parameters
 
     if args.seconds <= 0 or args.max_pass_seconds <= 0:
         raise UserError("--seconds and --max-pass-seconds must be positive")
@@ -170,23 +201,25 @@ def run(args: argparse.Namespace) -> None:
         torch.set_num_threads(args.threads)
     devices = bench_devices(args.device)
     batches = sorted(set(args.batch_sizes) | {1})
+    configs = {name: apply_overrides(get_preset(name), args.overrides).network for name in args.preset}
     table = Table(title="network evaluations per second (Evaluator.evaluate_legal: compact numpy in, the legal "
                         "moves' logits out)")
-    for column in ("preset", "parameters", "device", "batch", "evals/s", "ms/pass", "input ms", "forward ms",
-                   "output ms", "vs batch 1"):
+    for column in ("preset", "kind", "parameters", "MFLOP/eval", "device", "batch", "evals/s", "ms/pass",
+                   "input ms", "forward ms", "output ms", "vs batch 1"):
         table.add_column(column, justify="right")
     notes, best = [], []
-    for name in args.preset:
-        config = get_preset(name).network
+    for name, config in configs.items():
         for device in devices:
             torch.manual_seed(0)
-            model = AlphaZeroNet(config)
+            model = build_network(config)
+            flops = flops_per_evaluation(model)
             forward = args.forward or get_preset(name).selfplay.cuda_forward
             evaluator = Evaluator(model, device, compile=args.compile, forward=forward)
             points = _measure_model(evaluator, batches, args)
             baseline = points[0].evals_per_second
             for i, point in enumerate(points):
-                label = (name, f"{count_parameters(model) / 1e6:.2f}M", _device_label(device, evaluator.forward_mode)) if i == 0 else ("",) * 3
+                label = ((name, config.kind, f"{count_parameters(model) / 1e6:.2f}M", f"{flops / 1e6:.1f}",
+                          _device_label(device, evaluator.forward_mode)) if i == 0 else ("",) * 5)
                 if point.skipped:
                     table.add_row(*label, str(point.batch), "skipped", point.skipped, "-", "-", "-", "-")
                 else:
@@ -201,10 +234,11 @@ def run(args: argparse.Namespace) -> None:
                 notes.append(f"{name} on {device}: batch sizes {', '.join(skipped)} skipped, a pass would take over "
                              f"{args.max_pass_seconds:g} s (raise --max-pass-seconds to measure them)")
             top = max((p for p in points if not p.skipped), key=lambda p: p.evals_per_second)
-            best.append(f"{name} on {device}: best {rate(top.evals_per_second)} evals/s at batch {top.batch}, "
+            best.append(f"{name} on {device}: {flops / 1e6:.1f} MFLOP/eval, best {rate(top.evals_per_second)} "
+                        f"evals/s at batch {top.batch} ({rate(top.evals_per_second * flops)}FLOP/s), "
                         f"{ratio(top.evals_per_second, baseline)} batch 1")
             del evaluator, model
-    console = Console(width=max(Console().width, 130))
+    console = Console(width=max(Console().width, 150))
     console.print(table)
     for line in best + notes:
         print(line)
