@@ -20,7 +20,8 @@ from alphazero.chessformer import (
 from alphazero.config import Config, NetworkConfig, apply_overrides, get_preset, incompatible_fields
 from alphazero.errors import UserError
 from alphazero.moves import legal_move_indices, move_to_index
-from alphazero.network import POLICY_SIZE, AlphaZeroNet, Evaluator, build_network, load_model, save_model
+from alphazero.checkpoint import load_model, save_model
+from alphazero.network import POLICY_SIZE, AlphaZeroNet, Evaluator, build_network
 from alphazero.planes import compact_to_torch, encode_position
 from alphazero.rundir import RunDir
 from learner.replay import Batch

@@ -85,4 +85,4 @@ def test_bench_network_shows_where_a_pass_goes(capsys):
     assert cli.main(args) == 0
     out = capsys.readouterr().out
     assert all(column in out for column in ("input ms", "forward ms", "output ms"))
-    assert re.search(r"tiny on cpu: best [\d.]+k? evals/s at batch [14]", out)
+    assert re.search(r"tiny on cpu: [\d.]+ MFLOP/eval, best [\d.]+k? evals/s at batch [14]", out)

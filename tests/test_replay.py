@@ -74,7 +74,7 @@ def test_a_batch_carries_the_shards_positions(tmp_path: Path) -> None:
         shard, index = shards[position - position % 7], position % 7
         np.testing.assert_array_equal(batch.planes[row], shard.planes[index])
         np.testing.assert_array_equal(batch.policy[row], shard.dense_policy([index])[0])
-        assert batch.root_values is not None and batch.root_values[row] == shard.root_values[index]
+        assert batch.q is not None and batch.q[row] == shard.root_values[index]
         legal = shard.policy_indices[shard.policy_offsets[index]:shard.policy_offsets[index + 1]]
         assert sorted(np.flatnonzero(batch.legal[row])) == sorted(legal)
         assert batch.z[row] == shard.results[index]
