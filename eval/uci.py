@@ -642,7 +642,7 @@ class UciEngine:
                 depth = job.go.depth
                 return depth is not None and len(search.principal_variation(0, depth)) >= depth
 
-            run_search(search, network.evaluate, should_stop=should_stop)
+            run_search(search, evaluate_legal=network.evaluator.evaluate_legal, should_stop=should_stop)
             search.stop(0)
             report()
             while job.must_wait():  # UCI: no bestmove before `stop` (infinite) or `ponderhit` (ponder)
