@@ -25,13 +25,18 @@ cdef inline float node_q(const Tree* tree, int32_t node, float virtual_loss) noe
     return (tree.value_sum[node] - virtual_loss * tree.in_flight[node]) / n
 
 
-cdef inline float proven_q(int8_t proof) noexcept nogil:
-    """The exact Q of a move into a proven node, for the player who chose it."""
-    if proof == PROVEN_LOSS:
-        return 1.0
+cdef inline float proven_value(int8_t proof) noexcept nogil:
+    """Exact value of a proven node for its side to move."""
     if proof == PROVEN_WIN:
+        return 1.0
+    if proof == PROVEN_LOSS:
         return -1.0
     return 0.0
+
+
+cdef inline float proven_q(int8_t proof) noexcept nogil:
+    """The exact Q of a move into a proven node, for the player who chose it."""
+    return -proven_value(proof)
 
 
 cdef inline int32_t select_edge(const Tree* tree, int32_t node, const PuctParams* params,

@@ -42,7 +42,7 @@ from mcts_ext.position cimport (CHECKMATE, MAX_MOVES, ONGOING, WHITE, Board, Gam
                                 format_fen, generate_legal, in_check, make_move, stack_copy, stack_free, stack_init,
                                 stack_push, stack_status)
 from mcts_ext.puct cimport (FPU_ABSOLUTE, FPU_REDUCTION, PuctParams, add_in_flight, backup as backup_value, logits_finite,
-                            select_edge, set_priors)
+                            proven_value, select_edge, set_priors)
 from mcts_ext.rng cimport Rng, rng_gamma, rng_seed, rng_uniform
 from mcts_ext.tree cimport (NO_NODE, PROVEN_DRAW, PROVEN_LOSS, PROVEN_WIN, ROOT, UNEXPANDED, UNPROVEN, Tree,
                             tree_add_edges, tree_add_node, tree_free, tree_init, tree_keep_subtree, tree_reset)
@@ -192,15 +192,6 @@ cdef int record_reserve(Record* r, int samples, int policy, int moves) noexcept 
 cdef inline float terminal_value(int status) noexcept nogil:
     """Exact value of a game-ending position for its side to move."""
     return -1.0 if status == CHECKMATE else 0.0
-
-
-cdef inline float proven_value(int8_t proof) noexcept nogil:
-    """Exact value of a proven node for its side to move."""
-    if proof == PROVEN_WIN:
-        return 1.0
-    if proof == PROVEN_LOSS:
-        return -1.0
-    return 0.0
 
 
 cdef inline int8_t terminal_proof(int status) noexcept nogil:
