@@ -1,8 +1,22 @@
 """Runs self-play on Ray: N actors (and, on GPUs, inference servers) filling a run directory.
 
-Ray moves work and weights; the run directory keeps what matters: each actor
-writes complete shards itself, so a lost actor costs only its games in flight.
-Actors restart after a crash (max_restarts); the driver resubmits their work.
+Ray moves work and weights; the run directory keeps what matters. How shards
+get there is ``selfplay.transport``:
+
+- 'disk': each actor writes complete shards into the run directory itself,
+  and polls it for new checkpoints and the resignation threshold. Every node
+  must see the run directory (one machine, or shared storage).
+- 'ray': the driver starts a shard sink (selfplay.sink) pinned to its own
+  node, the one with the run directory; actors send it their finished shards
+  and wait for its acknowledgements (a bounded window). The driver gives each
+  actor its first weights and threshold when it starts, loads new checkpoints
+  from the run directory and pushes them (as it pushes the threshold), and
+  pushes both again to an actor that restarted. Actors never see the run
+  directory, so no node but this one needs it.
+
+A lost actor costs only its games in flight (and, with 'ray', the shards it
+had not yet seen acknowledged). Actors restart after a crash (max_restarts),
+the sink too; the driver resubmits their work.
 """
 
 from __future__ import annotations
@@ -17,13 +31,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from alphazero.checkpoint import latest_checkpoint, load_checkpoint
+from alphazero.checkpoint import latest_checkpoint, latest_weights, load_checkpoint
 from alphazero.config import Config, for_gpus, to_toml
 from alphazero.console import compact_number, fit_line
 from alphazero.errors import UserError
 from alphazero.resign import ResignCalibrator
 from alphazero.rundir import RunDir, remove_stale_temporaries
 from selfplay.inference import InferenceServer
+from selfplay.sink import SINK_THREADS, ShardSink, sink_name
 from selfplay.worker import PlayStats, SelfPlayWorker
 
 log = logging.getLogger(__name__)
@@ -215,9 +230,91 @@ class _ResignFollower:
         if not force and now - self.last < self.every_s:
             return
         self.last = now
-        if self._refresh() and self.calibrator.search.resign_mode == "calibrated":
-            for handle in handles:  # not waited for: an actor takes it between play() calls
-                handle.set_resign_threshold.remote(self.calibrator.threshold)
+        if self._refresh():
+            for handle in handles:
+                self.push(handle)
+
+    def push(self, handle: Any) -> None:
+        """Sends the threshold in force to one actor (not waited for: it takes it between play() calls)."""
+        if self.calibrator.search.resign_mode == "calibrated":
+            handle.set_resign_threshold.remote(self.calibrator.threshold)
+
+
+@dataclass
+class _RayFeed:
+    """Transport 'ray': what actors get instead of the run directory, and the driver's pushes of new weights.
+
+    Weights go to an actor's evaluator, or with inference servers to the
+    actor's server (``targets``). Each target gets each new step once, and
+    again after a restart (which brings back the weights it was created with).
+    """
+
+    run: RunDir
+    config: Config
+    sink: Any
+    step: int = -1
+    weights: Any = None                    # ObjectRef of the state dict of `step`; None: fresh weights
+    first_weights: Any = None              # the ref actors were created with: kept for their restarts
+    targets: list[Any] = field(default_factory=list)   # per actor: whom to push weights to
+    pushed: dict[int, int] = field(default_factory=dict)  # id(target) -> the step last pushed to it
+    checked: float = field(default_factory=time.monotonic)
+
+    def load(self) -> bool:
+        """Loads the run's newest checkpoint when it is newer than the one held; returns whether it was.
+
+        Raises:
+            UserError: the newest checkpoint is corrupt or of another architecture.
+        """
+        import ray
+
+        found = latest_weights(self.run, self.config.network, newer_than=self.step)
+        if found is None:
+            return False
+        self.step, state, _ = found
+        self.weights = ray.put(state)
+        if self.first_weights is None:
+            self.first_weights = self.weights
+        return True
+
+    def update(self) -> None:
+        """Every selfplay.weights_poll_seconds: loads a newer checkpoint and pushes it to every target."""
+        now = time.monotonic()
+        if now - self.checked < self.config.selfplay.weights_poll_seconds:
+            return
+        self.checked = now
+        if self.load():
+            for index in range(len(self.targets)):
+                self.push(index)
+
+    def push(self, index: int, *, again: bool = False) -> None:
+        """Sends the weights held to actor `index`'s target, unless it has them (``again``: even so)."""
+        target = self.targets[index]
+        if self.weights is None or (not again and self.pushed.get(id(target)) == self.step):
+            return
+        self.pushed[id(target)] = self.step
+        target.set_weights.remote(self.step, self.weights)  # taken between play() calls (or passes)
+
+
+def start_sink(run: RunDir) -> Any:
+    """Starts the run's shard sink on this process's node (where the run directory is); returns its handle.
+
+    Restarted by Ray whenever it dies; never scheduled on another node.
+
+    Raises:
+        UserError: another self-play driver on this cluster already runs a sink for the run.
+    """
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
+    try:
+        return ray.remote(ShardSink).options(
+            name=sink_name(run), namespace=NAMESPACE, num_cpus=0, max_restarts=-1, max_task_retries=0,
+            max_concurrency=SINK_THREADS, scheduling_strategy=here,
+        ).remote(str(run.root))
+    except ValueError as error:  # the name is taken
+        raise UserError(f"cannot start the shard sink of {run.root}: {error} (is another `alphazero selfplay` "
+                        f"on this run?)") from None
 
 
 class _Reporter:
@@ -270,12 +367,16 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
                  minutes: float | None = None, games: int | None = None, progress: bool = True,
                  stop: threading.Event | None = None, chunk_seconds: float = 2.0,
                  on_update: Callable[[Totals], None] | None = None,
-                 status_suffix: Callable[[int | None], str] | None = None) -> Totals:
+                 status_suffix: Callable[[int | None], str] | None = None,
+                 placement: Callable[[int], dict[str, Any]] | None = None) -> Totals:
     """Plays self-play games on Ray until `minutes` pass, `games` finish, `stop` is set or Ctrl-C.
 
-    Finished games are kept: at the end every actor writes the games it holds.
-    `status_suffix(width)` adds a second line, of at most `width` columns, to
-    the live progress (alphazero train shows the learner's there).
+    Finished games are kept: at the end every actor writes the games it holds
+    (with transport 'ray': sends them, and waits for the sink's
+    acknowledgements). `status_suffix(width)` adds a second line, of at most
+    `width` columns, to the live progress (alphazero train shows the
+    learner's there). `placement(i)` gives extra Ray options for actor i
+    (a scheduling strategy, resources).
 
     Raises:
         UserError: an unreachable Ray address, a corrupt checkpoint, an actor
@@ -297,7 +398,12 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
     started_ray = connect_ray(address, num_cpus=max(actors + servers_wanted, os.cpu_count() or 1),
                               num_gpus=gpus or None)
     quota = math.ceil(games / actors) if games else None
-    handles, servers = _start_actors(run, config, actors, gpus, inference, servers_wanted, quota)
+    feed = None
+    if config.selfplay.transport == "ray":
+        feed = _RayFeed(run, config, start_sink(run))
+        feed.load()
+    handles, servers = _start_actors(run, config, actors, gpus, inference, servers_wanted, quota, feed=feed,
+                                     resign_threshold=resign.calibrator.threshold, placement=placement)
     totals = Totals(weights_step=step if step is not None else -1)
     reporter = _Reporter(run, progress, extra_scalars=resign.calibrator.scalars)
 
@@ -314,10 +420,18 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
             for ref in ready:
                 index = pending.pop(ref)
-                if _collect(ref, totals, index, idle):
+                stats = _collect(ref, totals, index, idle)
+                if index in idle:
                     continue
+                if feed is not None and stats is None:
+                    # Lost: Ray restarts it with the weights and threshold it was created with; the
+                    # newest go first, before its next play().
+                    feed.push(index, again=True)
+                    resign.push(handles[index])
                 if not _should_stop(totals, games, deadline, stop):
                     pending[handles[index].play.remote(chunk_seconds)] = index
+            if feed is not None:
+                feed.update()
             resign.update(handles)
             reporter.update(totals, actors - len(idle), actors, suffix=suffix)
             if on_update is not None:
@@ -333,7 +447,7 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
         totals.resign_status = resign.calibrator.status()
         reporter.update(totals, actors - len(idle), actors, force=True, suffix=suffix)
         reporter.close()
-        for handle in [*handles, *servers]:
+        for handle in [*handles, *servers, *([feed.sink] if feed is not None else [])]:
             ray.kill(handle, no_restart=True)
         if started_ray:
             ray.shutdown()
@@ -341,14 +455,23 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
 
 
 def _start_actors(run: RunDir, config: Config, actors: int, gpus: float, inference: str, servers_wanted: int,
-                  quota: int | None) -> tuple[list[Any], list[Any]]:
+                  quota: int | None, *, feed: _RayFeed | None = None, resign_threshold: float | None = None,
+                  placement: Callable[[int], dict[str, Any]] | None = None) -> tuple[list[Any], list[Any]]:
+    """Starts the inference servers and the self-play actors; returns their handles.
+
+    With ``feed`` (transport 'ray') neither gets the run directory: actors get
+    the sink, both get the feed's weights, actors ``resign_threshold``; and
+    the feed learns whom to push each actor's weights to.
+    """
     import ray
 
     config_toml = to_toml(config)
+    run_path = str(run.root) if feed is None else None
+    start_weights: dict[str, Any] = {} if feed is None else {"weights": feed.weights, "weights_step": feed.step}
     servers = [
         ray.remote(InferenceServer).options(num_cpus=1, num_gpus=1 if gpus > 0 else 0, max_restarts=-1,
                                             max_concurrency=1000)
-        .remote(str(run.root), config_toml)
+        .remote(run_path, config_toml, **start_weights)
         for _ in range(servers_wanted)
     ]
     per_actor_gpu = gpus / actors if inference == "local" and gpus > 0 else 0
@@ -362,14 +485,21 @@ def _start_actors(run: RunDir, config: Config, actors: int, gpus: float, inferen
                                    "runtime_env": one_thread}
         if per_actor_gpu:
             options["num_gpus"] = per_actor_gpu
+        if placement is not None:
+            options.update(placement(i))
         server = servers[i % len(servers)] if servers else None
-        handles.append(worker.options(**options).remote(str(run.root), config_toml, f"actor{i}-{os.getpid()}",
-                                                        server=server, max_games=quota))
+        ray_transport: dict[str, Any] = {} if feed is None else \
+            {"sink": feed.sink, "resign_threshold": resign_threshold, **start_weights}
+        handles.append(worker.options(**options).remote(run_path, config_toml, f"actor{i}-{os.getpid()}",
+                                                        server=server, max_games=quota, **ray_transport))
+        if feed is not None:
+            feed.targets.append(server if server is not None else handles[-1])
     return handles, servers
 
 
-def _collect(ref: Any, totals: Totals, index: int, idle: set[int]) -> bool:
-    """Adds a finished play() call's statistics; True when that actor has nothing more to do.
+def _collect(ref: Any, totals: Totals, index: int, idle: set[int]) -> PlayStats | None:
+    """Adds a finished play() call's statistics and returns them (None: the actor was lost); adds `index`
+    to `idle` when that actor has nothing more to do.
 
     Raises:
         UserError: the actor failed with a user error (a corrupt checkpoint, ...).
@@ -384,15 +514,14 @@ def _collect(ref: Any, totals: Totals, index: int, idle: set[int]) -> bool:
         # its games in flight are lost. Give it a moment and carry on.
         totals.lost_calls += 1
         time.sleep(0.5)
-        return False
+        return None
     except RayTaskError as error:
         cause = error.cause if isinstance(error.cause, Exception) else error
         raise UserError(f"a self-play actor failed: {cause}") from None
     totals.add(stats)
     if stats.games == 0 and stats.batches == 0:
         idle.add(index)  # its game quota is played
-        return True
-    return False
+    return stats
 
 
 def _should_stop(totals: Totals, games: int | None, deadline: float | None, stop: threading.Event | None) -> bool:
@@ -417,8 +546,6 @@ def _flush(handles: list[Any], totals: Totals) -> None:
     refs = [handle.flush.remote() for handle in handles]
     for ref in refs:
         try:
-            path = ray.get(ref, timeout=60)
+            totals.shards.extend(ray.get(ref, timeout=60))
         except (RayError, TimeoutError):
             continue
-        if path:
-            totals.shards.append(path)

@@ -51,10 +51,18 @@ class _Request:
 class InferenceServer:
     """Batches evaluation requests from many actors into few forward passes."""
 
-    def __init__(self, run_path: str, config_toml: str, *, device: str | None = None,
-                 max_batch: int | None = None, wait_ms: float | None = None) -> None:
+    def __init__(self, run_path: str | None, config_toml: str, *, device: str | None = None,
+                 max_batch: int | None = None, wait_ms: float | None = None,
+                 weights: dict[str, torch.Tensor] | None = None, weights_step: int = -1) -> None:
+        """Builds the server's network: with ``run_path`` (transport 'disk') from the run's newest checkpoint,
+        polled later; without (transport 'ray') from ``weights`` of ``weights_step`` (None: fresh), and later
+        weights come only through set_weights.
+
+        Raises:
+            UserError: the run's newest checkpoint is corrupt or of another architecture.
+        """
         config = from_toml(config_toml)
-        self.run = RunDir(run_path)
+        self.run = RunDir(run_path) if run_path is not None else None
         self.max_batch = max_batch or config.selfplay.server_batch_size
         self.evaluator = Evaluator(build_network(config.network), pick_device(device or config.selfplay.device),
                                    forward=config.selfplay.cuda_forward, max_batch=self.max_batch)
@@ -70,9 +78,14 @@ class InferenceServer:
         self.batch: tuple[np.ndarray, ...] = ()
         self.passes = 0
         self.positions = 0
+        if weights is not None and weights_step > self.step:
+            self.evaluator.set_weights(weights)
+            self.step = weights_step
         self._poll_weights(force=True)
 
     def _poll_weights(self, force: bool = False) -> None:
+        if self.run is None:
+            return
         now = time.monotonic()
         if force or now - self.weights_checked >= self.poll_s:
             self.weights_checked = now

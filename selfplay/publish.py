@@ -14,8 +14,9 @@ from selfplay.driver import NAMESPACE, actor_name_prefix, connect_ray
 class WeightPublisher:
     """Sends each new checkpoint's weights to the named self-play actors of one run.
 
-    Actors that are gone are skipped; they pick the weights up from the run
-    directory when they come back.
+    Actors that are gone are skipped; when they come back they pick the
+    weights up from the run directory (transport 'disk') or the self-play
+    driver, which follows the run's checkpoints, pushes them ('ray').
     """
 
     def __init__(self, run_path: str | Path, address: str | None) -> None:
