@@ -276,10 +276,15 @@ class _RayFeed:
             self.first_weights = self.weights
         return True
 
-    def update(self) -> None:
-        """Every selfplay.weights_poll_seconds: loads a newer checkpoint and pushes it to every target."""
+    def update(self, force: bool = False) -> None:
+        """Every selfplay.weights_poll_seconds (``force``: now): loads a newer checkpoint and pushes it to
+        every target.
+
+        Raises:
+            UserError: the newest checkpoint is corrupt or of another architecture.
+        """
         now = time.monotonic()
-        if now - self.checked < self.config.selfplay.weights_poll_seconds:
+        if not force and now - self.checked < self.config.selfplay.weights_poll_seconds:
             return
         self.checked = now
         if self.load():
@@ -426,6 +431,7 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
                 if feed is not None and stats is None:
                     # Lost: Ray restarts it with the weights and threshold it was created with; the
                     # newest go first, before its next play().
+                    feed.update(force=True)
                     feed.push(index, again=True)
                     resign.push(handles[index])
                 if not _should_stop(totals, games, deadline, stop):
