@@ -9,9 +9,9 @@ get there is ``selfplay.transport``:
 - 'ray': the driver starts a shard sink (selfplay.sink) pinned to its own
   node, the one with the run directory; actors send it their finished shards
   and wait for its acknowledgements (a bounded window). The driver gives each
-  actor its first weights and threshold when it starts, loads new checkpoints
-  from the run directory and pushes them (as it pushes the threshold), and
-  pushes both again to an actor that restarted. Actors never see the run
+  actor its threshold when it starts and its first weights before its first
+  play(), loads new checkpoints from the run directory and pushes them (as it
+  pushes the threshold), and pushes both again to an actor that restarted. Actors never see the run
   directory, so no node but this one needs it.
 
 A lost actor costs only its games in flight (and, with 'ray', the shards it
@@ -37,13 +37,13 @@ from alphazero.console import compact_number, fit_line
 from alphazero.errors import UserError
 from alphazero.resign import ResignCalibrator
 from alphazero.rundir import RunDir, remove_stale_temporaries
+from selfplay import NAMESPACE
 from selfplay.inference import InferenceServer
 from selfplay.sink import SINK_THREADS, ShardSink, sink_name
 from selfplay.worker import PlayStats, SelfPlayWorker
 
 log = logging.getLogger(__name__)
 
-NAMESPACE = "alphazero"
 
 
 def actor_name_prefix(run: RunDir) -> str:
@@ -254,7 +254,6 @@ class _RayFeed:
     sink: Any
     step: int = -1
     weights: Any = None                    # ObjectRef of the state dict of `step`; None: fresh weights
-    first_weights: Any = None              # the ref actors were created with: kept for their restarts
     targets: list[Any] = field(default_factory=list)   # per actor: whom to push weights to
     pushed: dict[int, int] = field(default_factory=dict)  # id(target) -> the step last pushed to it
     checked: float = field(default_factory=time.monotonic)
@@ -272,8 +271,6 @@ class _RayFeed:
             return False
         self.step, state, _ = found
         self.weights = ray.put(state)
-        if self.first_weights is None:
-            self.first_weights = self.weights
         return True
 
     def update(self, force: bool = False) -> None:
@@ -429,8 +426,8 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
                 if index in idle:
                     continue
                 if feed is not None and stats is None:
-                    # Lost: Ray restarts it with the weights and threshold it was created with; the
-                    # newest go first, before its next play().
+                    # Lost: Ray restarts it with fresh weights and the threshold it was created
+                    # with; the newest go first, before its next play().
                     feed.update(force=True)
                     feed.push(index, again=True)
                     resign.push(handles[index])
@@ -466,18 +463,19 @@ def _start_actors(run: RunDir, config: Config, actors: int, gpus: float, inferen
     """Starts the inference servers and the self-play actors; returns their handles.
 
     With ``feed`` (transport 'ray') neither gets the run directory: actors get
-    the sink, both get the feed's weights, actors ``resign_threshold``; and
-    the feed learns whom to push each actor's weights to.
+    the sink's name and ``resign_threshold``, and the feed's weights are
+    pushed to each actor (or its server) before anything else reaches it.
+    Actor handles and object refs are no constructor arguments: Ray could
+    not restart an actor whose arguments had gone from the object store.
     """
     import ray
 
     config_toml = to_toml(config)
     run_path = str(run.root) if feed is None else None
-    start_weights: dict[str, Any] = {} if feed is None else {"weights": feed.weights, "weights_step": feed.step}
     servers = [
         ray.remote(InferenceServer).options(num_cpus=1, num_gpus=1 if gpus > 0 else 0, max_restarts=-1,
                                             max_concurrency=1000)
-        .remote(run_path, config_toml, **start_weights)
+        .remote(run_path, config_toml)
         for _ in range(servers_wanted)
     ]
     per_actor_gpu = gpus / actors if inference == "local" and gpus > 0 else 0
@@ -495,11 +493,12 @@ def _start_actors(run: RunDir, config: Config, actors: int, gpus: float, inferen
             options.update(placement(i))
         server = servers[i % len(servers)] if servers else None
         ray_transport: dict[str, Any] = {} if feed is None else \
-            {"sink": feed.sink, "resign_threshold": resign_threshold, **start_weights}
+            {"sink": sink_name(run), "resign_threshold": resign_threshold}
         handles.append(worker.options(**options).remote(run_path, config_toml, f"actor{i}-{os.getpid()}",
                                                         server=server, max_games=quota, **ray_transport))
         if feed is not None:
             feed.targets.append(server if server is not None else handles[-1])
+            feed.push(i)  # the first weights: taken before the first play()
     return handles, servers
 
 

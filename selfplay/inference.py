@@ -52,11 +52,9 @@ class InferenceServer:
     """Batches evaluation requests from many actors into few forward passes."""
 
     def __init__(self, run_path: str | None, config_toml: str, *, device: str | None = None,
-                 max_batch: int | None = None, wait_ms: float | None = None,
-                 weights: dict[str, torch.Tensor] | None = None, weights_step: int = -1) -> None:
+                 max_batch: int | None = None, wait_ms: float | None = None) -> None:
         """Builds the server's network: with ``run_path`` (transport 'disk') from the run's newest checkpoint,
-        polled later; without (transport 'ray') from ``weights`` of ``weights_step`` (None: fresh), and later
-        weights come only through set_weights.
+        polled later; without (transport 'ray') with fresh weights until set_weights.
 
         Raises:
             UserError: the run's newest checkpoint is corrupt or of another architecture.
@@ -78,9 +76,6 @@ class InferenceServer:
         self.batch: tuple[np.ndarray, ...] = ()
         self.passes = 0
         self.positions = 0
-        if weights is not None and weights_step > self.step:
-            self.evaluator.set_weights(weights)
-            self.step = weights_step
         self._poll_weights(force=True)
 
     def _poll_weights(self, force: bool = False) -> None:

@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 from alphazero.rundir import RunDir
+from selfplay import NAMESPACE
 from selfplay.records import ShardFile, store_shard_file
 
 log = logging.getLogger(__name__)
@@ -110,12 +111,14 @@ class SinkSender:
     """Transport 'ray': sends an actor's shards to the sink and holds each one until it is acknowledged.
 
     At most ``window`` shards are out unacknowledged; ``put`` waits for room.
+    The sink is looked up by its name (in NAMESPACE) when first needed.
     """
 
-    def __init__(self, sink: Any, window: int) -> None:
+    def __init__(self, sink: str, window: int) -> None:
         if window < 1:
             raise ValueError(f"the sink window must be at least 1, got {window}")
-        self.sink = sink
+        self.sink_name = sink
+        self._sink: Any = None
         self.window = window
         self.in_flight: dict[Any, ShardFile] = {}  # the write call's ObjectRef -> its shard
         self.stored: list[str] = []
@@ -148,7 +151,19 @@ class SinkSender:
         return len(self.in_flight)
 
     def _send(self, shard: ShardFile) -> None:
-        self.in_flight[self.sink.write.remote(shard)] = shard
+        import ray
+
+        while self._sink is None:
+            try:
+                self._sink = ray.get_actor(self.sink_name, namespace=NAMESPACE)
+            except ValueError:  # not (or no longer) there: the driver that runs it is starting or gone
+                log.warning("no shard sink %r yet; looking again in %.1f s", self.sink_name, self._retry_s)
+                self._back_off()
+        self.in_flight[self._sink.write.remote(shard)] = shard
+
+    def _back_off(self) -> None:
+        time.sleep(self._retry_s)
+        self._retry_s = min(self._retry_s * 2, RETRY_LAST_S)
 
     def _settle_ready(self, timeout: float | None) -> None:
         """Handles the answers that are in (waiting up to ``timeout`` for one): acknowledged, or sent again."""
@@ -172,7 +187,6 @@ class SinkSender:
             except RayError as error:  # the sink died, is restarting or cannot be reached
                 reason = f"the sink is unavailable ({type(error).__name__})"
             log.warning("shard %s: %s; sending it again in %.1f s", shard.name, reason, self._retry_s)
-            time.sleep(self._retry_s)
-            self._retry_s = min(self._retry_s * 2, RETRY_LAST_S)
+            self._back_off()
             self.resent += 1
             self._send(shard)

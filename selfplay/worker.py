@@ -8,9 +8,9 @@ weights, stop the run or notice a lost actor between calls.
 With transport 'disk' a worker reads and writes the run directory: it writes
 its shards there, polls the newest checkpoint and run/resign.json. With
 transport 'ray' it has no run directory at all: its shards go to the shard
-sink (selfplay.sink), its first weights and resignation threshold come with
-its construction and later ones are pushed by the driver (set_weights,
-set_resign_threshold).
+sink (selfplay.sink), its resignation threshold comes with its construction,
+and weights (the first ones before its first play()) and new thresholds are
+pushed by the driver (set_weights, set_resign_threshold).
 """
 
 from __future__ import annotations
@@ -125,16 +125,15 @@ class SelfPlayWorker:
     """
 
     def __init__(self, run_path: str | None, config_toml: str, name: str, *, seed: int | None = None,
-                 device: str | None = None, server: Any = None, max_games: int | None = None, sink: Any = None,
-                 weights: dict[str, torch.Tensor] | None = None, weights_step: int = -1,
-                 resign_threshold: float | None = None) -> None:
+                 device: str | None = None, server: Any = None, max_games: int | None = None,
+                 sink: str | None = None, resign_threshold: float | None = None) -> None:
         """Builds the worker's network and searches.
 
         Transport 'disk': ``run_path`` names the run; its newest checkpoint and
         resign.json are read now and polled later. Transport 'ray': ``sink``
-        (the run's ShardSink actor) takes the shards and ``run_path`` is None;
-        ``weights`` (of ``weights_step``; None: fresh ones) and
-        ``resign_threshold`` are the ones to start with.
+        names the run's ShardSink actor, which takes the shards, ``run_path``
+        is None, ``resign_threshold`` is the one to start with, and the
+        network keeps fresh weights until set_weights.
 
         Raises:
             ValueError: neither a run directory nor a sink.
@@ -157,12 +156,10 @@ class SelfPlayWorker:
             model = build_network(self.config.network)
             self.evaluator = Evaluator(model, torch_device, forward=selfplay.cuda_forward,
                                        max_batch=games[0] * self.config.search.leaves_per_game)
-            if weights is not None:
-                self.set_weights(weights_step, weights)
             self._poll_weights(force=True)
-            if self.step < 0:
-                log.warning("%s: no checkpoint %syet: playing with freshly initialised weights", name,
-                            f"in {self.run.checkpoints} " if self.run is not None else "")
+            if self.step < 0 and self.run is not None:
+                log.warning("%s: no checkpoint in %s yet: playing with freshly initialised weights",
+                            name, self.run.checkpoints)
         # On the CPU a second lane only overlaps if the network runs beside the search, in a thread.
         self.pool = ThreadPoolExecutor(max_workers=1) if len(games) > 1 and torch_device is not None \
             and torch_device.type == "cpu" else None
