@@ -72,6 +72,19 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+IDLE_SECONDS = 5.0  # the baseline of the driver's and the sink's CPU: Ray's own threads, with no play() running
+
+
+def _idle_cpu(sink: Any, seconds: float) -> tuple[float, float]:
+    """Measures the CPU seconds per second of this process and of the sink while no actor plays."""
+    import ray
+
+    before, cpu = ray.get(sink.stats.remote()), _cpu_seconds()
+    time.sleep(seconds)
+    after = ray.get(sink.stats.remote())
+    return (_cpu_seconds() - cpu) / seconds, (after["cpu_seconds"] - before["cpu_seconds"]) / seconds
+
+
 def _stored(run_dir: Any, config: Any) -> dict[str, float]:
     """What the run's shards hold (shards, games, positions, bytes of npz and PGN files) and the time the
     driver's resignation calibration takes to read them once."""
@@ -118,6 +131,7 @@ def run(args: argparse.Namespace) -> None:
             driver_cpu = _cpu_seconds() - cpu_before
             if feed is not None:
                 sink_after = ray.get(feed.sink.stats.remote())
+                idle = _idle_cpu(feed.sink, IDLE_SECONDS)
             served = [ray.get(server.stats.remote()) for server in servers]
             passes = sum(a["passes"] - b["passes"] for a, b in zip(served, served_before))
             positions = sum(a["positions"] - b["positions"] for a, b in zip(served, served_before))
@@ -160,19 +174,25 @@ def run(args: argparse.Namespace) -> None:
     print(f"  the network alone through the same path, at batch {round(batch)}: {rate(alone)} evaluations/s; "
           f"self-play reaches {ratio(reached, alone)} of it ({whose})")
     if sink_before is not None and sink_after is not None:
-        _print_transport_load(args.actors, stats, wall, driver_cpu, sink_before, sink_after, stored)
+        _print_transport_load(args.actors, stats, wall, driver_cpu, sink_before, sink_after, stored, idle)
 
 
 def _print_transport_load(actors: int, stats: list[Any], wall: float, driver_cpu: float,
-                          before: dict[str, float], after: dict[str, float], stored: dict[str, float]) -> None:
-    """Prints what transport 'ray' costs the sink and the driver: per shard, per position, per actor."""
+                          before: dict[str, float], after: dict[str, float], stored: dict[str, float],
+                          idle: tuple[float, float]) -> None:
+    """Prints what transport 'ray' costs the sink and the driver: per shard, per position, per actor.
+
+    CPU per shard and per call leave out the idle baseline (Ray's own threads,
+    measured for IDLE_SECONDS with no actor playing).
+    """
     shards, games = after["shards"] - before["shards"], after["games"] - before["games"]
     size, busy = after["bytes"] - before["bytes"], after["busy_seconds"] - before["busy_seconds"]
     sink_cpu = after["cpu_seconds"] - before["cpu_seconds"]
     print(f"  transport ray, the sink: {shards:.0f} shards of {games:.0f} games stored in {wall:.0f} s", end="")
     if shards:
         print(f", {size / shards / 1e3:.1f} kB each (npz and PGN); busy {busy / shards * 1e3:.1f} ms per shard "
-              f"(write, fsync, rename), CPU {sink_cpu / shards * 1e3:.1f} ms per shard")
+              f"(write, fsync, rename); CPU {sink_cpu / wall:.1%} of a core, idle {idle[1]:.1%}, so "
+              f"{max(sink_cpu - idle[1] * wall, 0) / shards * 1e3:.1f} ms per shard")
     else:
         print(": none completed; lower selfplay.shard_games or raise --seconds")
     if stored["positions"]:
@@ -182,8 +202,9 @@ def _print_transport_load(actors: int, stats: list[Any], wall: float, driver_cpu
     waited = sum(s.sink_wait_seconds for s in stats)
     print(f"  actors' time waiting for the sink's acknowledgements: {waited / (wall * actors):.2%}")
     calls = len(stats)
-    print(f"  the driver's part (this process): {driver_cpu / wall:.1%} of one core for {actors} actor(s), "
-          f"{driver_cpu / max(calls, 1) * 1e3:.1f} ms CPU per play() call ({calls} calls); the resignation "
+    per_call = max(driver_cpu - idle[0] * wall, 0) / max(calls, 1)
+    print(f"  the driver's part (this process): {driver_cpu / wall:.1%} of a core for {actors} actor(s), idle "
+          f"{idle[0]:.1%}, so {per_call * 1e3:.2f} ms CPU per play() call ({calls} calls); the resignation "
           f"calibration reads a shard in {stored['calibration_seconds'] / max(stored['shards'], 1) * 1e3:.1f} ms")
     positions = sum(s.samples for s in stats)  # the recorded positions of the games finished in the window
     print(f"  per actor: {positions / wall / actors:.1f} recorded positions/s, {games / wall / actors:.3f} games/s "
