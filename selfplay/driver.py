@@ -246,7 +246,8 @@ class _RayFeed:
 
     Weights go to an actor's evaluator, or with inference servers to the
     actor's server (``targets``). Each target gets each new step once, and
-    again after a restart (which brings back the weights it was created with).
+    again after a restart (which brings back fresh weights); one whose actors
+    already play that step (pushed by `alphazero learn --address`) is skipped.
     """
 
     run: RunDir
@@ -256,6 +257,7 @@ class _RayFeed:
     weights: Any = None                    # ObjectRef of the state dict of `step`; None: fresh weights
     targets: list[Any] = field(default_factory=list)   # per actor: whom to push weights to
     pushed: dict[int, int] = field(default_factory=dict)  # id(target) -> the step last pushed to it
+    played: dict[int, int] = field(default_factory=dict)  # id(target) -> the newest step its actors played
     checked: float = field(default_factory=time.monotonic)
 
     def load(self) -> bool:
@@ -291,10 +293,16 @@ class _RayFeed:
     def push(self, index: int, *, again: bool = False) -> None:
         """Sends the weights held to actor `index`'s target, unless it has them (``again``: even so)."""
         target = self.targets[index]
-        if self.weights is None or (not again and self.pushed.get(id(target)) == self.step):
+        if self.weights is None or not again and max(self.pushed.get(id(target), -1),
+                                                     self.played.get(id(target), -1)) >= self.step:
             return
         self.pushed[id(target)] = self.step
         target.set_weights.remote(self.step, self.weights)  # taken between play() calls (or passes)
+
+    def note(self, index: int, stats: PlayStats) -> None:
+        """Notes the weights' step actor `index` played a call with."""
+        key = id(self.targets[index])
+        self.played[key] = max(self.played.get(key, -1), stats.weights_step)
 
 
 def start_sink(run: RunDir) -> Any:
@@ -425,7 +433,9 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
                 stats = _collect(ref, totals, index, idle)
                 if index in idle:
                     continue
-                if feed is not None and stats is None:
+                if feed is not None and stats is not None:
+                    feed.note(index, stats)
+                elif feed is not None:
                     # Lost: Ray restarts it with fresh weights and the threshold it was created
                     # with; the newest go first, before its next play().
                     feed.update(force=True)
