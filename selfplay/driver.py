@@ -11,8 +11,8 @@ get there is ``selfplay.transport``:
   and wait for its acknowledgements (a bounded window). The driver gives each
   actor its threshold when it starts and its first weights before its first
   play(), loads new checkpoints from the run directory and pushes them (as it
-  pushes the threshold), and pushes both again to an actor that restarted. Actors never see the run
-  directory, so no node but this one needs it.
+  pushes the threshold), and pushes both again to an actor that restarted.
+  Actors never see the run directory, so no node but this one needs it.
 
 A lost actor costs only its games in flight (and, with 'ray', the shards it
 had not yet seen acknowledged). Actors restart after a crash (max_restarts),
@@ -43,7 +43,6 @@ from selfplay.sink import SINK_THREADS, ShardSink, sink_name
 from selfplay.worker import PlayStats, SelfPlayWorker
 
 log = logging.getLogger(__name__)
-
 
 
 def actor_name_prefix(run: RunDir) -> str:
@@ -139,6 +138,7 @@ class Totals:
     evaluations: int = 0
     batches: int = 0
     network_seconds: float = 0.0
+    sink_wait_seconds: float = 0.0
     actor_seconds: float = 0.0
     plies: list[int] = field(default_factory=list)
     results: dict[str, int] = field(default_factory=lambda: {"white": 0, "draw": 0, "black": 0})
@@ -159,6 +159,7 @@ class Totals:
         self.evaluations += stats.evaluations
         self.batches += stats.batches
         self.network_seconds += stats.network_seconds
+        self.sink_wait_seconds += stats.sink_wait_seconds
         self.actor_seconds += stats.wall_seconds
         self.plies.extend(stats.game_plies)
         for key, count in stats.results.items():
@@ -185,6 +186,7 @@ class Totals:
             "selfplay/evaluations_per_s": self.evaluations / self.elapsed,
             "selfplay/average_batch": self.evaluations / max(self.batches, 1),
             "selfplay/network_share": self.network_seconds / max(self.actor_seconds, 1e-9),
+            "selfplay/sink_wait_share": self.sink_wait_seconds / max(self.actor_seconds, 1e-9),
             "selfplay/games": self.games,
             "results/white_wins": self.results["white"] / decided,
             "results/draws": self.results["draw"] / decided,
@@ -475,8 +477,8 @@ def _start_actors(run: RunDir, config: Config, actors: int, gpus: float, inferen
     With ``feed`` (transport 'ray') neither gets the run directory: actors get
     the sink's name and ``resign_threshold``, and the feed's weights are
     pushed to each actor (or its server) before anything else reaches it.
-    Actor handles and object refs are no constructor arguments: Ray could
-    not restart an actor whose arguments had gone from the object store.
+    Neither the sink's handle nor the weights are constructor arguments: Ray
+    could not restart an actor whose arguments had gone from the object store.
     """
     import ray
 

@@ -64,10 +64,6 @@ class DiskOutput:
     def wait_seconds(self) -> float:
         return 0.0
 
-    @property
-    def unacknowledged(self) -> int:
-        return 0
-
 
 class ShardSink:
     """Stores the shards actors send through Ray into the run directory of this node (a threaded Ray actor).

@@ -78,7 +78,6 @@ class PlayStats:
     false_resignations: int = 0       # ... and that side did not lose
     weights_step: int = -1            # -1: freshly initialised weights
     sink_wait_seconds: float = 0.0    # transport 'ray': waiting for the sink's acknowledgements
-    unacknowledged: int = 0           # transport 'ray': shards sent and not yet acknowledged at the end
     gpu_seconds: float = 0.0          # GPU time of the local passes (CUDA events; 0 on the CPU or with a server)
 
 
@@ -288,7 +287,6 @@ class SelfPlayWorker:
         stats.shards.extend(self.output.settle())
         stats.wall_seconds = time.perf_counter() - start
         stats.sink_wait_seconds = self.output.wait_seconds - sink_wait_before
-        stats.unacknowledged = self.output.unacknowledged
         stats.moves = self._total_moves() - moves_before
         stats.weights_step = self.step
         if self.evaluator is not None:

@@ -282,6 +282,7 @@ def test_a_killed_sink_loses_no_game_and_writes_none_twice(cluster, tmp_path, mo
     run, config = ray_run(tmp_path / "run", "selfplay.sink_window=2")
     kills: list[str] = []
     checkpoint: list[int] = []
+    stop = threading.Event()
 
     def kill_the_sink(totals: driver.Totals) -> None:
         for marker in (BEFORE_RENAME, AFTER_RENAME):
@@ -292,12 +293,14 @@ def test_a_killed_sink_loses_no_game_and_writes_none_twice(cluster, tmp_path, mo
         if totals.games >= 2 and not checkpoint:
             new_checkpoint(run, config, 77)  # the driver follows the run's checkpoints and pushes them
             checkpoint.append(totals.games)
+        if len(kills) == 2 and totals.games >= 10:
+            stop.set()  # only here: a run that ended first would leave the stopped sink unkilled
 
     workers = cluster.workers
-    totals = driver.run_selfplay(run, config, actors=2, games=10, progress=False, chunk_seconds=0.5,
-                                 on_update=kill_the_sink,
+    totals = driver.run_selfplay(run, config, actors=2, minutes=WAIT_S / 60, stop=stop, progress=False,
+                                 chunk_seconds=0.5, on_update=kill_the_sink,
                                  placement=soft_on(workers["worker_a"].node_id, workers["worker_b"].node_id))
-    assert kills == [BEFORE_RENAME, AFTER_RENAME]
+    assert stop.is_set() and kills == [BEFORE_RENAME, AFTER_RENAME]
     assert totals.lost_calls == 0 and totals.games >= 10
     shards = list_shards(run.selfplay)
     games = [game for path in shards for game in read_shard(path).games]
