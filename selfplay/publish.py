@@ -45,12 +45,16 @@ class WeightPublisher:
         if not handles:
             return 0
         weights = ray.put(load_checkpoint(path, "cpu", mmap=True, check_optimizer=False)["model"])
+        refs = [handle.set_weights.remote(step, weights) for handle in handles]
+        # One deadline for all: an actor held up (by a stalled shard sink, say) must not hold up the learner
+        # for long; it takes the weights when it gets to them, counted or not.
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=60)
         taken = 0
-        for ref in [handle.set_weights.remote(step, weights) for handle in handles]:
+        for ref in done:
             try:
-                ray.get(ref, timeout=60)
+                ray.get(ref)
                 taken += 1
-            except (RayError, TimeoutError):
+            except RayError:
                 continue
         return taken
 
