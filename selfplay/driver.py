@@ -392,12 +392,17 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
 
     Raises:
         UserError: an unreachable Ray address, a corrupt checkpoint, an actor
-            that fails with a user error, or bad arguments.
+            that fails with a user error, bad arguments, or transport 'ray'
+            through a Ray client (ray://), whose sink would write on the head.
     """
     import ray
 
     if actors < 1:
         raise UserError(f"--actors must be at least 1, got {actors}")
+    if config.selfplay.transport == "ray" and address is not None and address.startswith("ray://"):
+        raise UserError(f"transport 'ray' writes the shards on the driver's node, and through {address} that is "
+                        f"the cluster's head, not this machine: run alphazero selfplay on the head with "
+                        f"--address auto (or use --transport disk with storage every node sees)")
     config = for_gpus(config, gpus)  # with GPUs: selfplay.gpu_games_per_actor
     step = check_checkpoint(run, config)
     if step is None:

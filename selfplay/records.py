@@ -24,7 +24,13 @@ import chess.pgn
 
 from alphazero.pgn import termination_tags
 from alphazero.rundir import RunDir, atomic_write_bytes, atomic_write_text, is_temporary
-from alphazero.shards import SHARD_SUFFIX, encode_shard, shard_from_records, shard_name, validate
+from alphazero.shards import (
+    SHARD_SUFFIX,
+    encode_shard,
+    shard_from_records,
+    shard_name,
+    validate,
+)
 
 
 def game_to_pgn(record: Mapping[str, Any], *, event: str = "alphazero self-play", round_number: int = 1) -> str:

@@ -32,11 +32,11 @@ from selfplay.worker import SelfPlayWorker
 
 ray = pytest.importorskip("ray")
 
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from selfplay import driver  # noqa: E402
-from selfplay.publish import WeightPublisher  # noqa: E402
-from tests.test_selfplay import FAST, check_shard_invariants  # noqa: E402
+from selfplay import driver
+from selfplay.publish import WeightPublisher
+from tests.test_selfplay import FAST, check_shard_invariants
 
 RAY_FAST = [*FAST, "selfplay.transport=ray"]
 NODE_STORE_BYTES = 80 * 2**20  # each node's object store: small, the machine is shared
@@ -117,7 +117,7 @@ class AuditedWorker(SelfPlayWorker):
                 self.written.extend(os.path.abspath(os.fsdecode(path)) for path in args[:2])
             elif event == "os.mkdir":
                 self.written.append(os.path.abspath(os.fsdecode(args[0])))
-        except Exception:  # an audit hook must never break the code it watches
+        except Exception:  # noqa: BLE001, S110 - an audit hook must never break the code it watches
             pass
 
     def report(self) -> dict[str, Any]:
@@ -152,8 +152,9 @@ def _written_time(shard_name: str) -> int:
 
 
 def test_address_picks_the_ray_transport_unless_told_otherwise(tmp_path):
-    from selfplay.cli import add_arguments, describe_transport, overrides_from
     import argparse
+
+    from selfplay.cli import add_arguments, describe_transport, overrides_from
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -169,6 +170,13 @@ def test_address_picks_the_ray_transport_unless_told_otherwise(tmp_path):
     run = RunDir(tmp_path / "run")
     assert "transport ray" in describe_transport("ray", run) and str(run.selfplay) in describe_transport("ray", run)
     assert "transport disk" in describe_transport("disk", run)
+
+
+def test_the_ray_transport_through_a_ray_client_is_refused(tmp_path, capsys):
+    # The sink runs on the driver's node; through ray:// that is the head, where this run directory is not.
+    assert cli.main(["selfplay", "--run", str(tmp_path / "run"), "--games", "1", "--address", "ray://127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert "run alphazero selfplay on the head" in err and "Traceback" not in err
 
 
 def test_a_config_written_before_the_transport_keys_loads_as_disk():
@@ -222,9 +230,12 @@ def test_a_stalled_sink_holds_the_actor_at_its_window_and_loses_nothing(cluster,
     handles, _ = driver._start_actors(run, config, 1, 0, "local", 0, quota=4, feed=feed,
                                       placement=soft_on(cluster.workers["worker_a"].node_id, max_concurrency=2))
     worker = handles[0]
+
+    def arrived() -> list[Path]:
+        return sorted(tmp_path.glob("arrived-*"))
+
     try:
         call = worker.play.remote(300.0)  # returns when its 4 games are played and sent, or after 300 s
-        arrived = lambda: sorted(tmp_path.glob("arrived-*"))  # noqa: E731
         # The sink holds shard 1; the worker has finished game 2 and built its shard, so it must wait.
         wait_for(lambda: len(arrived()) >= 1 and ray.get(worker.progress.remote())[0] >= 2, "the second shard")
         time.sleep(2.0)  # time for a worker that does not wait to send shard 2
