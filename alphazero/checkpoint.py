@@ -486,6 +486,31 @@ def restore_checkpoint(
     return int(payload["step"])
 
 
+def latest_weights(
+    run_dir: RunDir | str | os.PathLike[str], expected: NetworkConfig, *, newer_than: int = -1
+) -> tuple[int, dict[str, torch.Tensor], Path] | None:
+    """Reads the newest checkpoint's weights: (its step, its model state dict, its path).
+
+    Returns None when the run has no checkpoint newer than step ``newer_than``.
+    The file is memory-mapped, so the optimizer state in it is never read.
+
+    Raises:
+        UserError: the newest checkpoint is corrupt or not of architecture ``expected``.
+    """
+    for attempt in range(3):
+        path = latest_checkpoint(run_dir)
+        if path is None or (step_of(path) or 0) <= newer_than:
+            return None
+        try:
+            payload = load_checkpoint(path, "cpu", expected=expected, mmap=True, check_optimizer=False)
+        except UserError:
+            if path.exists() or attempt == 2:
+                raise
+            continue  # thinned between listing and opening: look again
+        return int(payload["step"]), payload["model"], path
+    return None
+
+
 def load_latest_weights(
     run_dir: RunDir | str | os.PathLike[str], model: nn.Module, *, newer_than: int = -1
 ) -> int | None:
@@ -499,17 +524,9 @@ def load_latest_weights(
     Raises:
         UserError: the newest checkpoint is corrupt or of another architecture.
     """
-    expected = getattr(model, "_orig_mod", model).config
-    for attempt in range(3):
-        path = latest_checkpoint(run_dir)
-        if path is None or (step_of(path) or 0) <= newer_than:
-            return None
-        try:
-            payload = load_checkpoint(path, "cpu", expected=expected, mmap=True, check_optimizer=False)
-        except UserError:
-            if path.exists() or attempt == 2:
-                raise
-            continue  # thinned between listing and opening: look again
-        load_weights(model, payload["model"], path)
-        return int(payload["step"])
-    return None
+    found = latest_weights(run_dir, getattr(model, "_orig_mod", model).config, newer_than=newer_than)
+    if found is None:
+        return None
+    step, state, path = found
+    load_weights(model, state, path)
+    return step

@@ -213,8 +213,9 @@ class SelfPlayConfig(_Section):
     SECTION: ClassVar[str] = "selfplay"
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"inference": ("local", "server"),
                                                      "overlap": ("auto", "on", "off"),
-                                                     "cuda_forward": FORWARD_MODES}
-    MINIMUM: ClassVar[dict[str, float]] = {"actors": 0, "games_per_actor": 1, "shard_games": 1,
+                                                     "cuda_forward": FORWARD_MODES,
+                                                     "transport": ("disk", "ray")}
+    MINIMUM: ClassVar[dict[str, float]] = {"actors": 0, "games_per_actor": 1, "shard_games": 1, "sink_window": 1,
                                            "server_batch_size": 1, "server_wait_ms": 0.0,
                                            "weights_poll_seconds": 0.0, "max_games": 0,
                                            "gpu_games_per_actor": 0, "gpu_actors": 0}
@@ -228,6 +229,11 @@ class SelfPlayConfig(_Section):
     server_wait_ms: float = _field(2.0, "longest an inference server waits to fill a batch")
     weights_poll_seconds: float = _field(30.0, "how often an actor looks for a newer checkpoint")
     save_pgn: bool = _field(True, "also write every game as PGN under run/games/")
+    transport: str = _field("disk", "how shards reach run/selfplay: 'disk' (each actor writes them: one machine or "
+                                    "storage every node sees) or 'ray' (sent through Ray to a writer on the run's "
+                                    "node; no shared disk)")
+    sink_window: int = _field(4, "with transport 'ray': most shards an actor has sent and not yet seen written; "
+                                 "at the limit it waits (nothing is dropped)")
     max_games: int = _field(0, "stop after this many games in all; 0 = until stopped")
     # With GPUs (--gpus) a batch must be far larger than a CPU core wants; these take over there.
     gpu_games_per_actor: int = _field(0, "games_per_actor when self-play has GPUs (--gpus > 0); 0 = games_per_actor")

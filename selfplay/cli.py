@@ -6,7 +6,7 @@ import argparse
 import os
 
 from alphazero.errors import UserError
-from alphazero.rundir import add_run_arguments, open_run_from_args
+from alphazero.rundir import RunDir, add_run_arguments, open_run_from_args
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,6 +18,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="games each actor plays at once (with --gpus: selfplay.gpu_games_per_actor)")
     group.add_argument("--sims", type=int, default=None, help="simulations per move (search.simulations)")
     group.add_argument("--address", default=None, help="Ray cluster address (HOST:PORT or 'auto'); default: local")
+    group.add_argument("--transport", choices=("disk", "ray"), default=None,
+                       help="how shards reach the run directory: actors write them ('disk': one machine or storage "
+                            "every node sees) or send them through Ray to this node ('ray': no shared disk); "
+                            "default: 'ray' with --address, else selfplay.transport")
     group.add_argument("--gpus", type=float, default=0.0,
                        help="GPUs for inference (default 0: CPU); the preset's selfplay.gpu_* defaults apply")
     group.add_argument("--inference", choices=("local", "server"), default=None,
@@ -32,16 +36,30 @@ def overrides_from(args: argparse.Namespace) -> list[str]:
     """The overrides that shortcut flags (--sims, ...) stand for.
 
     With GPUs (--gpus > 0) --games-per-actor sets selfplay.gpu_games_per_actor,
-    the field self-play then reads.
+    the field self-play then reads. With --address the transport is 'ray'
+    unless --transport or --set selfplay.transport says otherwise.
     """
     overrides = []
     games_key = "selfplay.gpu_games_per_actor" if (getattr(args, "gpus", 0) or 0) > 0 else "selfplay.games_per_actor"
     for flag, key in (("games_per_actor", games_key), ("sims", "search.simulations"),
-                      ("inference", "selfplay.inference")):
+                      ("inference", "selfplay.inference"), ("transport", "selfplay.transport")):
         value = getattr(args, flag, None)
         if value is not None:
             overrides.append(f"{key}={value}")
+    transport_set = any(item.partition("=")[0].strip() == "selfplay.transport"
+                        for item in getattr(args, "overrides", None) or [])
+    if getattr(args, "address", None) and getattr(args, "transport", None) is None and not transport_set:
+        overrides.append("selfplay.transport=ray")  # a cluster may have no disk that every node sees
     return overrides
+
+
+def describe_transport(transport: str, run_dir: RunDir) -> str:
+    """Gets the one line that says how shards reach the run directory."""
+    if transport == "ray":
+        return (f"self-play: transport ray: actors send finished shards through Ray to a sink on this node, "
+                f"which writes them into {run_dir.selfplay}")
+    return (f"self-play: transport disk: actors write shards into {run_dir.selfplay} themselves "
+            f"(every node must see it; --transport ray if not)")
 
 
 def actor_count(requested: int | None, configured: int, *, gpus: float = 0.0, gpu_configured: int = 0) -> int:
@@ -71,6 +89,7 @@ def run(args: argparse.Namespace) -> None:
     if args.minutes is not None and args.minutes <= 0 or args.games is not None and args.games < 1:
         raise UserError("--minutes must be positive and --games at least 1")
     actors = actor_count(args.actors, config.selfplay.actors, gpus=args.gpus, gpu_configured=config.selfplay.gpu_actors)
+    print(describe_transport(config.selfplay.transport, run_dir), flush=True)
     totals = run_selfplay(run_dir, config, actors=actors,
                           address=args.address, gpus=args.gpus, minutes=args.minutes, games=args.games,
                           progress=not args.quiet)

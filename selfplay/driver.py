@@ -1,8 +1,22 @@
 """Runs self-play on Ray: N actors (and, on GPUs, inference servers) filling a run directory.
 
-Ray moves work and weights; the run directory keeps what matters: each actor
-writes complete shards itself, so a lost actor costs only its games in flight.
-Actors restart after a crash (max_restarts); the driver resubmits their work.
+Ray moves work and weights; the run directory keeps what matters. How shards
+get there is ``selfplay.transport``:
+
+- 'disk': each actor writes complete shards into the run directory itself,
+  and polls it for new checkpoints and the resignation threshold. Every node
+  must see the run directory (one machine, or shared storage).
+- 'ray': the driver starts a shard sink (selfplay.sink) pinned to its own
+  node, the one with the run directory; actors send it their finished shards
+  and wait for its acknowledgements (a bounded window). The driver gives each
+  actor its threshold when it starts and its first weights before its first
+  play(), loads new checkpoints from the run directory and pushes them (as it
+  pushes the threshold), and pushes both again to an actor that restarted.
+  Actors never see the run directory, so no node but this one needs it.
+
+A lost actor costs only its games in flight (and, with 'ray', the shards it
+had not yet seen acknowledged). Actors restart after a crash (max_restarts),
+the sink too; the driver resubmits their work.
 """
 
 from __future__ import annotations
@@ -17,18 +31,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from alphazero.checkpoint import latest_checkpoint, load_checkpoint
+from alphazero.checkpoint import latest_checkpoint, latest_weights, load_checkpoint
 from alphazero.config import Config, for_gpus, to_toml
 from alphazero.console import compact_number, fit_line
 from alphazero.errors import UserError
 from alphazero.resign import ResignCalibrator
 from alphazero.rundir import RunDir, remove_stale_temporaries
+from selfplay import NAMESPACE
 from selfplay.inference import InferenceServer
+from selfplay.sink import SINK_THREADS, ShardSink, sink_name
 from selfplay.worker import PlayStats, SelfPlayWorker
 
 log = logging.getLogger(__name__)
-
-NAMESPACE = "alphazero"
 
 
 def actor_name_prefix(run: RunDir) -> str:
@@ -124,6 +138,7 @@ class Totals:
     evaluations: int = 0
     batches: int = 0
     network_seconds: float = 0.0
+    sink_wait_seconds: float = 0.0
     actor_seconds: float = 0.0
     plies: list[int] = field(default_factory=list)
     results: dict[str, int] = field(default_factory=lambda: {"white": 0, "draw": 0, "black": 0})
@@ -144,6 +159,7 @@ class Totals:
         self.evaluations += stats.evaluations
         self.batches += stats.batches
         self.network_seconds += stats.network_seconds
+        self.sink_wait_seconds += stats.sink_wait_seconds
         self.actor_seconds += stats.wall_seconds
         self.plies.extend(stats.game_plies)
         for key, count in stats.results.items():
@@ -170,6 +186,7 @@ class Totals:
             "selfplay/evaluations_per_s": self.evaluations / self.elapsed,
             "selfplay/average_batch": self.evaluations / max(self.batches, 1),
             "selfplay/network_share": self.network_seconds / max(self.actor_seconds, 1e-9),
+            "selfplay/sink_wait_share": self.sink_wait_seconds / max(self.actor_seconds, 1e-9),
             "selfplay/games": self.games,
             "results/white_wins": self.results["white"] / decided,
             "results/draws": self.results["draw"] / decided,
@@ -215,9 +232,101 @@ class _ResignFollower:
         if not force and now - self.last < self.every_s:
             return
         self.last = now
-        if self._refresh() and self.calibrator.search.resign_mode == "calibrated":
-            for handle in handles:  # not waited for: an actor takes it between play() calls
-                handle.set_resign_threshold.remote(self.calibrator.threshold)
+        if self._refresh():
+            for handle in handles:
+                self.push(handle)
+
+    def push(self, handle: Any) -> None:
+        """Sends the threshold in force to one actor (not waited for: it takes it between play() calls)."""
+        if self.calibrator.search.resign_mode == "calibrated":
+            handle.set_resign_threshold.remote(self.calibrator.threshold)
+
+
+@dataclass
+class _RayFeed:
+    """Transport 'ray': what actors get instead of the run directory, and the driver's pushes of new weights.
+
+    Weights go to an actor's evaluator, or with inference servers to the
+    actor's server (``targets``). Each target gets each new step once, and
+    again after a restart (which brings back fresh weights); one whose actors
+    already play that step (pushed by `alphazero learn --address`) is skipped.
+    """
+
+    run: RunDir
+    config: Config
+    sink: Any
+    step: int = -1
+    weights: Any = None                    # ObjectRef of the state dict of `step`; None: fresh weights
+    targets: list[Any] = field(default_factory=list)   # per actor: whom to push weights to
+    pushed: dict[int, int] = field(default_factory=dict)  # id(target) -> the step last pushed to it
+    played: dict[int, int] = field(default_factory=dict)  # id(target) -> the newest step its actors played
+    checked: float = field(default_factory=time.monotonic)
+
+    def load(self) -> bool:
+        """Loads the run's newest checkpoint when it is newer than the one held; returns whether it was.
+
+        Raises:
+            UserError: the newest checkpoint is corrupt or of another architecture.
+        """
+        import ray
+
+        found = latest_weights(self.run, self.config.network, newer_than=self.step)
+        if found is None:
+            return False
+        self.step, state, _ = found
+        self.weights = ray.put(state)
+        return True
+
+    def update(self, force: bool = False) -> None:
+        """Every selfplay.weights_poll_seconds (``force``: now): loads a newer checkpoint and pushes it to
+        every target.
+
+        Raises:
+            UserError: the newest checkpoint is corrupt or of another architecture.
+        """
+        now = time.monotonic()
+        if not force and now - self.checked < self.config.selfplay.weights_poll_seconds:
+            return
+        self.checked = now
+        if self.load():
+            for index in range(len(self.targets)):
+                self.push(index)
+
+    def push(self, index: int, *, again: bool = False) -> None:
+        """Sends the weights held to actor `index`'s target, unless it has them (``again``: even so)."""
+        target = self.targets[index]
+        if self.weights is None or not again and max(self.pushed.get(id(target), -1),
+                                                     self.played.get(id(target), -1)) >= self.step:
+            return
+        self.pushed[id(target)] = self.step
+        target.set_weights.remote(self.step, self.weights)  # taken between play() calls (or passes)
+
+    def note(self, index: int, stats: PlayStats) -> None:
+        """Notes the weights' step actor `index` played a call with."""
+        key = id(self.targets[index])
+        self.played[key] = max(self.played.get(key, -1), stats.weights_step)
+
+
+def start_sink(run: RunDir) -> Any:
+    """Starts the run's shard sink on this process's node (where the run directory is); returns its handle.
+
+    Restarted by Ray whenever it dies; never scheduled on another node.
+
+    Raises:
+        UserError: another self-play driver on this cluster already runs a sink for the run.
+    """
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
+    try:
+        return ray.remote(ShardSink).options(
+            name=sink_name(run), namespace=NAMESPACE, num_cpus=0, max_restarts=-1, max_task_retries=0,
+            max_concurrency=SINK_THREADS, scheduling_strategy=here,
+        ).remote(str(run.root))
+    except ValueError as error:  # the name is taken
+        raise UserError(f"cannot start the shard sink of {run.root}: {error} (is another `alphazero selfplay` "
+                        f"on this run?)") from None
 
 
 class _Reporter:
@@ -270,21 +379,30 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
                  minutes: float | None = None, games: int | None = None, progress: bool = True,
                  stop: threading.Event | None = None, chunk_seconds: float = 2.0,
                  on_update: Callable[[Totals], None] | None = None,
-                 status_suffix: Callable[[int | None], str] | None = None) -> Totals:
+                 status_suffix: Callable[[int | None], str] | None = None,
+                 placement: Callable[[int], dict[str, Any]] | None = None) -> Totals:
     """Plays self-play games on Ray until `minutes` pass, `games` finish, `stop` is set or Ctrl-C.
 
-    Finished games are kept: at the end every actor writes the games it holds.
-    `status_suffix(width)` adds a second line, of at most `width` columns, to
-    the live progress (alphazero train shows the learner's there).
+    Finished games are kept: at the end every actor writes the games it holds
+    (with transport 'ray': sends them, and waits for the sink's
+    acknowledgements). `status_suffix(width)` adds a second line, of at most
+    `width` columns, to the live progress (alphazero train shows the
+    learner's there). `placement(i)` gives extra Ray options for actor i
+    (a scheduling strategy, resources).
 
     Raises:
         UserError: an unreachable Ray address, a corrupt checkpoint, an actor
-            that fails with a user error, or bad arguments.
+            that fails with a user error, bad arguments, or transport 'ray'
+            through a Ray client (ray://), whose sink would write on the head.
     """
     import ray
 
     if actors < 1:
         raise UserError(f"--actors must be at least 1, got {actors}")
+    if config.selfplay.transport == "ray" and address is not None and address.startswith("ray://"):
+        raise UserError(f"transport 'ray' writes the shards on the driver's node, and through {address} that is "
+                        f"the cluster's head, not this machine: run alphazero selfplay on the head with "
+                        f"--address auto (or use --transport disk with storage every node sees)")
     config = for_gpus(config, gpus)  # with GPUs: selfplay.gpu_games_per_actor
     step = check_checkpoint(run, config)
     if step is None:
@@ -297,7 +415,12 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
     started_ray = connect_ray(address, num_cpus=max(actors + servers_wanted, os.cpu_count() or 1),
                               num_gpus=gpus or None)
     quota = math.ceil(games / actors) if games else None
-    handles, servers = _start_actors(run, config, actors, gpus, inference, servers_wanted, quota)
+    feed = None
+    if config.selfplay.transport == "ray":
+        feed = _RayFeed(run, config, start_sink(run))
+        feed.load()
+    handles, servers = _start_actors(run, config, actors, gpus, inference, servers_wanted, quota, feed=feed,
+                                     resign_threshold=resign.calibrator.threshold, placement=placement)
     totals = Totals(weights_step=step if step is not None else -1)
     reporter = _Reporter(run, progress, extra_scalars=resign.calibrator.scalars)
 
@@ -314,10 +437,21 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
             for ref in ready:
                 index = pending.pop(ref)
-                if _collect(ref, totals, index, idle):
+                stats = _collect(ref, totals, index, idle)
+                if index in idle:
                     continue
+                if feed is not None and stats is not None:
+                    feed.note(index, stats)
+                elif feed is not None:
+                    # Lost: Ray restarts it with fresh weights and the threshold it was created
+                    # with; the newest go first, before its next play().
+                    feed.update(force=True)
+                    feed.push(index, again=True)
+                    resign.push(handles[index])
                 if not _should_stop(totals, games, deadline, stop):
                     pending[handles[index].play.remote(chunk_seconds)] = index
+            if feed is not None:
+                feed.update()
             resign.update(handles)
             reporter.update(totals, actors - len(idle), actors, suffix=suffix)
             if on_update is not None:
@@ -333,7 +467,7 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
         totals.resign_status = resign.calibrator.status()
         reporter.update(totals, actors - len(idle), actors, force=True, suffix=suffix)
         reporter.close()
-        for handle in [*handles, *servers]:
+        for handle in [*handles, *servers, *([feed.sink] if feed is not None else [])]:
             ray.kill(handle, no_restart=True)
         if started_ray:
             ray.shutdown()
@@ -341,14 +475,24 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
 
 
 def _start_actors(run: RunDir, config: Config, actors: int, gpus: float, inference: str, servers_wanted: int,
-                  quota: int | None) -> tuple[list[Any], list[Any]]:
+                  quota: int | None, *, feed: _RayFeed | None = None, resign_threshold: float | None = None,
+                  placement: Callable[[int], dict[str, Any]] | None = None) -> tuple[list[Any], list[Any]]:
+    """Starts the inference servers and the self-play actors; returns their handles.
+
+    With ``feed`` (transport 'ray') neither gets the run directory: actors get
+    the sink's name and ``resign_threshold``, and the feed's weights are
+    pushed to each actor (or its server) before anything else reaches it.
+    Neither the sink's handle nor the weights are constructor arguments: Ray
+    could not restart an actor whose arguments had gone from the object store.
+    """
     import ray
 
     config_toml = to_toml(config)
+    run_path = str(run.root) if feed is None else None
     servers = [
         ray.remote(InferenceServer).options(num_cpus=1, num_gpus=1 if gpus > 0 else 0, max_restarts=-1,
                                             max_concurrency=1000)
-        .remote(str(run.root), config_toml)
+        .remote(run_path, config_toml)
         for _ in range(servers_wanted)
     ]
     per_actor_gpu = gpus / actors if inference == "local" and gpus > 0 else 0
@@ -362,14 +506,22 @@ def _start_actors(run: RunDir, config: Config, actors: int, gpus: float, inferen
                                    "runtime_env": one_thread}
         if per_actor_gpu:
             options["num_gpus"] = per_actor_gpu
+        if placement is not None:
+            options.update(placement(i))
         server = servers[i % len(servers)] if servers else None
-        handles.append(worker.options(**options).remote(str(run.root), config_toml, f"actor{i}-{os.getpid()}",
-                                                        server=server, max_games=quota))
+        ray_transport: dict[str, Any] = {} if feed is None else \
+            {"sink": sink_name(run), "resign_threshold": resign_threshold}
+        handles.append(worker.options(**options).remote(run_path, config_toml, f"actor{i}-{os.getpid()}",
+                                                        server=server, max_games=quota, **ray_transport))
+        if feed is not None:
+            feed.targets.append(server if server is not None else handles[-1])
+            feed.push(i)  # the first weights: taken before the first play()
     return handles, servers
 
 
-def _collect(ref: Any, totals: Totals, index: int, idle: set[int]) -> bool:
-    """Adds a finished play() call's statistics; True when that actor has nothing more to do.
+def _collect(ref: Any, totals: Totals, index: int, idle: set[int]) -> PlayStats | None:
+    """Adds a finished play() call's statistics and returns them (None: the actor was lost); adds `index`
+    to `idle` when that actor has nothing more to do.
 
     Raises:
         UserError: the actor failed with a user error (a corrupt checkpoint, ...).
@@ -384,15 +536,14 @@ def _collect(ref: Any, totals: Totals, index: int, idle: set[int]) -> bool:
         # its games in flight are lost. Give it a moment and carry on.
         totals.lost_calls += 1
         time.sleep(0.5)
-        return False
+        return None
     except RayTaskError as error:
         cause = error.cause if isinstance(error.cause, Exception) else error
         raise UserError(f"a self-play actor failed: {cause}") from None
     totals.add(stats)
     if stats.games == 0 and stats.batches == 0:
         idle.add(index)  # its game quota is played
-        return True
-    return False
+    return stats
 
 
 def _should_stop(totals: Totals, games: int | None, deadline: float | None, stop: threading.Event | None) -> bool:
@@ -417,8 +568,6 @@ def _flush(handles: list[Any], totals: Totals) -> None:
     refs = [handle.flush.remote() for handle in handles]
     for ref in refs:
         try:
-            path = ray.get(ref, timeout=60)
+            totals.shards.extend(ray.get(ref, timeout=60))
         except (RayError, TimeoutError):
             continue
-        if path:
-            totals.shards.append(path)

@@ -51,10 +51,16 @@ class _Request:
 class InferenceServer:
     """Batches evaluation requests from many actors into few forward passes."""
 
-    def __init__(self, run_path: str, config_toml: str, *, device: str | None = None,
+    def __init__(self, run_path: str | None, config_toml: str, *, device: str | None = None,
                  max_batch: int | None = None, wait_ms: float | None = None) -> None:
+        """Builds the server's network: with ``run_path`` (transport 'disk') from the run's newest checkpoint,
+        polled later; without (transport 'ray') with fresh weights until set_weights.
+
+        Raises:
+            UserError: the run's newest checkpoint is corrupt or of another architecture.
+        """
         config = from_toml(config_toml)
-        self.run = RunDir(run_path)
+        self.run = RunDir(run_path) if run_path is not None else None
         self.max_batch = max_batch or config.selfplay.server_batch_size
         self.evaluator = Evaluator(build_network(config.network), pick_device(device or config.selfplay.device),
                                    forward=config.selfplay.cuda_forward, max_batch=self.max_batch)
@@ -73,6 +79,8 @@ class InferenceServer:
         self._poll_weights(force=True)
 
     def _poll_weights(self, force: bool = False) -> None:
+        if self.run is None:
+            return
         now = time.monotonic()
         if force or now - self.weights_checked >= self.poll_s:
             self.weights_checked = now

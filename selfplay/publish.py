@@ -14,8 +14,9 @@ from selfplay.driver import NAMESPACE, actor_name_prefix, connect_ray
 class WeightPublisher:
     """Sends each new checkpoint's weights to the named self-play actors of one run.
 
-    Actors that are gone are skipped; they pick the weights up from the run
-    directory when they come back.
+    Actors that are gone are skipped; when they come back they pick the
+    weights up from the run directory (transport 'disk') or the self-play
+    driver, which follows the run's checkpoints, pushes them ('ray').
     """
 
     def __init__(self, run_path: str | Path, address: str | None) -> None:
@@ -44,12 +45,16 @@ class WeightPublisher:
         if not handles:
             return 0
         weights = ray.put(load_checkpoint(path, "cpu", mmap=True, check_optimizer=False)["model"])
+        refs = [handle.set_weights.remote(step, weights) for handle in handles]
+        # One deadline for all: an actor held up (by a stalled shard sink, say) must not hold up the learner
+        # for long; it takes the weights when it gets to them, counted or not.
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=60)
         taken = 0
-        for ref in [handle.set_weights.remote(step, weights) for handle in handles]:
+        for ref in done:
             try:
-                ray.get(ref, timeout=60)
+                ray.get(ref)
                 taken += 1
-            except (RayError, TimeoutError):
+            except RayError:
                 continue
         return taken
 

@@ -1,16 +1,21 @@
-"""Finished self-play games to disk: shard files for the learner, PGN for people.
+"""Finished self-play games as files: shard files for the learner, PGN for people.
 
-A GameWriter collects the records of finished games and writes them, a
-shard's worth at a time, to ``run/selfplay/`` (the training data) and
-``run/games/`` (the same games as PGN), each written to a temporary name and
-renamed. Games not yet written are lost if the process dies; a file on disk
-is always whole.
+A GameWriter collects the records of finished games and turns each shard's
+worth into a ShardFile: its name (chosen here, once), the bytes of its
+``.npz`` file and the PGN text of its games. Where the file goes is the
+caller's choice: ``store_shard_file`` writes it into ``run/selfplay/`` (the
+training data) and ``run/games/`` (the PGN), each written to a temporary name
+and renamed, in the actor itself (transport 'disk') or in the shard sink
+that the actors send it to through Ray (transport 'ray', selfplay.sink).
+Games not yet written are lost if the process dies; a file on disk is always
+whole, and writing the same ShardFile twice leaves one file.
 """
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +23,14 @@ import chess
 import chess.pgn
 
 from alphazero.pgn import termination_tags
-from alphazero.rundir import RunDir, atomic_write_text
-from alphazero.shards import shard_from_records, shard_name, write_shard
+from alphazero.rundir import RunDir, atomic_write_bytes, atomic_write_text, is_temporary
+from alphazero.shards import (
+    SHARD_SUFFIX,
+    encode_shard,
+    shard_from_records,
+    shard_name,
+    validate,
+)
 
 
 def game_to_pgn(record: Mapping[str, Any], *, event: str = "alphazero self-play", round_number: int = 1) -> str:
@@ -47,11 +58,65 @@ def game_to_pgn(record: Mapping[str, Any], *, event: str = "alphazero self-play"
     return str(game)
 
 
-class GameWriter:
-    """Buffers finished games and writes them as one shard (and one PGN file) per ``shard_games`` games."""
+@dataclass(frozen=True)
+class ShardFile:
+    """A finished shard as it travels: its file name in run/selfplay, its .npz bytes and its games' PGN."""
 
-    def __init__(self, run: RunDir, writer: str, *, shard_games: int, save_pgn: bool = True) -> None:
-        self.run = run
+    name: str            # '<time ns>-<writer>-<random>.npz' (alphazero.shards.shard_name)
+    data: bytes          # the .npz file, as alphazero.shards.write_shard writes it
+    pgn: str | None      # the games as PGN for run/games/<stem>.pgn; None: no PGN file
+    games: int
+
+
+def build_shard_file(records: Sequence[Mapping[str, Any]], writer: str, *, first_round: int = 1,
+                     save_pgn: bool = True) -> ShardFile:
+    """Builds the shard file of finished-game records, named now, checked before it is encoded.
+
+    Raises:
+        ShardError: the records break the shard format (a bug in the writer).
+    """
+    name = shard_name(writer)
+    shard = shard_from_records(records, {"writer": writer})
+    validate(shard, name)
+    pgn = None
+    if save_pgn:
+        pgn = "\n\n".join(game_to_pgn(record, round_number=first_round + i) for i, record in enumerate(records)) + "\n"
+    return ShardFile(name, encode_shard(shard), pgn, len(records))
+
+
+def check_shard_file_name(name: str) -> None:
+    """Checks that ``name`` is a complete shard's plain file name (no folder, not a temporary).
+
+    Raises:
+        ValueError: anything else (a name that would write outside run/selfplay, or be skipped by readers).
+    """
+    if not name.endswith(SHARD_SUFFIX) or Path(name).name != name or name in (".", "..") or is_temporary(name):
+        raise ValueError(f"not a shard file name: {name!r}")
+
+
+def store_shard_file(run: RunDir, shard: ShardFile) -> Path:
+    """Writes the shard into run/selfplay and its PGN into run/games, each atomically; returns the shard's path.
+
+    Idempotent: storing the same ShardFile again replaces both files with the same bytes.
+
+    Raises:
+        ValueError: the name is not a plain shard file name.
+        OSError: the folders are missing or unwritable, or the disk is full.
+    """
+    check_shard_file_name(shard.name)
+    path = run.selfplay / shard.name
+    atomic_write_bytes(path, shard.data)
+    if shard.pgn is not None:
+        atomic_write_text(run.games / shard.name.replace(SHARD_SUFFIX, ".pgn"), shard.pgn)
+    return path
+
+
+class GameWriter:
+    """Buffers finished games and hands them to ``output`` as one ShardFile per ``shard_games`` games."""
+
+    def __init__(self, output: Callable[[ShardFile], None], writer: str, *, shard_games: int,
+                 save_pgn: bool = True) -> None:
+        self.output = output
         self.writer = writer
         self.shard_games = shard_games
         self.save_pgn = save_pgn
@@ -59,26 +124,21 @@ class GameWriter:
         self.shards_written = 0
         self.games_written = 0
 
-    def add(self, record: dict[str, Any]) -> Path | None:
-        """Adds a finished game; returns the shard's path when this completes one."""
+    def add(self, record: dict[str, Any]) -> ShardFile | None:
+        """Adds a finished game; returns the shard handed to the output when this completes one."""
         self.pending.append(record)
         if len(self.pending) >= self.shard_games:
             return self.flush()
         return None
 
-    def flush(self) -> Path | None:
-        """Writes whatever games are buffered (none: nothing); returns the shard's path."""
+    def flush(self) -> ShardFile | None:
+        """Hands whatever games are buffered to the output (none: nothing); returns that shard."""
         if not self.pending:
             return None
-        name = shard_name(self.writer)
-        path = self.run.selfplay / name
-        write_shard(path, shard_from_records(self.pending, {"writer": self.writer}))
-        if self.save_pgn:
-            pgn = "\n\n".join(game_to_pgn(record, round_number=self.games_written + i + 1)
-                              for i, record in enumerate(self.pending))
-            atomic_write_text(self.run.games / name.replace(".npz", ".pgn"), pgn + "\n")
+        shard = build_shard_file(self.pending, self.writer, first_round=self.games_written + 1,
+                                 save_pgn=self.save_pgn)
+        self.output(shard)
         self.games_written += len(self.pending)
         self.shards_written += 1
         self.pending = []
-        return path
-
+        return shard

@@ -4,6 +4,13 @@ A plain class, so it can be tested and benchmarked without Ray; the driver
 wraps it as a Ray actor (selfplay.driver). Each `play()` call runs the
 search loop for a while and returns statistics, so the driver can push
 weights, stop the run or notice a lost actor between calls.
+
+With transport 'disk' a worker reads and writes the run directory: it writes
+its shards there, polls the newest checkpoint and run/resign.json. With
+transport 'ray' it has no run directory at all: its shards go to the shard
+sink (selfplay.sink), its resignation threshold comes with its construction,
+and weights (the first ones before its first play()) and new thresholds are
+pushed by the driver (set_weights, set_resign_threshold).
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from alphazero.resign import game_resign_fields, threshold_for_actors, threshold
 from alphazero.rundir import RunDir
 from mcts_ext.search import MultiGameSearch
 from selfplay.records import GameWriter
+from selfplay.sink import DiskOutput, SinkSender
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +77,7 @@ class PlayStats:
     would_have_resigned: int = 0      # ... in which a side went below the threshold
     false_resignations: int = 0       # ... and that side did not lose
     weights_step: int = -1            # -1: freshly initialised weights
+    sink_wait_seconds: float = 0.0    # transport 'ray': waiting for the sink's acknowledgements
     gpu_seconds: float = 0.0          # GPU time of the local passes (CUDA events; 0 on the CPU or with a server)
 
 
@@ -114,10 +123,25 @@ class SelfPlayWorker:
     legal moves' logits (Evaluator.evaluate_legal, MultiGameSearch.backup_legal).
     """
 
-    def __init__(self, run_path: str, config_toml: str, name: str, *, seed: int | None = None,
-                 device: str | None = None, server: Any = None, max_games: int | None = None) -> None:
+    def __init__(self, run_path: str | None, config_toml: str, name: str, *, seed: int | None = None,
+                 device: str | None = None, server: Any = None, max_games: int | None = None,
+                 sink: str | None = None, resign_threshold: float | None = None) -> None:
+        """Builds the worker's network and searches.
+
+        Transport 'disk': ``run_path`` names the run; its newest checkpoint and
+        resign.json are read now and polled later. Transport 'ray': ``sink``
+        names the run's ShardSink actor, which takes the shards, ``run_path``
+        is None, ``resign_threshold`` is the one to start with, and the
+        network keeps fresh weights until set_weights.
+
+        Raises:
+            ValueError: neither a run directory nor a sink.
+            UserError: the run's newest checkpoint is corrupt or of another architecture.
+        """
         _one_thread()
-        self.run = RunDir(run_path)
+        if run_path is None and sink is None:
+            raise ValueError("a self-play worker needs a run directory (transport 'disk') or a sink ('ray')")
+        self.run = RunDir(run_path) if run_path is not None else None
         self.config: Config = from_toml(config_toml)
         self.name = name
         self.server = server
@@ -132,7 +156,7 @@ class SelfPlayWorker:
             self.evaluator = Evaluator(model, torch_device, forward=selfplay.cuda_forward,
                                        max_batch=games[0] * self.config.search.leaves_per_game)
             self._poll_weights(force=True)
-            if self.step < 0:
+            if self.step < 0 and self.run is not None:
                 log.warning("%s: no checkpoint in %s yet: playing with freshly initialised weights",
                             name, self.run.checkpoints)
         # On the CPU a second lane only overlaps if the network runs beside the search, in a thread.
@@ -142,7 +166,7 @@ class SelfPlayWorker:
         # not replay the games it already wrote.
         seed = seed if seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
         self.resign_checked = time.monotonic()
-        threshold = threshold_for_actors(self.run, self.config.search)
+        threshold = threshold_for_actors(self.run, self.config.search) if self.run is not None else resign_threshold
         self.lanes: list[_Lane] = []
         for index, count in enumerate(games):
             search = MultiGameSearch(count, seed=seed + index, **search_options(self.config.search, threshold))
@@ -156,7 +180,9 @@ class SelfPlayWorker:
         slots = [(lane, slot) for lane in self.lanes for slot in range(lane.search.games)]
         for lane, slot in slots[max_games if max_games is not None and max_games < total else total:]:
             lane.search.clear(slot)
-        self.writer = GameWriter(self.run, name, shard_games=selfplay.shard_games, save_pgn=selfplay.save_pgn)
+        self.output: DiskOutput | SinkSender = DiskOutput(self.run) if self.run is not None and sink is None \
+            else SinkSender(sink, selfplay.sink_window)
+        self.writer = GameWriter(self.output.put, name, shard_games=selfplay.shard_games, save_pgn=selfplay.save_pgn)
 
     @property
     def search(self) -> MultiGameSearch:
@@ -173,8 +199,8 @@ class SelfPlayWorker:
         return self.step
 
     def _poll_weights(self, force: bool = False) -> None:
-        """Loads the run's LATEST checkpoint when it is newer than the weights in use."""
-        if self.evaluator is None:
+        """Loads the run's LATEST checkpoint when it is newer than the weights in use (transport 'disk')."""
+        if self.evaluator is None or self.run is None:
             return
         now = time.monotonic()
         if not force and now - self.weights_checked < self.config.selfplay.weights_poll_seconds:
@@ -195,9 +221,9 @@ class SelfPlayWorker:
             log.info("%s: new games resign below %s", self.name, threshold)
 
     def _poll_resign(self) -> None:
-        """Reads run/resign.json as often as the weights are polled (the driver also pushes it)."""
+        """Reads run/resign.json as often as the weights are polled (the driver also pushes it; 'disk' only)."""
         now = time.monotonic()
-        if self.config.search.resign_mode != "calibrated" or \
+        if self.run is None or self.config.search.resign_mode != "calibrated" or \
                 now - self.resign_checked < self.config.selfplay.weights_poll_seconds:
             return
         self.resign_checked = now
@@ -232,10 +258,14 @@ class SelfPlayWorker:
         """Runs the search loop for about `seconds`; finished games are written as shards fill up.
 
         Returns with no batch in the network, so weights may change between calls.
+        With transport 'ray' a full sink window holds the loop (and the call)
+        until the sink acknowledges a shard; stats.shards lists the shards
+        acknowledged during the call.
         """
         stats = PlayStats(worker=self.name)
         moves_before = self._total_moves()
         gpu_before = self.evaluator.gpu_seconds if self.evaluator is not None else 0.0
+        sink_wait_before = self.output.wait_seconds
         start = time.perf_counter()
         if len(self.lanes) == 1:
             lane = self.lanes[0]
@@ -254,7 +284,9 @@ class SelfPlayWorker:
         for lane in self.lanes:
             self._receive(lane, stats)
             self._collect(stats, lane)  # games that ended inside the last gather()
+        stats.shards.extend(self.output.settle())
         stats.wall_seconds = time.perf_counter() - start
+        stats.sink_wait_seconds = self.output.wait_seconds - sink_wait_before
         stats.moves = self._total_moves() - moves_before
         stats.weights_step = self.step
         if self.evaluator is not None:
@@ -297,9 +329,7 @@ class SelfPlayWorker:
             record["game_id"] = uuid.uuid4().hex  # stable: the learner's validation split hashes it
             record.update(game_resign_fields(record, self.config.search.resign_consecutive))
             self._count(stats, record)
-            shard = self.writer.add(record)
-            if shard is not None:
-                stats.shards.append(str(shard))
+            self.writer.add(record)  # transport 'ray': waits here while the sink window is full
             if self.games_to_start is None or self.games_to_start > 0:
                 lane.search.start_game(slot)
                 lane.first_step[slot] = self.step
@@ -342,10 +372,11 @@ class SelfPlayWorker:
             target[...] = array
         return measure_rate(self.evaluator, *pinned, seconds)
 
-    def flush(self) -> str | None:
-        """Writes the finished games still buffered (at a clean stop); returns the shard path."""
-        path = self.writer.flush()
-        return str(path) if path else None
+    def flush(self) -> list[str]:
+        """Writes the finished games still buffered (at a clean stop) and, with transport 'ray', waits until
+        the sink has acknowledged every shard; returns the paths stored since the last play() call."""
+        self.writer.flush()
+        return self.output.settle(wait=True)
 
     def idle(self) -> bool:
         """Whether every game has finished and no new one will start (max_games reached)."""

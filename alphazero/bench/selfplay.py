@@ -9,11 +9,19 @@ batch (same process, same threads). Printed: evaluations/s, positions/s,
 the average batch, the GPU's busy share (CUDA events around each pass; '-' on
 the CPU), the share of the actors' wall time spent waiting for the network,
 and self-play's evaluations/s as a ratio of the network alone.
+
+With ``--transport ray`` the actors send their shards to a shard sink as
+`alphazero selfplay` does on a cluster, and the bench also prints the load
+of the sink (its busy and CPU time per shard, bytes per position) and of
+this process, which plays the driver's part (its CPU per play() call, and
+the resignation calibration's time per shard it reads): the figures that
+scale with the number of actors.
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import tempfile
 import time
 from typing import Any
@@ -32,6 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="each actor runs the network ('local') or one inference server per GPU (one on the "
                              "CPU) batches them ('server'); default: the preset's selfplay.inference with GPUs, "
                              "else local")
+    parser.add_argument("--transport", choices=("disk", "ray"), default=None,
+                        help="actors write their shards ('disk') or send them to a shard sink ('ray'), which adds "
+                             "the sink's and the driver's load to the figures (default: the preset's "
+                             "selfplay.transport)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="config override (repeatable)")
 
@@ -54,26 +66,72 @@ def _measure(handles: list[Any], seconds: float) -> tuple[list[Any], float]:
     return stats, time.perf_counter() - start
 
 
+def _cpu_seconds() -> float:
+    """CPU time of this process so far, all its threads (Ray's included), user and system."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+IDLE_SECONDS = 5.0  # the baseline of the driver's and the sink's CPU: Ray's own threads, with no play() running
+
+
+def _idle_cpu(sink: Any, seconds: float) -> tuple[float, float]:
+    """Measures the CPU seconds per second of this process and of the sink while no actor plays."""
+    import ray
+
+    before, cpu = ray.get(sink.stats.remote()), _cpu_seconds()
+    time.sleep(seconds)
+    after = ray.get(sink.stats.remote())
+    return (_cpu_seconds() - cpu) / seconds, (after["cpu_seconds"] - before["cpu_seconds"]) / seconds
+
+
+def _stored(run_dir: Any, config: Any) -> dict[str, float]:
+    """What the run's shards hold (shards, games, positions, bytes of npz and PGN files) and the time the
+    driver's resignation calibration takes to read them once."""
+    from alphazero.resign import ResignCalibrator
+    from alphazero.shards import list_shards, read_shard_games
+
+    shards = list_shards(run_dir.selfplay)
+    games = [game for path in shards for game in read_shard_games(path)]
+    size = sum(path.stat().st_size for path in [*shards, *run_dir.games.glob("*.pgn")])
+    calibrator = ResignCalibrator(run_dir, config.search)
+    start = time.perf_counter()
+    calibrator.refresh()
+    return {"shards": len(shards), "games": len(games), "positions": sum(game["samples"] for game in games),
+            "bytes": size, "calibration_seconds": time.perf_counter() - start}
+
+
 def run(args: argparse.Namespace) -> None:
     import ray
 
     from alphazero.config import apply_overrides, for_gpus, get_preset
     from alphazero.rundir import RunDir
-    from selfplay.driver import _start_actors, connect_ray
+    from selfplay.driver import _RayFeed, _start_actors, connect_ray, start_sink
     from selfplay.worker import lane_games, uses_overlap
 
     if args.actors < 1 or args.seconds <= 0 or args.gpus < 0:
         raise UserError("--actors must be at least 1, --seconds positive and --gpus at least 0")
-    config = for_gpus(apply_overrides(get_preset(args.preset), args.overrides), args.gpus)
+    overrides = [*args.overrides, *([f"selfplay.transport={args.transport}"] if args.transport else [])]
+    config = for_gpus(apply_overrides(get_preset(args.preset), overrides), args.gpus)
     inference = args.inference or (config.selfplay.inference if args.gpus > 0 else "local")
     servers_wanted = max(1, int(args.gpus)) if inference == "server" else 0
+    sink_before = sink_after = None
     with tempfile.TemporaryDirectory(prefix="alphazero-bench-") as folder:
         run_dir, config = RunDir.create_or_open(folder, config)
         started = connect_ray(None, num_cpus=args.actors + servers_wanted, num_gpus=args.gpus or None)
-        handles, servers = _start_actors(run_dir, config, args.actors, args.gpus, inference, servers_wanted, None)
+        feed = _RayFeed(run_dir, config, start_sink(run_dir)) if config.selfplay.transport == "ray" else None
+        handles, servers = _start_actors(run_dir, config, args.actors, args.gpus, inference, servers_wanted, None,
+                                         feed=feed)
         try:
             served_before = [ray.get(server.stats.remote()) for server in servers]
+            if feed is not None:
+                sink_before = ray.get(feed.sink.stats.remote())
+            cpu_before = _cpu_seconds()
             stats, wall = _measure(handles, args.seconds)
+            driver_cpu = _cpu_seconds() - cpu_before
+            if feed is not None:
+                sink_after = ray.get(feed.sink.stats.remote())
+                idle = _idle_cpu(feed.sink, IDLE_SECONDS)
             served = [ray.get(server.stats.remote()) for server in servers]
             passes = sum(a["passes"] - b["passes"] for a, b in zip(served, served_before))
             positions = sum(a["positions"] - b["positions"] for a, b in zip(served, served_before))
@@ -82,10 +140,11 @@ def run(args: argparse.Namespace) -> None:
             batch = positions / passes if passes else evaluations / batches
             alone = ray.get(handles[0].network_rate.remote(min(args.seconds, 10.0), round(batch)))
         finally:
-            for handle in [*handles, *servers]:
+            for handle in [*handles, *servers, *([feed.sink] if feed is not None else [])]:
                 ray.kill(handle)
             if started:
                 ray.shutdown()
+        stored = _stored(run_dir, config)
     gpu_seconds = sum(a["gpu_seconds"] - b["gpu_seconds"] for a, b in zip(served, served_before)) if servers \
         else sum(s.gpu_seconds for s in stats)
     network = sum(s.network_seconds for s in stats)
@@ -114,6 +173,42 @@ def run(args: argparse.Namespace) -> None:
     whose = "all actors together" if shared else "per actor"
     print(f"  the network alone through the same path, at batch {round(batch)}: {rate(alone)} evaluations/s; "
           f"self-play reaches {ratio(reached, alone)} of it ({whose})")
+    if sink_before is not None and sink_after is not None:
+        _print_transport_load(args.actors, stats, wall, driver_cpu, sink_before, sink_after, stored, idle)
+
+
+def _print_transport_load(actors: int, stats: list[Any], wall: float, driver_cpu: float,
+                          before: dict[str, float], after: dict[str, float], stored: dict[str, float],
+                          idle: tuple[float, float]) -> None:
+    """Prints what transport 'ray' costs the sink and the driver: per shard, per position, per actor.
+
+    CPU per shard and per call leave out the idle baseline (Ray's own threads,
+    measured for IDLE_SECONDS with no actor playing).
+    """
+    shards, games = after["shards"] - before["shards"], after["games"] - before["games"]
+    size, busy = after["bytes"] - before["bytes"], after["busy_seconds"] - before["busy_seconds"]
+    sink_cpu = after["cpu_seconds"] - before["cpu_seconds"]
+    print(f"  transport ray, the sink: {shards:.0f} shards of {games:.0f} games stored in {wall:.0f} s", end="")
+    if shards:
+        print(f", {size / shards / 1e3:.1f} kB each (npz and PGN); busy {busy / shards * 1e3:.1f} ms per shard "
+              f"(write, fsync, rename); CPU {sink_cpu / wall:.1%} of a core, idle {idle[1]:.1%}, so "
+              f"{max(sink_cpu - idle[1] * wall, 0) / shards * 1e3:.1f} ms per shard")
+    else:
+        print(": none completed; lower selfplay.shard_games or raise --seconds")
+    if stored["positions"]:
+        print(f"  stored: {stored['bytes'] / stored['positions']:.0f} bytes per recorded position, "
+              f"{stored['positions'] / max(stored['games'], 1):.0f} positions per game "
+              f"({stored['shards']:.0f} shards, warm-up included)")
+    waited = sum(s.sink_wait_seconds for s in stats)
+    print(f"  actors' time waiting for the sink's acknowledgements: {waited / (wall * actors):.2%}")
+    calls = len(stats)
+    per_call = max(driver_cpu - idle[0] * wall, 0) / max(calls, 1)
+    print(f"  the driver's part (this process): {driver_cpu / wall:.1%} of a core for {actors} actor(s), idle "
+          f"{idle[0]:.1%}, so {per_call * 1e3:.2f} ms CPU per play() call ({calls} calls); the resignation "
+          f"calibration reads a shard in {stored['calibration_seconds'] / max(stored['shards'], 1) * 1e3:.1f} ms")
+    positions = sum(s.samples for s in stats)  # the recorded positions of the games finished in the window
+    print(f"  per actor: {positions / wall / actors:.1f} recorded positions/s, {games / wall / actors:.3f} games/s "
+          f"stored, {size / wall / actors / 1e3:.2f} kB/s to the sink")
 
 
 def _actor_device(config: Any) -> Any:

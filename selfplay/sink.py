@@ -1,0 +1,188 @@
+"""Where an actor's finished shards go: its own disk, or a shard sink on the run's node through Ray.
+
+Transport 'disk' (DiskOutput): the actor writes each shard into the run
+directory itself, which every node must then see.
+
+Transport 'ray': the actor needs no run directory. A SinkSender sends each
+ShardFile (the same bytes the actor would have written, under the name the
+actor chose) to the run's ShardSink, a Ray actor pinned to the node that holds
+the run directory, which stores it there atomically and only then answers
+with its path: that answer is the acknowledgement. The sender keeps every
+shard until it is acknowledged, and at most ``selfplay.sink_window`` of them:
+at the limit ``put`` blocks, so a slow or restarting sink holds the actor up
+and never costs a finished game. A call that fails because the sink died (or
+was unreachable, or could not write) is sent again, to the restarted sink,
+under the same name: the file is replaced by the same bytes, never doubled.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from alphazero.rundir import RunDir
+from selfplay import NAMESPACE
+from selfplay.records import ShardFile, store_shard_file
+
+log = logging.getLogger(__name__)
+
+# Threads of a sink: writes wait mostly on fsync, and several of them overlap.
+SINK_THREADS = 4
+# Waits between sends of a shard whose write failed: doubling from the first to the last.
+RETRY_FIRST_S = 0.5
+RETRY_LAST_S = 8.0
+
+
+def sink_name(run: RunDir) -> str:
+    """Gets the Ray actor name of a run's shard sink."""
+    return f"shardsink:{run.root.resolve()}"
+
+
+class DiskOutput:
+    """Transport 'disk': writes each shard into the run directory in the calling process."""
+
+    def __init__(self, run: RunDir) -> None:
+        self.run = run
+        self.stored: list[str] = []
+
+    def put(self, shard: ShardFile) -> None:
+        """Writes the shard now.
+
+        Raises:
+            OSError: the run directory is unwritable or the disk is full.
+        """
+        self.stored.append(str(store_shard_file(self.run, shard)))
+
+    def settle(self, wait: bool = False) -> list[str]:
+        """Gets the paths stored since the last call (all are stored at once here)."""
+        stored, self.stored = self.stored, []
+        return stored
+
+    @property
+    def wait_seconds(self) -> float:
+        return 0.0
+
+
+class ShardSink:
+    """Stores the shards actors send through Ray into the run directory of this node (a threaded Ray actor).
+
+    ``write`` returns only after the shard (and its PGN) are renamed into
+    place and the folder is synced: its answer is the acknowledgement.
+    """
+
+    def __init__(self, run_path: str) -> None:
+        self.run = RunDir(run_path)
+        self.lock = threading.Lock()
+        self.shards = 0
+        self.games = 0
+        self.bytes = 0
+        self.busy_seconds = 0.0  # summed over the threads: time inside store_shard_file
+
+    def write(self, shard: ShardFile) -> str:
+        """Stores ``shard`` atomically; returns its path.
+
+        Raises:
+            ValueError: the name is not a plain shard file name.
+            OSError: the run directory is unwritable or the disk is full (the sender tries again).
+        """
+        tick = time.perf_counter()
+        path = store_shard_file(self.run, shard)
+        with self.lock:
+            self.busy_seconds += time.perf_counter() - tick
+            self.shards += 1
+            self.games += shard.games
+            self.bytes += len(shard.data) + len((shard.pgn or "").encode())
+        return str(path)
+
+    def stats(self) -> dict[str, float]:
+        """Gets what this sink (since its last start) stored, its busy seconds and its process's CPU seconds."""
+        with self.lock:
+            return {"shards": self.shards, "games": self.games, "bytes": self.bytes,
+                    "busy_seconds": self.busy_seconds, "cpu_seconds": time.process_time()}
+
+
+class SinkSender:
+    """Transport 'ray': sends an actor's shards to the sink and holds each one until it is acknowledged.
+
+    At most ``window`` shards are out unacknowledged; ``put`` waits for room.
+    The sink is looked up by its name (in NAMESPACE) when first needed.
+    """
+
+    def __init__(self, sink: str, window: int) -> None:
+        if window < 1:
+            raise ValueError(f"the sink window must be at least 1, got {window}")
+        self.sink_name = sink
+        self._sink: Any = None
+        self.window = window
+        self.in_flight: dict[Any, ShardFile] = {}  # the write call's ObjectRef -> its shard
+        self.stored: list[str] = []
+        self.wait_seconds = 0.0  # time put() and settle(wait=True) spent waiting for the sink
+        self.resent = 0
+        self._retry_s = RETRY_FIRST_S
+
+    def put(self, shard: ShardFile) -> None:
+        """Sends the shard, first waiting (as long as it takes) until fewer than ``window`` are unacknowledged."""
+        tick = time.perf_counter()
+        while len(self.in_flight) >= self.window:
+            self._settle_ready(timeout=None)
+        self.wait_seconds += time.perf_counter() - tick
+        self._send(shard)
+
+    def settle(self, wait: bool = False) -> list[str]:
+        """Takes the acknowledgements that came (``wait``: until every shard is acknowledged); returns
+        the paths stored since the last call."""
+        tick = time.perf_counter()
+        self._settle_ready(timeout=0)
+        while wait and self.in_flight:
+            self._settle_ready(timeout=None)
+        if wait:
+            self.wait_seconds += time.perf_counter() - tick
+        stored, self.stored = self.stored, []
+        return stored
+
+    @property
+    def unacknowledged(self) -> int:
+        return len(self.in_flight)
+
+    def _send(self, shard: ShardFile) -> None:
+        import ray
+
+        while self._sink is None:
+            try:
+                self._sink = ray.get_actor(self.sink_name, namespace=NAMESPACE)
+            except ValueError:  # not (or no longer) there: the driver that runs it is starting or gone
+                log.warning("no shard sink %r yet; looking again in %.1f s", self.sink_name, self._retry_s)
+                self._back_off()
+        self.in_flight[self._sink.write.remote(shard)] = shard
+
+    def _back_off(self) -> None:
+        time.sleep(self._retry_s)
+        self._retry_s = min(self._retry_s * 2, RETRY_LAST_S)
+
+    def _settle_ready(self, timeout: float | None) -> None:
+        """Handles the answers that are in (waiting up to ``timeout`` for one): acknowledged, or sent again."""
+        import ray
+        from ray.exceptions import RayError, RayTaskError
+
+        if not self.in_flight:
+            return
+        ready, _ = ray.wait(list(self.in_flight), num_returns=1 if timeout is None else len(self.in_flight),
+                            timeout=timeout)
+        for ref in ready:
+            shard = self.in_flight.pop(ref)
+            try:
+                self.stored.append(ray.get(ref))
+                self._retry_s = RETRY_FIRST_S
+                continue
+            except RayTaskError as error:
+                if not isinstance(error.cause, OSError):
+                    raise  # a bad name: a bug, not a state to wait out
+                reason = f"the sink cannot write it ({error.cause})"
+            except RayError as error:  # the sink died, is restarting or cannot be reached
+                reason = f"the sink is unavailable ({type(error).__name__})"
+            log.warning("shard %s: %s; sending it again in %.1f s", shard.name, reason, self._retry_s)
+            self._back_off()
+            self.resent += 1
+            self._send(shard)
