@@ -271,7 +271,7 @@ def game_record(game: PgnGame, *, smoothing: float = 0.0, game_id: str = "") -> 
         probs.append(share)
         offsets[ply + 1] = offsets[ply] + len(legal)
     return {
-        "id": game_id,
+        "game_id": game_id,
         "start_fen": game.start_fen,
         "moves": list(game.moves),
         "result": game.result,

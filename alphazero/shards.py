@@ -270,9 +270,12 @@ def read_shard_games(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
 
 def game_ids(games: Sequence[Mapping[str, Any]], shard_file: str) -> list[str]:
-    """Gets each game's stable id: its ``game_id``, else (older shards) ``<file name>#<index>``."""
-    return [str(game["game_id"]) if game.get("game_id") else f"{shard_file}#{index}"
-            for index, game in enumerate(games)]
+    """Gets each game's stable id: its ``game_id``, else (older shards) ``<file name>#<index>``.
+
+    Older pretraining shards stamped the id as ``id``; it is read too, so their
+    games keep their side of the validation split.
+    """
+    return [str(game.get("game_id") or game.get("id") or f"{shard_file}#{index}") for index, game in enumerate(games)]
 
 
 def read_shard_meta(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -257,7 +257,7 @@ class _GameLabels:
         lengths = [len(row[2]) for row in self.rows]
         values = np.array([row[4] for row in self.rows], dtype=np.float32)
         return {
-            "id": self.game_id,
+            "game_id": self.game_id,
             "start_fen": self.start_fen,
             "moves": self.history + self.played,
             "result": "*",

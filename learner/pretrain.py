@@ -408,15 +408,17 @@ def _train(run_dir: Any, config: Any, args: argparse.Namespace) -> None:
     steps = args.steps if args.steps is not None else learner.training_steps
     if steps <= 0:
         raise UserError("pretraining needs an end: give --steps N or set learner.training_steps")
-    # Epochs over fixed data: the window holds all of it, and no reuse cap makes the learner wait.
+    # Epochs over fixed data: the window holds all of it, and no reuse cap makes the learner wait. All of
+    # it is on disk before training starts, so the first read takes it whole: there is no minimum to wait
+    # for (the held-out games never enter the window, so `positions` itself would never be reached).
     learner = dataclasses.replace(learner, window_positions=positions, max_sample_reuse=0.0, training_steps=steps,
-                                  min_window_positions=min(learner.min_window_positions, positions))
+                                  min_window_positions=1)
     config = dataclasses.replace(config, learner=learner)
     if not args.quiet:
         print(f"pretrain: training on {positions:,} positions of {run_dir.pretrain} until step {steps:,} "
               f"(batch {learner.batch_size}, {steps * learner.batch_size / positions:.1f} epochs)", flush=True)
     # The same learner as self-play's, on run/pretrain: its checkpoints, TensorBoard and (once the learner
-    # holds games out for validation) its held-out split, which goes by each game's stable "id".
+    # holds games out for validation) its held-out split, which goes by each game's stable "game_id".
     with Learner(run_dir, config, device=args.device, progress=not args.quiet, threads=args.threads or None,
                  shards=run_dir.pretrain) as trainer:
         trainer.resume()

@@ -25,10 +25,10 @@ from alphazero.errors import UserError
 from alphazero.moves import legal_move_indices, move_to_index
 from alphazero.pgn_reader import SKIP_ILLEGAL, SKIP_NO_RESULT, SKIP_VARIANT, PgnGame, open_text, read_games
 from alphazero.rundir import RunDir
-from alphazero.shards import Shard, concatenate, list_shards, read_shard, read_shard_meta, value_targets
+from alphazero.shards import Shard, concatenate, game_ids, list_shards, read_shard, read_shard_meta, value_targets
 from learner.labels import LabelSettings, label_positions, policy_target, win_probability
 from learner.pretrain import convert_pgn
-from learner.replay import ReplayWindow
+from learner.replay import ReplayWindow, is_validation_game
 from tests.reference_encoder import reference_compact
 from tests.test_match import stockfish_or_skip
 
@@ -150,7 +150,7 @@ def test_pgn_conversion_resumes_after_the_last_written_shard(tmp_path: Path) -> 
     assert again.games == 2 and again.skipped == Counter({SKIP_VARIANT: 1, SKIP_NO_RESULT: 1})  # games 4 to 7
     shard = _all_samples(directory)
     assert len(shard) == first.positions
-    assert sorted(game["id"] for game in shard.games) == [f"pretrain_games.pgn:{n}" for n in sorted(READ)]
+    assert sorted(game_ids(shard.games, "any.npz")) == [f"pretrain_games.pgn:{n}" for n in sorted(READ)]
     assert convert_pgn(directory, [str(GAMES)], progress=False).files_done_before == 1
 
 
@@ -165,14 +165,17 @@ def test_pgn_smoothing_spreads_part_of_the_target_over_the_legal_moves(tmp_path:
 @pytest.mark.slow
 def test_pretrain_on_pgn_trains_and_a_rerun_resumes(tmp_path: Path, capsys) -> None:
     run = RunDir(tmp_path / "run")
+    # A share at which games 6 and 7 are held out (by their ids): training goes on with the others.
     args = ["pretrain", "--run", str(run.root), "--pgn", str(GAMES), "--steps", "4", "--quiet",
-            "--set", "learner.batch_size=16", "--set", "learner.log_every=2", "--export", str(tmp_path / "net.pt")]
+            "--set", "learner.batch_size=16", "--set", "learner.log_every=2", "--set", "learner.validation_share=0.3",
+            "--export", str(tmp_path / "net.pt")]
     assert cli.main(args) == 0
     out = capsys.readouterr().out
     assert "4 games (160 positions)" in out and "skipped 3 games" in out
     assert latest_checkpoint(run).name == "step_000000004.pt"
     assert (tmp_path / "net.pt").is_file() and list((run.tb / "learner").iterdir())
     shards = list_shards(run.pretrain)
+    assert [is_validation_game(f"pretrain_games.pgn:{n}", 0.3) for n in sorted(READ)] == [False, False, True, True]
     assert cli.main([*args[:6], "6", *args[7:]]) == 0  # the same data, two more steps
     assert "0 games (0 positions)" in capsys.readouterr().out and list_shards(run.pretrain) == shards
     assert latest_checkpoint(run).name == "step_000000006.pt"
@@ -267,7 +270,7 @@ def test_labels_from_pgn_and_epd_files(tmp_path: Path) -> None:
     games = _all_samples(tmp_path / "games")
     # The first 24 positions of the file: game 1's 7, game 3's 14, game 6's first 3, in order.
     np.testing.assert_array_equal(labelled.planes, games.planes[:24])
-    assert [g["id"] for g in labelled.games][:2] == ["pretrain_games.pgn:1", "pretrain_games.pgn:3"]
+    assert game_ids(labelled.games, "any.npz")[:2] == ["pretrain_games.pgn:1", "pretrain_games.pgn:3"]
 
 
 def test_other_label_settings_in_the_run_are_refused(tmp_path: Path) -> None:
