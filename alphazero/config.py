@@ -357,7 +357,8 @@ class PretrainConfig(_Section):
     SECTION: ClassVar[str] = "pretrain"
     MINIMUM: ClassVar[dict[str, float]] = {
         "temperature": 0.0, "multipv": 0, "hash_mb": 1, "shard_positions": 1, "opening_plies": 0,
-        "random_move_fraction": 0.0, "game_plies": 1, "pgn_smoothing": 0.0,
+        "random_move_fraction": 0.0, "game_plies": 1, "pgn_smoothing": 0.0, "mate_preference": 0.0,
+        "random_side_fraction": 0.0,
     }
 
     temperature: float = _field(0.05, "Stockfish labels: temperature of the softmax over the legal moves' "
@@ -374,9 +375,14 @@ class PretrainConfig(_Section):
                                         "a restart resumes from)")
     pgn_smoothing: float = _field(0.0, "PGN games: share of the played move's policy target spread evenly "
                                        "over all legal moves (0 = the played move only)")
+    mate_preference: float = _field(2.0, "Stockfish labels: logits added to a mate in N moves' policy logit per move "
+                                         "below 10 (taken from being mated), so the policy finishes won games")
+    random_side_fraction: float = _field(0.25, "Stockfish labels: share of labelling games in which one side plays "
+                                               "uniformly random moves throughout (lopsided games: how to win won "
+                                               "positions)")
 
     def _check(self) -> None:
-        for name in ("random_move_fraction", "pgn_smoothing"):
+        for name in ("random_move_fraction", "pgn_smoothing", "random_side_fraction"):
             if getattr(self, name) > 1.0:
                 raise UserError(f"pretrain.{name} must lie in [0, 1], got {getattr(self, name)}")
 

@@ -7,7 +7,12 @@ over every legal move (``pretrain.multipv``, 0 = all):
   centipawns into one: ``w = 1/2 + 1/2 * (2 / (1 + exp(-0.00368208 cp)) - 1)``;
   a mate for the mover is 1, against it 0;
 - the policy target, a softmax of w / ``pretrain.temperature`` over the scored
-  moves (0: all on the best move); moves Stockfish left unscored get 0;
+  moves (0: all on the best move); moves Stockfish left unscored get 0. Every
+  mate has w = 1, so w alone cannot tell a mate in one from a mate in nine:
+  a mate in N < ``MATE_HORIZON`` moves gets ``pretrain.mate_preference`` x
+  (MATE_HORIZON - N) more logits (and being mated in N as many fewer), so the
+  policy learns to finish a won game, not to wander among winning moves until
+  a repetition or a stalemate ends it;
 - the value target, the best move's w mapped to [-1, 1] (``2 w - 1``), stored as
   the shard's ``root_values`` with ``meta["value_target"] = "root_values"``
   (alphazero.shards.value_targets); ``results`` hold its nearest result class.
@@ -18,7 +23,11 @@ Where positions come from:
   ``pretrain.opening_plies`` uniformly random plies, then play a move drawn
   from each position's own label (a share ``pretrain.random_move_fraction``
   uniformly at random instead), until the game ends or reaches
-  ``pretrain.game_plies``; every position before a move is labelled.
+  ``pretrain.game_plies``; every position before a move is labelled. In a
+  share ``pretrain.random_side_fraction`` of the games one side (White or
+  Black by a coin) plays uniformly random moves throughout: lopsided games
+  whose positions teach how a won game is won (a lone king mated, not
+  stalemated), which games between two label players seldom reach.
 - **files** (``--positions-from``): the mainline positions of PGN games (with
   their history) and the positions of EPD lines, in file order.
 
@@ -69,12 +78,14 @@ from mcts_ext import Board, ChessError
 from mcts_ext.encode import encode_board, legal_move_indices, new_batch
 
 __all__ = [
-    "LAB_KIND", "LabelReport", "LabelSettings", "Labeller", "label_positions", "policy_target", "win_probability",
+    "LAB_KIND", "MATE_HORIZON", "LabelReport", "LabelSettings", "Labeller", "label_positions", "mate_bonus",
+    "policy_target", "win_probability",
 ]
 
 LAB_KIND = "stockfish"  # meta["kind"] of labelled shards
 WIN_SLOPE = 0.00368208  # Lichess's centipawn-to-win-probability slope
 DRAW_BAND = 1.0 / 3.0  # a value within this of 0 has the result class "draw" (as the learner's accuracy)
+MATE_HORIZON = 10  # mates in this many moves or more count as plain wins in the policy target
 _INFO = chess.engine.INFO_SCORE | chess.engine.INFO_PV  # all a label needs from Stockfish's output
 
 
@@ -91,19 +102,36 @@ def win_probability(score: chess.engine.Score) -> float:
     return 0.5 + 0.5 * (2.0 / (1.0 + math.exp(-WIN_SLOPE * centipawns)) - 1.0)
 
 
-def policy_target(wins: np.ndarray, scored: np.ndarray, temperature: float) -> np.ndarray:
-    """Gets the policy over the legal moves: softmax(w / temperature) over the ``scored`` ones, 0 elsewhere.
+def mate_bonus(mates: np.ndarray, preference: float) -> np.ndarray:
+    """Gets the logits each move's mate distance adds to its policy logit.
 
-    A temperature of 0 puts everything on the first best move. ``scored`` needs one True.
+    ``mates`` holds Stockfish's mate distance in moves for each move (N > 0:
+    the mover mates in N; N < 0: the mover is mated in -N; 0: no mate found).
+    A mate in N < MATE_HORIZON gets ``preference`` x (MATE_HORIZON - N), being
+    mated in N as much taken away; longer mates and other moves get 0.
     """
+    nearness = np.maximum(MATE_HORIZON - np.abs(mates), 0).astype(np.float64)
+    return preference * np.sign(mates) * np.where(mates != 0, nearness, 0.0)
+
+
+def policy_target(wins: np.ndarray, scored: np.ndarray, temperature: float,
+                  bonus: np.ndarray | None = None) -> np.ndarray:
+    """Gets the policy over the legal moves: softmax(w / temperature + bonus) over the ``scored`` ones, 0 elsewhere.
+
+    ``bonus`` (mate_bonus, default none) orders moves of equal w. A
+    temperature of 0 puts everything on the first best move (highest w, then
+    highest bonus). ``scored`` needs one True.
+    """
+    bonus = np.zeros(len(wins)) if bonus is None else np.asarray(bonus, dtype=np.float64)
     probs = np.zeros(len(wins), dtype=np.float64)
     candidates = np.flatnonzero(scored)
-    best = candidates[np.argmax(wins[candidates])]
     if temperature <= 0.0:
-        probs[best] = 1.0
+        order = np.lexsort((-candidates, bonus[candidates], wins[candidates]))  # last key first; ties: first move
+        probs[candidates[order[-1]]] = 1.0
     else:
-        # Subtracting the best keeps every exponent <= 0: no overflow at small temperatures.
-        weights = np.exp((wins[candidates] - wins[best]) / temperature)
+        logits = wins[candidates] / temperature + bonus[candidates]
+        # Subtracting the largest keeps every exponent <= 0: no overflow at small temperatures.
+        weights = np.exp(logits - logits.max())
         probs[candidates] = weights / weights.sum()
     return probs.astype(np.float32)
 
@@ -129,6 +157,8 @@ class LabelSettings:
     game_plies: int = 200
     shard_positions: int = 1024
     files: tuple[str, ...] = ()
+    mate_preference: float = 2.0
+    random_side_fraction: float = 0.25
 
     @classmethod
     def of(cls, config: PretrainConfig, *, nodes: int, positions: int, files: Sequence[str | os.PathLike[str]] = ()
@@ -144,7 +174,8 @@ class LabelSettings:
             raise UserError(f"--positions must be at least 1, got {positions}")
         return cls(nodes, positions, config.temperature, config.multipv, config.hash_mb, config.seed,
                    config.opening_plies, config.random_move_fraction, config.game_plies, config.shard_positions,
-                   tuple(str(Path(f).resolve()) for f in files))
+                   tuple(str(Path(f).resolve()) for f in files), config.mate_preference,
+                   config.random_side_fraction)
 
     @property
     def chunks(self) -> int:
@@ -160,8 +191,11 @@ class LabelSettings:
         del fields["positions"]
         fields["files"] = list(self.files)
         if self.files:  # random-play settings do not apply
-            for name in ("seed", "opening_plies", "random_move_fraction", "game_plies"):
+            for name in ("seed", "opening_plies", "random_move_fraction", "game_plies", "random_side_fraction"):
                 del fields[name]
+        for name in ("mate_preference", "random_side_fraction"):
+            if fields.get(name) == 0:
+                del fields[name]  # off: the labels of the settings before these existed, which still resume
         return {**fields, "engine": engine}
 
 
@@ -222,6 +256,7 @@ class Labeller:
             raise UserError(f"Stockfish failed on {board.fen()}: {error or type(error).__name__}") from None
         position = {uci: i for i, uci in enumerate(legal)}
         wins = np.zeros(len(legal), dtype=np.float64)
+        mates = np.zeros(len(legal), dtype=np.int64)
         scored = np.zeros(len(legal), dtype=bool)
         for info in infos:
             pv, score = info.get("pv"), info.get("score")
@@ -229,9 +264,11 @@ class Labeller:
                 continue
             index = position[pv[0].uci()]
             wins[index], scored[index] = win_probability(score.relative), True
+            mates[index] = score.relative.mate() or 0
         if not scored.any():
             raise UserError(f"Stockfish scored no move of {board.fen()} at {self.settings.nodes} nodes")
-        return policy_target(wins, scored, self.settings.temperature), 2.0 * float(wins[scored].max()) - 1.0
+        bonus = mate_bonus(mates, self.settings.mate_preference)
+        return policy_target(wins, scored, self.settings.temperature, bonus), 2.0 * float(wins[scored].max()) - 1.0
 
 
 # --- games and chunks ----------------------------------------------------------------------------------
@@ -320,13 +357,19 @@ def _random_play_chunk(labeller: Labeller, chunk: int, size: int, stop: threadin
     labelled = 0
     while labelled < size:
         opening = int(rng.integers(0, settings.opening_plies + 1))
+        # The side (0 White, 1 Black) that moves at random all game, or -1. No draws when the share is 0,
+        # so labels made before lopsided games existed are drawn the same.
+        random_side = -1
+        if settings.random_side_fraction > 0 and rng.random() < settings.random_side_fraction:
+            random_side = int(rng.integers(2))
         game = _GameLabels(f"sf:{settings.seed}:{chunk}:{len(games)}", chess.STARTING_FEN, [])
 
         def choose(board: Board, legal: list[str], policy: np.ndarray, game: _GameLabels = game,
-                   opening: int = opening) -> str | None:
-            if len(game.played) + 1 >= settings.game_plies:
+                   opening: int = opening, random_side: int = random_side) -> str | None:
+            ply = len(game.played)
+            if ply + 1 >= settings.game_plies:
                 return None
-            if len(game.played) < opening or rng.random() < settings.random_move_fraction:
+            if ply < opening or ply % 2 == random_side or rng.random() < settings.random_move_fraction:
                 return legal[int(rng.integers(len(legal)))]
             shares = policy.astype(np.float64)
             return legal[int(rng.choice(len(legal), p=shares / shares.sum()))]

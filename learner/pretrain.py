@@ -31,6 +31,7 @@ import argparse
 import dataclasses
 import os
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -63,6 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     training = parser.add_argument_group("training")
     training.add_argument("--steps", type=int, default=None, metavar="N",
                           help="train until step N (overrides learner.training_steps; a rerun resumes towards it)")
+    training.add_argument("--minutes", type=float, default=None, metavar="M",
+                          help="stop training after M minutes of this command's training (saving the step "
+                               "reached), or at --steps, whichever comes first")
     training.add_argument("--data-only", action="store_true", help="write the data, do not train")
     training.add_argument("--export", type=Path, default=None, metavar="FILE",
                           help="when training is done, save the network as a model file (e.g. "
@@ -87,6 +91,8 @@ def _check(args: argparse.Namespace) -> None:
         raise UserError("--workers and --threads must be 0 (the default) or more")
     if args.steps is not None and args.steps < 0:
         raise UserError(f"--steps must be 0 or more, got {args.steps}")
+    if args.minutes is not None and not args.minutes > 0:
+        raise UserError(f"--minutes must be positive, got {args.minutes}")
     for path in [*args.pgn, *args.positions_from]:
         if not Path(path).is_file():
             what = "is a directory, not a file" if Path(path).is_dir() else "does not exist"
@@ -406,8 +412,9 @@ def _train(run_dir: Any, config: Any, args: argparse.Namespace) -> None:
                         f"--stockfish NODES --positions P")
     learner = config.learner
     steps = args.steps if args.steps is not None else learner.training_steps
-    if steps <= 0:
-        raise UserError("pretraining needs an end: give --steps N or set learner.training_steps")
+    if steps <= 0 and args.minutes is None:
+        raise UserError("pretraining needs an end: give --steps N, --minutes M or set learner.training_steps")
+    steps = max(steps, 0)  # 0: no step limit, --minutes ends it
     # Epochs over fixed data: the window holds all of it, and no reuse cap makes the learner wait. All of
     # it is on disk before training starts, so the first read takes it whole: there is no minimum to wait
     # for (the held-out games never enter the window, so `positions` itself would never be reached).
@@ -415,14 +422,26 @@ def _train(run_dir: Any, config: Any, args: argparse.Namespace) -> None:
                                   min_window_positions=1)
     config = dataclasses.replace(config, learner=learner)
     if not args.quiet:
-        print(f"pretrain: training on {positions:,} positions of {run_dir.pretrain} until step {steps:,} "
-              f"(batch {learner.batch_size}, {steps * learner.batch_size / positions:.1f} epochs)", flush=True)
+        until = [f"step {steps:,} ({steps * learner.batch_size / positions:.1f} epochs)"] if steps else []
+        until += [f"{args.minutes:g} minutes"] if args.minutes is not None else []
+        print(f"pretrain: training on {positions:,} positions of {run_dir.pretrain} until {' or '.join(until)} "
+              f"(batch {learner.batch_size})", flush=True)
     # The same learner as self-play's, on run/pretrain: its checkpoints, TensorBoard and (once the learner
     # holds games out for validation) its held-out split, which goes by each game's stable "game_id".
     with Learner(run_dir, config, device=args.device, progress=not args.quiet, threads=args.threads or None,
                  shards=run_dir.pretrain) as trainer:
         trainer.resume()
-        trainer.train()
+        # --minutes: equal training time for runs compared at equal wall time; the timer starts after the data.
+        stop = threading.Event()
+        timer = threading.Timer(args.minutes * 60.0, stop.set) if args.minutes is not None else None
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
+        try:
+            trainer.train(stop=stop)
+        finally:
+            if timer is not None:
+                timer.cancel()
         if args.export is not None:
             summary = (f"pretrained by alphazero pretrain on {positions:,} positions of {run_dir.pretrain.name}/ "
                        f"for {trainer.step:,} steps")

@@ -26,7 +26,7 @@ from alphazero.moves import legal_move_indices, move_to_index
 from alphazero.pgn_reader import SKIP_ILLEGAL, SKIP_NO_RESULT, SKIP_VARIANT, PgnGame, open_text, read_games
 from alphazero.rundir import RunDir
 from alphazero.shards import Shard, concatenate, game_ids, list_shards, read_shard, read_shard_meta, value_targets
-from learner.labels import LabelSettings, label_positions, policy_target, win_probability
+from learner.labels import MATE_HORIZON, LabelSettings, label_positions, mate_bonus, policy_target, win_probability
 from learner.pretrain import convert_pgn
 from learner.replay import ReplayWindow, is_validation_game
 from tests.reference_encoder import reference_compact
@@ -181,6 +181,17 @@ def test_pretrain_on_pgn_trains_and_a_rerun_resumes(tmp_path: Path, capsys) -> N
     assert latest_checkpoint(run).name == "step_000000006.pt"
 
 
+def test_pretrain_minutes_ends_training_without_a_step_limit(tmp_path: Path, capsys) -> None:
+    run = RunDir(tmp_path / "run")
+    args = ["pretrain", "--run", str(run.root), "--pgn", str(GAMES), "--minutes", "0.05",
+            "--set", "learner.batch_size=16", "--set", "learner.training_steps=0"]
+    assert cli.main(args) == 0  # no --steps and no training_steps: only the clock ends it
+    assert "until 0.05 minutes" in capsys.readouterr().out
+    assert latest_checkpoint(run) is not None
+    assert cli.main([*args[:6], "0", *args[7:]]) == 2
+    assert "--minutes must be positive" in capsys.readouterr().err
+
+
 # --- Stockfish labels ------------------------------------------------------------------------------------
 
 
@@ -199,6 +210,80 @@ def test_policy_target_is_a_softmax_of_scored_moves() -> None:
     np.testing.assert_allclose(probs[:3], expected / expected.sum(), rtol=1e-6)
     assert probs[3] == 0.0
     np.testing.assert_array_equal(policy_target(wins, scored, 0.0), [0, 1, 0, 0])
+
+
+def test_shorter_mates_get_more_of_the_policy_and_being_mated_sooner_less() -> None:
+    # Mate in 1, mate in 3, a winning non-mate, mated in 2, mated in 5, a mate too far away to count.
+    mates = np.array([1, 3, 0, -2, -5, MATE_HORIZON + 2])
+    wins = np.array([1.0, 1.0, 0.99, 0.0, 0.0, 1.0])
+    scored = np.ones(6, dtype=bool)
+    bonus = mate_bonus(mates, 2.0)
+    np.testing.assert_allclose(bonus, [2.0 * (MATE_HORIZON - 1), 2.0 * (MATE_HORIZON - 3), 0,
+                                       -2.0 * (MATE_HORIZON - 2), -2.0 * (MATE_HORIZON - 5), 0])
+    probs = policy_target(wins, scored, 0.05, bonus)
+    logits = wins / 0.05 + bonus
+    np.testing.assert_allclose(probs, np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum(), rtol=1e-5)
+    assert probs[0] > probs[1] > probs[5] > probs[2] and probs[4] > probs[3]
+    np.testing.assert_array_equal(policy_target(wins, scored, 0.0, bonus), [1, 0, 0, 0, 0, 0])
+    # Without a preference every mate is the same win, as before: the first of them is the best.
+    np.testing.assert_array_equal(policy_target(wins, scored, 0.0, mate_bonus(mates, 0.0)), [1, 0, 0, 0, 0, 0])
+    np.testing.assert_allclose(policy_target(wins, scored, 0.05, mate_bonus(mates, 0.0)),
+                               policy_target(wins, scored, 0.05), rtol=1e-6)
+    assert policy_target(wins[1:], scored[1:], 0.0, bonus[1:])[0] == 1.0  # mate in 3 beats the farther mate
+
+
+def test_labels_of_a_mate_prefer_the_shortest_one(tmp_path: Path) -> None:
+    stockfish_or_skip()
+    # White mates in one (Qh7#... here Ra8#) or more slowly; the label's best move is the mate in one.
+    epd = tmp_path / "mate.epd"
+    epd.write_text("6k1/5ppp/8/8/8/8/5PPP/R5K1 w - -\n")
+    settings = LabelSettings(nodes=2000, positions=1, shard_positions=1, files=(str(epd),))
+    label_positions(tmp_path / "l", settings, workers=1)
+    shard = _all_samples(tmp_path / "l")
+    best = shard.policy_indices[np.argmax(shard.policy_probs)]
+    assert best == move_to_index(chess.Move.from_uci("a1a8"), chess.WHITE)
+    assert shard.policy_probs.max() > 0.9 and shard.root_values[0] == 1.0
+
+
+def _moves_that_follow_the_label(directory: Path) -> list[tuple[list[bool], list[bool]]]:
+    """For each labelling game: whether each of White's, then Black's moves was its label's best move."""
+    samples = _all_samples(directory)
+    games: dict[int, tuple[list[bool], list[bool]]] = {}
+    for row in range(len(samples)):
+        game = samples.games[int(samples.game[row])]
+        ply = int(samples.ply[row])
+        if ply >= len(game["moves"]):
+            continue
+        board = chess.Board(game["start_fen"])
+        for uci in game["moves"][:ply]:
+            board.push_uci(uci)
+        lo, hi = samples.policy_offsets[row], samples.policy_offsets[row + 1]
+        best = samples.policy_indices[lo:hi][np.argmax(samples.policy_probs[lo:hi])]
+        played = move_to_index(chess.Move.from_uci(game["moves"][ply]), board.turn)
+        games.setdefault(int(samples.game[row]), ([], []))[ply % 2].append(bool(played == best))
+    return list(games.values())
+
+
+def test_in_lopsided_games_one_side_moves_at_random(tmp_path: Path) -> None:
+    stockfish_or_skip()
+    # No random opening, no random moves of the label player, and it plays its best move (temperature 0).
+    plain = dict(positions=40, shard_positions=40, game_plies=16, opening_plies=0, random_move_fraction=0.0,
+                 temperature=0.0)
+    _label(tmp_path / "even", workers=1, random_side_fraction=0.0, **plain)
+    for white, black in _moves_that_follow_the_label(tmp_path / "even"):
+        assert all(white) and all(black)
+    _label(tmp_path / "lopsided", workers=1, random_side_fraction=1.0, **plain)
+    games = _moves_that_follow_the_label(tmp_path / "lopsided")
+    assert len(games) >= 2
+    for white, black in games:  # one side follows its labels, the other does not
+        assert all(white) != all(black)
+
+
+def test_label_settings_without_the_new_options_keep_their_identity() -> None:
+    old = LabelSettings(nodes=10, positions=5, mate_preference=0.0, random_side_fraction=0.0).identity("sf")
+    assert "mate_preference" not in old and "random_side_fraction" not in old  # older runs' labels still resume
+    new = LabelSettings(nodes=10, positions=5).identity("sf")
+    assert new["mate_preference"] == 2.0 and new["random_side_fraction"] == 0.25
 
 
 def _label(directory: Path, workers: int = 2, **changes) -> None:
