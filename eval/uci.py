@@ -165,7 +165,8 @@ OPTIONS: tuple[UciOption, ...] = (
     UciOption("UCI_ShowWDL", "check", False, "add `wdl W D L` (per mille) to the scores"),
     UciOption("Ponder", "check", False, "the GUI may send `go ponder`; pondering works either way"),
     UciOption("SearchAlgorithm", "combo", "auto", "puct or gumbel (no noise; best with a node limit, as Sequential "
-              "Halving plans for its budget); auto: the network's search.algorithm",
+              "Halving plans for its budget); auto: the network's search.algorithm for a node limit, puct "
+              "under a clock or until stop",
               choices=("auto", "puct", "gumbel")),
 )
 """Every engine option, declared once: the `uci` answer and setoption both read this table."""
@@ -601,10 +602,20 @@ class UciEngine:
 
     # -- the search thread --
 
-    def _search_for(self, network: Network) -> MultiGameSearch:
-        """The engine's search (tree kept from the last move), rebuilt if the network or batch size changed."""
-        algorithm = str(self.values["SearchAlgorithm"])
-        options = search_options(network.search_config, algorithm=None if algorithm == "auto" else algorithm)
+    def _algorithm_for(self, network: Network, job: _Job) -> str:
+        """The search algorithm of ``job``: the SearchAlgorithm option, or for ``auto`` the network's
+        search.algorithm when the search has a node budget, and PUCT when it runs until a clock or ``stop``
+        ends it (Sequential Halving divides a budget known in advance; PUCT's best move is good whenever
+        it is stopped)."""
+        chosen = str(self.values["SearchAlgorithm"])
+        if chosen != "auto":
+            return chosen
+        return "puct" if job.nodes >= INFINITE_NODES else network.search_config.algorithm
+
+    def _search_for(self, network: Network, job: _Job) -> MultiGameSearch:
+        """The engine's search (tree kept from the last move), rebuilt if the network, batch size or
+        algorithm changed."""
+        options = search_options(network.search_config, algorithm=self._algorithm_for(network, job))
         leaves = int(self.values["LeavesPerBatch"]) if options["algorithm"] == "puct" else 1
         key = (network, leaves, options["algorithm"])
         if self._search is None or self._search_key != key:
@@ -616,7 +627,7 @@ class UciEngine:
     def _search_thread(self, job: _Job, network: Network) -> None:
         best, ponder = "0000", None
         try:
-            search = self._search_for(network)
+            search = self._search_for(network, job)
             # Gumbel's Sequential Halving schedules a budget from an empty root: no reuse there.
             search.set_position(0, job.board, simulations=job.nodes, reuse=search.algorithm == "puct")
             multipv = int(self.values["MultiPV"])

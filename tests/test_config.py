@@ -93,7 +93,7 @@ def test_bad_toml_names_the_key(text: str, message: str) -> None:
 
 
 def test_overrides_convert_types() -> None:
-    config = apply_overrides(get_preset("tiny"), [
+    config = apply_overrides(get_preset("small"), [
         "search.simulations=100", "network.blocks=4", "search.c_init=2", "search.tree_reuse=yes",
         "network.value_head=wdl", "learner.learning_rates=[0.1, 0.01]", "learner.lr_boundaries=500",
     ])

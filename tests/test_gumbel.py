@@ -262,7 +262,7 @@ def test_config_refuses_what_gumbel_cannot_do_and_self_play_takes_its_fields():
         apply_overrides(get_preset("tiny"), ["search.algorithm=alphabeta"])
     config = apply_overrides(get_preset("tiny"), ["search.algorithm=gumbel", "search.gumbel_q_normalisation=node"])
     assert MultiGameSearch(2, **search_options(config.search)).algorithm == "gumbel"
-    assert get_preset("tiny").search.algorithm == "puct"
+    assert get_preset("tiny").search.algorithm == "gumbel" and get_preset("small").search.algorithm == "puct"
 
 
 def test_puct_target_is_the_visit_share_and_gumbel_inspection_is_refused():
@@ -375,8 +375,8 @@ def test_search_players_follow_the_run_algorithm_and_gumbel_players_always_use_g
     from eval.agents import parse_player
     from eval.network_agents import NetworkCache, SearchAgent
 
-    puct_run, _ = RunDir.create_or_open(tmp_path / "puct", get_preset("tiny"))
-    gumbel_run, _ = RunDir.create_or_open(tmp_path / "gumbel", get_preset("tiny"), ["search.algorithm=gumbel"])
+    puct_run, _ = RunDir.create_or_open(tmp_path / "puct", get_preset("tiny"), ["search.algorithm=puct"])
+    gumbel_run, _ = RunDir.create_or_open(tmp_path / "gumbel", get_preset("tiny"))
     context = {"device": "cpu", "networks": NetworkCache()}
 
     def agent(spec: str, run_dir: RunDir) -> SearchAgent:
@@ -420,6 +420,32 @@ def test_uci_engine_searches_with_gumbel_when_asked(weights):
     assert engine.values["SearchAlgorithm"] == "gumbel"
     assert out.getvalue().splitlines()[-1] == "bestmove g5f7"
     assert "search failed" not in out.getvalue()
+
+
+def test_uci_auto_follows_the_network_for_a_node_limit_and_takes_puct_under_a_clock(tmp_path):
+    import io
+
+    import torch
+
+    from alphazero.checkpoint import save_model
+    from alphazero.config import to_toml
+    from alphazero.network import AlphaZeroNet
+    from eval.uci import UciEngine
+
+    torch.manual_seed(3)
+    path = tmp_path / "gumbel-run-net.pt"
+    save_model(path, AlphaZeroNet(get_preset("tiny").network), config_toml=to_toml(get_preset("tiny")))
+    out = io.StringIO()
+    engine = UciEngine(None, path, "cpu", stdin=io.StringIO(), stdout=out)
+    engine.handle("position startpos")
+    played = []
+    for go in ("go nodes 16", "go movetime 150", "go wtime 2000 btime 2000", "go"):
+        engine.handle(go)
+        assert engine.wait(60)
+        played.append(engine._search.algorithm)
+    # The network's run searches with gumbel; Sequential Halving needs its budget in advance, a clock does not say it.
+    assert played == ["gumbel", "puct", "puct", "gumbel"]
+    assert out.getvalue().count("bestmove") == 4 and "search failed" not in out.getvalue()
 
 
 def test_bench_search_prints_gumbel_beside_puct(capsys):
