@@ -358,7 +358,7 @@ class PretrainConfig(_Section):
     MINIMUM: ClassVar[dict[str, float]] = {
         "temperature": 0.0, "multipv": 0, "hash_mb": 1, "shard_positions": 1, "opening_plies": 0,
         "random_move_fraction": 0.0, "game_plies": 1, "pgn_smoothing": 0.0, "mate_preference": 0.0,
-        "random_side_fraction": 0.0,
+        "random_side_fraction": 0.0, "endgame_fraction": 0.0,
     }
 
     temperature: float = _field(0.05, "Stockfish labels: temperature of the softmax over the legal moves' "
@@ -380,9 +380,12 @@ class PretrainConfig(_Section):
     random_side_fraction: float = _field(0.25, "Stockfish labels: share of labelling games in which one side plays "
                                                "uniformly random moves throughout (lopsided games: how to win won "
                                                "positions)")
+    endgame_fraction: float = _field(0.2, "Stockfish labels: share of labelling games that start from a random won "
+                                          "endgame (a queen or rook and more against a king with at most two "
+                                          "pawns): how a lone king is mated")
 
     def _check(self) -> None:
-        for name in ("random_move_fraction", "pgn_smoothing", "random_side_fraction"):
+        for name in ("random_move_fraction", "pgn_smoothing", "random_side_fraction", "endgame_fraction"):
             if getattr(self, name) > 1.0:
                 raise UserError(f"pretrain.{name} must lie in [0, 1], got {getattr(self, name)}")
 

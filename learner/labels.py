@@ -27,7 +27,12 @@ Where positions come from:
   share ``pretrain.random_side_fraction`` of the games one side (White or
   Black by a coin) plays uniformly random moves throughout: lopsided games
   whose positions teach how a won game is won (a lone king mated, not
-  stalemated), which games between two label players seldom reach.
+  stalemated), which games between two label players seldom reach. A share
+  ``pretrain.endgame_fraction`` of the games starts instead from a random
+  won endgame (``endgame_start``: a king with a queen or a rook, maybe more
+  pieces and pawns, against a king with at most two pawns), so the policy
+  sees how a lone king is mated, the ending a weak opponent leaves it in;
+  when such a game is lopsided, the defending side is the random one.
 - **files** (``--positions-from``): the mainline positions of PGN games (with
   their history) and the positions of EPD lines, in file order.
 
@@ -78,8 +83,8 @@ from mcts_ext import Board, ChessError
 from mcts_ext.encode import encode_board, legal_move_indices, new_batch
 
 __all__ = [
-    "LAB_KIND", "MATE_HORIZON", "LabelReport", "LabelSettings", "Labeller", "label_positions", "mate_bonus",
-    "policy_target", "win_probability",
+    "LAB_KIND", "MATE_HORIZON", "LabelReport", "LabelSettings", "Labeller", "endgame_start", "label_positions",
+    "mate_bonus", "policy_target", "win_probability",
 ]
 
 LAB_KIND = "stockfish"  # meta["kind"] of labelled shards
@@ -159,6 +164,7 @@ class LabelSettings:
     files: tuple[str, ...] = ()
     mate_preference: float = 2.0
     random_side_fraction: float = 0.25
+    endgame_fraction: float = 0.2
 
     @classmethod
     def of(cls, config: PretrainConfig, *, nodes: int, positions: int, files: Sequence[str | os.PathLike[str]] = ()
@@ -175,7 +181,7 @@ class LabelSettings:
         return cls(nodes, positions, config.temperature, config.multipv, config.hash_mb, config.seed,
                    config.opening_plies, config.random_move_fraction, config.game_plies, config.shard_positions,
                    tuple(str(Path(f).resolve()) for f in files), config.mate_preference,
-                   config.random_side_fraction)
+                   config.random_side_fraction, config.endgame_fraction)
 
     @property
     def chunks(self) -> int:
@@ -191,9 +197,10 @@ class LabelSettings:
         del fields["positions"]
         fields["files"] = list(self.files)
         if self.files:  # random-play settings do not apply
-            for name in ("seed", "opening_plies", "random_move_fraction", "game_plies", "random_side_fraction"):
+            for name in ("seed", "opening_plies", "random_move_fraction", "game_plies", "random_side_fraction",
+                         "endgame_fraction"):
                 del fields[name]
-        for name in ("mate_preference", "random_side_fraction"):
+        for name in ("mate_preference", "random_side_fraction", "endgame_fraction"):
             if fields.get(name) == 0:
                 del fields[name]  # off: the labels of the settings before these existed, which still resume
         return {**fields, "engine": engine}
@@ -362,7 +369,14 @@ def _random_play_chunk(labeller: Labeller, chunk: int, size: int, stop: threadin
         random_side = -1
         if settings.random_side_fraction > 0 and rng.random() < settings.random_side_fraction:
             random_side = int(rng.integers(2))
-        game = _GameLabels(f"sf:{settings.seed}:{chunk}:{len(games)}", chess.STARTING_FEN, [])
+        start_fen = chess.STARTING_FEN
+        if settings.endgame_fraction > 0 and rng.random() < settings.endgame_fraction:
+            start_fen, defender = endgame_start(rng)
+            opening = 0
+            # Plies count from the start position's mover: the defender moves on even plies if it moves first.
+            first = chess.WHITE if start_fen.split()[1] == "w" else chess.BLACK
+            random_side = (0 if defender == first else 1) if random_side >= 0 else -1
+        game = _GameLabels(f"sf:{settings.seed}:{chunk}:{len(games)}", start_fen, [])
 
         def choose(board: Board, legal: list[str], policy: np.ndarray, game: _GameLabels = game,
                    opening: int = opening, random_side: int = random_side) -> str | None:
@@ -379,6 +393,36 @@ def _random_play_chunk(labeller: Labeller, chunk: int, size: int, stop: threadin
             games.append(game)
             labelled += len(game.rows)
     return games
+
+
+_PIECES_BESIDE_THE_MAJOR = (chess.QUEEN, chess.ROOK, chess.BISHOP, chess.KNIGHT)
+
+
+def endgame_start(rng: np.random.Generator) -> tuple[str, chess.Color]:
+    """Draws a random legal, unfinished won endgame from ``rng``: (its FEN, the defending colour).
+
+    The attacker (White or Black by a coin) has its king, a queen (or, half
+    as often, a rook), 0 to 2 more pieces and 0 to 3 pawns; the defender a
+    king and 0 to 2 pawns. Either side may be to move.
+    """
+    while True:
+        attacker = bool(rng.integers(2))
+        pieces = [chess.Piece(chess.KING, attacker), chess.Piece(chess.KING, not attacker)]
+        pieces.append(chess.Piece(chess.QUEEN if rng.random() < 2 / 3 else chess.ROOK, attacker))
+        extras = rng.integers(3)
+        pieces += [chess.Piece(_PIECES_BESIDE_THE_MAJOR[int(rng.integers(4))], attacker) for _ in range(extras)]
+        pieces += [chess.Piece(chess.PAWN, attacker)] * int(rng.integers(4))
+        pieces += [chess.Piece(chess.PAWN, not attacker)] * int(rng.integers(3))
+        board = chess.Board(None)
+        squares = iter(rng.permutation(64).tolist())
+        for piece in pieces:
+            square = next(squares)
+            while piece.piece_type == chess.PAWN and chess.square_rank(square) in (0, 7):
+                square = next(squares)  # 64 squares hold the at most 10 pieces, pawns off the back ranks
+            board.set_piece_at(square, piece)
+        board.turn = bool(rng.integers(2))
+        if board.is_valid() and not board.is_game_over(claim_draw=False):
+            return board.fen(), not attacker
 
 
 @dataclass(frozen=True)
