@@ -7,10 +7,13 @@ are in flight; at each step every game where it is agent X's turn goes to X
 in ONE `choose` call, which is what lets a network agent batch positions
 across games.
 
-A game ends by the rules (python-chess `outcome(claim_draw=True)`: checkmate,
-stalemate, insufficient material, fifty moves, threefold repetition), as a
+A game ends by the rules self-play and search play by (`board_outcome`:
+checkmate, insufficient material, stalemate, then draws that stand on the
+board: a half-move clock of 100, a position there for the third time), as a
 draw at the ply limit, or by resignation when both agents agree it is lost
-(see `play_match`).
+(see `play_match`). A draw that a player could only claim by announcing the
+move that makes it does not end the game: a searching agent plans with the
+same rules it is judged by, and a random player does not claim draws.
 
 With an `out_dir`, the finished games are rewritten after each game to
 `<match_id>.pgn` and `<match_id>.jsonl`, each through a temporary file
@@ -204,6 +207,25 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def board_outcome(board: chess.Board) -> chess.Outcome | None:
+    """The end of the game on `board` by the rules of self-play and search, else None.
+
+    As python-chess's `outcome(claim_draw=False)` (checkmate, insufficient
+    material, stalemate, 75 moves, fivefold repetition), then the draws a
+    player may claim in the position on the board: fifty moves
+    (`is_fifty_moves`) and threefold repetition (`is_repetition(3)`). Unlike
+    `outcome(claim_draw=True)`, a draw one legal move away does not count.
+    """
+    outcome = board.outcome(claim_draw=False)
+    if outcome is not None:
+        return outcome
+    if board.is_fifty_moves():
+        return chess.Outcome(chess.Termination.FIFTY_MOVES, None)
+    if board.is_repetition(3):
+        return chess.Outcome(chess.Termination.THREEFOLD_REPETITION, None)
+    return None
+
+
 @dataclass(frozen=True)
 class _Rules:
     """How games end besides the rules of chess."""
@@ -234,7 +256,7 @@ class _Game:
 
     def check_end(self, rules: _Rules) -> None:
         """Ends the game if the rules or the ply limit say so."""
-        outcome = self.board.outcome(claim_draw=True)
+        outcome = board_outcome(self.board)
         if outcome is not None:
             self.result, self.termination = outcome.result(), outcome.termination.name.lower()
         elif rules.ply_limit is not None and len(self.board.move_stack) >= rules.ply_limit:

@@ -377,25 +377,61 @@ class NetworkAgent(Agent):
 class PolicyAgent(NetworkAgent):
     """Plays the legal move with the highest prior (no search); all games in one network call.
 
+    With `rules` (the default) the agent also knows how the rules score the
+    positions one ply ahead, with no further network call: a checkmating move
+    comes first; a move that draws at once (stalemate, insufficient material,
+    fifty moves, a third repetition) or goes back to a position that stood
+    before (scored a draw, as engines score a repetition in search) comes
+    after the moves that play on when the network's value of the position is
+    positive, and before them when it is negative. Within those tiers, the highest prior. Without `rules` it is
+    the bare argmax of the policy (ChessBench's policy agent), which stalemates
+    and repeats positions it is winning, since every winning move looks alike
+    to a policy trained on win probabilities.
+
     Choice.value is the network's value of the position; info holds the
     move's prior probability among the legal moves.
     """
 
+    def __init__(self, network: Network, name: str, *, rules: bool = True) -> None:
+        super().__init__(network, name)
+        self.rules = rules
+
     def choose(self, boards: Sequence[chess.Board]) -> list[Choice]:
-        """Chooses the top-prior legal move on each board. Raises ValueError for an unsupported board."""
+        """Chooses a move on each board. Raises ValueError for an unsupported board."""
         if not boards:
             return []
         positions = [to_mcts_board(b) for b in boards]
         logits, values = self.network.evaluate(*_encode(positions))
         choices = []
         for row, position in enumerate(positions):
-            indices = legal_move_indices(position)
-            legal = logits[row, indices]
-            best = int(np.argmax(legal))  # ties go to the first legal move
-            uci = position.legal_moves()[best]
-            info = {"nodes": 1, "prior": float(_softmax(legal)[best]), "pv": [uci]}
-            choices.append(Choice(chess.Move.from_uci(uci), float(values[row]), info))
+            moves = position.legal_moves()
+            legal = logits[row, legal_move_indices(position)]
+            value = float(values[row])
+            if self.rules:
+                best = _best_by_rules(position, moves, legal, value)
+            else:
+                best = int(np.argmax(legal))  # ties go to the first legal move
+            info = {"nodes": 1, "prior": float(_softmax(legal)[best]), "pv": [moves[best]]}
+            choices.append(Choice(chess.Move.from_uci(moves[best]), value, info))
         return choices
+
+
+_MATE_SCORE = 2.0  # above any value the network gives, so a checkmate always comes first
+
+
+def _best_by_rules(position: Board, moves: Sequence[str], logits: np.ndarray, value: float) -> int:
+    """The index of the move with the best (rules' score, logit): mate 2, draw 0, any other move `value`."""
+    scores = np.full(len(moves), value)
+    for m, uci in enumerate(moves):
+        child = position.copy()
+        child.push_uci(uci)
+        exact = exact_value(child)
+        if exact is not None:
+            scores[m] = _MATE_SCORE if exact < 0 else 0.0  # the child's side to move is mated: the mover wins
+        elif child.repetition_count() > 1:
+            scores[m] = 0.0  # back to a position seen before: a draw, as engines score a repetition in search
+    # np.lexsort sorts by its last key first; the last index holds the best score, then the highest logit.
+    return int(np.lexsort((-np.arange(len(moves)), logits, scores))[-1])
 
 
 @dataclass
@@ -577,9 +613,16 @@ def _display_name(base: str, network: Network) -> str:
     return f"{base}@{network.tag}"
 
 
+_SWITCH_VALUES = {"on": True, "off": False}
+
+
 def _make_policy(options: dict[str, str], context: Mapping[str, Any]) -> Agent:
+    rules_text = options.pop("rules", "on").lower()
+    if rules_text not in _SWITCH_VALUES:
+        raise UserError(f"option rules={rules_text!r} must be on or off")
     network = network_for(options, context)
-    return PolicyAgent(network, _display_name("policy", network))
+    base = "policy" if _SWITCH_VALUES[rules_text] else "policy:rules=off"
+    return PolicyAgent(network, _display_name(base, network), rules=_SWITCH_VALUES[rules_text])
 
 
 def _make_value(options: dict[str, str], context: Mapping[str, Any]) -> Agent:
@@ -614,8 +657,14 @@ def register_network_players(*, replace: bool = False) -> None:
 
     Raises ValueError if a kind is already registered and replace is False.
     """
-    register_player("policy", _make_policy, help="the network's top-prior legal move, no search",
-                    options=_NETWORK_OPTIONS, replace=replace)
+    register_player(
+        "policy",
+        _make_policy,
+        help="the network's top-prior legal move, no search; it takes a mate in one and avoids drawing at once "
+        "while its value is positive (rules=off: the bare top prior)",
+        options={"rules": "on (default) or off", **_NETWORK_OPTIONS},
+        replace=replace,
+    )
     register_player("value", _make_value, help="the move after which the network rates the opponent worst",
                     options=_NETWORK_OPTIONS, replace=replace)
     register_player(

@@ -24,6 +24,7 @@ from eval.match import (
     GameRecord,
     IllegalAgentMoveError,
     MatchResult,
+    board_outcome,
     format_summary,
     play_match,
 )
@@ -77,6 +78,17 @@ def _read_pgn(path: Path) -> list[chess.pgn.Game]:
     return games
 
 
+# The game ends a match applies, as python-chess predicates on the position on the board
+# (the rules of self-play and search: a draw one legal move away is not an end).
+RULE_ENDS: dict[str, Callable[[chess.Board], bool]] = {
+    "checkmate": chess.Board.is_checkmate,
+    "insufficient_material": chess.Board.is_insufficient_material,
+    "stalemate": chess.Board.is_stalemate,
+    "fifty_moves": chess.Board.is_fifty_moves,
+    "threefold_repetition": lambda board: board.is_repetition(3),
+}
+
+
 def _check_replay(game: chess.pgn.Game, record: GameRecord) -> None:
     """Replays a PGN game and checks it against the record and the rules."""
     board = game.end().board()
@@ -85,15 +97,34 @@ def _check_replay(game: chess.pgn.Game, record: GameRecord) -> None:
     assert game.headers["TerminationDetail"] == record.termination  # the one custom tag, as in self-play
     assert game.headers["Termination"] == ("adjudication" if record.termination == "ply_limit" else "normal")
     assert game.headers["PlyCount"] == str(record.plies)
-    outcome = board.outcome(claim_draw=True)
-    if record.termination == "ply_limit":
-        assert outcome is None and record.result == "1/2-1/2"
-    elif record.termination == "resignation":
-        assert outcome is None and record.result != "1/2-1/2"
+    replay = game.board()
+    for move in board.move_stack:
+        assert not any(ends(replay) for ends in RULE_ENDS.values()), f"the game went on after its end: {replay.fen()}"
+        replay.push(move)
+    ended_by = [name for name, ends in RULE_ENDS.items() if ends(board)]
+    if record.termination in ("ply_limit", "resignation"):
+        assert not ended_by
+        assert (record.result == "1/2-1/2") == (record.termination == "ply_limit")
     else:
-        assert outcome is not None
-        assert outcome.result() == record.result
-        assert outcome.termination.name.lower() == record.termination
+        assert ended_by[0] == record.termination  # the first end in the rules' order
+        mated_sides_loss = "0-1" if board.turn == chess.WHITE else "1-0"  # the side to move is mated
+        assert record.result == (mated_sides_loss if record.termination == "checkmate" else "1/2-1/2")
+
+
+def test_a_draw_one_move_away_does_not_end_a_game_but_one_on_the_board_does() -> None:
+    board = chess.Board()
+    for uci in ("g1f3", "g8f6", "f3g1", "f6g8", "g1f3", "g8f6", "f3g1"):
+        board.push_uci(uci)
+    assert board.outcome(claim_draw=True) is not None  # Black could claim with ...Ng8
+    assert board_outcome(board) is None
+    board.push_uci("f6g8")
+    outcome = board_outcome(board)
+    assert outcome is not None and outcome.termination == chess.Termination.THREEFOLD_REPETITION
+    fifty = chess.Board("8/8/8/3k4/8/8/8/R3K3 w - - 99 80")
+    assert fifty.outcome(claim_draw=True) is not None and board_outcome(fifty) is None
+    fifty.push_uci("a1a2")
+    outcome = board_outcome(fifty)
+    assert outcome is not None and outcome.termination == chess.Termination.FIFTY_MOVES
 
 
 def test_random_match_writes_pgn_and_jsonl(tmp_path: Path) -> None:

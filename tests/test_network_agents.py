@@ -158,6 +158,71 @@ def test_policy_agent_plays_the_top_prior_among_legal_moves(network: Network, fe
     assert choice.info["prior"] > 1.0 / board.legal_moves.count()
 
 
+def _network_preferring(network: Network, board: chess.Board, ucis: list[str], value: float) -> Network:
+    """A fake network whose policy ranks `ucis` first to last on `board`, and whose value is `value`."""
+    position = to_mcts_board(board)
+    logits = np.zeros(4672, np.float32)
+    for rank, uci in enumerate(ucis):
+        logits[move_to_index(position, uci)] = 10.0 - rank
+
+    def evaluate(planes: np.ndarray, scalars: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return np.tile(logits, (len(planes), 1)), np.full(len(planes), value, np.float32)
+
+    fake = Network(network.evaluator, "fake", "fake", None, None, False, None)
+    fake.evaluate = evaluate  # type: ignore[method-assign]
+    return fake
+
+
+def _policy_moves(network: Network, board: chess.Board) -> tuple[str, str]:
+    """The moves of the rules-aware policy agent and of the bare argmax on `board`."""
+    [knowing] = PolicyAgent(network, "policy").choose([board])
+    [bare] = PolicyAgent(network, "policy:rules=off", rules=False).choose([board])
+    return knowing.move.uci(), bare.move.uci()
+
+
+@pytest.mark.parametrize("value", [0.9, 0.0, -0.9])
+def test_policy_agent_takes_a_mate_in_one_the_policy_ranks_second(network: Network, value: float) -> None:
+    board = chess.Board("6k1/5ppp/8/8/8/8/5PPP/R5K1 w - - 0 1")
+    fake = _network_preferring(network, board, ["a1a2", "a1a8"], value)
+    knowing, bare = _policy_moves(fake, board)
+    assert (knowing, bare) == ("a1a8", "a1a2")
+    board.push_uci(knowing)
+    assert board.is_checkmate()  # python-chess agrees
+
+
+def test_policy_agent_avoids_a_stalemate_when_ahead_and_seeks_it_when_behind(network: Network) -> None:
+    board = chess.Board("k7/8/8/1K6/8/8/8/2Q5 w - - 0 1")
+    ranking = ["c1c7", "c1c2"]  # Qc7 stalemates
+    ahead = _network_preferring(network, board, ranking, 0.8)
+    assert _policy_moves(ahead, board) == ("c1c2", "c1c7")
+    behind = _network_preferring(network, board, list(reversed(ranking)), -0.8)
+    assert _policy_moves(behind, board) == ("c1c7", "c1c2")
+    board.push_uci("c1c7")
+    assert board.is_stalemate()
+
+
+def test_policy_agent_does_not_go_back_to_a_position_when_ahead(network: Network) -> None:
+    board = chess.Board()
+    for uci in ("g1f3", "g8f6", "f3g1"):
+        board.push_uci(uci)
+    ranking = ["f6g8", "b8c6"]  # Ng8 brings back the start position
+    ahead = _network_preferring(network, board, ranking, 0.5)
+    assert _policy_moves(ahead, board) == ("b8c6", "f6g8")
+    behind = _network_preferring(network, board, ranking, -0.5)
+    assert _policy_moves(behind, board) == ("f6g8", "f6g8")
+    board.push_uci("f6g8")
+    assert board.is_repetition(2)
+
+
+def test_the_policy_spec_switches_the_rules(run_dir: Path) -> None:
+    context = {"run": run_dir, "device": "cpu", "networks": NetworkCache()}
+    knowing, bare = parse_player("policy", **context), parse_player("policy:rules=off", **context)
+    assert isinstance(knowing, PolicyAgent) and knowing.rules
+    assert isinstance(bare, PolicyAgent) and not bare.rules and bare.name == "policy:rules=off@builtin"
+    with pytest.raises(UserError, match="rules='maybe' must be on or off"):
+        parse_player("policy:rules=maybe", **context)
+
+
 def test_search_agent_batches_the_leaves_of_all_games(network: Network, monkeypatch: pytest.MonkeyPatch) -> None:
     boards = _random_boards(5, 7)
     rows: list[int] = []
