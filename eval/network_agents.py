@@ -383,10 +383,11 @@ class PolicyAgent(NetworkAgent):
     fifty moves, a third repetition) or goes back to a position that stood
     before (scored a draw, as engines score a repetition in search) comes
     after the moves that play on when the network's value of the position is
-    positive, and before them when it is negative. Within those tiers, the highest prior. Without `rules` it is
-    the bare argmax of the policy (ChessBench's policy agent), which stalemates
-    and repeats positions it is winning, since every winning move looks alike
-    to a policy trained on win probabilities.
+    positive, and before them when it is negative. Within those tiers, the
+    highest prior. Without `rules` it is the bare argmax of the policy
+    (ChessBench's policy agent), which stalemates and repeats positions it is
+    winning, since every winning move looks alike to a policy trained on win
+    probabilities.
 
     Choice.value is the network's value of the position; info holds the
     move's prior probability among the legal moves.
@@ -408,30 +409,12 @@ class PolicyAgent(NetworkAgent):
             legal = logits[row, legal_move_indices(position)]
             value = float(values[row])
             if self.rules:
-                best = _best_by_rules(position, moves, legal, value)
+                best = _best_by_rules(position, legal, value)
             else:
                 best = int(np.argmax(legal))  # ties go to the first legal move
             info = {"nodes": 1, "prior": float(_softmax(legal)[best]), "pv": [moves[best]]}
             choices.append(Choice(chess.Move.from_uci(moves[best]), value, info))
         return choices
-
-
-_MATE_SCORE = 2.0  # above any value the network gives, so a checkmate always comes first
-
-
-def _best_by_rules(position: Board, moves: Sequence[str], logits: np.ndarray, value: float) -> int:
-    """The index of the move with the best (rules' score, logit): mate 2, draw 0, any other move `value`."""
-    scores = np.full(len(moves), value)
-    for m, uci in enumerate(moves):
-        child = position.copy()
-        child.push_uci(uci)
-        exact = exact_value(child)
-        if exact is not None:
-            scores[m] = _MATE_SCORE if exact < 0 else 0.0  # the child's side to move is mated: the mover wins
-        elif child.repetition_count() > 1:
-            scores[m] = 0.0  # back to a position seen before: a draw, as engines score a repetition in search
-    # np.lexsort sorts by its last key first; the last index holds the best score, then the highest logit.
-    return int(np.lexsort((-np.arange(len(moves)), logits, scores))[-1])
 
 
 @dataclass
@@ -460,6 +443,24 @@ def _expand_children(positions: Sequence[Board]) -> _Children:
                 children.pending.append(child)
                 children.slots.append((b, m))
     return children
+
+
+_MATE_SCORE = 2.0  # above any value the network gives, so a checkmate always comes first
+
+
+def _best_by_rules(position: Board, logits: np.ndarray, value: float) -> int:
+    """The index of the legal move with the best (rules' score, logit).
+
+    Scores: a mate 2, a draw 0, a move back to a position seen before 0 (as
+    engines score a repetition in search), any other move `value`.
+    """
+    children = _expand_children([position])
+    scores = np.array(children.values[0])  # the mover's exact values: mating +1, drawing 0; NaN for the rest
+    scores[scores > 0] = _MATE_SCORE
+    for (_, m), child in zip(children.slots, children.pending):
+        scores[m] = 0.0 if child.repetition_count() > 1 else value
+    # np.lexsort sorts by its last key first; the last index holds the best score, then the highest logit.
+    return int(np.lexsort((-np.arange(len(scores)), logits, scores))[-1])
 
 
 class ValueAgent(NetworkAgent):
