@@ -309,8 +309,9 @@ class LearnerConfig(_Section):
                             f"{len(self.learning_rates)} rates and {len(self.lr_boundaries)} boundaries")
         if list(self.lr_boundaries) != sorted(set(self.lr_boundaries)):
             raise UserError(f"learner.lr_boundaries must be strictly increasing, got {list(self.lr_boundaries)}")
-        if any(rate <= 0 for rate in self.learning_rates):
-            raise UserError(f"learner.learning_rates must be positive, got {list(self.learning_rates)}")
+        # 0 is allowed: a run whose weights must not move (the loop's invariant, issue 22).
+        if any(rate < 0 for rate in self.learning_rates):
+            raise UserError(f"learner.learning_rates must be 0 or more, got {list(self.learning_rates)}")
         for name in ("value_target_q_weight", "validation_share"):
             if getattr(self, name) > 1.0:
                 raise UserError(f"learner.{name} must lie in [0, 1], got {getattr(self, name)}")
