@@ -257,8 +257,9 @@ def thin_checkpoints(directory: str | os.PathLike[str], keep: int, *, keep_every
     """Deletes old step files in ``directory``; returns the deleted paths.
 
     Keeps the newest ``keep``, every older one whose step is a multiple of
-    ``keep_every`` (when > 0), and the one LATEST names. Also removes
-    temporaries left for over an hour by killed writers.
+    ``keep_every`` (when > 0), step 0 (the run's start, which evaluations
+    compare with), and the one LATEST names. Also removes temporaries left for
+    over an hour by killed writers.
 
     Raises:
         ValueError: ``keep`` < 1.
@@ -271,7 +272,7 @@ def thin_checkpoints(directory: str | os.PathLike[str], keep: int, *, keep_every
     deleted = []
     for step, path in found[:-keep]:
         assert step is not None
-        if (keep_every > 0 and step % keep_every == 0) or path.name == latest:
+        if step == 0 or (keep_every > 0 and step % keep_every == 0) or path.name == latest:
             continue
         path.unlink(missing_ok=True)
         deleted.append(path)

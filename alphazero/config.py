@@ -301,6 +301,9 @@ class LearnerConfig(_Section):
     validate_every: int = _field(1000, "steps between validation/* figures on the held-out games; 0 = never")
     device: str = _field("auto", "training device: auto, cpu, cuda or cuda:N")
     compile: bool = _field(False, "torch.compile the network for training")
+    freeze_batch_norm: bool = _field(False, "keep the batch-norm running statistics the weights came with (and "
+                                            "normalise training batches with them) instead of re-estimating them "
+                                            "on the training data: for fine-tuning a pretrained network")
     seed: int = _field(0, "seed of the learner's sampling and initial weights")
 
     def _check(self) -> None:
@@ -336,7 +339,8 @@ class EvalConfig(_Section):
     """Matches between agents and the Elo table."""
 
     SECTION: ClassVar[str] = "eval"
-    MINIMUM: ClassVar[dict[str, float]] = {"games": 2, "simulations": 1, "every_steps": 0, "time_share": 0.0}
+    MINIMUM: ClassVar[dict[str, float]] = {"games": 2, "simulations": 1, "every_steps": 0, "time_share": 0.0,
+                                           "start_games": 0, "fall_margin": 0.0}
 
     games: int = _field(100, "games per match, half with each colour")
     simulations: int = _field(400, "simulations per move of the search agents")
@@ -345,6 +349,12 @@ class EvalConfig(_Section):
                                       "(the Elo curve in TensorBoard; needs Stockfish); 0 = only when asked")
     time_share: float = _field(0.1, "most share of wall time the quick evaluations take: the next one waits "
                                     "until the last one's time is this share of the time since it started")
+    # 92 games (the suite's 46 openings, colours swapped) put a 95% interval of about +-70 Elo on an even match.
+    start_games: int = _field(92, "games of each agent against the same agent of the run's step-0 network (the "
+                                  "start: the --init weights or fresh ones); quick evaluations play the policy's "
+                                  "twin match at this size and the search's at 16 games; 0 = none")
+    fall_margin: float = _field(100.0, "Elo below the start at which an evaluated agent is reported as fallen "
+                                       "(when its whole 95% interval is below the start)")
 
     def _check(self) -> None:
         if not 0.0 < self.time_share <= 1.0:

@@ -7,6 +7,18 @@ against `random`, and each against Stockfish at every UCI_Elo level
 (eval.elo.fit_ratings, BayesElo's draw model) with the Stockfish levels
 anchored at their UCI_Elo, so every rating is on Stockfish's Elo scale.
 
+**The start.** A run's step-0 checkpoint is where it began (the ``--init``
+weights, or fresh ones), and every later checkpoint is also compared with
+it directly: each network agent plays the same agent of the step-0 network
+(``start:policy``, ``start:value``, ``start:search:N``) from the suite's
+openings with colours swapped. These twin matches join the one fit (so
+TensorBoard draws ``elo/start:*`` beside the agents) and are summarised on
+their own as the Elo difference from the start with its 95% interval
+(``vs_start``). An agent whose difference is below ``-eval.fall_margin``
+while its whole interval lies below 0 has *fallen* below the start: the
+table, the live line of ``alphazero train`` and TensorBoard
+(``vs_start/fallen``) say so.
+
 Outputs, for learner step S (0 for fresh weights):
 
 - `run/eval/ratings_step_<S:09d>.json`: the settings and every rating
@@ -16,13 +28,17 @@ Outputs, for learner step S (0 for fresh weights):
   included (a Stockfish level is a flat line at its UCI_Elo), and a
   custom-scalars chart with all of them, so a flat curve reads as flat;
 - `run/eval/step_<S:09d>/<match>.jsonl` and `run/games/eval/step_<S:09d>/<match>.pgn`;
-- a table like ChessBench's Table 1 (agent, Elo, 95% interval, games, score).
+- a table like ChessBench's Table 1 (agent, Elo, 95% interval, games, score),
+  and one of the differences from the start.
 
 Sizes: `EvalSettings.full(config.eval)` is the run's eval section (400
-simulations, config.eval.games per pair, every Stockfish level);
-`EvalSettings.quick(config.eval)` (4 games per pair, 64 simulations, the
-lowest Stockfish level, 200-ply games) finishes on a fresh tiny run in a few
-minutes on 2 CPU cores. The training loop calls `evaluate_checkpoint` every
+simulations, config.eval.games per pair, every Stockfish level, each agent's
+twin match over config.eval.start_games); `EvalSettings.quick(config.eval)`
+(4 games per pair, 64 simulations, the lowest Stockfish level, 200-ply
+games; the policy's twin match over config.eval.start_games, cheap since
+the policy needs one network call a move, and the search's over
+QUICK_START_SEARCH_GAMES) finishes on a fresh tiny run in a few minutes on 2
+CPU cores. The training loop calls `evaluate_checkpoint` every
 K learner steps (PeriodicEvaluation), within a share of the wall time.
 """
 
@@ -30,6 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
 import sys
@@ -53,13 +70,14 @@ from alphazero.network import AlphaZeroNet, Evaluator, build_network, cpu_state_
 from alphazero.rundir import RunDir, atomic_write_text, check_writable_directory
 from alphazero.stockfish import INSTALL_HINT, find_stockfish
 from eval.agents import Agent, RandomAgent, StockfishAgent
-from eval.elo import Rating, Ratings, fit_ratings
+from eval.elo import Rating, Ratings, Summary, fit_ratings
 from eval.match import MatchResult, play_match
 from eval.network_agents import (
     FRESH, Network, NetworkSource, PolicyAgent, SearchAgent, ValueAgent, load_network,
 )
 
 QUICK_GAMES_PER_PAIR = 4
+QUICK_START_SEARCH_GAMES = 16  # enough to show a collapse; the policy's twin match shows 100 Elo
 QUICK_SIMULATIONS = 64
 QUICK_PLY_LIMIT = 200
 FULL_PLY_LIMIT = 512
@@ -67,6 +85,8 @@ RANDOM_ANCHOR_ELO = 0.0
 """The rating of `random` when no Stockfish level is played (ratings are then relative to it)."""
 
 RATINGS_FORMAT = "alphazero-ratings"
+START_PREFIX = "start:"
+"""Names the step-0 network's agents: `start:policy` is the start's policy agent."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +96,9 @@ class EvalSettings:
     `games_per_pair` is rounded up to even (each opening with both colours);
     `stockfish_depth`, when set, replaces the calibrated default search limit
     of the Stockfish levels (for tests; the anchors keep their UCI_Elo).
+    `start_*_games` size each agent's twin match against the run's step-0
+    network (0: that twin does not play); `fall_margin` is the Elo below the
+    start at which an agent has fallen.
     """
 
     games_per_pair: int
@@ -86,17 +109,28 @@ class EvalSettings:
     ply_limit: int = FULL_PLY_LIMIT
     concurrency: int = 16
     seed: int = 0
+    start_policy_games: int = 0
+    start_value_games: int = 0
+    start_search_games: int = 0
+    fall_margin: float = 100.0
 
     @classmethod
     def full(cls, config: EvalConfig) -> EvalSettings:
-        """Returns the run's eval section as settings: config.eval.games per pair, its simulations and levels."""
-        return cls(config.games, config.simulations, tuple(config.stockfish_elos))
+        """Returns the run's eval section as settings: config.eval.games per pair, its simulations and levels,
+        and every agent's twin match against the start over config.eval.start_games."""
+        games = config.start_games
+        return cls(config.games, config.simulations, tuple(config.stockfish_elos), start_policy_games=games,
+                   start_value_games=games, start_search_games=games, fall_margin=config.fall_margin)
 
     @classmethod
     def quick(cls, config: EvalConfig) -> EvalSettings:
-        """Returns settings for a CPU: 4 games per pair, 64 simulations, the lowest Stockfish level, 200 plies."""
+        """Returns settings for a CPU: 4 games per pair, 64 simulations, the lowest Stockfish level, 200 plies;
+        the policy's twin match over config.eval.start_games, the search's over QUICK_START_SEARCH_GAMES."""
         elos = (min(config.stockfish_elos),) if config.stockfish_elos else ()
-        return cls(QUICK_GAMES_PER_PAIR, QUICK_SIMULATIONS, elos, ply_limit=QUICK_PLY_LIMIT)
+        return cls(QUICK_GAMES_PER_PAIR, QUICK_SIMULATIONS, elos, ply_limit=QUICK_PLY_LIMIT,
+                   start_policy_games=config.start_games,
+                   start_search_games=min(QUICK_START_SEARCH_GAMES, config.start_games),
+                   fall_margin=config.fall_margin)
 
     def check(self) -> None:
         """Raises UserError on a value out of range."""
@@ -108,23 +142,32 @@ class EvalSettings:
             raise UserError(f"ply limit and concurrency must be at least 1, got {self.ply_limit}, {self.concurrency}")
         if len(set(self.stockfish_elos)) != len(self.stockfish_elos):
             raise UserError(f"Stockfish levels repeat: {list(self.stockfish_elos)}")
+        if min(self.start_policy_games, self.start_value_games, self.start_search_games) < 0:
+            raise UserError("games against the start must be 0 or more")
 
 
 @dataclass
 class _Pairing:
-    """The agents of one evaluation and which pairs play."""
+    """The agents of one evaluation and which pairs play, each pair with its number of games.
+
+    ``twins`` pairs a network agent with the same agent of the start network
+    and the games of their match.
+    """
 
     network_agents: list[Agent]
     others: list[Agent]
     anchors: dict[str, float]
+    games_per_pair: int
+    twins: list[tuple[Agent, Agent, int]] = dataclasses.field(default_factory=list)
 
     @property
-    def pairs(self) -> list[tuple[Agent, Agent]]:
-        pairs = [(a, b) for i, a in enumerate(self.network_agents) for b in self.network_agents[i + 1:]]
-        return pairs + [(a, b) for b in self.others for a in self.network_agents]
+    def pairs(self) -> list[tuple[Agent, Agent, int]]:
+        games = self.games_per_pair
+        pairs = [(a, b, games) for i, a in enumerate(self.network_agents) for b in self.network_agents[i + 1:]]
+        return pairs + [(a, b, games) for b in self.others for a in self.network_agents] + self.twins
 
     def close(self) -> None:
-        for agent in [*self.network_agents, *self.others]:
+        for agent in [*self.network_agents, *self.others, *(twin for _, twin, _ in self.twins)]:
             agent.close()
 
 
@@ -166,14 +209,35 @@ def _copy_model(model: AlphaZeroNet, device: str) -> AlphaZeroNet:
     return copy.to(target).eval()
 
 
-def _build_agents(network: Network, settings: EvalSettings) -> _Pairing:
-    """Makes the three network agents, random and the Stockfish levels (raises UserError without Stockfish)."""
-    agents: list[Agent] = [
-        PolicyAgent(network, "policy"),
-        ValueAgent(network, "value"),
-        SearchAgent(network, settings.simulations, f"search:{settings.simulations}"),
+def _network_agents(network: Network, settings: EvalSettings, prefix: str = "") -> list[Agent]:
+    """Makes a network's policy, value and search agents, their names prefixed with ``prefix``."""
+    return [
+        PolicyAgent(network, f"{prefix}policy"),
+        ValueAgent(network, f"{prefix}value"),
+        SearchAgent(network, settings.simulations, f"{prefix}search:{settings.simulations}"),
     ]
-    pairing = _Pairing(agents, [], {})
+
+
+def _start_network(run: RunDir, step: int, device: str) -> Network | None:
+    """Loads the run's step-0 network, the start the twin matches compare with; None for step 0 itself or
+    a run without a step-0 checkpoint (old runs thinned it away)."""
+    if step == 0 or not (run.checkpoints / checkpoint_name(0)).is_file():
+        return None
+    return load_network(NetworkSource(run.root, "0"), device=device)
+
+
+def _build_agents(network: Network, settings: EvalSettings, start: Network | None = None) -> _Pairing:
+    """Makes the three network agents, random, the Stockfish levels and the start's twins (raises
+    UserError without Stockfish)."""
+    agents = _network_agents(network, settings)
+    pairing = _Pairing(agents, [], {}, settings.games_per_pair)
+    if start is not None:
+        twin_games = (settings.start_policy_games, settings.start_value_games, settings.start_search_games)
+        for agent, twin, games in zip(agents, _network_agents(start, settings, START_PREFIX), twin_games, strict=True):
+            if games > 0:
+                pairing.twins.append((agent, twin, games))
+            else:
+                twin.close()
     try:
         if settings.include_random:
             pairing.others.append(RandomAgent(settings.seed, name="random"))
@@ -195,12 +259,14 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._=+-]+", "-", text).strip("-.")
 
 
-def _play_pair(a: Agent, b: Agent, run: RunDir, step: int, settings: EvalSettings, progress: bool) -> MatchResult:
-    """Plays one match; JSON lines go to run/eval/step_S/, the PGN to run/games/eval/step_S/."""
+def _play_pair(a: Agent, b: Agent, games: int, run: RunDir, step: int, settings: EvalSettings,
+               progress: bool) -> MatchResult:
+    """Plays one match of ``games`` games (rounded up to even); JSON lines go to run/eval/step_S/, the PGN
+    to run/games/eval/step_S/."""
     folder = checkpoint_name(step).removesuffix(".pt")
     jsonl_dir = run.eval / folder
     pgn_dir = run.games / "eval" / folder
-    games = settings.games_per_pair + settings.games_per_pair % 2
+    games += games % 2
     result = play_match(
         a, b, games=games, concurrency=min(settings.concurrency, games),
         ply_limit=settings.ply_limit, out_dir=jsonl_dir, pgn_dir=pgn_dir, progress=progress, seed=settings.seed,
@@ -225,6 +291,57 @@ def _scores(games: Sequence[tuple[str, str, float]]) -> dict[str, float]:
     return {p: points[p] / played[p] for p in played}
 
 
+class CheckpointRatings(Ratings):
+    """The ratings of one evaluation (a Ratings) and each agent's difference from the start.
+
+    ``vs_start`` maps an agent ('search:64') to the Summary of its twin match
+    against the start's same agent (empty when no twin played);
+    ``fall_margin`` is the Elo below the start at which an agent has fallen.
+    """
+
+    def __init__(self, ratings: Ratings, vs_start: dict[str, Summary], fall_margin: float) -> None:
+        super().__init__(ratings, ratings.draw_elo)
+        self.vs_start = vs_start
+        self.fall_margin = fall_margin
+
+    def fallen(self) -> list[str]:
+        """Lists the agents whose difference from the start is below -fall_margin with all of its 95%
+        interval below 0: a fall that the games show, not noise."""
+        return [agent for agent, summary in self.vs_start.items()
+                if summary.elo is not None and summary.elo_high is not None
+                and summary.elo < -self.fall_margin and summary.elo_high < 0]
+
+    def fall_warnings(self) -> list[str]:
+        """One line per fallen agent: 'search:64 fell 180 Elo below the start (95%: -260..-100, 92 games)'."""
+        return [f"{agent} fell {-self.vs_start[agent].elo:.0f} Elo below the start "  # type: ignore[operator]
+                f"({_interval(self.vs_start[agent])}, {self.vs_start[agent].games} games)"
+                for agent in self.fallen()]
+
+    def start_text(self) -> str:
+        """The differences from the start on one line: 'vs start: policy +12 (-40..+65), search:64 -30 (...)'."""
+        parts = [f"{agent} {_signed(summary.elo)} ({_interval(summary, short=True)})"
+                 for agent, summary in self.vs_start.items()]
+        return "vs start: " + ", ".join(parts) if parts else ""
+
+
+def _signed(elo: float | None) -> str:
+    if elo is None:
+        return "?"
+    if math.isinf(elo):
+        return "+inf" if elo > 0 else "-inf"
+    return f"{round(elo):+d}"
+
+
+def _interval(summary: Summary, *, short: bool = False) -> str:
+    text = f"{_signed(summary.elo_low)}..{_signed(summary.elo_high)}"
+    return text if short else f"95%: {text}"
+
+
+def _versus_start(twin_results: Sequence[MatchResult]) -> dict[str, Summary]:
+    """Summarises each twin match from the agent's side, keyed by the agent's name."""
+    return {result.agent_a: result.summary for result in twin_results}
+
+
 # --- outputs ----------------------------------------------------------------------------------
 
 
@@ -241,7 +358,21 @@ def ratings_table(ratings: Ratings, scores: dict[str, float], anchors: dict[str,
     return table
 
 
-def _ratings_json(network: Network, step: int, settings: EvalSettings, ratings: Ratings,
+def start_table(ratings: CheckpointRatings) -> Table:
+    """Builds the rich table of each agent's twin match against the start: difference, interval, games."""
+    table = Table(title="Against the start (step 0): each agent against the same agent of the step-0 network")
+    for column, justify in (("Agent", "left"), ("Elo difference", "right"), ("95% interval", "right"),
+                            ("Games", "right"), ("Score", "right")):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    fallen = set(ratings.fallen())
+    for agent, summary in ratings.vs_start.items():
+        score = f"{100 * summary.score:.1f}%" if summary.score is not None else "-"
+        name = f"{agent} (fell below the start)" if agent in fallen else agent
+        table.add_row(name, _signed(summary.elo), _interval(summary, short=True), str(summary.games), score)
+    return table
+
+
+def _ratings_json(network: Network, step: int, settings: EvalSettings, ratings: CheckpointRatings,
                   scores: dict[str, float], anchors: dict[str, float], results: Sequence[MatchResult]) -> str:
     payload: dict[str, Any] = {
         "format": RATINGS_FORMAT,
@@ -258,6 +389,8 @@ def _ratings_json(network: Network, step: int, settings: EvalSettings, ratings: 
             name: {**dataclasses.asdict(r), "score": scores.get(name), "anchor": name in anchors}
             for name, r in ratings.items()
         },
+        "vs_start": {agent: dataclasses.asdict(summary) for agent, summary in ratings.vs_start.items()},
+        "fallen_below_start": ratings.fallen(),
         "matches": [
             {"agent_a": r.agent_a, "agent_b": r.agent_b, "wins": r.wins, "draws": r.draws, "losses": r.losses,
              "jsonl": str(r.jsonl_path) if r.jsonl_path else None, "pgn": str(r.pgn_path) if r.pgn_path else None}
@@ -281,12 +414,16 @@ def load_ratings(path: str | os.PathLike[str]) -> dict[str, Rating]:
         raise UserError(f"{path} is not a ratings file: {error}") from None
 
 
-# TensorBoard's Custom Scalars tab: every agent and anchor on one chart.
-ELO_LAYOUT = {"eval": {"Elo of every agent, with the anchors": ["Multiline", [r"elo/.*"]]}}
+# TensorBoard's Custom Scalars tab: every agent and anchor on one chart, the start's agents
+# included, and the differences from the start on another.
+ELO_LAYOUT = {"eval": {"Elo of every agent, with the anchors and the start": ["Multiline", [r"elo/.*"]],
+                       "Elo difference from the start (step 0), with 95% bounds": ["Multiline", [r"vs_start/.*"]]}}
 
 
-def _write_tensorboard(run: RunDir, step: int, ratings: Ratings, anchors: dict[str, float]) -> None:
-    """Adds `elo/<agent>` scalars at `step` under run/tb/eval/, anchors included, and the one-chart layout."""
+def _write_tensorboard(run: RunDir, step: int, ratings: CheckpointRatings, anchors: dict[str, float]) -> None:
+    """Adds `elo/<agent>` scalars at `step` under run/tb/eval/, anchors and the start's agents included;
+    `vs_start/<agent>` (and `_low`, `_high`) for each twin match, `vs_start/fallen` (the number of agents
+    fallen below the start); and the layout."""
     from torch.utils.tensorboard import SummaryWriter  # imported here: it is slow and only needed now
 
     writer = SummaryWriter(log_dir=str(run.tb / "eval"))
@@ -294,6 +431,12 @@ def _write_tensorboard(run: RunDir, step: int, ratings: Ratings, anchors: dict[s
         writer.add_custom_scalars(ELO_LAYOUT)
         for name, rating in sorted(ratings.items()):
             writer.add_scalar(f"elo/{name}", rating.elo, step)
+        for agent, summary in ratings.vs_start.items():
+            for suffix, value in (("", summary.elo), ("_low", summary.elo_low), ("_high", summary.elo_high)):
+                if value is not None and math.isfinite(value):
+                    writer.add_scalar(f"vs_start/{agent}{suffix}", value, step)
+        if ratings.vs_start:
+            writer.add_scalar("vs_start/fallen", len(ratings.fallen()), step)
     finally:
         writer.close()
 
@@ -316,7 +459,7 @@ def evaluate_checkpoint(
     progress: bool = True,
     report: bool = True,
     console: Console | None = None,
-) -> Ratings:
+) -> CheckpointRatings:
     """Rates a checkpoint's policy, value and search agents; writes JSON, TensorBoard and games.
 
     `step` picks the run's checkpoint (None: the latest; a run without any
@@ -326,7 +469,9 @@ def evaluate_checkpoint(
     keyword overrides. `progress` shows a bar per match; `report` prints
     the rating table on `console` (default stdout).
 
-    Returns the fitted ratings (name -> Rating, plus draw_elo).
+    Returns the fitted ratings (name -> Rating, plus draw_elo) with each
+    agent's difference from the run's step-0 network (CheckpointRatings; no
+    twin match for step 0 itself or a run that has lost its step-0 file).
 
     Every output folder is checked for writing before the first game; if a
     file cannot be written after the games (a disk that filled up or went
@@ -344,17 +489,20 @@ def evaluate_checkpoint(
     network = _network(run, config, step, model, device)
     step = network.step if network.step is not None else (step or 0)
     _check_outputs(run, step)
-    pairing = _build_agents(network, settings)
+    start = _start_network(run, step, device) if _plays_start(settings) else None
+    pairing = _build_agents(network, settings, start)
     try:
         if progress:
-            console.print(f"Evaluating {network.label}: {len(pairing.pairs)} matches of "
-                          f"{settings.games_per_pair + settings.games_per_pair % 2} games, "
+            twins = f" and {len(pairing.twins)} against the start (step 0)" if pairing.twins else ""
+            console.print(f"Evaluating {network.label}: {len(pairing.pairs) - len(pairing.twins)} matches of "
+                          f"{settings.games_per_pair + settings.games_per_pair % 2} games{twins}, "
                           f"search:{settings.simulations}, ply limit {settings.ply_limit}")
-        results = [_play_pair(a, b, run, step, settings, progress) for a, b in pairing.pairs]
+        results = [_play_pair(a, b, games, run, step, settings, progress) for a, b, games in pairing.pairs]
     finally:
         pairing.close()
     games = _games(results)
-    ratings = fit_ratings(games, pairing.anchors)
+    ratings = CheckpointRatings(fit_ratings(games, pairing.anchors),
+                                _versus_start(results[len(results) - len(pairing.twins):]), settings.fall_margin)
     scores = _scores(games)
     written = _write_ratings(ratings_path(run, step),
                              _ratings_json(network, step, settings, ratings, scores, pairing.anchors, results))
@@ -365,8 +513,16 @@ def evaluate_checkpoint(
               f"the ratings are in {written}", file=sys.stderr, flush=True)
     if report:
         console.print(ratings_table(ratings, scores, pairing.anchors, f"{run.root}: {network.label}"))
+        if ratings.vs_start:
+            console.print(start_table(ratings))
+        for line in ratings.fall_warnings():
+            console.print(f"[bold red]{line}[/]")
         console.print(f"ratings written to {written}")
     return ratings
+
+
+def _plays_start(settings: EvalSettings) -> bool:
+    return max(settings.start_policy_games, settings.start_value_games, settings.start_search_games) > 0
 
 
 def _check_outputs(run: RunDir, step: int) -> None:
@@ -420,11 +576,13 @@ def _override(settings: EvalSettings, games_per_pair: int | None, simulations: i
 
 
 __all__ = [
+    "CheckpointRatings",
     "EvalSettings",
     "evaluate_checkpoint",
     "load_ratings",
     "ratings_path",
     "ratings_table",
+    "start_table",
     "stockfish_name",
 ]
 
@@ -434,13 +592,15 @@ class PeriodicEvaluation:
 
     Called with (step, checkpoint path) after each checkpoint (the learner's
     on_checkpoint hook). One quick evaluation (EvalSettings.quick: the
-    network's agents against `random` and the lowest Stockfish level) runs at
-    a time, on its own thread, from the checkpoint file. A checkpoint that
+    network's agents against `random`, the lowest Stockfish level and the
+    start's policy and search agents) runs at a time, on its own thread, from the checkpoint file. A checkpoint that
     comes due while one runs, or before the evaluations' share of the wall
     time has fallen to `time_share` (config.eval.time_share: the next starts
     no sooner than the last one's duration / time_share after it started), is
     skipped. Without Stockfish the curve is off, and it says so once. Failures
-    are printed, never raised into the learner.
+    are printed, never raised into the learner. A checkpoint that fell below
+    the start is printed on stderr when its evaluation ends and stays on the
+    live line (status) until a later one did not fall.
     """
 
     def __init__(self, run: RunDir, config: Config, every_steps: int, *, device: str = "cpu",
@@ -452,7 +612,7 @@ class PeriodicEvaluation:
         self.thread: threading.Thread | None = None
         self.next_start = -float("inf")  # clock time before which no evaluation starts
         self.running_step: int | None = None
-        self.last: tuple[int, Ratings] | None = None  # the last step rated and its ratings
+        self.last: tuple[int, CheckpointRatings] | None = None  # the last step rated and its ratings
         self.off_reason = self._off_reason()
         if self.off_reason is not None and every_steps > 0:
             print(f"Elo curve off: {self.off_reason}", file=sys.stderr, flush=True)
@@ -483,6 +643,8 @@ class PeriodicEvaluation:
                                           device=self.device, progress=False, report=False)
             if ratings is not None:
                 self.last = (step, ratings)
+                for line in ratings.fall_warnings():
+                    print(f"warning: step {step:,}: {line}", file=sys.stderr, flush=True)
         except Exception as error:  # noqa: BLE001 - an evaluation must not stop training
             print(f"evaluation of step {step} failed: {error}", file=sys.stderr, flush=True)
         finally:
@@ -504,8 +666,12 @@ class PeriodicEvaluation:
             return f"elo: {next_text}"
         step, ratings = self.last
         agents = ", ".join(f"{name} {rating.elo:.0f}" for name, rating in
-                           sorted(ratings.items(), key=lambda item: -item[1].elo))
-        return f"elo (step {step:,}): {agents}; {next_text}"
+                           sorted(ratings.items(), key=lambda item: -item[1].elo)
+                           if not name.startswith(START_PREFIX))
+        start = f"; {ratings.start_text()}" if ratings.vs_start else ""
+        fallen = ratings.fallen()
+        warning = f"; FELL BELOW THE START: {', '.join(fallen)}" if fallen else ""
+        return f"elo (step {step:,}): {agents}{start}{warning}; {next_text}"
 
     def close(self) -> None:
         """Waits for an evaluation in progress."""

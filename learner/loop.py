@@ -72,7 +72,7 @@ from alphazero.network import AlphaZeroNet, build_network, pick_device
 from alphazero.planes import compact_to_torch, encode_position
 from alphazero.rundir import RunDir
 from learner.replay import WAIT_POSITIONS, Batch, ReplayWindow
-from learner.trainer import VALIDATION_FIGURES, StepStats, Trainer, weight_decay_term
+from learner.trainer import VALIDATION_FIGURES, StepStats, Trainer, eval_mode, weight_decay_term
 
 __all__ = ["PROBES", "Learner", "OnCheckpoint", "Probe", "probe_report", "run_learner"]
 
@@ -133,13 +133,8 @@ def probe_report(model: AlphaZeroNet, device: torch.device, probes: tuple[Probe,
     encoded = _encoded if _encoded is not None else _encode_probes(probes)
     planes, scalars = compact_to_torch(np.concatenate([e.planes for e in encoded]),
                                        np.concatenate([e.scalars for e in encoded]), device)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            out = model(planes, scalars)
-    finally:
-        model.train(was_training)
+    with eval_mode(model), torch.no_grad():
+        out = model(planes, scalars)
     logits = out.policy_logits.float().cpu().numpy()
     values = out.value.float().cpu().numpy()
     wdl = out.wdl_logits.float().softmax(dim=1).cpu().numpy() if out.wdl_logits is not None else None

@@ -62,7 +62,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -79,9 +79,8 @@ from learner.replay import Batch
 
 __all__ = [
     "DRAW_BAND", "StepStats", "Trainer", "VALIDATION_FIGURES", "auxiliary_losses", "build_optimizer",
-    "compute_losses", "masked_log_softmax", "policy_kl", "result_classes", "soft_policy_targets",
-    "validation_sums", "value_classes", "value_target",
-    "weight_decay_term",
+    "compute_losses", "eval_mode", "masked_log_softmax", "policy_kl", "result_classes", "soft_policy_targets",
+    "training_mode", "validation_sums", "value_classes", "value_target", "weight_decay_term",
 ]
 
 WIN, DRAW, LOSS = 0, 1, 2  # the classes of the wdl head's logits, in its order
@@ -276,6 +275,34 @@ def weight_decay_term(model: nn.Module, config: LearnerConfig) -> float:
     return config.weight_decay * float(squares)
 
 
+def training_mode(model: nn.Module, *, freeze_batch_norm: bool) -> None:
+    """Puts ``model`` in training mode; with ``freeze_batch_norm`` its batch-norm layers stay in eval mode.
+
+    A frozen batch-norm layer normalises with its running statistics and
+    never updates them (its scale and offset still train). Fine-tuning a
+    network on data of another distribution (self-play after supervised
+    pretraining) otherwise re-estimates the statistics from the new
+    batches, and those statistics alone cost strength (EXPERIMENTS.md, issue 22).
+    """
+    model.train()
+    if freeze_batch_norm:
+        for module in model.modules():
+            if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                module.eval()
+
+
+@contextlib.contextmanager
+def eval_mode(model: nn.Module) -> Iterator[None]:
+    """Puts every module of ``model`` in eval mode, and back in the mode each was in afterwards."""
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training
+
+
 class Trainer:
     """A network, its optimiser and one training step.
 
@@ -298,7 +325,7 @@ class Trainer:
         self.model = model.to(device)
         if device.type == "cuda":
             self.model = self.model.to(memory_format=torch.channels_last)
-        self.model.train()
+        training_mode(self.model, freeze_batch_norm=config.freeze_batch_norm)
         self.optimizer = build_optimizer(self.model, config)
         self.clip_grad_norm = clip_grad_norm
         self.autocast = bf16 and device.type == "cuda"
@@ -388,13 +415,9 @@ class Trainer:
     def evaluate(self, batch: Batch) -> StepStats:
         """Computes a batch's figures in eval mode (batch-norm running statistics), without training."""
         tensors = self.to_device(batch)
-        self.model.eval()
-        try:
-            with self._autocast():
-                out = self.model(tensors[0], tensors[1])
-            return self._losses(out, batch, tensors)
-        finally:
-            self.model.train()
+        with eval_mode(self.model), self._autocast():
+            out = self.model(tensors[0], tensors[1])
+        return self._losses(out, batch, tensors)
 
     @torch.no_grad()
     def validate(self, batches: Iterable[Batch]) -> dict[str, float] | None:
@@ -403,8 +426,7 @@ class Trainer:
         Returns None when the batches hold no position.
         """
         sums, positions = None, 0
-        self.model.eval()
-        try:
+        with eval_mode(self.model):
             for batch in batches:
                 tensors = self.to_device(batch)
                 with self._autocast():
@@ -414,8 +436,6 @@ class Trainer:
                                        q_weight=self.config.value_target_q_weight)
                 sums = part if sums is None else sums + part
                 positions += len(batch)
-        finally:
-            self.model.train()
         if sums is None or positions == 0:
             return None
         means = dict(zip(VALIDATION_FIGURES, (sums / positions).tolist(), strict=True))

@@ -100,6 +100,15 @@ def test_thinning_keeps_the_newest_and_every_nth(run: tuple[RunDir, Config]) -> 
         thin_checkpoints(rundir.checkpoints, 0)
 
 
+def test_thinning_keeps_step_zero_the_start_that_evaluations_compare_with(run: tuple[RunDir, Config]) -> None:
+    rundir, config = run
+    model = AlphaZeroNet(config.network)
+    for step in range(0, 600, 100):
+        save_checkpoint(rundir, model, None, step, config)
+    thin_checkpoints(rundir.checkpoints, 2, keep_every=0)
+    assert sorted(step_of(p) for p in rundir.checkpoints.glob("step_*.pt")) == [0, 400, 500]
+
+
 def test_latest_falls_back_to_the_highest_step(run: tuple[RunDir, Config]) -> None:
     rundir, config = run
     assert latest_checkpoint(rundir) is None

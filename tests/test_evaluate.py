@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 from pathlib import Path
@@ -162,6 +163,60 @@ def test_periodic_evaluation_rates_every_kth_checkpoint_one_at_a_time(tmp_path, 
 
 
 NO_STOCKFISH = EvalSettings(games_per_pair=2, simulations=4, stockfish_elos=(), ply_limit=20)
+
+
+def test_later_checkpoints_play_the_start_and_the_curve_shows_the_difference(run: RunDir) -> None:
+    model = AlphaZeroNet(TINY.network)
+    for step in (0, 200):  # the same weights: the start's twins must score exactly even
+        save_checkpoint(run.root, model, None, step, TINY)
+    settings = dataclasses.replace(NO_STOCKFISH, start_policy_games=6, start_search_games=4)
+    ratings = evaluate_checkpoint(run, TINY, 200, settings=settings, device="cpu", progress=False,
+                                  console=Console(file=io.StringIO()))
+    assert {"start:policy", "start:search:4"} <= set(ratings) and "start:value" not in ratings
+    assert set(ratings.vs_start) == {"policy", "search:4"}
+    # Each opening with colours swapped and no noise: a network against itself scores exactly 50%.
+    assert (ratings.vs_start["policy"].games, ratings.vs_start["policy"].score) == (6, 0.5)
+    assert (ratings.vs_start["search:4"].games, ratings.vs_start["search:4"].score) == (4, 0.5)
+    assert ratings.fallen() == []
+    payload = json.loads(ratings_path(run, 200).read_text())
+    assert payload["vs_start"]["policy"]["score"] == 0.5 and payload["fallen_below_start"] == []
+    scalars = _tb_scalars(run.tb / "eval")
+    assert scalars["vs_start/policy"] == [(200, 0.0)] and scalars["vs_start/fallen"] == [(200, 0.0)]
+    assert "elo/start:policy" in scalars and "vs_start/search:4_low" in scalars
+    # Step 0 is the start itself: no twin matches.
+    assert evaluate_checkpoint(run, TINY, 0, settings=settings, device="cpu", progress=False,
+                               report=False).vs_start == {}
+
+
+def test_a_fall_below_the_start_is_reported_only_when_the_games_show_it() -> None:
+    from eval.elo import Ratings, match_summary
+    from eval.evaluate import CheckpointRatings
+
+    plain = Ratings({}, 0.0)
+    fell = CheckpointRatings(plain, {"policy": match_summary(10, 20, 62), "search:64": match_summary(1, 1, 2)}, 100)
+    assert fell.fallen() == ["policy"]  # search:64 is 89 Elo down, but over 4 games that is noise
+    (line,) = fell.fall_warnings()
+    assert line.startswith("policy fell 2") and "92 games" in line
+    assert fell.start_text() == "vs start: policy -223 (-304..-158), search:64 -89 (-inf..+221)"
+    held = CheckpointRatings(plain, {"policy": match_summary(40, 10, 42)}, 100)
+    assert held.fallen() == [] and held.fall_warnings() == []
+
+
+def test_the_live_line_and_stderr_report_a_checkpoint_that_fell(tmp_path, monkeypatch, capsys) -> None:
+    import eval.evaluate as evaluate_module
+    from eval.elo import Ratings, match_summary
+
+    def fake_evaluate(run, config, step, **kwargs):
+        return evaluate_module.CheckpointRatings(Ratings({}, 0.0), {"policy": match_summary(0, 0, 92)}, 100)
+
+    monkeypatch.setattr(evaluate_module, "evaluate_checkpoint", fake_evaluate)
+    monkeypatch.setattr(evaluate_module, "find_stockfish", lambda: "/usr/games/stockfish")
+    run, config = RunDir.create_or_open(tmp_path / "run", TINY)
+    periodic = evaluate_module.PeriodicEvaluation(run, config, every_steps=100, time_share=1.0)
+    periodic(100, Path("x"))
+    periodic.close()
+    assert "warning: step 100: policy fell" in capsys.readouterr().err
+    assert "FELL BELOW THE START: policy" in periodic.status()
 
 
 def test_unwritable_outputs_are_refused_before_the_first_game(run: RunDir, games_started: list[int]) -> None:

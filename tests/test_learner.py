@@ -241,6 +241,25 @@ def test_training_fits_a_fixed_set_of_positions(value_head: str) -> None:
     assert float(trainer.evaluate(batch).policy) < float(trainer.evaluate(fixed_batch(seed=1)).policy)
 
 
+def test_frozen_batch_norm_keeps_the_statistics_and_still_trains_the_weights() -> None:
+    torch.manual_seed(0)
+    batch = fixed_batch()
+    for freeze in (False, True):
+        config = small_config("learner.learning_rates=[0.05]", f"learner.freeze_batch_norm={freeze}")
+        trainer = Trainer(AlphaZeroNet(config.network), config.learner, torch.device("cpu"))
+        before = copy.deepcopy(trainer.model.state_dict())
+        for step in range(3):
+            trainer.step(batch, step)
+        trainer.validate([batch])  # evaluation in between must leave the modes as they were
+        trainer.step(batch, 3)
+        after = trainer.model.state_dict()
+        statistics = [name for name in after if "running_" in name or "num_batches" in name]
+        kept = [torch.equal(before[name], after[name]) for name in statistics]
+        assert statistics and (all(kept) if freeze else not any(kept)), freeze
+        assert not torch.equal(before["stem.0.weight"], after["stem.0.weight"])  # the weights train either way
+        assert trainer.model.training
+
+
 def test_probe_report_names_legal_moves_for_each_probe() -> None:
     report = probe_report(AlphaZeroNet(small_config(value_head="wdl").network), torch.device("cpu"))
     lines = report.splitlines()

@@ -49,3 +49,31 @@ def test_train_writes_games_checkpoints_and_curves_then_resumes(tmp_path, capsys
     assert f"train: learner resumed from {first} (step {step_of(first):,})" in capsys.readouterr().out
     assert shards_before <= set(list_shards(run.selfplay))
     assert step_of(latest_checkpoint(run)) >= step_of(first)
+
+
+@pytest.mark.slow
+def test_at_learning_rate_zero_self_play_and_learning_leave_every_parameter_bit_for_bit(tmp_path):
+    """The loop's invariant (issue 22): a run that must not move does not move. Self-play plays, the learner
+    takes steps and publishes checkpoints, and with learning rate 0 every parameter stays the start's; only
+    the batch-norm running statistics move (re-estimated on self-play positions) unless they are frozen."""
+    import torch
+
+    from alphazero.checkpoint import load_checkpoint, save_model
+    from alphazero.config import get_preset
+    from alphazero.network import AlphaZeroNet
+
+    torch.manual_seed(7)
+    start = AlphaZeroNet(get_preset("tiny").network)
+    save_model(tmp_path / "start.pt", start)
+    overrides = [item for override in [*FAST, "learner.learning_rates=0,0,0,0"] for item in ("--set", override)]
+    run = RunDir(tmp_path / "run")
+    assert cli.main(["train", "--run", str(run.root), "--init", str(tmp_path / "start.pt"), "--minutes", "0.4",
+                     "--actors", "1", "--quiet", *overrides]) == 0
+    final = latest_checkpoint(run)
+    assert final is not None and step_of(final) >= 10 and list_shards(run.selfplay)
+    weights = load_checkpoint(final)["model"]
+    parameters = dict(start.named_parameters())
+    for name, tensor in parameters.items():
+        assert torch.equal(weights[name], tensor.detach()), name
+    statistics = [name for name in weights if name.endswith("running_mean")]
+    assert any(not torch.equal(weights[name], start.state_dict()[name]) for name in statistics)
