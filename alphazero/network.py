@@ -558,7 +558,9 @@ class Evaluator:
 
     def _parity_key(self, rows: int) -> int | None:
         """Gets the bucket to note when this pass is to be checked (0 for an unbucketed pass), else None."""
-        key = self._bucketed.bucket_of(rows) if self._forward is self._bucketed and self._bucketed else 0
+        key = 0
+        if self._bucketed is not None and self._forward is self._bucketed:
+            key = self._bucketed.bucket_of(rows)
         if self.parity.mode == "always" or key not in self._checked \
                 or self._parity_draw.random() < self.parity.share:
             return key
