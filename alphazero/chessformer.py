@@ -59,7 +59,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from alphazero.config import NetworkConfig
-from alphazero.network import POLICY_SIZE, NetOutput
+from alphazero.network import POLICY_SIZE, NetOutput, float32_head
 from alphazero.planes import INPUT_PLANES, expand_torch
 
 __all__ = [
@@ -283,7 +283,7 @@ class AttentionPolicyHead(nn.Module):
         return moves, self.promotion(keys[:, PROMOTION_RANK])
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        moves, promotions = self.move_matrix(tokens)
+        moves, promotions = float32_head(self.move_matrix, tokens)  # the logits: float32 under autocast too
         n = tokens.shape[0]
         zero = moves.new_zeros(n, 1)
         source = torch.cat([moves.flatten(1), zero, promotions.flatten(1)], dim=1)  # the map's row layout
@@ -301,7 +301,7 @@ class ValueHead(nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = F.mish(self.embed(tokens)).flatten(1)
-        return self.out(F.mish(self.hidden(x))).float()
+        return float32_head(self.out, F.mish(self.hidden(x))).float()
 
 
 # --- the network -------------------------------------------------------------------------

@@ -78,13 +78,14 @@ def _add_selfplay(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_lazy("selfplay.cli", "run"))
 
 
-def _lazy(module: str, function: str) -> Callable[[argparse.Namespace], None]:
-    """A subcommand handler that imports its module only when it runs."""
+def _lazy(module: str, function: str) -> Callable[[argparse.Namespace], int | None]:
+    """A subcommand handler that imports its module only when it runs; it returns what the function returns
+    (an exit status, or None for 0)."""
 
-    def handler(args: argparse.Namespace) -> None:
+    def handler(args: argparse.Namespace) -> int | None:
         import importlib
 
-        getattr(importlib.import_module(module), function)(args)
+        return getattr(importlib.import_module(module), function)(args)
 
     return handler
 
@@ -141,6 +142,15 @@ def _add_pretrain(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_lazy("learner.pretrain", "run"))
 
 
+def _add_doctor(sub: argparse._SubParsersAction) -> None:
+    from alphazero.doctor import add_arguments
+
+    p = sub.add_parser("doctor", help="check this machine's forward passes (CPU, and each GPU mode) against "
+                                      "float32 eager: speed, errors, a verdict; run it first on a new machine")
+    add_arguments(p)
+    p.set_defaults(func=_lazy("alphazero.doctor", "run"))
+
+
 def _add_eval_commands(sub: argparse._SubParsersAction) -> None:
     from eval.cli import add_eval_arguments, add_match_arguments, add_uci_arguments
 
@@ -156,7 +166,7 @@ def _add_eval_commands(sub: argparse._SubParsersAction) -> None:
 
 
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
-    _add_train, _add_selfplay, _add_learn, _add_pretrain, _add_eval_commands, _add_perft, _add_bench,
+    _add_train, _add_selfplay, _add_learn, _add_pretrain, _add_eval_commands, _add_perft, _add_bench, _add_doctor,
 ]
 
 
@@ -209,14 +219,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         _validate(args)
         with _interrupt_on_sigterm():
-            args.func(args)
+            status = args.func(args)
     except (UserError, ChessError) as error:
         print(f"alphazero {args.command}: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"alphazero {args.command}: interrupted", file=sys.stderr)
         return 130
-    return 0
+    return status if isinstance(status, int) else 0
 
 
 if __name__ == "__main__":

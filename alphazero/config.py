@@ -57,6 +57,8 @@ DEFAULT_PRESET = "tiny"
 FIXED_FIELDS = ("network.*", "learner.optimizer")
 # How a CUDA forward pass runs (alphazero.forward): here so that the CLI lists them without loading torch.
 FORWARD_MODES = ("eager", "graphs", "compile")
+# When the Evaluator checks a fast pass against float32 eager (alphazero.parity): here for the same reason.
+PARITY_MODES = ("auto", "always", "off")
 
 
 @functools.cache
@@ -214,18 +216,23 @@ class SelfPlayConfig(_Section):
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"inference": ("local", "server"),
                                                      "overlap": ("auto", "on", "off"),
                                                      "cuda_forward": FORWARD_MODES,
-                                                     "transport": ("disk", "ray")}
+                                                     "transport": ("disk", "ray"),
+                                                     "parity_check": PARITY_MODES}
     MINIMUM: ClassVar[dict[str, float]] = {"actors": 0, "games_per_actor": 1, "shard_games": 1, "sink_window": 1,
-                                           "server_batch_size": 1, "server_wait_ms": 0.0,
+                                           "server_batch_size": 0, "server_wait_ms": 0.0,
                                            "weights_poll_seconds": 0.0, "max_games": 0,
-                                           "gpu_games_per_actor": 0, "gpu_actors": 0}
+                                           "gpu_games_per_actor": 0, "gpu_actors": 0, "parity_share": 0.0,
+                                           "parity_atol": 0.0, "parity_rtol": 0.0}
 
     actors: int = _field(0, "self-play actors; 0 = one per CPU core")
     games_per_actor: int = _field(64, "games each actor plays at once; their leaves share one network batch")
     shard_games: int = _field(64, "complete games per shard file in run/selfplay/")
     inference: str = _field("local", "'local': each actor runs the network; 'server': batching GPU servers")
-    device: str = _field("auto", "device for local inference: auto, cpu, cuda or cuda:N")
-    server_batch_size: int = _field(1024, "most positions in one forward pass of an inference server")
+    device: str = _field("auto", "device for local inference and the servers: 'auto' (a GPU when self-play has GPUs, "
+                                 "--gpus > 0, else the CPU), 'cpu' (refuses --gpus), 'cuda' or 'cuda:N' (needs --gpus)")
+    server_batch_size: int = _field(0, "most positions in one forward pass of an inference server; 0 = the requests "
+                                       "of every lane it serves at once (its actors x games_per_actor x "
+                                       "search.leaves_per_game), so that one pass merges several actors' batches")
     server_wait_ms: float = _field(2.0, "longest an inference server waits to fill a batch")
     weights_poll_seconds: float = _field(30.0, "how often an actor looks for a newer checkpoint")
     save_pgn: bool = _field(True, "also write every game as PGN under run/games/")
@@ -245,7 +252,24 @@ class SelfPlayConfig(_Section):
     # against 622k compiled) and compiled at 4096 (2.29M); 20x256 ran fastest compiled (164k against 126k at
     # 1024). Graphs are the default, the alphazero preset compiles; try 'compile' for a server's big passes.
     cuda_forward: str = _field("graphs", "how a CUDA pass runs: 'graphs' (a CUDA graph per batch-size bucket), "
-                                         "'compile' (torch.compile reduce-overhead per bucket) or 'eager'")
+                                         "'compile' (torch.compile reduce-overhead per bucket) or 'eager'; a bucket "
+                                         "whose capture or compilation fails runs eager (one warning)")
+    # The parity check, after lc0's `check` backend: the fast pass (bf16, graphs or compiled) against float32 eager.
+    # bf16 moved the builtin 6x64 network's values by at most 0.015 and its legal-move probabilities by 0.011
+    # on 255 self-play leaves (CPU autocast, the heads' last layers in bf16); the tolerances leave room for deeper nets.
+    parity_check: str = _field("auto", "compare the fast CUDA pass with float32 eager on the same batch: 'auto' (the "
+                                       "first pass of each batch-size bucket, the first after each weight update, "
+                                       "and parity_share of the others), 'always' or 'off'; on a mismatch: one "
+                                       "warning, then eager (then float32) from there on")
+    parity_share: float = _field(0.01, "with parity_check = 'auto': the share of the other passes checked (each "
+                                       "costs a float32 eager pass and a synchronisation)")
+    parity_atol: float = _field(0.1, "parity: a value or a legal move's probability may differ from float32 eager "
+                                     "by parity_atol + parity_rtol x |eager's|")
+    parity_rtol: float = _field(0.1, "parity: the relative part of the tolerance (see parity_atol)")
+
+    def _check(self) -> None:
+        if self.parity_share > 1.0:
+            raise UserError(f"selfplay.parity_share must lie in [0, 1], got {self.parity_share}")
 
 
 @dataclass(frozen=True)
@@ -523,8 +547,9 @@ def _tiny() -> Config:
         # rated gumbel-16 463 Elo above PUCT with 64 simulations (+80 =12 -0, both searching 64 at
         # play time) and PUCT-16 below both: its self-play collapsed into repetition draws.
         search=SearchConfig(algorithm="gumbel", simulations=16, ply_limit=256),
-        # gpu_games_per_actor is not measured: tiny is a CPU preset.
-        selfplay=SelfPlayConfig(games_per_actor=32, shard_games=16, device="cpu", weights_poll_seconds=10.0,
+        # gpu_games_per_actor is not measured: tiny is a CPU preset. Its device stays 'auto': without
+        # --gpus that is the CPU (for_gpus), with --gpus the GPUs asked for.
+        selfplay=SelfPlayConfig(games_per_actor=32, shard_games=16, weights_poll_seconds=10.0,
                                 gpu_games_per_actor=256),
         # max_sample_reuse 2: 10-minute runs on 2 cores with 1, 2 and 4 (README, "Training targets")
         # rated on the same held-out games: 1 and 2 tied (value MSE 0.278 and 0.281), 4 was worse
@@ -614,13 +639,39 @@ _PRESETS = {"tiny": _tiny, "small": _small, "alphazero": _alphazero, "cf-tiny": 
 PRESET_NAMES: tuple[str, ...] = tuple(_PRESETS)
 
 
+def selfplay_device(setting: str, gpus: float) -> str:
+    """Gets the device self-play's actors and servers run on when ``gpus`` GPUs are reserved for them.
+
+    'auto' is 'cuda' with GPUs and 'cpu' without: an actor or server that holds
+    no GPU runs on the CPU whatever the machine has (Ray no longer hides the
+    GPUs from it, and a CUDA context there would sit on GPU 0 unseen by Ray).
+
+    Raises:
+        UserError: 'cpu' with GPUs, or a CUDA device without; the message names selfplay.device.
+    """
+    setting = setting.strip().lower()
+    if gpus > 0:
+        if setting == "cpu":
+            raise UserError(f"--gpus {gpus:g} reserves GPUs for self-play, but selfplay.device is 'cpu': "
+                            f"leave out --gpus, or --set selfplay.device=auto")
+        return "cuda" if setting == "auto" else setting
+    if setting not in ("auto", "cpu"):
+        raise UserError(f"selfplay.device is {setting!r}, but self-play has no GPUs: pass --gpus N, "
+                        f"or --set selfplay.device=auto")
+    return "cpu"
+
+
 def for_gpus(config: Config, gpus: float) -> Config:
-    """Gets the config self-play runs with on ``gpus`` GPUs: selfplay.gpu_games_per_actor (when set) becomes
-    selfplay.games_per_actor; without GPUs the config as it is."""
-    if gpus <= 0 or config.selfplay.gpu_games_per_actor <= 0:
-        return config
-    return dataclasses.replace(config, selfplay=dataclasses.replace(
-        config.selfplay, games_per_actor=config.selfplay.gpu_games_per_actor))
+    """Gets the config self-play runs with on ``gpus`` GPUs: selfplay.device resolved (selfplay_device) and, with
+    GPUs, selfplay.gpu_games_per_actor (when set) as selfplay.games_per_actor.
+
+    Raises:
+        UserError: selfplay.device contradicts ``gpus`` (selfplay_device).
+    """
+    selfplay = dataclasses.replace(config.selfplay, device=selfplay_device(config.selfplay.device, gpus))
+    if gpus > 0 and selfplay.gpu_games_per_actor > 0:
+        selfplay = dataclasses.replace(selfplay, games_per_actor=selfplay.gpu_games_per_actor)
+    return dataclasses.replace(config, selfplay=selfplay)
 
 
 def get_preset(name: str) -> Config:

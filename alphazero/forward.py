@@ -12,11 +12,20 @@ nothing.
 Modes (``FORWARD_MODES``):
 
 - ``eager``: the model as it is, no padding (the CPU always runs this way).
-- ``graphs``: a CUDA graph captured per bucket on first use and replayed;
-  measured fastest there at batch 1024 and below.
+- ``graphs``: a CUDA graph captured per bucket and replayed; measured
+  fastest there at batch 1024 and below.
 - ``compile``: ``torch.compile(mode="reduce-overhead")`` on the padded
   batches, so it compiles (and records its own graphs) once per bucket;
   compiled code measured fastest there for 20x256 at batch 1024 and above.
+  A compilation takes long, so this mode keeps fewer buckets: the largest
+  batch and its halves down to a 64th of it (``start_buckets``).
+
+A bucket's fast pass (a *runner*) is made by a ``RunnerMaker``: when the
+caller knows its largest batch, all of them at start (``BucketedForward.warm``),
+so no capture or compilation stalls a pass mid-run; else on a bucket's first
+use. When making one fails (a capture the model cannot take, a compiler that
+is missing), that bucket runs eager from then on, with one warning that names
+the mode, the bucket and the error; the run goes on.
 
 Padding rows hold whatever the bucket's buffer held before (zeros at first);
 in eval mode every row of the network is computed on its own (batch norm uses
@@ -30,16 +39,26 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
 
 import torch
 
 from alphazero.config import FORWARD_MODES
-from alphazero.planes import COMPACT_PLANES, NUM_SCALARS
+from alphazero.planes import COMPACT_PLANES, NUM_SCALARS, make_device_constants
+
+log = logging.getLogger(__name__)
 
 GRAPH_WARMUP_PASSES = 3  # eager passes before a capture: they pick convolution algorithms and fill caches
+COMPILE_PASSES = 3  # calls when a bucket is compiled: reduce-overhead warms up, then records its graph
+COMPILE_SMALLEST_SHARE = 64  # compile mode: buckets halve from the largest batch down to a 64th of it
+RECOMPILE_LIMIT = 64  # shapes Dynamo may compile per function (its default, 8, is below the bucket count)
 
 Forward = Callable[[torch.Tensor, torch.Tensor], tuple]
+Runner = Callable[[], tuple]  # runs one bucket's pass on that bucket's input buffers
+# Makes a bucket's runner from its (planes, scalars) input buffers; raises when it cannot.
+RunnerMaker = Callable[[torch.Tensor, torch.Tensor], Runner]
 
 
 def bucket_for(rows: int, max_batch: int | None = None) -> int:
@@ -67,67 +86,195 @@ def bucket_for(rows: int, max_batch: int | None = None) -> int:
     return bucket
 
 
-def compile_per_bucket(model: torch.nn.Module) -> Forward:
-    """Gets torch.compile(mode='reduce-overhead') of ``model`` for fixed shapes, one compilation per bucket.
+def start_buckets(max_batch: int, mode: str) -> list[int]:
+    """Gets the buckets a fast pass makes at start for batches of up to ``max_batch`` rows, smallest first.
 
-    Dynamo stops compiling new shapes of a function after 8 by default, and
-    a caller may meet a dozen buckets; the limit is raised for these calls only.
+    'compile': ``max_batch`` and its halves (rounded up) down to a 64th of it,
+    as each compilation takes long; a batch pads to the smallest that holds
+    it, at most twice its size. Otherwise every bucket up to ``max_batch``
+    (a capture takes milliseconds).
+
+    Raises:
+        ValueError: max_batch < 1.
     """
-    compiled = torch.compile(model, mode="reduce-overhead", dynamic=False)
+    if max_batch < 1:
+        raise ValueError(f"max_batch must be at least 1, got {max_batch}")
+    if mode == "compile":
+        buckets, size = [max_batch], max_batch
+        while size > 1 and (size + 1) // 2 * COMPILE_SMALLEST_SHARE >= max_batch:
+            size = (size + 1) // 2
+            buckets.append(size)
+        return sorted(buckets)
+    buckets, rows = [max_batch], 1
+    while (bucket := bucket_for(rows)) < max_batch:
+        buckets.append(bucket)
+        rows = bucket + 1
+    return sorted(buckets)
 
-    def forward(planes: torch.Tensor, scalars: torch.Tensor) -> tuple:
-        with torch._dynamo.config.patch(recompile_limit=64):
-            return compiled(planes, scalars)
 
-    return forward
+def capture_graph(forward: Forward, planes: torch.Tensor, scalars: torch.Tensor) -> Runner:
+    """Captures ``forward(planes, scalars)`` in a CUDA graph; returns what replays it.
+
+    The replay reads the buffers ``planes`` and ``scalars`` and returns the
+    captured outputs, overwritten by the next replay. The capture is
+    thread-local: CUDA calls of other threads (a server's event loop, a
+    bench's sampler) neither spoil it nor fail because of it.
+
+    Raises:
+        ValueError: the buffers are not on a CUDA device.
+        RuntimeError: whatever the capture raises (an operation a graph cannot hold).
+    """
+    if planes.device.type != "cuda":
+        raise ValueError(f"CUDA graphs need a CUDA device, got {planes.device}")
+    # PyTorch's recipe: warm up on a side stream, then capture; the capture
+    # reads and writes only these buffers and the graph's own memory pool.
+    side = torch.cuda.Stream(planes.device)
+    side.wait_stream(torch.cuda.current_stream(planes.device))
+    with torch.cuda.stream(side):
+        for _ in range(GRAPH_WARMUP_PASSES):
+            forward(planes, scalars)
+    torch.cuda.current_stream(planes.device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        out = forward(planes, scalars)
+
+    def replay() -> tuple:
+        graph.replay()
+        return out
+
+    return replay
+
+
+@contextlib.contextmanager
+def _compile_settings() -> Iterator[None]:
+    """Raises Dynamo's recompile limit (a dozen buckets) and compiles with this process's torch threads.
+
+    An actor runs torch on one thread (one actor per core); Inductor's own
+    default is a compile worker per core, in every actor at once.
+    """
+    import torch._inductor.config as inductor_config
+
+    with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT), \
+            inductor_config.patch(compile_threads=max(1, torch.get_num_threads())):
+        yield
+
+
+def compile_per_bucket(model: torch.nn.Module, *, backend: str | Callable[..., object] = "inductor") -> RunnerMaker:
+    """Gets a RunnerMaker that compiles ``model`` for each bucket's fixed shape, when the bucket is made.
+
+    Inductor compiles with ``mode="reduce-overhead"`` (its kernels replayed
+    from CUDA graphs); another ``backend`` (tests) compiles without a mode.
+    The maker calls the compiled model COMPILE_PASSES times, so a failure of
+    the compilation or of its graph recording raises there, not mid-run.
+    The caller makes the input expansion's constants first
+    (planes.make_device_constants): made inside the first trace, they cost a
+    second compilation.
+    """
+    mode = "reduce-overhead" if backend == "inductor" else None
+    compiled = torch.compile(model, dynamic=False, backend=backend, mode=mode)
+
+    def make(planes: torch.Tensor, scalars: torch.Tensor) -> Runner:
+        with _compile_settings():
+            for _ in range(COMPILE_PASSES):
+                compiled(planes, scalars)
+
+        def run() -> tuple:
+            with _compile_settings():
+                return compiled(planes, scalars)
+
+        return run
+
+    return make
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
 
 
 class BucketedForward:
     """Runs a model on batches padded to their bucket; returns the real rows' outputs.
 
-    Each bucket keeps its own input buffers on the model's device. With
-    ``graphs=True`` (CUDA only) a CUDA graph of the forward is captured per
-    bucket on first use and replayed after; the returned tensors are then
-    views of the graph's output buffers, overwritten by the next pass of that
-    bucket, so a caller reads or copies them before the next call (the
-    Evaluator gathers the legal logits right away, on the same stream).
+    Each bucket keeps its own input buffers on the model's device and a runner
+    made by ``make`` (a CUDA graph's replay, a compiled pass; without ``make``
+    the padded batch runs eagerly). A runner's outputs may be buffers that the
+    next pass of its bucket overwrites, so a caller reads or copies them
+    before the next call (the Evaluator gathers the legal logits right away,
+    on the same stream). A bucket whose runner cannot be made runs ``eager``
+    on the unpadded batch from then on (``failures`` says why).
 
     Args:
-        forward: the module (or compiled module) called on (planes, scalars).
+        eager: the plain forward (the module), called on (planes, scalars).
         device: where the model's weights are.
-        max_batch: the largest batch the caller sends (a bucket of its own).
-        graphs: capture CUDA graphs (needs a CUDA device).
+        mode: names the fast pass in warnings ('graphs', 'compile'), and picks the start buckets.
+        make: makes a bucket's runner (capture_graph, compile_per_bucket); None: pad only.
+        max_batch: the largest batch the caller sends (a bucket of its own);
+            given, the start buckets are known and ``warm`` makes them.
 
-    Call it under the caller's inference mode and autocast: a capture records
-    the pass as those contexts set it up.
-
-    Raises:
-        ValueError: graphs asked for off CUDA.
+    Call it (and ``warm``) under the caller's inference mode and autocast: a
+    capture records the pass as those contexts set it up.
     """
 
-    def __init__(self, forward: Forward, device: torch.device, *, max_batch: int | None = None,
-                 graphs: bool = False) -> None:
-        if graphs and device.type != "cuda":
-            raise ValueError(f"CUDA graphs need a CUDA device, got {device}")
-        self.forward = forward
+    def __init__(self, eager: Forward, device: torch.device, *, mode: str = "eager",
+                 make: RunnerMaker | None = None, max_batch: int | None = None) -> None:
+        self.eager = eager
         self.device = device
+        self.mode = mode
+        self.make = make
         self.max_batch = max_batch
-        self.graphs = graphs
+        self.buckets = start_buckets(max_batch, mode) if max_batch is not None else []
         self.inputs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # bucket -> (planes, scalars) buffers
-        self.captured: dict[int, tuple[torch.cuda.CUDAGraph, tuple]] = {}  # bucket -> (graph, its outputs)
+        self.runners: dict[int, Runner | None] = {}  # bucket -> its runner, None: it runs eager
+        self.failures: dict[int, str] = {}  # bucket -> why its runner could not be made
+        self.made = 0  # runners made (or tried) so far: a pass that made one also captured or compiled
+        make_device_constants(device)  # before any capture or trace reads them
+
+    def bucket_of(self, rows: int) -> int:
+        """Gets the bucket a batch of ``rows`` pads to: the smallest start bucket that holds it, else bucket_for.
+
+        Raises:
+            ValueError: rows < 1.
+        """
+        for bucket in self.buckets:
+            if bucket >= rows:
+                return bucket
+        return bucket_for(rows, self.max_batch)
+
+    def warm(self) -> None:
+        """Makes the start buckets' runners now (captures or compiles them all), so none stalls a pass later."""
+        for bucket in self.buckets:
+            if bucket not in self.runners:
+                self._make(bucket)
 
     def __call__(self, planes: torch.Tensor, scalars: torch.Tensor) -> tuple:
         """Evaluates int64 [N, 112] planes and float32 [N, 7] scalars on the device; outputs have N rows."""
         rows = planes.shape[0]
-        bucket = bucket_for(rows, self.max_batch)
-        padded_planes, padded_scalars = self._inputs_for(bucket)
+        bucket = self.bucket_of(rows)
+        runner = self.runners[bucket] if bucket in self.runners else self._make(bucket)
+        if runner is None:
+            return self.eager(planes, scalars)
+        padded_planes, padded_scalars = self.inputs[bucket]
         padded_planes[:rows].copy_(planes, non_blocking=True)
         padded_scalars[:rows].copy_(scalars, non_blocking=True)
-        if self.graphs:
-            out = self._replay(bucket)
-        else:
-            out = self.forward(padded_planes, padded_scalars)
+        out = runner()
         return type(out)(*(None if t is None else t[:rows] for t in out))
+
+    def _make(self, bucket: int) -> Runner | None:
+        """Makes (once) the bucket's buffers and runner; a failure leaves it eager, with one warning."""
+        self.made += 1
+        planes, scalars = self._inputs_for(bucket)
+        if self.make is None:
+            runner: Runner | None = lambda: self.eager(planes, scalars)
+        else:
+            try:
+                runner = self.make(planes, scalars)
+            except Exception as error:  # any failure to capture or compile: this bucket runs eager
+                self.failures[bucket] = _first_line(error)
+                log.warning("forward %r, bucket %d: %s; that bucket runs eager from now on", self.mode, bucket,
+                            self.failures[bucket])
+                runner = None
+        self.runners[bucket] = runner
+        return runner
 
     def _inputs_for(self, bucket: int) -> tuple[torch.Tensor, torch.Tensor]:
         buffers = self.inputs.get(bucket)
@@ -137,29 +284,6 @@ class BucketedForward:
             self.inputs[bucket] = buffers
         return buffers
 
-    def _replay(self, bucket: int) -> tuple:
-        entry = self.captured.get(bucket)
-        if entry is None:
-            entry = self._capture(bucket)
-            self.captured[bucket] = entry
-        graph, out = entry
-        graph.replay()
-        return out
 
-    def _capture(self, bucket: int) -> tuple[torch.cuda.CUDAGraph, tuple]:
-        # PyTorch's recipe: warm up on a side stream, then capture; the capture
-        # reads and writes only this bucket's input buffers and its own pool.
-        planes, scalars = self.inputs[bucket]
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            for _ in range(GRAPH_WARMUP_PASSES):
-                self.forward(planes, scalars)
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = self.forward(planes, scalars)
-        return graph, out
-
-
-__all__ = ["FORWARD_MODES", "BucketedForward", "bucket_for", "compile_per_bucket"]
+__all__ = ["FORWARD_MODES", "BucketedForward", "Runner", "RunnerMaker", "bucket_for", "capture_graph",
+           "compile_per_bucket", "start_buckets"]

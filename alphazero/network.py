@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import logging
 import os
+import random
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import torch
@@ -34,12 +37,16 @@ from torch import nn
 
 from alphazero.config import NetworkConfig
 from alphazero.errors import UserError
-from alphazero.forward import FORWARD_MODES, BucketedForward, compile_per_bucket
+from alphazero.forward import FORWARD_MODES, BucketedForward, RunnerMaker, capture_graph, compile_per_bucket
+from alphazero.parity import ParityErrors, ParitySettings, compare_legal
 from alphazero.planes import INPUT_PLANES, check_compact_numpy, compact_to_torch, expand_torch
 
 POLICY_PLANES = 73  # 56 queen-like + 8 knight + 9 under-promotion move planes
 POLICY_SIZE = POLICY_PLANES * 64  # 4672 move indices
 _COMPILED_PREFIX = "_orig_mod."  # torch.compile's wrapper prefixes parameter names with this
+_T = TypeVar("_T")
+
+log = logging.getLogger(__name__)
 
 
 class NetOutput(NamedTuple):
@@ -48,6 +55,19 @@ class NetOutput(NamedTuple):
     policy_logits: torch.Tensor  # float32 [N, 4672], unmasked
     value: torch.Tensor  # float32 [N] in [-1, 1]
     wdl_logits: torch.Tensor | None  # float32 [N, 3] (win, draw, loss), or None for a scalar head
+
+
+def float32_head(layer: Callable[[torch.Tensor], _T], x: torch.Tensor) -> _T:
+    """Runs a head's last layer (a module or a function of one tensor) in float32, whatever autocast says.
+
+    Its outputs are what the search reads: under bf16 autocast they would keep
+    8 bits of mantissa, so priors would be rounded before the legal moves'
+    logits are gathered. Without autocast (the CPU) it is just ``layer(x)``.
+    """
+    if not torch.is_autocast_enabled(x.device.type):
+        return layer(x)
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        return layer(x.float())
 
 
 def _conv_bn(in_channels: int, out_channels: int, kernel: int) -> nn.Sequential:
@@ -104,9 +124,9 @@ class AlphaZeroNet(nn.Module):
             x = x.contiguous(memory_format=torch.channels_last)
         x = self.tower(F.relu(self.stem(x)))
         # [N, 73, 8, 8] -> [N, 4672]: index plane*64 + 8*row + col, the move index's layout.
-        policy = self.policy_out(F.relu(self.policy_conv(x))).flatten(1).float()
+        policy = float32_head(self.policy_out, F.relu(self.policy_conv(x))).flatten(1).float()
         hidden = F.relu(self.value_fc(F.relu(self.value_conv(x)).flatten(1)))
-        out = self.value_out(hidden).float()
+        out = float32_head(self.value_out, hidden).float()
         if self.config.value_head == "wdl":
             probabilities = out.softmax(dim=1)
             return NetOutput(policy, probabilities[:, 0] - probabilities[:, 2], out)
@@ -210,16 +230,17 @@ class PendingOutput:
     """
 
     def __init__(self, evaluator: Evaluator, host: _HostOutput, rows: int, width: int,
-                 events: tuple[Any, Any] | None) -> None:
+                 events: tuple[Any, Any] | None, *, timed: bool = False) -> None:
         self._evaluator = evaluator
         self._host = host
         self._rows = rows
         self._width = width
         self._events = events
+        self._timed = timed  # the events bracket the device's work on this pass alone (no capture, no check)
         self._result: tuple[np.ndarray, np.ndarray] | None = None
 
     def wait(self) -> tuple[np.ndarray, np.ndarray]:
-        """Waits for the batch (the pass's one synchronisation on CUDA) and returns its results.
+        """Waits for the batch (the pass's one synchronisation on CUDA, a blocking one) and returns its results.
 
         Raises:
             ValueError: a legal index outside [0, 4672) among a row's first legal_counts[b].
@@ -228,12 +249,25 @@ class PendingOutput:
             if self._events is not None:
                 start, end = self._events
                 end.synchronize()
-                self._evaluator.gpu_seconds += start.elapsed_time(end) / 1000
+                if self._timed:
+                    self._evaluator.gpu_seconds += start.elapsed_time(end) / 1000
             logits, values, flag = self._host.numpy(self._rows, self._width)
             if flag[0]:
                 raise ValueError(f"legal move indices must lie in [0, {POLICY_SIZE}), got one outside")
             self._result = (logits, values)
         return self._result
+
+
+def _pass_events(device: torch.device) -> tuple[Any, Any] | None:
+    """Gets a lane's pair of CUDA events (None off CUDA): they time its passes, and wait() waits on the second.
+
+    Blocking: a thread that waits on them sleeps until the GPU is done, where
+    the default spins a CPU core (one per actor) for the whole pass.
+    """
+    if device.type != "cuda":
+        return None
+    return (torch.cuda.Event(enable_timing=True, blocking=True),
+            torch.cuda.Event(enable_timing=True, blocking=True))
 
 
 class _HostOutput:
@@ -330,33 +364,48 @@ class Evaluator:
 
     The model itself is moved to ``device`` (default: where its weights are),
     put in eval mode and, on CUDA, into channels_last memory format; it then
-    runs under bf16 autocast (``bf16=False`` turns that off) and outputs are cast
-    back to float32. ``compile=True`` wraps the model in torch.compile; the first
-    batches of each new size are then slow.
+    runs under bf16 autocast (``bf16=False`` turns that off; the heads' last
+    layers stay float32) and outputs are float32. ``compile=True`` wraps the
+    model in torch.compile; the first batches of each new size are then slow.
 
     ``forward`` picks how a CUDA pass runs (alphazero.forward.FORWARD_MODES):
     'eager', 'graphs' (a CUDA graph per batch-size bucket) or 'compile'
     (torch.compile(mode='reduce-overhead') per bucket); ``max_batch`` is the
-    largest batch the caller sends (a bucket of its own). On the CPU both are
-    ignored: the pass is eager, as there is no launch overhead to save.
+    largest batch the caller sends (a bucket of its own, and with it the
+    buckets warm_up() makes at start). On the CPU both are ignored: the pass
+    is eager, as there is no launch overhead to save. ``runner_maker``
+    replaces the mode's own way to make a bucket's pass (a fake fast pass:
+    tests reach the fast path's code on the CPU with it).
+
+    A fast pass (bf16, graphs or compiled) checks itself against float32
+    eager on the same batch (alphazero.parity; ``parity`` says when): on a
+    mismatch it logs one warning with the largest errors, hands the search
+    eager's results for that batch, and runs plainer from then on (graphs or
+    compile -> eager; bf16 eager -> float32). ``fallbacks`` lists those
+    warnings, ``bucket_failures`` the buckets whose capture or compilation failed.
 
     Two ways in: evaluate() returns all 4672 logits per position;
     submit_legal() / evaluate_legal() return only the legal moves' logits,
     gathered on the device, in preallocated (on CUDA pinned) host buffers, with
     one synchronisation per pass; that is what the search reads
     (MultiGameSearch.backup_legal). ``gpu_seconds`` sums the GPU time of the
-    legal passes (CUDA events; 0 on the CPU).
+    legal passes (CUDA events from the forward pass to the copy to the host;
+    passes that captured, compiled or were checked are left out; 0 on the CPU).
 
     Example::
 
         evaluator = Evaluator(model, pick_device("auto"))
         logits, values = evaluator.evaluate(planes, scalars)   # [B, 4672], [B]
         legal, values = evaluator.evaluate_legal(planes, scalars, legal_indices, legal_counts)   # [B, W], [B]
+
+    Raises:
+        ValueError: an unknown forward mode.
     """
 
     def __init__(self, model: AlphaZeroNet, device: torch.device | str | None = None, *,
                  compile: bool = False, bf16: bool = True, forward: str = "eager",
-                 max_batch: int | None = None) -> None:
+                 max_batch: int | None = None, parity: ParitySettings | None = None,
+                 runner_maker: RunnerMaker | None = None) -> None:
         if forward not in FORWARD_MODES:
             raise ValueError(f"forward must be one of {', '.join(FORWARD_MODES)}, got {forward!r}")
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
@@ -365,14 +414,19 @@ class Evaluator:
         if self.use_cuda:
             self.model = self.model.to(memory_format=torch.channels_last)
         self.autocast = bf16 and self.use_cuda
-        self._forward: Any = torch.compile(self.model) if compile else self.model
-        self.forward_mode = forward if self.use_cuda else "eager"
-        if self.forward_mode == "compile":
-            # Padded to buckets, so it compiles (and records its graphs) once per bucket.
-            self._forward = compile_per_bucket(self.model)
+        self._eager: Any = torch.compile(self.model) if compile else self.model
+        self._forward: Any = self._eager
+        self.forward_mode = forward if self.use_cuda or runner_maker is not None else "eager"
+        self._bucketed: BucketedForward | None = None
         if self.forward_mode != "eager":
-            self._forward = BucketedForward(self._forward, self.device, max_batch=max_batch,
-                                            graphs=self.forward_mode == "graphs")
+            self._bucketed = BucketedForward(self.model, self.device, mode=self.forward_mode, max_batch=max_batch,
+                                             make=runner_maker or self._runner_maker(self.forward_mode))
+            self._forward = self._bucketed
+        self.parity = parity or ParitySettings()
+        self._check_passes = self._fast()
+        self._checked: set[int] = set()  # buckets (0: an unbucketed pass) checked since the last weight update
+        self._parity_draw = random.Random(0)  # which of the other passes are checked
+        self.fallbacks: list[str] = []
         self._lanes: dict[int, tuple[_HostOutput, tuple[Any, Any] | None]] = {}
         self.gpu_seconds = 0.0
 
@@ -380,11 +434,36 @@ class Evaluator:
     def config(self) -> NetworkConfig:
         return self.model.config
 
+    @property
+    def bucket_failures(self) -> dict[int, str]:
+        """Buckets whose capture or compilation failed (they run eager), with the error."""
+        return dict(self._bucketed.failures) if self._bucketed is not None else {}
+
+    def describe_pass(self) -> str:
+        """Gets how a pass runs now: 'graphs, bf16', 'eager, float32', ..."""
+        return f"{self.forward_mode}, {'bf16' if self.autocast else 'float32'}"
+
+    def _runner_maker(self, mode: str) -> RunnerMaker:
+        if mode == "graphs":
+            return functools.partial(capture_graph, self.model)
+        return compile_per_bucket(self.model)
+
+    def _fast(self) -> bool:
+        """Whether a pass differs from float32 eager, so that the parity check applies."""
+        return self.parity.mode != "off" and (self.forward_mode != "eager" or self.autocast)
+
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.autocast:
             # No weight-cast cache: a CUDA graph must redo the casts it captured on every replay.
             return torch.autocast(device_type="cuda", dtype=torch.bfloat16, cache_enabled=False)
         return contextlib.nullcontext()
+
+    def warm_up(self) -> None:
+        """Captures or compiles the fast pass's start buckets now (alphazero.forward.start_buckets), so that
+        none stalls a pass later; a bucket that fails runs eager (one warning). Nothing on an eager pass."""
+        if self._bucketed is not None and self._forward is self._bucketed:
+            with torch.inference_mode(), self._autocast():
+                self._bucketed.warm()
 
     def evaluate(self, planes: np.ndarray, scalars: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Evaluates B compact positions: uint64 [B, 112] and float32 [B, 7].
@@ -428,9 +507,10 @@ class Evaluator:
         search's gather() arrays: row b's first legal_counts[b] entries are
         its legal moves' policy indices (the rest are ignored). The result's
         width W is the largest count. On CUDA the pass only gets queued, so
-        the caller can search meanwhile; batches of different ``lane``s may be
-        in flight together (each lane has its own output buffers), a lane's
-        next batch may only be submitted after its last one was waited for.
+        the caller can search meanwhile (a pass the parity check takes is
+        waited for here); batches of different ``lane``s may be in flight
+        together (each lane has its own output buffers), a lane's next batch
+        may only be submitted after its last one was waited for.
 
         Raises:
             ValueError: wrong dtypes or shapes, or counts beyond legal_indices' width.
@@ -440,13 +520,15 @@ class Evaluator:
         if rows == 0:
             host.flag.zero_()
             return PendingOutput(self, host, rows, width, None)
+        made = self._bucketed.made if self._bucketed is not None else 0
+        check = self._parity_key(rows) if self._check_passes else None
         with torch.inference_mode(), self._autocast():
-            if events is not None:
-                events[0].record()
-            self._run_legal(planes, scalars, legal_indices, legal_counts, host.tensors(rows, width), lambda _: None)
-            if events is not None:
-                events[1].record()
-        return PendingOutput(self, host, rows, width, events)
+            self._run_legal(planes, scalars, legal_indices, legal_counts, host.tensors(rows, width),
+                            _stage_events(events))
+        if check is not None:
+            self._check_parity(check, (planes, scalars, legal_indices, legal_counts), host, rows, width, events)
+        timed = check is None and (self._bucketed.made if self._bucketed is not None else 0) == made
+        return PendingOutput(self, host, rows, width, events, timed=timed)
 
     def _run_legal(self, planes: np.ndarray, scalars: np.ndarray, legal_indices: np.ndarray,
                    legal_counts: np.ndarray, outputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
@@ -472,6 +554,63 @@ class Evaluator:
         values_out.copy_(out.value, non_blocking=True)
         stage_done("output")
 
+    # -- the parity check -----------------------------------------------------------
+
+    def _parity_key(self, rows: int) -> int | None:
+        """Gets the bucket to note when this pass is to be checked (0 for an unbucketed pass), else None."""
+        key = 0
+        if self._bucketed is not None and self._forward is self._bucketed:
+            key = self._bucketed.bucket_of(rows)
+        if self.parity.mode == "always" or key not in self._checked \
+                or self._parity_draw.random() < self.parity.share:
+            return key
+        return None
+
+    def _check_parity(self, key: int, batch: tuple[np.ndarray, ...], host: _HostOutput, rows: int, width: int,
+                      events: tuple[Any, Any] | None) -> None:
+        """Compares the pass just queued with float32 eager; on a mismatch puts eager's results in its place
+        and falls back (one warning)."""
+        if events is not None:
+            events[1].synchronize()
+        logits, values, flag = host.numpy(rows, width)
+        if flag[0]:
+            return  # a bad legal index: wait() raises
+        ref_logits, ref_values = self.reference_legal(*batch, rows=rows, width=width)
+        errors = compare_legal(logits, values, ref_logits, ref_values, batch[3][:rows], self.parity)
+        self._checked.add(key)
+        if not errors.ok:
+            logits[...], values[...] = ref_logits, ref_values  # what reaches the search: the eager results
+            self._fall_back(errors, rows)
+
+    def reference_legal(self, planes: np.ndarray, scalars: np.ndarray, legal_indices: np.ndarray,
+                        legal_counts: np.ndarray, *, rows: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+        """Gets plain float32 eager's legal logits [rows, width] and values [rows] (new numpy arrays) for the
+        first ``rows`` positions: what the parity check compares a pass with."""
+        planes_t, scalars_t = compact_to_torch(planes[:rows], scalars[:rows], self.device)
+        indices_t = _to_device(legal_indices[:rows, :width], self.device)
+        counts_t = _to_device(legal_counts[:rows], self.device)
+        with torch.inference_mode():
+            out = self.model(planes_t, scalars_t)
+            legal, _ = gather_legal(out.policy_logits.float(), indices_t, counts_t)
+            return legal.cpu().numpy(), out.value.float().cpu().numpy()
+
+    def _fall_back(self, errors: ParityErrors, rows: int) -> None:
+        """Steps to a plainer pass after a mismatch (graphs or compile -> eager; bf16 -> float32), with one warning."""
+        before = self.describe_pass()
+        if self.forward_mode != "eager":
+            self.forward_mode, self._forward = "eager", self._eager
+        else:
+            self.autocast = False
+        self._check_passes = self._fast()
+        self._checked.clear()
+        line = (f"the forward pass ({before}) differs from float32 eager on a batch of {rows}: {errors.describe()} "
+                f"(tolerance {self.parity.atol:g} + {self.parity.rtol:g} x |eager|, selfplay.parity_atol and "
+                f"parity_rtol); running {self.describe_pass()} from now on")
+        log.warning(line)
+        self.fallbacks.append(line)
+
+    # -- lanes, profiles, weights ---------------------------------------------------------
+
     def evaluate_legal(self, planes: np.ndarray, scalars: np.ndarray, legal_indices: np.ndarray,
                        legal_counts: np.ndarray, *, lane: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """Evaluates B positions now: (legal logits float32 [B, W], values float32 [B]) (see submit_legal).
@@ -486,10 +625,7 @@ class Evaluator:
     def _lane(self, lane: int) -> tuple[_HostOutput, tuple[Any, Any] | None]:
         entry = self._lanes.get(lane)
         if entry is None:
-            events = None
-            if self.use_cuda:
-                events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-            entry = (_HostOutput(pin=self.use_cuda), events)
+            entry = (_HostOutput(pin=self.use_cuda), _pass_events(self.device))
             self._lanes[lane] = entry
         return entry
 
@@ -525,14 +661,36 @@ class Evaluator:
         return times
 
     def set_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
-        """Replaces the model's weights in place (no rebuild, no recompile, captured graphs stay valid).
+        """Replaces the model's weights in place (no rebuild, no recompile, captured graphs stay valid); the
+        next pass of each bucket is checked again (the parity check).
 
         Raises:
             UserError: the weights do not fit the model.
         """
         load_weights(self.model, state_dict, "new weights")
+        self._checked.clear()
 
     load_state_dict = set_weights
+
+
+def _ignore_stage(name: str) -> None:
+    """A stage_done that does nothing (the CPU's passes)."""
+
+
+def _stage_events(events: tuple[Any, Any] | None) -> Callable[[str], None]:
+    """Gets a stage_done that records the lane's events: the first once the inputs are queued (so the set-up
+    on the host is not timed), the second after the copy to the host."""
+    if events is None:
+        return _ignore_stage
+    start, end = events
+
+    def stage_done(name: str) -> None:
+        if name == "input":
+            start.record()
+        elif name == "output":
+            end.record()
+
+    return stage_done
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -121,6 +121,12 @@ def _constants_on(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     return constants
 
 
+def make_device_constants(device: torch.device) -> None:
+    """Makes expand_torch's constants on ``device`` now, before a CUDA graph's capture or torch.compile's
+    trace reads them: made inside a trace, their cache's change forces a second compilation."""
+    _constants_on(torch.empty(0, device=device).device)  # as expand_torch looks it up: 'cuda:0', not 'cuda'
+
+
 def expand_torch(planes: torch.Tensor, scalars: torch.Tensor) -> torch.Tensor:
     """Expands compact positions into float32 input planes on the tensors' device.
 

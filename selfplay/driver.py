@@ -71,9 +71,19 @@ def connect_ray(address: str | None, num_cpus: int, num_gpus: float | None = Non
         except (ConnectionError, RuntimeError, ValueError) as error:
             raise UserError(f"cannot connect to the Ray cluster at {address}: {error}") from None
         return True
-    ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, namespace=NAMESPACE,
-             logging_level=logging.WARNING)
+    # A node's resources are whole numbers: --gpus 0.5 declares one GPU, of which self-play asks half.
+    ray.init(num_cpus=num_cpus, num_gpus=math.ceil(num_gpus) if num_gpus else None, include_dashboard=False,
+             namespace=NAMESPACE, logging_level=logging.WARNING)
     return True
+
+
+def server_gpus(gpus: float, servers: int) -> float:
+    """Gets the GPUs each of ``servers`` inference servers asks Ray for: its share of ``gpus``, at most one.
+
+    A whole GPU for a server of ``--gpus 0.5`` would never be granted (Ray
+    would wait for it for ever); 0 without GPUs (a server on the CPU).
+    """
+    return min(1.0, gpus / max(servers, 1)) if gpus > 0 else 0.0
 
 
 _RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
@@ -403,7 +413,7 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
         raise UserError(f"transport 'ray' writes the shards on the driver's node, and through {address} that is "
                         f"the cluster's head, not this machine: run alphazero selfplay on the head with "
                         f"--address auto (or use --transport disk with storage every node sees)")
-    config = for_gpus(config, gpus)  # with GPUs: selfplay.gpu_games_per_actor
+    config = for_gpus(config, gpus)  # the device the GPUs imply; with GPUs: selfplay.gpu_games_per_actor
     step = check_checkpoint(run, config)
     if step is None:
         print(f"self-play: no checkpoint in {run.checkpoints} yet: playing with freshly initialised weights",
@@ -489,15 +499,20 @@ def _start_actors(run: RunDir, config: Config, actors: int, gpus: float, inferen
 
     config_toml = to_toml(config)
     run_path = str(run.root) if feed is None else None
+    served = math.ceil(actors / max(servers_wanted, 1))  # actors per server: its batch is sized for them
     servers = [
-        ray.remote(InferenceServer).options(num_cpus=1, num_gpus=1 if gpus > 0 else 0, max_restarts=-1,
-                                            max_concurrency=1000)
-        .remote(run_path, config_toml)
+        ray.remote(InferenceServer).options(num_cpus=1, num_gpus=server_gpus(gpus, servers_wanted),
+                                            max_restarts=-1, max_concurrency=1000,
+                                            runtime_env=_gpu_env(gpus > 0, {}))
+        .remote(run_path, config_toml, actors=served)
         for _ in range(servers_wanted)
     ]
     per_actor_gpu = gpus / actors if inference == "local" and gpus > 0 else 0
-    # One core per actor: thread pools sized for the machine would fight the other actors.
-    one_thread = {"env_vars": {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}}
+    # One core per actor: thread pools (torch's, Inductor's compile workers) sized for the machine would
+    # fight the other actors.
+    one_thread = _gpu_env(per_actor_gpu > 0, {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                                                       "MKL_NUM_THREADS",
+                                                                       "TORCHINDUCTOR_COMPILE_THREADS")})
     worker = ray.remote(SelfPlayWorker)
     handles = []
     for i in range(actors):
@@ -517,6 +532,16 @@ def _start_actors(run: RunDir, config: Config, actors: int, gpus: float, inferen
             feed.targets.append(server if server is not None else handles[-1])
             feed.push(i)  # the first weights: taken before the first play()
     return handles, servers
+
+
+def _gpu_env(holds_gpu: bool, env_vars: dict[str, str]) -> dict[str, Any]:
+    """Gets a Ray runtime_env with ``env_vars``; an actor that holds no GPU also sees none.
+
+    Ray no longer hides the GPUs from actors that reserve none: without this,
+    a CUDA call there would open a context on GPU 0, beside the learner and
+    unseen by Ray.
+    """
+    return {"env_vars": env_vars if holds_gpu else {**env_vars, "CUDA_VISIBLE_DEVICES": ""}}
 
 
 def _collect(ref: Any, totals: Totals, index: int, idle: set[int]) -> PlayStats | None:

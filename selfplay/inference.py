@@ -2,9 +2,10 @@
 
 Actors send their gathered leaves (compact planes, a few KB per position, and
 the legal moves' indices) and wait; the server copies up to `max_batch`
-positions of the waiting requests into one preallocated (on CUDA pinned)
-batch, runs one forward pass, and answers each actor with its own rows: only
-the legal moves' logits (~30 floats a position) and the values. Requests
+positions of the waiting requests (by default all its actors' requests at
+once: server_batch_size) into one preallocated (on CUDA pinned) batch, runs
+one forward pass, and answers each actor with its own rows: only the legal
+moves' logits (~30 floats a position) and the values. Requests
 that come during a pass make up the next one; an idle server waits up to
 `wait_ms` for company.
 
@@ -28,8 +29,9 @@ import numpy as np
 import torch
 
 from alphazero.checkpoint import load_latest_weights
-from alphazero.config import from_toml
+from alphazero.config import Config, from_toml
 from alphazero.network import Evaluator, build_network, pick_device
+from alphazero.parity import ParitySettings
 from alphazero.planes import COMPACT_PLANES, NUM_SCALARS
 from alphazero.rundir import RunDir
 from selfplay.worker import measure_rate
@@ -37,6 +39,19 @@ from selfplay.worker import measure_rate
 log = logging.getLogger(__name__)
 
 Answer = tuple[np.ndarray, np.ndarray, int]  # legal logits [n, W], values [n], the weights' step
+
+
+def server_batch_size(config: Config, actors: int) -> int:
+    """Gets the most positions in one pass of a server that serves ``actors`` actors.
+
+    selfplay.server_batch_size when set; 0 (the default): every request its
+    actors can have in flight at once, actors x games_per_actor x
+    search.leaves_per_game (each of an actor's lanes sends its share of its
+    games), so the requests that arrive during a pass all go in the next one.
+    """
+    if config.selfplay.server_batch_size > 0:
+        return config.selfplay.server_batch_size
+    return max(1, actors) * config.selfplay.games_per_actor * config.search.leaves_per_game
 
 
 @dataclass
@@ -52,18 +67,21 @@ class InferenceServer:
     """Batches evaluation requests from many actors into few forward passes."""
 
     def __init__(self, run_path: str | None, config_toml: str, *, device: str | None = None,
-                 max_batch: int | None = None, wait_ms: float | None = None) -> None:
+                 max_batch: int | None = None, wait_ms: float | None = None, actors: int = 1) -> None:
         """Builds the server's network: with ``run_path`` (transport 'disk') from the run's newest checkpoint,
-        polled later; without (transport 'ray') with fresh weights until set_weights.
+        polled later; without (transport 'ray') with fresh weights until set_weights. ``actors`` is how many
+        actors it serves: with selfplay.server_batch_size 0 its largest pass takes all their requests
+        (server_batch_size). Every bucket's graph or compilation is made here.
 
         Raises:
             UserError: the run's newest checkpoint is corrupt or of another architecture.
         """
         config = from_toml(config_toml)
         self.run = RunDir(run_path) if run_path is not None else None
-        self.max_batch = max_batch or config.selfplay.server_batch_size
+        self.max_batch = max_batch or server_batch_size(config, actors)
         self.evaluator = Evaluator(build_network(config.network), pick_device(device or config.selfplay.device),
-                                   forward=config.selfplay.cuda_forward, max_batch=self.max_batch)
+                                   forward=config.selfplay.cuda_forward, max_batch=self.max_batch,
+                                   parity=ParitySettings.from_config(config.selfplay))
         self.wait_s = (wait_ms if wait_ms is not None else config.selfplay.server_wait_ms) / 1000
         self.poll_s = config.selfplay.weights_poll_seconds
         self.step = -1
@@ -77,6 +95,8 @@ class InferenceServer:
         self.passes = 0
         self.positions = 0
         self._poll_weights(force=True)
+        # In the pool's thread, where the passes run: torch.compile's CUDA graphs are kept per thread.
+        self.pool.submit(self.evaluator.warm_up).result()
 
     def _poll_weights(self, force: bool = False) -> None:
         if self.run is None:

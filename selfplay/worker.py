@@ -31,6 +31,7 @@ import torch
 from alphazero.checkpoint import load_latest_weights
 from alphazero.config import Config, SearchConfig, from_toml
 from alphazero.network import Evaluator, build_network, pick_device
+from alphazero.parity import ParitySettings
 from alphazero.resign import game_resign_fields, threshold_for_actors, threshold_in_file
 from alphazero.rundir import RunDir
 from mcts_ext.search import MultiGameSearch
@@ -154,11 +155,13 @@ class SelfPlayWorker:
         if torch_device is not None:
             model = build_network(self.config.network)
             self.evaluator = Evaluator(model, torch_device, forward=selfplay.cuda_forward,
-                                       max_batch=games[0] * self.config.search.leaves_per_game)
+                                       max_batch=games[0] * self.config.search.leaves_per_game,
+                                       parity=ParitySettings.from_config(selfplay))
             self._poll_weights(force=True)
             if self.step < 0 and self.run is not None:
                 log.warning("%s: no checkpoint in %s yet: playing with freshly initialised weights",
                             name, self.run.checkpoints)
+            self.evaluator.warm_up()  # every bucket's graph or compilation now, none in the middle of a game
         # On the CPU a second lane only overlaps if the network runs beside the search, in a thread.
         self.pool = ThreadPoolExecutor(max_workers=1) if len(games) > 1 and torch_device is not None \
             and torch_device.type == "cpu" else None

@@ -165,7 +165,7 @@ def test_gpus_bring_the_presets_gpu_batch_sizes() -> None:
     from alphazero.config import for_gpus
 
     small, alphazero = get_preset("small"), get_preset("alphazero")
-    assert for_gpus(small, 0) == small  # the CPU keeps the preset as it is
+    assert for_gpus(small, 0).selfplay == dataclasses.replace(small.selfplay, device="cpu")  # the rest as it is
     assert for_gpus(small, 1).selfplay.games_per_actor == small.selfplay.gpu_games_per_actor == 2048
     assert for_gpus(alphazero, 0.5).selfplay.games_per_actor == 1024
     assert alphazero.selfplay.inference == "local" and alphazero.selfplay.cuda_forward == "compile"
@@ -174,6 +174,38 @@ def test_gpus_bring_the_presets_gpu_batch_sizes() -> None:
     assert for_gpus(unset, 1).selfplay.games_per_actor == small.selfplay.games_per_actor
     with pytest.raises(UserError, match="selfplay.cuda_forward"):
         apply_overrides(small, ["selfplay.cuda_forward=fast"])
+
+
+@pytest.mark.parametrize("preset", ["tiny", "cf-tiny", "small"])
+def test_gpus_put_self_play_on_them_whatever_the_preset(preset: str) -> None:
+    # Issue 23, defect 1: tiny and cf-tiny said selfplay.device = "cpu", so --gpus reserved GPUs that
+    # actors then left idle, searching on the CPU.
+    from alphazero.config import for_gpus
+
+    assert for_gpus(get_preset(preset), 1).selfplay.device == "cuda"
+    assert for_gpus(apply_overrides(get_preset(preset), ["selfplay.device=cuda:1"]), 2).selfplay.device == "cuda:1"
+    with pytest.raises(UserError, match=r"--gpus 1 reserves GPUs for self-play, but selfplay.device is 'cpu'"):
+        for_gpus(apply_overrides(get_preset(preset), ["selfplay.device=cpu"]), 1)
+
+
+@pytest.mark.parametrize("preset", ["small", "alphazero", "cf-6m", "tiny"])
+def test_without_gpus_self_play_runs_on_the_cpu_whatever_the_machine_has(preset: str) -> None:
+    # Issue 23, defect 2: with device "auto" every actor of --gpus 0 opened a CUDA context on GPU 0.
+    from alphazero.config import for_gpus
+
+    assert for_gpus(get_preset(preset), 0).selfplay.device == "cpu"
+    with pytest.raises(UserError, match=r"selfplay.device is 'cuda', but self-play has no GPUs: pass --gpus"):
+        for_gpus(apply_overrides(get_preset(preset), ["selfplay.device=cuda"]), 0)
+
+
+def test_parity_keys_are_checked() -> None:
+    small = get_preset("small")
+    assert (small.selfplay.parity_check, small.selfplay.parity_share) == ("auto", 0.01)
+    for bad, message in (("selfplay.parity_check=sometimes", "selfplay.parity_check must be one of"),
+                         ("selfplay.parity_share=1.5", r"selfplay.parity_share must lie in \[0, 1\]"),
+                         ("selfplay.parity_atol=-1", "selfplay.parity_atol must be at least 0")):
+        with pytest.raises(UserError, match=message):
+            apply_overrides(small, [bad])
 
 
 def test_a_run_saved_before_the_gpu_keys_still_loads() -> None:

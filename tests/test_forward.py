@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import types
+
 import numpy as np
 import pytest
 import torch
 
 from alphazero.config import NetworkConfig
-from alphazero.forward import BucketedForward, bucket_for
+from alphazero.forward import BucketedForward, bucket_for, capture_graph, compile_per_bucket, start_buckets
 from alphazero.network import AlphaZeroNet, Evaluator
 from alphazero.planes import COMPACT_PLANES, NUM_SCALARS, compact_to_torch
 
@@ -65,8 +69,9 @@ def test_padding_rows_never_change_the_real_rows(model: AlphaZeroNet):
 
 
 def test_graphs_need_cuda(model: AlphaZeroNet):
+    planes, scalars = positions(2, seed=0)
     with pytest.raises(ValueError, match="CUDA"):
-        BucketedForward(model, torch.device("cpu"), graphs=True)
+        capture_graph(model, planes, scalars)
 
 
 def test_forward_modes_leave_the_cpu_path_eager(model: AlphaZeroNet):
@@ -75,3 +80,143 @@ def test_forward_modes_leave_the_cpu_path_eager(model: AlphaZeroNet):
         assert evaluator.forward_mode == "eager"
     with pytest.raises(ValueError, match="forward must be one of"):
         Evaluator(model, "cpu", forward="fast")
+
+
+# --- start buckets, fallback, capture and compile (issue 23) ------------------------------------------
+
+
+def test_start_buckets_are_every_bucket_for_graphs_and_halves_for_compile():
+    assert start_buckets(40, "graphs") == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 40]
+    assert start_buckets(1024, "compile") == [16, 32, 64, 128, 256, 512, 1024]
+    assert start_buckets(1000, "compile") == [16, 32, 63, 125, 250, 500, 1000]
+    assert start_buckets(1, "compile") == [1]
+    forward = BucketedForward(lambda p, s: None, torch.device("cpu"), mode="compile", max_batch=1024)
+    assert [forward.bucket_of(rows) for rows in (1, 16, 17, 600, 1024)] == [16, 16, 32, 1024, 1024]
+    assert forward.bucket_of(1500) == bucket_for(1500)  # beyond the largest batch: the usual buckets
+
+
+def _counting_maker(model: AlphaZeroNet, made: list[int]):
+    """A fake fast pass: each bucket's runner is the eager model on that bucket's buffers."""
+
+    def make(planes: torch.Tensor, scalars: torch.Tensor):
+        made.append(planes.shape[0])
+        return lambda: model(planes, scalars)
+
+    return make
+
+
+def test_warm_up_makes_every_start_bucket_so_no_pass_makes_one_later(model: AlphaZeroNet):
+    # Issue 23, defect 10: a bucket met mid-run compiled then, stalling the actor.
+    made: list[int] = []
+    evaluator = Evaluator(model, "cpu", forward="compile", max_batch=64, runner_maker=_counting_maker(model, made))
+    evaluator.warm_up()
+    assert sorted(made) == start_buckets(64, "compile")
+    planes, scalars = positions(64, seed=3)
+    indices = np.tile(np.arange(20, dtype=np.int32), (64, 1))
+    counts = np.full(64, 20, np.int32)
+    for rows in (64, 1, 5, 33, 64):
+        evaluator.evaluate_legal(planes[:rows].numpy().view(np.uint64), scalars[:rows].numpy(), indices, counts)
+    assert sorted(made) == start_buckets(64, "compile")  # no pass made one
+
+
+def test_a_bucket_whose_capture_fails_runs_eager_and_the_run_goes_on(model: AlphaZeroNet, caplog):
+    # Issue 23, defect 3: a failed capture escaped submit_legal and stopped the run.
+    def failing(planes: torch.Tensor, scalars: torch.Tensor):
+        if planes.shape[0] == 8:
+            raise RuntimeError("operation not permitted when stream is capturing\nmore detail")
+        return lambda: model(planes, scalars)
+
+    forward = BucketedForward(model, torch.device("cpu"), mode="graphs", make=failing, max_batch=8)
+    with torch.inference_mode(), caplog.at_level(logging.WARNING, logger="alphazero.forward"):
+        for rows, seed in ((7, 1), (8, 2), (3, 3), (6, 4)):
+            planes, scalars = positions(rows, seed)
+            out, alone = forward(planes, scalars), model(planes, scalars)
+            torch.testing.assert_close(out.policy_logits, alone.policy_logits, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(out.value, alone.value, rtol=1e-5, atol=1e-5)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [("forward 'graphs', bucket 8: RuntimeError: operation not permitted when stream is "
+                         "capturing; that bucket runs eager from now on")]
+    assert forward.failures == {8: "RuntimeError: operation not permitted when stream is capturing"}
+    assert forward.runners[8] is None and None not in (forward.runners[3], forward.runners[6])  # only that one
+
+
+def test_capture_is_thread_local(monkeypatch: pytest.MonkeyPatch):
+    # Issue 23, defect 10: a global capture mode let any CUDA call from another thread spoil it.
+    recorded: dict[str, object] = {}
+    replays: list[int] = []
+
+    class FakeStream:
+        def wait_stream(self, other: object) -> None:
+            pass
+
+    class FakeGraph:
+        def replay(self) -> None:
+            replays.append(1)
+
+    @contextlib.contextmanager
+    def fake_graph(graph: FakeGraph, **kwargs: object):
+        recorded.update(kwargs)
+        yield
+
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device=None: FakeStream())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: FakeStream())
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
+    monkeypatch.setattr(torch.cuda, "graph", fake_graph)
+    buffers = types.SimpleNamespace(device=torch.device("cuda", 0))
+    calls: list[int] = []
+    replay = capture_graph(lambda p, s: calls.append(1) or ("out",), buffers, buffers)
+    assert recorded == {"capture_error_mode": "thread_local"}
+    assert len(calls) == 4  # three warm-up passes and the captured one
+    assert replay() == ("out",) and replays == [1]
+
+
+def test_compile_makes_the_input_constants_before_its_first_trace(model: AlphaZeroNet,
+                                                                  monkeypatch: pytest.MonkeyPatch):
+    # Issue 23, defect 10: made inside the first trace, the constants changed a guarded dict: a second compile.
+    from torch._dynamo.testing import CompileCounter
+
+    import alphazero.planes as planes_module
+
+    torch._dynamo.reset()
+    monkeypatch.setattr(planes_module, "_DEVICE_CONSTANTS", {})
+    counter = CompileCounter()
+    forward = BucketedForward(model, torch.device("cpu"), mode="compile",
+                              make=compile_per_bucket(model, backend=counter), max_batch=4)
+    with torch.inference_mode():
+        for seed in range(3):
+            forward(*positions(4, seed))
+    assert counter.frame_count == 1
+    torch._dynamo.reset()
+
+
+def test_compile_uses_the_processs_torch_threads(model: AlphaZeroNet):
+    # Issue 23, defect 10: every actor compiled with a compile worker per core of the machine.
+    import torch._inductor.config as inductor_config
+
+    seen: list[int] = []
+
+    def backend(graph: torch.fx.GraphModule, inputs: list[torch.Tensor]):
+        seen.append(inductor_config.compile_threads)
+        return graph.forward
+
+    torch._dynamo.reset()
+    make = compile_per_bucket(model, backend=backend)
+    planes, scalars = positions(2, seed=0)
+    with torch.inference_mode():
+        make(planes.clone(), scalars.clone())()
+    assert seen and set(seen) == {torch.get_num_threads()} == {1}  # one_torch_thread: as an actor runs
+    torch._dynamo.reset()
+
+
+def test_pyproject_asks_for_a_torch_with_what_the_code_calls():
+    # Issue 23, defect 10: the floor (2.3) was below torch._dynamo.config.recompile_limit (2.7) and nn.RMSNorm (2.4).
+    import re
+    import tomllib
+    from pathlib import Path
+
+    project = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]
+    floor = next(re.fullmatch(r"torch>=(\d+)\.(\d+)", item) for item in project["dependencies"]
+                 if item.startswith("torch"))
+    assert floor is not None and (int(floor[1]), int(floor[2])) >= (2, 7)
+    assert hasattr(torch._dynamo.config, "recompile_limit") and hasattr(torch.nn, "RMSNorm")

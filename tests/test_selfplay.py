@@ -8,6 +8,7 @@ import subprocess
 import re
 import sys
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from alphazero import cli
 from alphazero.checkpoint import save_checkpoint
-from alphazero.config import get_preset
+from alphazero.config import apply_overrides, get_preset
 from alphazero.moves import legal_move_indices
 from alphazero.network import AlphaZeroNet
 from alphazero.pgn import STANDARD_TERMINATIONS
@@ -433,5 +434,155 @@ def test_bench_selfplay_with_an_inference_server_on_the_cpu(local_ray, capsys):
     out = capsys.readouterr().out
     assert "2 games each (2 lanes)" in out and "server inference on the CPU" in out
     assert re.search(r"average batch [\d.]+ per request, [\d.]+ per server pass", out)
-    assert "GPU busy (CUDA events around each pass): -" in out
+    assert "GPU busy (the device's own utilisation, sampled): -" in out
     assert re.search(r"at batch \d+: [\d.]+k? evaluations/s; self-play reaches [\d.]+x of it \(all actors", out)
+
+
+# --- the GPU path's plumbing on the CPU (issue 23) -------------------------------------------------
+
+
+def test_an_inference_server_sized_from_its_lanes_merges_several_actors_in_one_pass(tmp_path):
+    # Issue 23, defect 6: at the GPU presets one lane's request was as large as server_batch_size, so each
+    # pass served one actor.
+    import asyncio
+
+    from alphazero.config import for_gpus, to_toml
+    from selfplay.inference import InferenceServer, server_batch_size
+
+    small = for_gpus(get_preset("small"), 1)
+    assert small.selfplay.games_per_actor // 2 == 1024  # a lane's request: the old server_batch_size
+    assert server_batch_size(small, actors=15) == 15 * 2048
+    assert server_batch_size(apply_overrides(small, ["selfplay.server_batch_size=4096"]), actors=15) == 4096
+    run, config = fast_run(tmp_path / "run", "selfplay.games_per_actor=8")  # lanes of 4 positions
+    server = InferenceServer(str(run.root), to_toml(config), device="cpu", wait_ms=50, actors=2)
+    assert server.max_batch == 16
+    rng = np.random.default_rng(0)
+    lanes = [(rng.integers(0, 2**63, size=(4, 112), dtype=np.uint64),
+              rng.integers(0, 50, size=(4, 7)).astype(np.float32),
+              rng.integers(0, 4672, size=(4, 20)).astype(np.int32), np.full(4, 20, np.int32)) for _ in range(4)]
+
+    async def every_lane_at_once():
+        return await asyncio.gather(*(server.evaluate_legal(*lane) for lane in lanes))
+
+    answers = asyncio.run(every_lane_at_once())
+    assert server.stats()["passes"] == 1 and server.stats()["positions"] == 16
+    assert [legal.shape for legal, _, _ in answers] == [(4, 20)] * 4
+
+
+def test_workers_and_servers_warm_their_buckets_at_start(tmp_path, monkeypatch):
+    # Issue 23, defect 10: a bucket met mid-run was captured or compiled then, stalling the actor.
+    from alphazero.config import to_toml
+    from alphazero.network import Evaluator
+    from selfplay.inference import InferenceServer
+
+    warmed: list[str] = []
+    monkeypatch.setattr(Evaluator, "warm_up", lambda self: warmed.append(self.forward_mode))
+    run, config = fast_run(tmp_path / "run")
+    _worker(run, config, max_games=2)
+    InferenceServer(str(run.root), to_toml(config), device="cpu")
+    assert warmed == ["eager", "eager"]
+
+
+class _FakeActorClass:
+    """Stands for ray.remote(cls): records each actor's options and constructor arguments."""
+
+    def __init__(self, cls: type, started: list[tuple[str, dict, tuple, dict]]) -> None:
+        self.cls, self.started, self.chosen = cls, started, {}
+
+    def options(self, **options: Any) -> _FakeActorClass:
+        chosen = _FakeActorClass(self.cls, self.started)
+        chosen.chosen = options
+        return chosen
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        self.started.append((self.cls.__name__, self.chosen, args, kwargs))
+        return types.SimpleNamespace(name=self.cls.__name__)
+
+
+@pytest.fixture
+def started_actors(monkeypatch) -> list[tuple[str, dict, tuple, dict]]:
+    started: list[tuple[str, dict, tuple, dict]] = []
+    monkeypatch.setattr(ray, "remote", lambda cls: _FakeActorClass(cls, started))
+    return started
+
+
+def test_a_fractional_gpu_server_asks_ray_for_its_share(tmp_path, started_actors, monkeypatch):
+    # Issue 23, defect 8: --gpus 0.5 --inference server asked Ray for a whole GPU and waited for ever
+    # (and a local Ray refused 0.5 GPUs outright).
+    from selfplay.driver import _start_actors, connect_ray, server_gpus
+
+    run, config = fast_run(tmp_path / "run")
+    _start_actors(run, config, actors=3, gpus=0.5, inference="server", servers_wanted=1, quota=None)
+    server = [entry for entry in started_actors if entry[0] == "InferenceServer"]
+    assert server[0][1]["num_gpus"] == 0.5 and server[0][3]["actors"] == 3
+    assert [server_gpus(g, n) for g, n in ((0.5, 1), (2, 2), (2.5, 2), (0, 1))] == [0.5, 1.0, 1.0, 0.0]
+    inits: list[dict] = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kwargs: inits.append(kwargs))
+    assert connect_ray(None, num_cpus=2, num_gpus=0.5)
+    assert inits[0]["num_gpus"] == 1  # a node's resources are whole numbers
+
+
+@pytest.mark.parametrize(("gpus", "inference"), [(0, "local"), (1, "server"), (1, "local")])
+def test_actors_without_a_gpu_see_none(tmp_path, started_actors, gpus, inference):
+    # Issue 23, defect 2: Ray no longer hides the GPUs from actors that reserve none.
+    from selfplay.driver import _start_actors
+
+    run, config = fast_run(tmp_path / "run")
+    _start_actors(run, config, actors=2, gpus=gpus, inference=inference, servers_wanted=int(inference == "server"),
+                  quota=None)
+    for kind, options, _, _ in started_actors:
+        holds_gpu = options.get("num_gpus", 0) > 0
+        assert holds_gpu == (gpus > 0 and (kind == "InferenceServer" or inference == "local"))
+        hidden = options["runtime_env"]["env_vars"].get("CUDA_VISIBLE_DEVICES")
+        assert hidden == (None if holds_gpu else ""), kind
+        if kind == "SelfPlayWorker":  # and an actor compiles with one thread, as it runs torch
+            assert options["runtime_env"]["env_vars"]["TORCHINDUCTOR_COMPILE_THREADS"] == "1"
+
+
+@ray.remote
+class _Player:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def play(self, seconds: float) -> int:
+        self.calls += 1
+        time.sleep(0.05)
+        return self.calls
+
+    def count(self) -> int:
+        return self.calls
+
+
+def test_bench_selfplay_measures_after_the_warm_up(local_ray):
+    # Issue 23, defect 9: the server's snapshot was taken before the warm-up, which then counted as work.
+    from alphazero.bench.selfplay import _measure
+
+    players = [_Player.remote() for _ in range(2)]
+    at_snapshot: list[int] = []
+    stats, wall = _measure(players, 0.3, lambda: at_snapshot.extend(ray.get([p.count.remote() for p in players])))
+    assert at_snapshot == [1, 1]  # each actor's warm-up call had ended, and no measured call had started
+    assert min(stats) == 2 and wall >= 0.3  # the warm-up call's stats are not among the measured ones
+
+
+def test_the_devices_own_busy_share_is_sampled_and_averaged(monkeypatch):
+    # Issue 23, defect 9: the busy share came from CUDA events summed over actors, and passed 100%.
+    import alphazero.bench.selfplay as bench
+
+    monkeypatch.setattr(bench, "SAMPLE_SECONDS", 0.01)
+    readings = iter([0.5, 1.0] * 1000)
+    busy = bench.DeviceBusy(2, read=lambda index: next(readings))
+    busy.start()
+    time.sleep(0.2)
+    busy.stop()
+    assert busy.share() == pytest.approx(0.75) and bench._busy_text(busy, 2) == "75.0%"
+    assert bench._busy_text(None, 0) == "-"
+
+    def unreadable(index: int) -> float:
+        raise RuntimeError("cannot read GPU 0's utilisation: no nvidia-smi")
+
+    failing = bench.DeviceBusy(1, read=unreadable)
+    failing.start()
+    time.sleep(0.05)
+    failing.stop()
+    assert bench._busy_text(failing, 1) == "unavailable (cannot read GPU 0's utilisation: no nvidia-smi)"

@@ -5,10 +5,15 @@ chosen preset, fresh weights; with --gpus the preset's selfplay.gpu_*
 defaults), local inference or an inference server (--inference), then times
 the same network alone through the same path (the first actor's evaluator, or
 the server) on that many of the actors' own leaves as self-play's average
-batch (same process, same threads). Printed: evaluations/s, positions/s,
-the average batch, the GPU's busy share (CUDA events around each pass; '-' on
-the CPU), the share of the actors' wall time spent waiting for the network,
-and self-play's evaluations/s as a ratio of the network alone.
+batch (same process, same threads). Everything is measured after a warm-up
+(each actor's first play() call: its first batches and parity checks; the
+graphs and compilations are made when the actors start). Printed:
+evaluations/s, positions/s, the average batch, the GPU's busy share (the
+device's own utilisation, sampled by NVML every half second; '-' on the CPU)
+beside the passes' own GPU time (CUDA events from the forward pass to the
+copy out, leaving out passes that captured, compiled or were checked), the
+share of the actors' wall time spent waiting for the network, and
+self-play's evaluations/s as a ratio of the network alone.
 
 With ``--transport ray`` the actors send their shards to a shard sink as
 `alphazero selfplay` does on a cluster, and the bench also prints the load
@@ -21,9 +26,12 @@ scale with the number of actors.
 from __future__ import annotations
 
 import argparse
+import math
 import resource
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from alphazero.bench import rate, ratio
@@ -48,11 +56,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="config override (repeatable)")
 
 
-def _measure(handles: list[Any], seconds: float) -> tuple[list[Any], float]:
-    """Runs play() on every actor for about `seconds` (after a warm-up); returns their stats and the wall time."""
+def _measure(handles: list[Any], seconds: float, warm: Callable[[], None] = lambda: None) -> tuple[list[Any], float]:
+    """Runs play() on every actor for about `seconds` after a warm-up; returns their stats and the wall time.
+
+    ``warm()`` runs between the two: where the caller takes its "before" snapshots
+    (servers, sink, CPU), so that nothing of the warm-up counts.
+    """
     import ray
 
-    ray.get([handle.play.remote(2.0) for handle in handles])  # warm-up: model build, first batches, captures
+    ray.get([handle.play.remote(2.0) for handle in handles])  # warm-up: first batches, parity checks
+    warm()
     start = time.perf_counter()
     pending = {handle.play.remote(2.0): handle for handle in handles}
     stats = []
@@ -64,6 +77,68 @@ def _measure(handles: list[Any], seconds: float) -> tuple[list[Any], float]:
             pending[handle.play.remote(2.0)] = handle
     stats.extend(ray.get(list(pending)))
     return stats, time.perf_counter() - start
+
+
+SAMPLE_SECONDS = 0.5  # how often the GPUs' own utilisation is read
+
+
+def _gpu_utilisation(index: int) -> float:
+    """Reads GPU ``index``'s utilisation in [0, 1]: the share of the last sample period (NVML's, 1/6 to 1 s)
+    in which a kernel ran on it, whoever's.
+
+    Raises:
+        RuntimeError: neither NVML (through torch) nor nvidia-smi could say.
+    """
+    import subprocess
+
+    import torch
+
+    try:
+        return torch.cuda.utilization(index) / 100
+    except Exception:  # noqa: BLE001 - no pynvml: ask nvidia-smi
+        pass
+    try:
+        out = subprocess.run(["nvidia-smi", f"--id={index}", "--query-gpu=utilization.gpu",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=5, check=True)
+        return float(out.stdout.strip()) / 100
+    except (OSError, ValueError, subprocess.SubprocessError) as error:
+        raise RuntimeError(f"cannot read GPU {index}'s utilisation: {error}") from None
+
+
+class DeviceBusy:
+    """Samples the GPUs' own utilisation every SAMPLE_SECONDS in a thread, from start() to stop().
+
+    ``share()`` is the mean over the samples and the GPUs: the device's busy
+    share, which CUDA events summed over actors that share a GPU overstate.
+    """
+
+    def __init__(self, gpus: int, read: Callable[[int], float] = _gpu_utilisation) -> None:
+        self.gpus = gpus
+        self.read = read
+        self.samples: list[float] = []
+        self.error: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="gpu-utilisation", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._stop.set()
+            self._thread.join()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(SAMPLE_SECONDS):
+            try:
+                self.samples.append(sum(self.read(i) for i in range(self.gpus)) / self.gpus)
+            except RuntimeError as error:
+                self.error = str(error)
+                return
+
+    def share(self) -> float | None:
+        """The mean utilisation, or None without a sample."""
+        return sum(self.samples) / len(self.samples) if self.samples else None
 
 
 def _cpu_seconds() -> float:
@@ -115,20 +190,30 @@ def run(args: argparse.Namespace) -> None:
     config = for_gpus(apply_overrides(get_preset(args.preset), overrides), args.gpus)
     inference = args.inference or (config.selfplay.inference if args.gpus > 0 else "local")
     servers_wanted = max(1, int(args.gpus)) if inference == "server" else 0
-    sink_before = sink_after = None
+    before: dict[str, Any] = {}
+    sink_after = None
     with tempfile.TemporaryDirectory(prefix="alphazero-bench-") as folder:
         run_dir, config = RunDir.create_or_open(folder, config)
         started = connect_ray(None, num_cpus=args.actors + servers_wanted, num_gpus=args.gpus or None)
         feed = _RayFeed(run_dir, config, start_sink(run_dir)) if config.selfplay.transport == "ray" else None
         handles, servers = _start_actors(run_dir, config, args.actors, args.gpus, inference, servers_wanted, None,
                                          feed=feed)
+
+        busy = DeviceBusy(math.ceil(args.gpus)) if args.gpus > 0 else None
+
+        def snapshot() -> None:  # after the warm-up
+            before["served"] = [ray.get(server.stats.remote()) for server in servers]
+            before["sink"] = ray.get(feed.sink.stats.remote()) if feed is not None else None
+            before["cpu"] = _cpu_seconds()
+            if busy is not None:
+                busy.start()
+
         try:
-            served_before = [ray.get(server.stats.remote()) for server in servers]
-            if feed is not None:
-                sink_before = ray.get(feed.sink.stats.remote())
-            cpu_before = _cpu_seconds()
-            stats, wall = _measure(handles, args.seconds)
-            driver_cpu = _cpu_seconds() - cpu_before
+            stats, wall = _measure(handles, args.seconds, snapshot)
+            if busy is not None:
+                busy.stop()
+            driver_cpu = _cpu_seconds() - before["cpu"]
+            served_before = before["served"]
             if feed is not None:
                 sink_after = ray.get(feed.sink.stats.remote())
                 idle = _idle_cpu(feed.sink, IDLE_SECONDS)
@@ -147,6 +232,7 @@ def run(args: argparse.Namespace) -> None:
         stored = _stored(run_dir, config)
     gpu_seconds = sum(a["gpu_seconds"] - b["gpu_seconds"] for a, b in zip(served, served_before)) if servers \
         else sum(s.gpu_seconds for s in stats)
+    sink_before = before["sink"]
     network = sum(s.network_seconds for s in stats)
     moves = sum(s.moves for s in stats)
     lanes = len(lane_games(config.selfplay.games_per_actor,
@@ -160,11 +246,12 @@ def run(args: argparse.Namespace) -> None:
     if passes:
         batch_text += f", {positions / passes:.1f} per server pass"
     print(f"  network evaluations: {rate(evaluations / wall)}/s, {batch_text}")
-    busy = f"{gpu_seconds / (wall * max(args.gpus, 1.0)):.1%}" if args.gpus > 0 else "-"
-    if args.gpus > 0 and not servers and args.actors > args.gpus:
-        # Each actor times its own passes; passes of actors sharing a GPU interleave.
-        busy += f" (summed over the {args.actors} actors' passes: an upper bound)"
-    print(f"  GPU busy (CUDA events around each pass): {busy}")
+    print(f"  GPU busy (the device's own utilisation, sampled): {_busy_text(busy, args.gpus)}")
+    if args.gpus > 0:
+        # Each actor times its own passes; passes of actors sharing a GPU interleave, so the sum may pass 100%.
+        summed = f", summed over {args.actors} actors" if not servers and args.actors > args.gpus else ""
+        print(f"  the passes' own GPU time (CUDA events from the forward pass to the copy out{summed}): "
+              f"{gpu_seconds / (wall * max(args.gpus, 1.0)):.1%} of the measured time")
     print(f"  share of actor wall time waiting for the network: {network / (wall * args.actors):.1%} "
           f"(search, encoding, Python and Ray: {1 - network / (wall * args.actors):.1%})")
     # On the CPU each actor has its own network; a GPU or a server is shared by all the actors.
@@ -209,6 +296,16 @@ def _print_transport_load(actors: int, stats: list[Any], wall: float, driver_cpu
     positions = sum(s.samples for s in stats)  # the recorded positions of the games finished in the window
     print(f"  per actor: {positions / wall / actors:.1f} recorded positions/s, {games / wall / actors:.3f} games/s "
           f"stored, {size / wall / actors / 1e3:.2f} kB/s to the sink")
+
+
+def _busy_text(busy: DeviceBusy | None, gpus: float) -> str:
+    """Formats the device's busy share: '-' on the CPU, 'unavailable (why)' when it could not be read."""
+    if busy is None or gpus <= 0:
+        return "-"
+    share = busy.share()
+    if share is None:
+        return f"unavailable ({busy.error or 'no sample'})"
+    return f"{share:.1%}"
 
 
 def _actor_device(config: Any) -> Any:

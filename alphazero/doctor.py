@@ -1,0 +1,285 @@
+"""`alphazero doctor`: checks this machine's forward passes against float32 eager; run it first on a new machine.
+
+The GPU path (bf16 autocast, CUDA graphs or torch.compile per batch-size
+bucket, the legal logits gathered on the device) was written on machines
+without a GPU, so it is checked where it runs. The doctor prints the device,
+torch and CUDA versions, then for each forward mode the device supports
+(CUDA: eager bf16, graphs, compile; and always the CPU path) and a few batch
+sizes: evaluations per second through ``Evaluator.evaluate_legal`` (the path
+self-play uses) and the largest differences from plain float32 eager on the
+same batch and device: of a value, and of a legal move's probability (the
+softmax over each position's legal moves: alphazero.parity). A mode passes
+when every difference lies within selfplay.parity_atol + parity_rtol x
+|eager| and none of its buckets fell back to eager; the exit status is 1
+when a mode does not pass, else 0. On a machine without CUDA it checks the
+CPU path and says that the GPU was not checked.
+
+The positions are self-play leaves: games searched a few dozen plies with
+random priors (so the openings differ), through the same Cython search and
+encoding as self-play. The network is the built-in one (trained, so its
+errors are a trained network's) unless --weights or --preset says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from alphazero import __version__
+from alphazero.errors import UserError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from alphazero.forward import RunnerMaker
+    from alphazero.network import Evaluator
+    from alphazero.parity import ParitySettings
+
+DEFAULT_BATCH_SIZES = "1,64,512"
+LEAF_GATHERS = 120  # search steps before the sample is taken: about 30 plies at 4 simulations a move
+LEAF_SIMULATIONS = 4
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One way a pass runs: a device, a forward mode and a precision (runner_maker: a fake fast pass, tests)."""
+
+    device: str
+    forward: str = "eager"
+    bf16: bool = False
+    runner_maker: RunnerMaker | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.device} {self.forward} ({'bf16' if self.bf16 else 'float32'})"
+
+
+@dataclass
+class Point:
+    """One batch size of one mode: its speed and its largest differences from float32 eager."""
+
+    batch: int
+    evals_per_second: float
+    value_error: float
+    policy_error: float
+    ok: bool
+
+
+@dataclass
+class ModeReport:
+    """What the doctor found for one mode."""
+
+    mode: Mode
+    points: list[Point] = field(default_factory=list)
+    problem: str = ""  # why it does not pass beyond the points: a failure, or buckets that fell back to eager
+
+    @property
+    def passed(self) -> bool:
+        return not self.problem and all(point.ok for point in self.points)
+
+    def verdict(self) -> str:
+        if self.problem:
+            return f"FAILED: {self.problem}"
+        return "ok" if self.passed else "MISMATCH"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from alphazero.config import PRESET_NAMES
+
+    parser.add_argument("--weights", default="builtin", metavar="FILE_OR_RUN",
+                        help="the network checked: a model file, a checkpoint, a run directory or 'builtin' "
+                             "(default)")
+    parser.add_argument("--preset", choices=PRESET_NAMES, default=None,
+                        help="check this preset's network with fresh weights instead of --weights")
+    parser.add_argument("--batch-sizes", default=DEFAULT_BATCH_SIZES, metavar="SIZES",
+                        help=f"comma-separated batch sizes (default: {DEFAULT_BATCH_SIZES})")
+    parser.add_argument("--seconds", type=float, default=0.5, help="timed seconds per point (default: 0.5)")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="config override, e.g. --set selfplay.parity_atol=0.05 (the tolerances)")
+
+
+def supported_modes(cuda: bool) -> list[Mode]:
+    """Gets the modes checked: with CUDA eager, graphs and compile in bf16, then the CPU path; without, the CPU."""
+    from alphazero.config import FORWARD_MODES
+
+    cuda_modes = [Mode("cuda", forward, bf16=True) for forward in FORWARD_MODES] if cuda else []
+    return [*cuda_modes, Mode("cpu")]
+
+
+def _batch_sizes(text: str) -> list[int]:
+    try:
+        sizes = sorted({int(part) for part in text.replace(" ", ",").split(",") if part})
+    except ValueError:
+        raise UserError(f"--batch-sizes takes comma-separated integers, got {text!r}") from None
+    if not sizes or sizes[0] < 1:
+        raise UserError(f"--batch-sizes must be positive integers, got {text!r}")
+    return sizes
+
+
+def sample_leaves(count: int, seed: int = 0) -> tuple[np.ndarray, ...]:
+    """Gets ``count`` self-play leaves: (planes, scalars, legal_indices, legal_counts) of games searched with
+    random priors for about 30 plies."""
+    import numpy as np
+    from mcts_ext.search import MultiGameSearch
+
+    search = MultiGameSearch(count, seed=seed, simulations=LEAF_SIMULATIONS, temperature_plies=1000)
+    batch = search.new_batch()[:4]
+    rng = np.random.default_rng(seed)
+    for _ in range(LEAF_GATHERS):
+        rows = search.gather(*batch)
+        if rows:
+            logits = rng.normal(size=(rows, batch[2].shape[1])).astype(np.float32)
+            search.backup_legal(logits, rng.uniform(-0.5, 0.5, rows).astype(np.float32))
+    rows = search.gather(*batch)
+    return tuple(np.resize(array[:max(rows, 1)], (count, *array.shape[1:])) for array in batch)
+
+
+def _network(args: argparse.Namespace) -> tuple[Any, dict[str, Any], str]:
+    """Gets the network config, the state dict and a description of the network checked.
+
+    Raises:
+        UserError: the weights cannot be read.
+    """
+    import torch
+
+    from alphazero.builtin import read_weights
+    from alphazero.config import get_preset
+    from alphazero.network import build_network, cpu_state_dict
+
+    if args.preset is not None:
+        config = get_preset(args.preset).network
+        torch.manual_seed(0)
+        return config, cpu_state_dict(build_network(config)), f"preset {args.preset}'s network, fresh weights"
+    weights = read_weights(args.weights)
+    return weights.network, weights.state, weights.summary
+
+
+def _evaluator(mode: Mode, config: Any, state: dict[str, Any], max_batch: int, settings: ParitySettings) -> Evaluator:
+    """Builds the mode's evaluator; its own parity check is off (the doctor compares every batch itself: the
+    evaluator's check would hide a mismatch by falling back)."""
+    import dataclasses
+
+    from alphazero.network import Evaluator, build_network, load_weights
+
+    model = build_network(config)
+    load_weights(model, state, "the network checked")
+    return Evaluator(model, mode.device, bf16=mode.bf16, forward=mode.forward, max_batch=max_batch,
+                     parity=dataclasses.replace(settings, mode="off"), runner_maker=mode.runner_maker)
+
+
+def _rate(evaluator: Evaluator, arrays: tuple[np.ndarray, ...], seconds: float) -> float:
+    """Evaluations/s of evaluate_legal on one batch over about ``seconds`` (after the caller's first pass)."""
+    done, start = 0, time.perf_counter()
+    while done == 0 or time.perf_counter() - start < seconds:
+        evaluator.evaluate_legal(*arrays)
+        done += len(arrays[0])
+    return done / (time.perf_counter() - start)
+
+
+def check_mode(mode: Mode, config: Any, state: dict[str, Any], leaves: tuple[np.ndarray, ...], batches: list[int],
+               settings: ParitySettings, seconds: float) -> ModeReport:
+    """Checks one mode at each batch size; a failure (an exception) ends its report with the error.
+
+    Each batch size's first pass captures or compiles its bucket and is not
+    timed; only the buckets the batch sizes need are made (not all of
+    warm_up's: compiling takes long).
+    """
+    from alphazero.parity import compare_legal
+
+    report = ModeReport(mode)
+    try:
+        evaluator = _evaluator(mode, config, state, max(batches), settings)
+        for batch in batches:
+            arrays = evaluator.pin(tuple(array[:batch].copy() for array in leaves))
+            for target, array in zip(arrays, leaves):
+                target[...] = array[:batch]
+            width = max(int(arrays[3].max()), 1)
+            logits, values = (a.copy() for a in evaluator.evaluate_legal(*arrays))
+            ref_logits, ref_values = evaluator.reference_legal(*arrays, rows=batch, width=width)
+            errors = compare_legal(logits, values, ref_logits, ref_values, arrays[3], settings)
+            report.points.append(Point(batch, _rate(evaluator, arrays, seconds), errors.value, errors.policy,
+                                       errors.ok))
+        failures = evaluator.bucket_failures
+        if failures:
+            report.problem = "; ".join(f"bucket {bucket} fell back to eager ({why})"
+                                       for bucket, why in sorted(failures.items()))
+    except Exception as error:
+        text = str(error).strip().splitlines()
+        report.problem = f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
+    return report
+
+
+def _header(cuda: bool) -> list[str]:
+    import numpy
+    import torch
+
+    lines = [f"alphazero {__version__}, Python {platform.python_version()}, torch {torch.__version__}, "
+             f"numpy {numpy.__version__}",
+             f"CUDA: torch built for {torch.version.cuda or 'no CUDA'}"]
+    if cuda:
+        name = torch.cuda.get_device_name(0)
+        major, minor = torch.cuda.get_device_capability(0)
+        lines[-1] += (f"; device cuda:0 = {name} (compute capability {major}.{minor}, "
+                      f"{torch.cuda.device_count()} device(s)), cuDNN {torch.backends.cudnn.version()}")
+    else:
+        lines[-1] += "; CUDA is not available here: the GPU was not checked"
+    lines.append(f"CPU: {platform.machine()}, torch threads {torch.get_num_threads()}")
+    return lines
+
+
+def _table_header() -> str:
+    return f"{'mode':<22} {'batch':>6} {'evals/s':>9} {'value error':>12} {'policy error':>13}  verdict"
+
+
+def _table_rows(report: ModeReport) -> list[str]:
+    from alphazero.bench import rate
+
+    lines = [f"{report.mode.label:<22} {point.batch:>6} {rate(point.evals_per_second):>9} "
+             f"{point.value_error:>12.2e} {point.policy_error:>13.2e}  {'ok' if point.ok else 'MISMATCH'}"
+             for point in report.points]
+    return [*lines, f"{report.mode.label:<22} {'':>44}  => {report.verdict()}"]
+
+
+def run(args: argparse.Namespace) -> int:
+    """Checks every supported mode and prints the table; returns the exit status (1: a mode did not pass).
+
+    Raises:
+        UserError: bad options, or weights that cannot be read.
+    """
+    import torch
+
+    from alphazero.config import DEFAULT_PRESET, apply_overrides, get_preset
+    from alphazero.parity import ParitySettings
+
+    batches = _batch_sizes(args.batch_sizes)
+    if args.seconds <= 0:
+        raise UserError(f"--seconds must be positive, got {args.seconds}")
+    settings = ParitySettings.from_config(apply_overrides(get_preset(DEFAULT_PRESET), args.overrides).selfplay)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    cuda = torch.cuda.is_available()
+    config, state, described = _network(args)
+    leaves = sample_leaves(max(batches))
+    for line in _header(cuda):
+        print(line)
+    print(f"network: {described}; {max(batches)} self-play leaves")
+    print(f"a mode passes when every value and legal-move probability lies within {settings.atol:g} + "
+          f"{settings.rtol:g} x |float32 eager's| (selfplay.parity_atol, parity_rtol) and no bucket fell back\n",
+          flush=True)
+    print(_table_header(), flush=True)
+    reports = []
+    for mode in supported_modes(cuda):
+        reports.append(check_mode(mode, config, state, leaves, batches, settings, args.seconds))
+        print("\n".join(_table_rows(reports[-1])), flush=True)
+    failed = [report.mode.label for report in reports if not report.passed]
+    if failed:
+        print(f"\ndoctor: {', '.join(failed)} did not pass; self-play falls back to eager (then float32) on such "
+              f"a mismatch by itself, or set selfplay.cuda_forward to a mode that passed")
+        return 1
+    checked = "every mode" if cuda else "the CPU path (the GPU was not checked: CUDA is not available here)"
+    print(f"\ndoctor: ok: {checked} agrees with float32 eager")
+    return 0

@@ -1,0 +1,67 @@
+"""`alphazero doctor` on the CPU: its table, its verdicts and its exit status (issue 23)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from alphazero import cli, doctor
+from alphazero.network import NetOutput
+
+QUICK = ["doctor", "--batch-sizes", "1,8", "--seconds", "0.05", "--threads", "1"]
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_doctor_checks_the_cpu_path_says_the_gpu_was_not_checked_and_exits_0(capsys):
+    assert cli.main(QUICK) == 0
+    out = capsys.readouterr().out
+    assert f"torch {torch.__version__}" in out and "CUDA is not available here: the GPU was not checked" in out
+    assert "network: the built-in network" in out and "8 self-play leaves" in out
+    rows = re.findall(r"^cpu eager \(float32\)\s+(\d+)\s+\S+\s+(\S+)\s+(\S+)\s+ok$", out, flags=re.MULTILINE)
+    assert [row[0] for row in rows] == ["1", "8"]
+    assert all(float(value) == 0.0 and float(policy) == 0.0 for _, value, policy in rows)  # the CPU path is eager
+    assert re.search(r"^cpu eager \(float32\)\s+=> ok$", out, flags=re.MULTILINE)
+    assert out.rstrip().endswith("doctor: ok: the CPU path (the GPU was not checked: CUDA is not available here) "
+                                 "agrees with float32 eager")
+
+
+def _wrong_values(planes: torch.Tensor, scalars: torch.Tensor):
+    """A fake fast pass that ignores the network: uniform priors, a value of 0.9 everywhere."""
+    rows = planes.shape[0]
+    return lambda: NetOutput(torch.zeros(rows, 4672), torch.full((rows,), 0.9), None)
+
+
+def test_a_mode_that_differs_from_float32_eager_is_a_mismatch_and_exit_1(capsys, monkeypatch):
+    monkeypatch.setattr(doctor, "supported_modes",
+                        lambda cuda: [doctor.Mode("cpu", "graphs", runner_maker=_wrong_values), doctor.Mode("cpu")])
+    assert cli.main([*QUICK, "--preset", "tiny"]) == 1
+    out = capsys.readouterr().out
+    assert "network: preset tiny's network, fresh weights" in out
+    assert re.search(r"^cpu graphs \(float32\)\s+1\s+.*MISMATCH$", out, flags=re.MULTILINE)
+    assert re.search(r"^cpu graphs \(float32\)\s+=> MISMATCH$", out, flags=re.MULTILINE)
+    assert re.search(r"^cpu eager \(float32\)\s+=> ok$", out, flags=re.MULTILINE)
+    assert "doctor: cpu graphs (float32) did not pass" in out
+
+
+def test_a_mode_whose_capture_fails_is_reported_with_the_error(capsys, monkeypatch):
+    def failing(planes: torch.Tensor, scalars: torch.Tensor):
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(doctor, "supported_modes", lambda cuda: [doctor.Mode("cpu", "graphs", runner_maker=failing)])
+    assert cli.main(QUICK) == 1
+    out = capsys.readouterr().out
+    assert re.search(r"=> FAILED: bucket 1 fell back to eager \(RuntimeError: CUDA error: operation not permitted "
+                     r"when stream is capturing\); bucket 8 fell back", out)
+
+
+def test_doctor_refuses_bad_options_in_one_line(capsys):
+    assert cli.main(["doctor", "--batch-sizes", "0,8"]) == 2
+    assert capsys.readouterr().err.strip() == "alphazero doctor: error: --batch-sizes must be positive integers, got '0,8'"
