@@ -79,12 +79,21 @@ class Weights:
     state: dict[str, Any]
     step: int | None
     summary: str  # one line for people: what the weights are
+    trained_with: Any = None  # the alphazero.config.Config they were trained with, when the file says
 
     def overrides(self) -> list[str]:
         """Gets ``network.KEY=VALUE`` overrides that give a new run this architecture."""
         import dataclasses
 
         return [f"network.{f.name}={getattr(self.network, f.name)}" for f in dataclasses.fields(self.network)]
+
+    def final_learning_rate(self, batch_size: int) -> float | None:
+        """Gets the learning rate the weights were last trained at, scaled linearly to ``batch_size``
+        (per-sample steps stay the same); None when the file does not say how they were trained."""
+        if self.trained_with is None or self.step is None:
+            return None
+        learner = self.trained_with.learner
+        return learner.learning_rate(max(self.step - 1, 0)) * batch_size / learner.batch_size
 
 
 def read_weights(spec: str | os.PathLike[str]) -> Weights:
@@ -94,6 +103,7 @@ def read_weights(spec: str | os.PathLike[str]) -> Weights:
         UserError: as resolve_weights, or a corrupt file.
     """
     from alphazero.checkpoint import network_config_of, read_payload
+    from alphazero.config import from_toml
 
     path = resolve_weights(spec)
     payload = read_payload(path)
@@ -101,7 +111,13 @@ def read_weights(spec: str | os.PathLike[str]) -> Weights:
     extra = payload.get("extra") if isinstance(payload.get("extra"), dict) else payload
     step = extra.get("step") if isinstance(extra.get("step"), int) else None
     summary = extra.get("summary") if isinstance(extra.get("summary"), str) else ""
+    trained_with = None
+    if isinstance(extra.get("config_toml"), str):
+        try:
+            trained_with = from_toml(extra["config_toml"])
+        except UserError:
+            pass  # a config this version cannot read: the weights still load
     shape = f"{network.blocks}x{network.filters}"
     name = "the built-in network" if is_builtin(spec) else str(path)
     described = f"{name} ({shape}{f', step {step}' if step is not None else ''}{f'; {summary}' if summary else ''})"
-    return Weights(path, network, payload["model"], step, described)
+    return Weights(path, network, payload["model"], step, described, trained_with)

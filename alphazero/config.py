@@ -635,6 +635,23 @@ def _cf_6m() -> Config:
     )
 
 
+# What `alphazero train --init` changes in the preset for a run that starts from trained weights (issue 22;
+# figures in EXPERIMENTS.md): self-play from the built-in network with the tiny preset as it is lost every
+# game to its start within 200 learner steps. The user's --set overrides win over these.
+INIT_DEFAULTS: tuple[str, ...] = (
+    # The batch-norm statistics re-estimated on self-play positions alone cost 105 Elo (95%: 42..176),
+    # every parameter unchanged (a run at learning rate 0).
+    "learner.freeze_batch_norm=true",
+    # Game results of short self-play games are a poor value target for a net that already knows chess:
+    # against Stockfish's value of the same positions their squared error was 0.60, the search's root
+    # value's 0.08; learning results collapsed the value (0.12 -> 0.51 on held-out Stockfish labels).
+    "learner.value_target_q_weight=1.0",
+    # Gumbel's improved policy with 16 simulations picked worse moves than the net's own prior
+    # (Stockfish regret of the argmax 4.9% against 4.4%); PUCT's visits with 64 picked better (3.8%).
+    "search.algorithm=puct",
+    "search.simulations=64",
+)
+
 _PRESETS = {"tiny": _tiny, "small": _small, "alphazero": _alphazero, "cf-tiny": _cf_tiny, "cf-6m": _cf_6m}
 PRESET_NAMES: tuple[str, ...] = tuple(_PRESETS)
 

@@ -408,8 +408,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def open_run_from_args(args: argparse.Namespace, extra_overrides: Iterable[str] = (),
-                       *, announce: bool = True) -> tuple[RunDir, Config]:
+                       *, defaults: Iterable[str] = (), announce: bool = True) -> tuple[RunDir, Config]:
     """Creates or reopens the run named by --run, with --preset and the --set overrides.
+
+    ``defaults`` are overrides applied before the --set ones (which may
+    change them); ``extra_overrides`` after them (they win).
 
     Raises:
         UserError: see RunDir.create_or_open.
@@ -418,7 +421,7 @@ def open_run_from_args(args: argparse.Namespace, extra_overrides: Iterable[str] 
 
     existed = RunDir(args.run).exists()
     preset = get_preset(args.preset) if args.preset else None
-    run, config = RunDir.create_or_open(args.run, preset, [*args.overrides, *extra_overrides])
+    run, config = RunDir.create_or_open(args.run, preset, [*defaults, *args.overrides, *extra_overrides])
     if not existed and announce:
         print(f"created run {run.root} (preset {config.preset})", flush=True)
     return run, config

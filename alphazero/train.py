@@ -19,10 +19,11 @@ from __future__ import annotations
 import argparse
 import os
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 from alphazero.builtin import Weights, read_weights
-from alphazero.config import Config
+from alphazero.config import DEFAULT_PRESET, INIT_DEFAULTS, Config, apply_overrides, get_preset
 from alphazero.console import fit_line
 from alphazero.errors import UserError
 from alphazero.rundir import RunDir, add_run_arguments, learner_lock, open_run_from_args
@@ -62,7 +63,10 @@ def run(args: argparse.Namespace) -> None:
     if args.init is not None and args.from_checkpoint is not None:
         raise UserError("--init starts a new run and --from-checkpoint resumes an old one: give one of them")
     init = _read_init(args.init, args.run) if args.init is not None else None
-    run_dir, config = open_run_from_args(args, init.overrides() if init is not None else ())
+    defaults = init_defaults(init, args.preset, args.overrides) if init is not None else []
+    run_dir, config = open_run_from_args(args, init.overrides() if init is not None else (), defaults=defaults)
+    if init is not None:
+        print(f"train: fine-tuning defaults for --init (--set changes any): {' '.join(defaults)}", flush=True)
     with learner_lock(run_dir, "alphazero train"):
         _train(args, run_dir, config, init)
 
@@ -135,6 +139,27 @@ def _train(args: argparse.Namespace, run_dir: RunDir, config: Config, init: Weig
             import ray
 
             ray.shutdown()
+
+
+def init_defaults(init: Weights, preset: str | None, overrides: Sequence[str]) -> list[str]:
+    """Gets the config a run started from ``--init`` takes before the user's --set overrides.
+
+    INIT_DEFAULTS (alphazero.config: each cites its experiment), and a
+    constant learning rate continuing from where the weights' own training
+    ended (Weights.final_learning_rate, scaled to this run's batch size)
+    unless the overrides set the learning-rate schedule themselves or the
+    weights do not say how they were trained.
+    """
+    defaults = list(INIT_DEFAULTS)
+    schedule_keys = ("learner.learning_rates", "learner.lr_boundaries", "learner.scale_lr", "learner.warmup_steps")
+    if any(item.split("=", 1)[0].strip() in schedule_keys for item in overrides):
+        return defaults
+    base = apply_overrides(get_preset(preset or DEFAULT_PRESET), overrides)
+    rate = init.final_learning_rate(base.learner.batch_size)
+    if rate is not None and rate > 0:
+        defaults += [f"learner.learning_rates={rate:.6g}", "learner.lr_boundaries=", "learner.scale_lr=false",
+                     "learner.warmup_steps=0"]
+    return defaults
 
 
 def _read_init(spec: str, run: str | os.PathLike[str]) -> Weights:

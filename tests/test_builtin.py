@@ -140,3 +140,34 @@ def test_train_init_starts_from_the_given_weights(tmp_path: Path) -> None:
     for name, tensor in model.state_dict().items():
         assert torch.equal(first["model"][name], tensor), name
     assert latest_checkpoint(run) is not None
+
+
+def test_init_takes_fine_tuning_defaults_and_the_learning_rate_its_weights_ended_at(tmp_path: Path) -> None:
+    import argparse
+
+    from alphazero.config import INIT_DEFAULTS, apply_overrides, to_toml
+    from alphazero.rundir import open_run_from_args
+    from alphazero.train import init_defaults
+
+    builtin = read_weights("builtin")
+    trained = builtin.trained_with.learner
+    ended = trained.learning_rate(builtin.step - 1)
+    defaults = init_defaults(builtin, None, [])
+    assert defaults[:len(INIT_DEFAULTS)] == list(INIT_DEFAULTS)
+    # Tiny's batch is the pretraining's (256): the rate goes on where pretraining left it, held constant.
+    assert f"learner.learning_rates={ended:.6g}" in defaults and "learner.lr_boundaries=" in defaults
+    assert f"learner.learning_rates={ended * 512 / trained.batch_size:.6g}" in init_defaults(
+        builtin, None, ["learner.batch_size=512"])  # the same step per sample at another batch size
+    assert init_defaults(builtin, None, ["learner.learning_rates=0.01"]) == list(INIT_DEFAULTS)
+    args = argparse.Namespace(run=tmp_path / "run", preset=None,
+                              overrides=["search.simulations=100", "learner.freeze_batch_norm=false"])
+    _, config = open_run_from_args(args, builtin.overrides(), defaults=defaults, announce=False)
+    assert config.network == builtin.network and config.search.algorithm == "puct"
+    assert config.search.simulations == 100 and not config.learner.freeze_batch_norm  # --set wins
+    assert config.learner.learning_rate(0) == config.learner.learning_rate(10**6) == pytest.approx(ended)
+    assert config.learner.value_target_q_weight == 1.0
+    # Weights that do not say how they were trained (a bare model file) keep the preset's schedule.
+    save_model(tmp_path / "bare.pt", AlphaZeroNet(TINY.network))
+    assert init_defaults(read_weights(tmp_path / "bare.pt"), None, []) == list(INIT_DEFAULTS)
+    assert apply_overrides(TINY, INIT_DEFAULTS) != TINY and "freeze_batch_norm = true" in to_toml(
+        apply_overrides(TINY, INIT_DEFAULTS))
