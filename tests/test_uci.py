@@ -438,6 +438,81 @@ def test_the_tree_of_the_moves_played_is_kept_until_a_new_game(weights: Path) ->
     engine.stop_search()
 
 
+# --- many leaves per network call --------------------------------------------------------------
+
+HANGING_QUEEN = "4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1"  # Rxd5
+
+
+def _in_process(weights: Path | str, *options: str) -> tuple[UciEngine, io.StringIO]:
+    out = io.StringIO()
+    engine = UciEngine(None, weights, "cpu", stdin=io.StringIO(""), stdout=out)
+    for option in options:
+        engine.handle(f"setoption name {option}")
+    return engine, out
+
+
+def _last_info(out: io.StringIO) -> dict[str, str]:
+    line = [line for line in out.getvalue().splitlines() if " nps " in line][-1].split()
+    return {key: line[line.index(key) + 1] for key in ("nodes", "nps", "time")}
+
+
+def test_the_default_gathers_many_leaves_per_network_call(weights: Path) -> None:
+    engine, out = _in_process(weights)
+    engine.handle("position startpos")
+    engine.handle("go nodes 400")
+    engine.wait()
+    report = engine.last_report
+    assert report is not None and report.nodes == int(_last_info(out)["nodes"]) == 400
+    default = next(option.default for option in OPTIONS if option.name == "LeavesPerBatch")
+    assert isinstance(default, int) and default > 1
+    assert report.leaves_per_batch > default / 2  # the root's own call and the first few are small
+    assert report.batches < 400 / (default / 2)
+    engine.handle("setoption name LeavesPerBatch value 1")
+    engine.handle("go nodes 50")
+    engine.wait()
+    assert engine.last_report is not None and engine.last_report.leaves_per_batch == 1
+
+
+@pytest.mark.parametrize("leaves", [8, 64])
+def test_a_batched_engine_mates_in_one_and_takes_a_hanging_queen(leaves: int) -> None:
+    engine, out = _in_process("builtin", f"LeavesPerBatch value {leaves}")
+    engine.handle(f"position fen {BACK_RANK_MATE}")
+    engine.handle("go nodes 400")
+    engine.wait()
+    assert "score mate 1 " in out.getvalue() and out.getvalue().rstrip().endswith("bestmove a1a8")
+    engine.handle(f"position fen {HANGING_QUEEN}")
+    engine.handle("go nodes 400")
+    engine.wait()
+    assert out.getvalue().rstrip().split("\n")[-1].startswith("bestmove d2d5")
+
+
+def test_nps_counts_the_nodes_of_the_whole_search_over_its_whole_time(weights: Path) -> None:
+    # Regression: after ponderhit, nps divided every node searched while pondering by the
+    # milliseconds since the ponderhit.
+    engine, out = _in_process(weights)
+    engine.handle("position startpos moves e2e4")
+    engine.handle("go ponder wtime 600000 btime 600000")
+    time.sleep(0.6)
+    engine.handle("ponderhit")
+    engine.handle("stop")
+    info = _last_info(out)
+    assert int(info["nps"]) <= int(info["nodes"]) / 0.6  # the search has run 0.6 s at least
+    assert engine.last_report is not None and engine.last_report.seconds >= 0.6
+
+
+def test_threads_sets_torchs_threads_and_0_restores_its_default() -> None:
+    default = torch.get_num_threads()
+    engine, out = _in_process("builtin", "Threads value 1")
+    try:
+        assert torch.get_num_threads() == 1
+        engine.handle("isready")
+        assert "on cpu (1 thread)" in out.getvalue()
+        engine.handle("setoption name Threads value 0")
+        assert torch.get_num_threads() == default
+    finally:
+        torch.set_num_threads(default)
+
+
 # --- a search hears stop and its deadline whatever the tree holds ------------------------------
 
 
