@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import io
+import json
 import os
 import queue
 import random
@@ -511,6 +512,47 @@ def test_threads_sets_torchs_threads_and_0_restores_its_default() -> None:
         assert torch.get_num_threads() == default
     finally:
         torch.set_num_threads(default)
+
+
+# --- the `uci` player: our engine in matches, by movetime and on a clock --------------------------
+
+
+def test_the_uci_players_options_name_the_engines_options() -> None:
+    from eval.agents import UCI_AGENT_OPTIONS
+
+    assert set(UCI_AGENT_OPTIONS.values()) <= {option.name for option in OPTIONS}
+
+
+def test_the_uci_player_plays_by_movetime_and_on_a_clock(weights: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from eval.agents import UciAgent, parse_player
+
+    monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])
+    with pytest.raises(UserError, match="refused an option"):
+        parse_player(f"uci:weights={weights},leaves=999", run=tmp_path, device="cpu")
+    with parse_player(f"uci:weights={weights},leaves=4,threads=1,overhead=0,movetime=50", run=tmp_path, device="cpu") as agent:
+        assert isinstance(agent, UciAgent) and agent.plays_on_clock
+        assert agent.name == f"uci:weights={weights},leaves=4,threads=1,overhead=0,movetime=50"
+        board = chess.Board()
+        agent.new_game()
+        choice = agent.choose([board])[0]
+        assert board.is_legal(choice.move) and choice.info["nodes"] >= 1 and "nps" in choice.info
+        board.push(choice.move)
+        clock = chess.engine.Limit(white_clock=1.0, black_clock=1.0, white_inc=0.05, black_inc=0.05)
+        assert board.is_legal(agent.choose_on_clock(board, clock).move)
+
+
+def test_two_settings_of_the_engine_play_a_clocked_match(weights: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from alphazero import cli
+
+    monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])
+    players = [f"uci:weights={weights},leaves=4,threads=1", "vs", f"uci:weights={weights},leaves=1,threads=1"]
+    assert cli.main(["match", *players, "--clock", "3+0.05", "--games", "2", "--ply-limit", "16", "--run",
+                     str(tmp_path / "run"), "--no-progress"]) == 0
+    records = [json.loads(line) for line in next((tmp_path / "run" / "eval").glob("*.jsonl")).read_text().splitlines()]
+    assert len(records) == 2 and all(r["time_control"] == "3+0.05" for r in records)
+    assert all(r["termination"] != "time_forfeit" for r in records)
 
 
 # --- a search hears stop and its deadline whatever the tree holds ------------------------------
