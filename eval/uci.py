@@ -18,7 +18,8 @@ virtual loss to each path so that the next descent looks elsewhere; a descent
 that meets a leaf already in the batch (a collision) adds nothing, and its
 virtual loss is taken back before the call, as lc0 does (mcts_ext.search).
 Game ends, repetitions and proven nodes are scored on the spot and never wait
-for the network. Gumbel's search takes one leaf per call. `info nps` is the
+for the network. Gumbel's search batches too: a leaf in flight counts as a
+visit, and a batch ends with a Sequential Halving phase. `info nps` is the
 nodes of the search over the seconds it has run; Threads sets torch's CPU
 threads (0: torch's default, the machine's cores).
 
@@ -174,7 +175,7 @@ OPTIONS: tuple[UciOption, ...] = (
               0, 60_000),
     UciOption("MovesToGo", "spin", 30, "moves assumed left when the GUI sends a clock without movestogo", 1, 1000),
     UciOption("LeavesPerBatch", "spin", DEFAULT_LEAVES_PER_BATCH, "leaves per network call, gathered with virtual "
-              "loss (more nodes a second, each a little less informed); gumbel always takes 1", 1, 256),
+              "loss (more nodes a second, each a little less informed)", 1, 256),
     UciOption("MultiPV", "spin", 1, "root moves reported, each with its own score and line (multipv k)",
               1, MAX_MULTIPV),
     UciOption("UCI_ShowWDL", "check", False, "add `wdl W D L` (per mille) to the scores"),
@@ -666,7 +667,7 @@ class UciEngine:
         """The engine's search (tree kept from the last move), rebuilt if the network, batch size or
         algorithm changed."""
         options = search_options(network.search_config, algorithm=self._algorithm_for(network, job))
-        leaves = int(self.values["LeavesPerBatch"]) if options["algorithm"] == "puct" else 1
+        leaves = int(self.values["LeavesPerBatch"])
         key = (network, leaves, options["algorithm"])
         if self._search is None or self._search_key != key:
             self._search = MultiGameSearch(1, simulations=INFINITE_NODES, leaves_per_game=leaves, solver=True,

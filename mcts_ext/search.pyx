@@ -78,6 +78,7 @@ cdef enum:
     LEAF_SCORED = 1                  # a game-ending leaf, already backed up
     LEAF_COLLISION = 2               # the leaf is already in this batch (virtual loss mode); `leaf` names it
     LEAF_NO_MEMORY = 3
+    LEAF_PHASE_END = 4               # Gumbel: the next simulation opens a Sequential Halving phase (see gumbel.pxd)
 
 STATE_NAMES = {IDLE: "idle", SEARCHING: "searching", READY: "ready", FINISHED: "finished"}
 PROOF_NAMES = {PROVEN_WIN: "win", PROVEN_DRAW: "draw", PROVEN_LOSS: "loss"}
@@ -362,6 +363,8 @@ cdef int descend(Slot* s, const Options* o, Move* moves, int* move_count, int32_
         if o.algorithm == GUMBEL:
             edge = gumbel_root_edge(tree, &o.gumbel, &s.gumbel, s.budget) if node == ROOT else \
                 gumbel_interior_edge(tree, node, &o.gumbel, s.gumbel.value_bound)
+            if edge == NO_NODE:
+                return LEAF_PHASE_END  # the phase's last simulations must be backed up first
         elif o.solver and node == ROOT and tree.proof[ROOT] == PROVEN_WIN:
             edge = best_edge(tree, ROOT)  # the shortest proven win; PUCT might wander off it
         else:
@@ -598,9 +601,11 @@ cdef class MultiGameSearch:
     move played (and best_move()) is Sequential Halving's choice, not the
     most visited; the recorded target is the improved policy
     softmax(logits + sigma(completed Q)). Dirichlet noise and temperature
-    sampling do not apply (the Gumbel noise explores); add_noise=True,
-    tree_reuse=True or leaves_per_game > 1 with gumbel are refused
-    (ValueError). With playout-cap randomisation the cheap moves are Gumbel
+    sampling do not apply (the Gumbel noise explores); add_noise=True or
+    tree_reuse=True with gumbel are refused (ValueError). With
+    leaves_per_game > 1 a leaf in flight counts as a visit in Gumbel's
+    selection, and a batch stops at a Sequential Halving phase's end
+    (gumbel.pxd). With playout-cap randomisation the cheap moves are Gumbel
     searches of the cheap budget (with noise, without a training sample).
 
     Raises ValueError for bad options (a budget of 0, an unknown FPU mode or
@@ -949,7 +954,9 @@ cdef class MultiGameSearch:
         row: as lc0 does, it charges virtual loss to its path too, so that the
         next descents avoid it, and gathering goes on; after at most
         leaves_per_game collisions the slot's gathering stops, and its
-        collisions' virtual loss is taken back before gather() returns. So the
+        collisions' virtual loss is taken back before gather() returns
+        (Gumbel, whose selection is deterministic and counts visits, stops at
+        the first collision, and at a Sequential Halving phase's end). So the
         rows of one gather() are distinct nodes (distinct game histories), and
         collisions never count as visits.
         """
@@ -978,6 +985,10 @@ cdef class MultiGameSearch:
                 if outcome == LEAF_NO_MEMORY:
                     out_of_memory[0] = True
                     break
+                if outcome == LEAF_PHASE_END:
+                    break
+                if outcome == LEAF_COLLISION and o.algorithm == GUMBEL:
+                    break  # Gumbel's selection is deterministic: the next descent would collide again
                 if outcome == LEAF_COLLISION:
                     add_in_flight(&s.tree, leaf, 1)
                     self.collision_node[collisions] = leaf
@@ -1442,9 +1453,6 @@ def _check_gumbel(algorithm, considered, scale, c_visit, c_scale, normalisation,
                          f"{considered}, {scale}, {c_visit} and {c_scale}")
     if algorithm != "gumbel":
         return
-    if leaves_per_game != 1:
-        raise ValueError(f"algorithm='gumbel' needs leaves_per_game=1 (its selection is deterministic: more leaves "
-                         f"of one game would all take the same path), got {leaves_per_game}")
     if tree_reuse:
         raise ValueError("algorithm='gumbel' does not reuse trees (each move's Sequential Halving starts from a "
                          "fresh root); set tree_reuse=False")
