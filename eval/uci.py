@@ -796,6 +796,7 @@ class UciEngine:
             self.info_string(f"warning: {self._run} has no checkpoint; playing with freshly initialised weights")
         elif (note := resolve_source(key[0]).note) is not None:
             self.info_string(f"note: {note}")
+        network.evaluator.fold_batch_norm()  # the engine's weights never change: fold once, not every pass
         self._network, self._loaded_key = network, key
         device = network.evaluator.device
         count = torch.get_num_threads()

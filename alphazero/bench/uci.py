@@ -6,7 +6,8 @@ searches a few positions with `go movetime`, from an empty tree each, and its
 nodes/s is what `info nps` reports (the nodes of the searches over the
 seconds they ran). Beside it, the network alone at a batch of that size,
 timed as `alphazero bench network` times it (random positions, the legal
-moves' logits out, the fastest of several rounds), and the ratios: the
+moves' logits out, the fastest of several rounds) but run as the engine
+runs it (batch norms folded into the convolutions), and the ratios: the
 engine over the network at that batch, and over the network's best batch of
 the run. With the engine's defaults, the last line says how close the engine
 comes to the network's best throughput.
@@ -120,6 +121,7 @@ def run(args: argparse.Namespace) -> None:
         raise UserError(out.getvalue().strip())
     network = load_network(NetworkSource(Path("."), weights=Path(args.weights)), device=args.device,
                            warn=sys.stderr)
+    network.evaluator.fold_batch_norm()  # as the engine runs it
     rng = np.random.default_rng(0)
     rows = []
     for size in leaves:
