@@ -106,7 +106,7 @@ def run_match(args: argparse.Namespace) -> None:
     from alphazero.errors import UserError
     from alphazero.rundir import RunDir, check_writable_directory
     from eval.agents import parse_player
-    from eval.match import format_summary, play_match
+    from eval.match import Clock, format_summary, play_match
     from eval.network_agents import NetworkCache
 
     run = RunDir(args.run)
@@ -117,8 +117,6 @@ def run_match(args: argparse.Namespace) -> None:
     games = args.games if args.games is not None else config.eval.games
     if games < 1:
         raise UserError(f"--games must be at least 1, got {games}")
-    from eval.match import Clock
-
     clock = Clock.parse(args.clock) if args.clock is not None else None
     concurrency = args.concurrency if args.concurrency is not None else (1 if clock is not None else 8)
     spec_a, spec_b = parse_versus(args.players, f"search:{simulations}")
