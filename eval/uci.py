@@ -26,7 +26,9 @@ threads (0: torch's default, the machine's cores).
 `go` limits (whichever comes first ends the search):
 
 - `nodes N`: N simulations (the reported nodes are the simulations done).
-- `movetime T`: T - MoveOverhead milliseconds.
+- `movetime T`: T - MoveOverhead milliseconds. Under any time limit, a
+  network call that would end past the deadline (by the last call's time)
+  is not started.
 - `wtime/btime [winc/binc] [movestogo]`: see `time_budget_ms`.
 - `depth D`: a cap: stops once the principal variation (the line of best
   moves, whose length is the reported depth) is D plies long.
@@ -190,7 +192,7 @@ OPTIONS: tuple[UciOption, ...] = (
 
 _OPTIONS_BY_NAME = {option.name.lower(): option for option in OPTIONS}
 
-_DEFAULT_TORCH_THREADS = torch.get_num_threads()
+DEFAULT_THREADS = torch.get_num_threads()
 """torch's own choice of CPU threads (the machine's cores), which Threads 0 restores."""
 
 
@@ -573,7 +575,7 @@ class UciEngine:
         """Sets torch's CPU threads for the network (process-wide, so the search thread's passes use
         them too); 0 restores torch's default, the machine's cores."""
         self.values["Threads"] = threads
-        torch.set_num_threads(threads if threads > 0 else _DEFAULT_TORCH_THREADS)
+        torch.set_num_threads(threads if threads > 0 else DEFAULT_THREADS)
 
     def _position(self, args: list[str]) -> None:
         if not args or args[0] not in ("startpos", "fen"):
@@ -693,12 +695,16 @@ class UciEngine:
                     self._out.line(line)
 
             calls = [0, 0]  # network calls, leaves evaluated
+            last_call = [0.0]  # seconds the last network call took
             evaluate = network.evaluator.evaluate_legal
 
             def evaluate_legal(*arrays: Any) -> tuple[Any, Any]:
                 calls[0] += 1
                 calls[1] += len(arrays[0])
-                return evaluate(*arrays)
+                started = time.monotonic()
+                result = evaluate(*arrays)
+                last_call[0] = time.monotonic() - started
+                return result
 
             def should_stop() -> bool:
                 now = time.monotonic()
@@ -709,8 +715,8 @@ class UciEngine:
                     return True
                 if job.pondering:
                     return False  # no limit but stop (or the node cap) until ponderhit
-                if job.deadline is not None and now >= job.deadline:
-                    return True
+                if job.deadline is not None and now + last_call[0] >= job.deadline:
+                    return True  # the next network call would end past the deadline (a batch takes a while)
                 depth = job.go.depth
                 return depth is not None and len(search.principal_variation(0, depth)) >= depth
 

@@ -27,6 +27,7 @@ from alphazero.errors import UserError
 from alphazero.network import AlphaZeroNet
 from eval.scores import centipawns_to_value
 from eval.uci import (
+    DEFAULT_THREADS,
     MAX_TIME_FRACTION,
     OPTIONS,
     GoCommand,
@@ -509,7 +510,7 @@ def test_threads_sets_torchs_threads_and_0_restores_its_default() -> None:
         engine.handle("isready")
         assert "on cpu (1 thread)" in out.getvalue()
         engine.handle("setoption name Threads value 0")
-        assert torch.get_num_threads() == default
+        assert torch.get_num_threads() == DEFAULT_THREADS  # torch's own choice when eval.uci was imported
     finally:
         torch.set_num_threads(default)
 
