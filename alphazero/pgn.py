@@ -33,6 +33,8 @@ _STANDARD_TERMINATION = {
     "fivefold_repetition": "normal",
     "resignation": "normal",
     "ply_limit": "adjudication",
+    "time_forfeit": "time forfeit",
+    "time_forfeit_insufficient_material": "time forfeit",
 }
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import abc
 import random
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -68,6 +69,8 @@ class Agent(abc.ABC):
     """
 
     name: str
+    plays_on_clock: bool = False
+    """Whether choose_on_clock() works (UCI engines)."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -85,6 +88,17 @@ class Agent(abc.ABC):
 
     def new_game(self) -> None:
         """Hears that a game is starting (one call per game; games overlap in a match)."""
+
+    def choose_on_clock(self, board: chess.Board, clock: chess.engine.Limit) -> Choice:
+        """Chooses a move for one board under a game clock, as a GUI asks a UCI engine.
+
+        `clock` holds both sides' remaining seconds and increments (white_clock,
+        black_clock, white_inc, black_inc); the caller times the call and keeps
+        the clocks. The board's contract is choose()'s.
+
+        Raises UserError for an agent that cannot play on a clock (plays_on_clock False).
+        """
+        raise UserError(f"{self.name} cannot play on a clock: only UCI engines can (stockfish, uci)")
 
     def close(self) -> None:
         """Releases processes and memory; the agent is unusable afterwards. Safe to call twice."""
@@ -286,18 +300,16 @@ class StockfishAgent(Agent):
         )
         return [parts[i % n][i // n] for i in range(len(boards))]
 
+    plays_on_clock = True
+
+    def choose_on_clock(self, board: chess.Board, clock: chess.engine.Limit) -> Choice:
+        """Searches the board on the game's clock (Stockfish manages its time; its strength settings hold)."""
+        if not self._engines:
+            raise RuntimeError(f"{self.name} is closed")
+        return _play(self._engines[0], board, clock, self._game, self.name)
+
     def _search(self, engine: chess.engine.SimpleEngine, board: chess.Board) -> Choice:
-        result = engine.play(board, self.limit, game=self._game, info=chess.engine.INFO_ALL)
-        if result.move is None:
-            raise RuntimeError(f"{self.name} returned no move in {board.fen()}")
-        score = result.info.get("score")
-        info: dict[str, Any] = {
-            key: result.info[key] for key in ("depth", "seldepth", "nodes", "time") if key in result.info
-        }
-        info["pv"] = [move.uci() for move in result.info.get("pv", [])]
-        if score is not None:
-            info["score"] = str(score.relative)
-        return Choice(result.move, None if score is None else score_to_value(score.relative), info)
+        return _play(engine, board, self.limit, self._game, self.name)
 
     def close(self) -> None:
         """Quits every engine process (killing one that does not answer)."""
@@ -306,6 +318,86 @@ class StockfishAgent(Agent):
             self._pool = None
         engines, self._engines = self._engines, []
         for engine in engines:
+            try:
+                engine.quit()
+            except (chess.engine.EngineError, chess.engine.EngineTerminatedError, TimeoutError):
+                engine.close()
+
+
+def _play(engine: chess.engine.SimpleEngine, board: chess.Board, limit: chess.engine.Limit, game: object,
+          name: str) -> Choice:
+    """Plays one search of a UCI engine; the Choice's value is its score for the side to move (eval.scores)."""
+    result = engine.play(board, limit, game=game, info=chess.engine.INFO_ALL)
+    if result.move is None:
+        raise RuntimeError(f"{name} returned no move in {board.fen()}")
+    score = result.info.get("score")
+    info: dict[str, Any] = {
+        key: result.info[key] for key in ("depth", "seldepth", "nodes", "nps", "time") if key in result.info
+    }
+    info["pv"] = [move.uci() for move in result.info.get("pv", [])]
+    if score is not None:
+        info["score"] = str(score.relative)
+    return Choice(result.move, None if score is None else score_to_value(score.relative), info)
+
+
+# --- this project's UCI engine ------------------------------------------------------
+
+
+class UciAgent(Agent):
+    """This project's UCI engine (`alphazero uci`) in a subprocess, driven through python-chess as a GUI drives it.
+
+    `flags` are the engine's command-line flags (--weights, --run, --device),
+    `options` its UCI options (set once, e.g. {"LeavesPerBatch": 32}), `limit`
+    the search of each move in choose() (default: an empty `go`, which
+    searches the engine's Nodes option). choose_on_clock() sends the game's
+    clock instead (`go wtime btime winc binc`), and the engine manages its
+    time. `ucinewgame` goes out with the first search of each game, so the
+    engine keeps its tree between the moves of a game (when the match plays
+    one game at a time). Choice.value is the engine's score for the side to
+    move, info its nodes, nps, depth, time and line.
+
+    Raises UserError if the engine cannot be started or refuses an option.
+    """
+
+    def __init__(self, *, flags: Sequence[str] = (), options: Mapping[str, int | bool | str] | None = None,
+                 limit: chess.engine.Limit | None = None, name: str = "uci") -> None:
+        super().__init__(name)
+        self.limit = limit or chess.engine.Limit()
+        self._game: object = None
+        command = [sys.executable, "-m", "alphazero.cli", "uci", *flags]
+        try:
+            self._engine: chess.engine.SimpleEngine | None = chess.engine.SimpleEngine.popen_uci(command, timeout=120)
+        except (OSError, chess.engine.EngineError, chess.engine.EngineTerminatedError, TimeoutError) as exc:
+            raise UserError(f"cannot start the UCI engine ({' '.join(command)}): {exc}") from None
+        try:
+            self._engine.configure(dict(options or {}))
+        except (chess.engine.EngineError, ValueError) as exc:
+            self.close()
+            raise UserError(f"the UCI engine refused an option of {name!r}: {exc}") from None
+
+    def new_game(self) -> None:
+        """Makes the next search send `ucinewgame`."""
+        self._game = object()
+
+    def choose(self, boards: Sequence[chess.Board]) -> list[Choice]:
+        """Searches the boards one after another with the agent's limit."""
+        return [self._play(board, self.limit) for board in boards]
+
+    plays_on_clock = True
+
+    def choose_on_clock(self, board: chess.Board, clock: chess.engine.Limit) -> Choice:
+        """Searches the board on the game's clock (the engine's time management decides the move's time)."""
+        return self._play(board, clock)
+
+    def _play(self, board: chess.Board, limit: chess.engine.Limit) -> Choice:
+        if self._engine is None:
+            raise RuntimeError(f"{self.name} is closed")
+        return _play(self._engine, board, limit, self._game, self.name)
+
+    def close(self) -> None:
+        """Quits the engine process (killing it if it does not answer)."""
+        engine, self._engine = self._engine, None
+        if engine is not None:
             try:
                 engine.quit()
             except (chess.engine.EngineError, chess.engine.EngineTerminatedError, TimeoutError):
@@ -497,6 +589,49 @@ def _make_stockfish(options: dict[str, str], context: Mapping[str, Any]) -> Agen
     )
 
 
+_UCI_FLAGS = {
+    "weights": "a model file or checkpoint, or 'builtin' (default: the run's latest checkpoint, else builtin)",
+    "device": "auto, cpu, cuda or cuda:N (default: the match's --device)",
+}
+_UCI_LIMITS = {"movetime": "milliseconds a move (go movetime)", "nodes": "simulations a move (go nodes)"}
+UCI_AGENT_OPTIONS = {
+    "leaves": "LeavesPerBatch",
+    "threads": "Threads",
+    "overhead": "MoveOverhead",
+    "movestogo": "MovesToGo",
+    "algorithm": "SearchAlgorithm",
+}
+"""The `uci` player's options that set the engine's UCI options: spec key -> UCI name (eval.uci.OPTIONS)."""
+
+
+def _make_uci(options: dict[str, str], context: Mapping[str, Any]) -> Agent:
+    flags = ["--device", options.get("device", str(context.get("device", "auto")))]
+    if "weights" in options:
+        flags += ["--weights", options["weights"]]
+    else:
+        flags += ["--run", str(context.get("run", "runs/default"))]
+    uci_options: dict[str, int | str] = {}
+    for key, uci_name in UCI_AGENT_OPTIONS.items():
+        if key in options:
+            value = options[key]
+            uci_options[uci_name] = value if key == "algorithm" else int_option(options, key) or 0
+    movetime, nodes = int_option(options, "movetime"), int_option(options, "nodes")
+    for key, value in (("movetime", movetime), ("nodes", nodes)):
+        if value is not None and value < 1:
+            raise UserError(f"{key} must be at least 1, got {value}")
+    limit = chess.engine.Limit(time=None if movetime is None else movetime / 1000.0, nodes=nodes)
+    shown = ",".join(f"{key}={value}" for key, value in options.items())
+    return UciAgent(flags=flags, options=uci_options, limit=limit, name="uci" + (f":{shown}" if shown else ""))
+
+
+register_player(
+    "uci",
+    _make_uci,
+    help="this project's UCI engine (alphazero uci) in a subprocess, through python-chess as a GUI drives it; "
+         "default: the engine's Nodes a move, or the match's --clock",
+    options={**_UCI_FLAGS, **_UCI_LIMITS,
+             **{key: f"the engine's {name} option" for key, name in UCI_AGENT_OPTIONS.items()}},
+)
 register_player("random", _make_random, help="uniformly random legal moves", options={"seed": "random seed"})
 register_player(
     "stockfish",

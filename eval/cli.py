@@ -36,7 +36,8 @@ def add_match_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "players", nargs="+", metavar="[A] vs B",
         help="players such as search:400, policy, value, random, stockfish, stockfish:depth=3, "
-             "stockfish:elo=1500; A defaults to the run's latest checkpoint searching --simulations",
+             "stockfish:elo=1500, uci:leaves=32,movetime=1000 (this project's UCI engine in a subprocess); "
+             "A defaults to the run's latest checkpoint searching --simulations",
     )
     parser.add_argument("--games", type=int, default=None,
                         help="games to play, half with each colour, so an odd number is rounded up "
@@ -44,7 +45,11 @@ def add_match_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run", type=Path, default=DEFAULT_RUN_DIR,
                         help=f"run directory: network checkpoints, and where games go (default {DEFAULT_RUN_DIR})")
     parser.add_argument("--elo", type=int, default=None, help="UCI_Elo of a bare `stockfish` player, e.g. 1500")
-    parser.add_argument("--concurrency", type=int, default=8, help="games played at once (default 8)")
+    parser.add_argument("--concurrency", type=int, default=None,
+                        help="games played at once (default 8; 1 with --clock, so engines keep their trees)")
+    parser.add_argument("--clock", default=None, metavar="BASE+INC",
+                        help="play on a clock, e.g. 10+0.1 (seconds): every move goes to its UCI engine as "
+                             "`go wtime btime winc binc` (stockfish, uci players), and running out of time loses")
     parser.add_argument("--simulations", type=int, default=None,
                         help="simulations of A and of a bare `search` (default: the run's eval.simulations)")
     parser.add_argument("--device", default="auto", help="network device: auto, cpu, cuda or cuda:N")
@@ -101,7 +106,7 @@ def run_match(args: argparse.Namespace) -> None:
     from alphazero.errors import UserError
     from alphazero.rundir import RunDir, check_writable_directory
     from eval.agents import parse_player
-    from eval.match import format_summary, play_match
+    from eval.match import Clock, format_summary, play_match
     from eval.network_agents import NetworkCache
 
     run = RunDir(args.run)
@@ -112,6 +117,8 @@ def run_match(args: argparse.Namespace) -> None:
     games = args.games if args.games is not None else config.eval.games
     if games < 1:
         raise UserError(f"--games must be at least 1, got {games}")
+    clock = Clock.parse(args.clock) if args.clock is not None else None
+    concurrency = args.concurrency if args.concurrency is not None else (1 if clock is not None else 8)
     spec_a, spec_b = parse_versus(args.players, f"search:{simulations}")
     spec_a, spec_b = _apply_elo([spec_a, spec_b], args.elo)
     check_writable_directory(run.eval, "the match's records")
@@ -121,10 +128,10 @@ def run_match(args: argparse.Namespace) -> None:
     context: dict[str, Any] = {"run": run.root, "device": args.device, "simulations": simulations,
                                "networks": NetworkCache(), "seed": args.seed}
     with parse_player(spec_a, **context) as agent_a, parse_player(spec_b, **context) as agent_b:
-        result = play_match(agent_a, agent_b, games=games, concurrency=args.concurrency, ply_limit=args.ply_limit,
+        result = play_match(agent_a, agent_b, games=games, concurrency=concurrency, ply_limit=args.ply_limit,
                             resign_threshold=args.resign, out_dir=run.eval, pgn_dir=run.games,
                             progress=not args.no_progress,
-                            seed=args.seed, match_id=args.match_id)
+                            seed=args.seed, match_id=args.match_id, clock=clock)
     print(format_summary(result))
     if result.pgn_path is not None:
         print(f"games: {result.pgn_path}\nrecords: {result.jsonl_path}")

@@ -22,6 +22,14 @@ loses only the games in flight. The folders are checked before the first
 game; if they stop taking files later, the files move to a temporary folder
 (named on stderr) rather than losing games. PGN tags for the end of a game
 follow alphazero.pgn (the standard Termination, the rule in TerminationDetail).
+
+With a `clock` (Fischer: a base time and an increment, e.g. 10+0.1 s) every
+move goes to its agent on its own as `go wtime btime winc binc`
+(Agent.choose_on_clock: UCI engines, as a GUI drives them); the runner times
+each call and keeps the clocks, and a side whose clock runs out loses on time
+(a draw when the opponent has no mating material). The seconds each move took
+and the clocks are kept in the records (JSON `seconds` and `clocks`, PGN
+`[%clk]` comments).
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import math
 import re
 import sys
 import tempfile
+import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -40,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import chess
+import chess.engine
 import chess.pgn
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
@@ -59,7 +69,36 @@ DEFAULT_RESIGN_MOVES = 3
 
 PLY_LIMIT = "ply_limit"  # termination names as in self-play records (alphazero.pgn)
 RESIGNATION = "resignation"
+TIME_FORFEIT = "time_forfeit"
+TIME_FORFEIT_DRAW = "time_forfeit_insufficient_material"  # out of time, but the opponent cannot mate
 DRAW = "1/2-1/2"
+
+
+@dataclass(frozen=True)
+class Clock:
+    """A Fischer clock: `seconds` for each side at the start, `increment` seconds added after each move."""
+
+    seconds: float
+    increment: float = 0.0
+
+    @classmethod
+    def parse(cls, text: str) -> Clock:
+        """Reads BASE+INCREMENT in seconds ('10+0.1', '60'). Raises UserError saying what is expected.
+
+        >>> Clock.parse("10+0.1")
+        Clock(seconds=10.0, increment=0.1)
+        """
+        base, _, increment = text.strip().partition("+")
+        try:
+            clock = cls(float(base), float(increment) if increment else 0.0)
+        except ValueError:
+            raise UserError(f"a clock is BASE+INCREMENT in seconds, e.g. 10+0.1 or 60; got {text!r}") from None
+        if not (0 < clock.seconds < math.inf and 0 <= clock.increment < math.inf):
+            raise UserError(f"a clock needs a positive base time and an increment of at least 0, got {text!r}")
+        return clock
+
+    def __str__(self) -> str:
+        return f"{self.seconds:g}+{self.increment:g}"
 
 
 class IllegalAgentMoveError(chess.IllegalMoveError):
@@ -94,6 +133,9 @@ class GameRecord:
     values: list[float | None]
     started: str
     finished: str
+    seconds: list[float | None] = field(default_factory=list)  # clocked games: each move's time, else empty
+    clocks: list[float | None] = field(default_factory=list)  # ... and the mover's clock after it
+    time_control: str | None = None  # the clock, e.g. '10+0.1'
 
     @property
     def plies(self) -> int:
@@ -125,6 +167,8 @@ class GameRecord:
             "values": self.values,
             "started": self.started,
             "finished": self.finished,
+            **({"time_control": self.time_control, "seconds": self.seconds, "clocks": self.clocks}
+               if self.time_control is not None else {}),
         }
 
     def to_pgn(self) -> chess.pgn.Game:
@@ -141,11 +185,14 @@ class GameRecord:
                 "Opening": self.opening,
                 **termination_tags(self.termination),
                 "PlyCount": str(self.plies),
+                **({"TimeControl": self.time_control} if self.time_control else {}),
             }
         )
         node: chess.pgn.GameNode = game
-        for uci in self.moves:
+        for ply, uci in enumerate(self.moves):
             node = node.add_variation(chess.Move.from_uci(uci))
+            if ply < len(self.clocks) and self.clocks[ply] is not None:
+                node.set_clock(self.clocks[ply])
         return game
 
 
@@ -249,6 +296,9 @@ class _Game:
     streak: dict[chess.Color, int] = field(default_factory=lambda: {chess.WHITE: 0, chess.BLACK: 0})
     result: str | None = None
     termination: str | None = None
+    clock: dict[chess.Color, float] | None = None  # clocked games: each side's remaining seconds
+    seconds: list[float | None] = field(default_factory=list)
+    clocks: list[float | None] = field(default_factory=list)
 
     def to_move(self, a: Agent, b: Agent) -> Agent:
         """Returns the agent whose turn it is."""
@@ -281,6 +331,35 @@ class _Game:
         self.values.append(None if value is None else float(value))
         self.check_end(rules)
 
+    def play_on_clock(self, agent: Agent, clock: Clock, rules: _Rules) -> None:
+        """Asks the agent for its move on the game's clock, times it, and plays it or flags the agent.
+
+        Raises as play().
+        """
+        assert self.clock is not None
+        mover = self.board.turn
+        limit = chess.engine.Limit(white_clock=self.clock[chess.WHITE], black_clock=self.clock[chess.BLACK],
+                                   white_inc=clock.increment, black_inc=clock.increment)
+        size = len(self.board.move_stack)
+        started = time.monotonic()
+        choice = agent.choose_on_clock(self.board, limit)
+        spent = time.monotonic() - started
+        if len(self.board.move_stack) != size:
+            raise AgentContractError(f"{agent.name} changed the board it was given ({self.board.fen()})")
+        self.clock[mover] -= spent
+        if self.clock[mover] < 0:
+            if self.board.has_insufficient_material(not mover):
+                self.result, self.termination = DRAW, TIME_FORFEIT_DRAW
+            else:
+                self.result, self.termination = ("0-1" if mover == chess.WHITE else "1-0"), TIME_FORFEIT
+            return
+        self.clock[mover] += clock.increment
+        plies = len(self.board.move_stack)
+        self.play(agent, choice, rules)
+        if len(self.board.move_stack) > plies:
+            self.seconds.append(round(spent, 3))
+            self.clocks.append(round(self.clock[mover], 3))
+
     def _resigns(self, mover: chess.Color, value: float | None, rules: _Rules) -> bool:
         """Records the mover's value; True once both sides agreed for resign_moves of its moves.
 
@@ -297,10 +376,11 @@ class _Game:
         self.streak[mover] = self.streak[mover] + 1 if agree else 0
         return self.streak[mover] >= rules.resign_moves
 
-    def record(self, match_id: str, a: Agent, b: Agent) -> GameRecord:
+    def record(self, match_id: str, a: Agent, b: Agent, clock: Clock | None = None) -> GameRecord:
         """Returns the finished game's record."""
         assert self.result is not None and self.termination is not None
         white, black = (a, b) if self.a_is_white else (b, a)
+        opening: list[float | None] = [None] * len(self.opening.moves)
         return GameRecord(
             match_id=match_id,
             round=self.round,
@@ -315,6 +395,9 @@ class _Game:
             values=[None] * len(self.opening.moves) + self.values,
             started=self.started,
             finished=_now(),
+            seconds=opening + self.seconds if clock is not None else [],
+            clocks=opening + self.clocks if clock is not None else [],
+            time_control=str(clock) if clock is not None else None,
         )
 
 
@@ -457,8 +540,14 @@ def play_match(
     progress: bool = True,
     seed: int = 0,
     match_id: str | None = None,
+    clock: Clock | None = None,
 ) -> MatchResult:
     """Plays a match of `games` games (rounded up to even) between two agents.
+
+    With a `clock`, each move is asked for on its own on the game's clock
+    (Agent.choose_on_clock) and timed, and running out of time loses (see
+    the module's docstring); `concurrency` 1 plays the games one after
+    another, as a GUI would, so engines keep their trees between moves.
 
     Openings: `openings` (default: the packaged suite, load_openings()) in
     order from index `seed` (mod its length), cycled; each is played by a
@@ -479,12 +568,16 @@ def play_match(
     the result's paths say where they are. The paths stay None until a file
     is written. The agents are not closed here.
 
-    Raises UserError on a bad argument or an output folder that cannot be
-    written; IllegalAgentMoveError or AgentContractError when an agent
+    Raises UserError on a bad argument, an output folder that cannot be
+    written or an agent that cannot play on a clock; IllegalAgentMoveError or AgentContractError when an agent
     misbehaves; anything an agent raises. On an exception, the files hold
     every game finished before it.
     """
     _check_arguments(games, concurrency, ply_limit, resign_threshold, resign_moves, match_id)
+    for agent in (agent_a, agent_b) if clock is not None else ():
+        if not agent.plays_on_clock:
+            raise UserError(f"{agent.name} cannot play on a clock: on a clock, both players must be UCI engines "
+                            f"(stockfish, uci)")
     pending = _schedule(load_openings() if openings is None else openings, games, seed)
     rules = _Rules(ply_limit, resign_threshold, resign_moves)
     result = MatchResult(match_id or _default_match_id(agent_a, agent_b), agent_a.name, agent_b.name, [])
@@ -499,30 +592,37 @@ def play_match(
     with _progress_bar(progress, agent_a, agent_b, len(pending)) as (bar, task):
         while pending or running:
             while pending and len(running) < concurrency:
-                running.append(_start_game(*pending.popleft(), agents, rules))
+                running.append(_start_game(*pending.popleft(), agents, rules, clock))
             for agent in agents:
                 turn = [g for g in running if g.result is None and g.to_move(agent_a, agent_b) is agent]
-                if turn:
+                if turn and clock is not None:
+                    for game in turn:
+                        game.play_on_clock(agent, clock, rules)
+                elif turn:
                     _advance(agent, turn, rules)
             finished = [g for g in running if g.result is not None]
             running = [g for g in running if g.result is None]
             if finished:
-                _finish(result, finished, agent_a, agent_b, files)
+                _finish(result, finished, agent_a, agent_b, files, clock)
                 bar.update(task, advance=len(finished), score=_score_text(result))
     return result
 
 
-def _start_game(round_: int, opening: Opening, a_is_white: bool, agents: list[Agent], rules: _Rules) -> _Game:
+def _start_game(round_: int, opening: Opening, a_is_white: bool, agents: list[Agent], rules: _Rules,
+                clock: Clock | None = None) -> _Game:
     for agent in agents:
         agent.new_game()
     game = _Game(round_, opening, a_is_white, opening.board())
+    if clock is not None:
+        game.clock = {chess.WHITE: clock.seconds, chess.BLACK: clock.seconds}
     game.check_end(rules)  # a custom opening may already end the game
     return game
 
 
-def _finish(result: MatchResult, finished: list[_Game], a: Agent, b: Agent, files: _GameFiles | None) -> None:
+def _finish(result: MatchResult, finished: list[_Game], a: Agent, b: Agent, files: _GameFiles | None,
+            clock: Clock | None = None) -> None:
     """Records finished games in the result and rewrites the output files (their paths go in the result)."""
-    result.games.extend(g.record(result.match_id, a, b) for g in finished)
+    result.games.extend(g.record(result.match_id, a, b, clock) for g in finished)
     result.games.sort(key=lambda r: r.round)
     if files is not None:
         files.write(result.games)

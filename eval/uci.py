@@ -12,10 +12,23 @@ unknown line, or a bad option value, is answered with `info string ...` and
 otherwise ignored (an option keeps its previous value); a position without
 legal moves gets `bestmove 0000`.
 
+Each network call evaluates up to LeavesPerBatch leaves (default
+DEFAULT_LEAVES_PER_BATCH): the search descends that many times, charging
+virtual loss to each path so that the next descent looks elsewhere; a descent
+that meets a leaf already in the batch (a collision) adds nothing, and its
+virtual loss is taken back before the call, as lc0 does (mcts_ext.search).
+Game ends, repetitions and proven nodes are scored on the spot and never wait
+for the network. Gumbel's search batches too: a leaf in flight counts as a
+visit, and a batch ends with a Sequential Halving phase. `info nps` is the
+nodes of the search over the seconds it has run; Threads sets torch's CPU
+threads (0: torch's default, the machine's cores).
+
 `go` limits (whichever comes first ends the search):
 
 - `nodes N`: N simulations (the reported nodes are the simulations done).
-- `movetime T`: T - MoveOverhead milliseconds.
+- `movetime T`: T - MoveOverhead milliseconds. Under any time limit, a
+  network call that would end past the deadline (by the last call's time)
+  is not started.
 - `wtime/btime [winc/binc] [movestogo]`: see `time_budget_ms`.
 - `depth D`: a cap: stops once the principal variation (the line of best
   moves, whose length is the reported depth) is D plies long.
@@ -83,6 +96,11 @@ MAX_TIME_FRACTION = 0.5
 
 MIN_BUDGET_MS = 1.0
 """The least time budget: the search always expands the root and plays something."""
+
+DEFAULT_LEAVES_PER_BATCH = 32
+"""Leaves gathered per network call (virtual loss). Chosen from short `alphazero bench uci` runs: on the
+2-core CPU the built-in network's throughput at 32 is 2.5-3x its batch-1 figure and near its best; an
+equal-time match against LeavesPerBatch 1 is to confirm it (README, `alphazero uci`)."""
 
 INFINITE_NODES = 50_000_000
 """The node cap of `go infinite`, `go ponder` and timed searches (bounds the tree's memory)."""
@@ -154,12 +172,13 @@ OPTIONS: tuple[UciOption, ...] = (
               1, INFINITE_NODES),
     UciOption("Weights", "string", "", "a model file or learner checkpoint; empty: the run's latest checkpoint"),
     UciOption("Device", "string", "auto", "where the network runs: auto, cpu, cuda or cuda:N"),
-    UciOption("Threads", "spin", 0, "torch CPU threads for the network; 0 keeps torch's default", 0, 1024),
+    UciOption("Threads", "spin", 0, "torch CPU threads for the network; 0: torch's default, the machine's cores",
+              0, 1024),
     UciOption("MoveOverhead", "spin", 100, "milliseconds kept back each move for the GUI, the network and lag",
               0, 60_000),
     UciOption("MovesToGo", "spin", 30, "moves assumed left when the GUI sends a clock without movestogo", 1, 1000),
-    UciOption("LeavesPerBatch", "spin", 1, "leaves per network call; more uses virtual loss (faster on a GPU, "
-              "weaker per node); gumbel always takes 1", 1, 256),
+    UciOption("LeavesPerBatch", "spin", DEFAULT_LEAVES_PER_BATCH, "leaves per network call, gathered with virtual "
+              "loss (more nodes a second, each a little less informed)", 1, 256),
     UciOption("MultiPV", "spin", 1, "root moves reported, each with its own score and line (multipv k)",
               1, MAX_MULTIPV),
     UciOption("UCI_ShowWDL", "check", False, "add `wdl W D L` (per mille) to the scores"),
@@ -172,6 +191,9 @@ OPTIONS: tuple[UciOption, ...] = (
 """Every engine option, declared once: the `uci` answer and setoption both read this table."""
 
 _OPTIONS_BY_NAME = {option.name.lower(): option for option in OPTIONS}
+
+DEFAULT_THREADS = torch.get_num_threads()
+"""torch's own choice of CPU threads (the machine's cores), which Threads 0 restores."""
 
 
 def _quoted(text: str, limit: int = 80) -> str:
@@ -270,14 +292,34 @@ class _Job:
     budget_ms: float | None
     deadline: float | None
     pondering: bool
-    started: float
+    started: float  # the reported time counts from here (reset by ponderhit, as the clock is)
     stop: threading.Event = field(default_factory=threading.Event)
     wake: threading.Event = field(default_factory=threading.Event)
     answered: threading.Event = field(default_factory=threading.Event)
+    searching_since: float = field(default_factory=time.monotonic)  # nps counts every node from here
 
     def must_wait(self) -> bool:
         """Checks whether a finished search must still withhold bestmove (infinite, or pondering)."""
         return not self.stop.is_set() and (self.go.infinite or self.pondering)
+
+
+@dataclass(frozen=True)
+class SearchReport:
+    """What the last search did: `nodes` (simulations) in `seconds` (pondering included), in `batches`
+    network calls that evaluated `leaves` positions; `nodes_per_second` is what `info nps` reports."""
+
+    nodes: int
+    seconds: float
+    batches: int
+    leaves: int
+
+    @property
+    def nodes_per_second(self) -> float:
+        return self.nodes / max(self.seconds, 1e-6)
+
+    @property
+    def leaves_per_batch(self) -> float:
+        return self.leaves / self.batches if self.batches else 0.0
 
 
 # --- output ---------------------------------------------------------------------------------
@@ -336,18 +378,25 @@ def _line_for(search: MultiGameSearch, move: str, q: float | None, draw: float |
     return _Line(pv, round(value_to_centipawns(value)), None, value_to_wdl(value, draw))
 
 
-def _info_lines(search: MultiGameSearch, started: float, multipv: int, *, wdl: bool,
+def _info_lines(search: MultiGameSearch, job: _Job, multipv: int, *, wdl: bool,
                 draw: float | None) -> list[str]:
-    """Formats one `info depth .. multipv k score .. [wdl ..] nodes .. nps .. time .. pv ..` per line."""
-    elapsed = max(time.monotonic() - started, 1e-6)
+    """Formats one `info depth .. multipv k score .. [wdl ..] nodes .. nps .. time .. pv ..` per line.
+
+    nodes: the simulations of this search (a kept subtree's older visits are
+    not counted); nps: those nodes over the seconds the search has run
+    (pondering included); time: milliseconds since `go`, or since ponderhit.
+    """
+    now = time.monotonic()
+    elapsed = max(now - job.started, 1e-6)
     nodes = search.simulations(0)
+    nps = int(nodes / max(now - job.searching_since, 1e-6))
     q_of = {uci: q for uci, _, _, q, _ in search.root_stats(0)}
     lines = []
     for k, move in enumerate(search.ranked_moves(0)[:multipv], start=1):
         line = _line_for(search, move, q_of[move], draw)
         shown_wdl = f" wdl {line.wdl[0]} {line.wdl[1]} {line.wdl[2]}" if wdl else ""
         lines.append(f"info depth {len(line.pv)} seldepth {len(line.pv)} multipv {k} {line.score()}{shown_wdl} "
-                     f"nodes {nodes} nps {int(nodes / elapsed)} time {int(elapsed * 1000)} pv {' '.join(line.pv)}")
+                     f"nodes {nodes} nps {nps} time {int(elapsed * 1000)} pv {' '.join(line.pv)}")
     return lines
 
 
@@ -415,10 +464,14 @@ class UciEngine:
         self._board = Board(ply_limit=None)
         self._job: _Job | None = None
         self._thread: threading.Thread | None = None
-        # The search and its tree, kept between moves for reuse; only the search thread
-        # touches it while a search runs. Rebuilt when the network or LeavesPerBatch changes.
+        # The search and its tree, kept between moves for reuse, and the arrays it gathers
+        # leaves into; only the search thread touches them while a search runs. Rebuilt
+        # when the network, LeavesPerBatch or the algorithm changes.
         self._search: MultiGameSearch | None = None
-        self._search_key: tuple[Network, int] | None = None
+        self._batch: tuple[Any, ...] = ()
+        self._search_key: tuple[Network, int, str] | None = None
+        self.last_report: SearchReport | None = None
+        """What the last finished search did (for benchmarks and tests)."""
 
     # -- the loop --
 
@@ -519,9 +572,10 @@ class UciEngine:
                 self.info_string(f"ignored {option.name}, kept {_quoted(str(old))}: {error}")
 
     def _set_threads(self, threads: int) -> None:
+        """Sets torch's CPU threads for the network (process-wide, so the search thread's passes use
+        them too); 0 restores torch's default, the machine's cores."""
         self.values["Threads"] = threads
-        if threads > 0:
-            torch.set_num_threads(threads)
+        torch.set_num_threads(threads if threads > 0 else DEFAULT_THREADS)
 
     def _position(self, args: list[str]) -> None:
         if not args or args[0] not in ("startpos", "fen"):
@@ -616,11 +670,12 @@ class UciEngine:
         """The engine's search (tree kept from the last move), rebuilt if the network, batch size or
         algorithm changed."""
         options = search_options(network.search_config, algorithm=self._algorithm_for(network, job))
-        leaves = int(self.values["LeavesPerBatch"]) if options["algorithm"] == "puct" else 1
+        leaves = int(self.values["LeavesPerBatch"])
         key = (network, leaves, options["algorithm"])
         if self._search is None or self._search_key != key:
             self._search = MultiGameSearch(1, simulations=INFINITE_NODES, leaves_per_game=leaves, solver=True,
                                            **options)
+            self._batch = network.evaluator.pin(self._search.new_batch())
             self._search_key = key
         return self._search
 
@@ -636,8 +691,20 @@ class UciEngine:
             last_info = [job.started]
 
             def report() -> None:
-                for line in _info_lines(search, job.started, multipv, wdl=wdl, draw=draw):
+                for line in _info_lines(search, job, multipv, wdl=wdl, draw=draw):
                     self._out.line(line)
+
+            calls = [0, 0]  # network calls, leaves evaluated
+            last_call = [0.0]  # seconds the last network call took
+            evaluate = network.evaluator.evaluate_legal
+
+            def evaluate_legal(*arrays: Any) -> tuple[Any, Any]:
+                calls[0] += 1
+                calls[1] += len(arrays[0])
+                started = time.monotonic()
+                result = evaluate(*arrays)
+                last_call[0] = time.monotonic() - started
+                return result
 
             def should_stop() -> bool:
                 now = time.monotonic()
@@ -648,14 +715,16 @@ class UciEngine:
                     return True
                 if job.pondering:
                     return False  # no limit but stop (or the node cap) until ponderhit
-                if job.deadline is not None and now >= job.deadline:
-                    return True
+                if job.deadline is not None and now + last_call[0] >= job.deadline:
+                    return True  # the next network call would end past the deadline (a batch takes a while)
                 depth = job.go.depth
                 return depth is not None and len(search.principal_variation(0, depth)) >= depth
 
-            run_search(search, evaluate_legal=network.evaluator.evaluate_legal, should_stop=should_stop)
+            run_search(search, evaluate_legal=evaluate_legal, should_stop=should_stop, batch=self._batch)
             search.stop(0)
             report()
+            self.last_report = SearchReport(search.simulations(0), time.monotonic() - job.searching_since,
+                                            *calls)
             while job.must_wait():  # UCI: no bestmove before `stop` (infinite) or `ponderhit` (ponder)
                 job.wake.wait()
                 job.wake.clear()
@@ -734,8 +803,12 @@ class UciEngine:
             self.info_string(f"warning: {self._run} has no checkpoint; playing with freshly initialised weights")
         elif (note := resolve_source(key[0]).note) is not None:
             self.info_string(f"note: {note}")
+        network.evaluator.fold_batch_norm()  # the engine's weights never change: fold once, not every pass
         self._network, self._loaded_key = network, key
-        self.info_string(f"network: {network.label} on {network.evaluator.device}")
+        device = network.evaluator.device
+        count = torch.get_num_threads()
+        threads = f" ({count} thread{'s' if count != 1 else ''})" if device.type == "cpu" else ""
+        self.info_string(f"network: {network.label} on {device}{threads}")
         return network
 
 

@@ -24,6 +24,16 @@
 # visit counts towards the improved policy pi'. The training target is pi'
 # at the root. Logits are log(prior): they differ from the network's by a
 # constant per node, which neither softmax nor argmax sees.
+#
+# Batches (leaves_per_game > 1): a simulation whose leaf waits for the
+# network counts as a visit of its edges (F(a) in flight, a virtual visit
+# without a virtual loss) wherever the selection counts visits: the root's
+# simulation index and "exactly r visits", and the interior rule's
+# N(a) / (1 + sum_b N(b)); Q and pi' come from completed visits only. Since
+# Sequential Halving drops moves at a phase's end by their values, a batch
+# never crosses into the next phase while simulations of the last are in
+# flight (gumbel_root_edge returns NO_NODE). With one leaf per batch nothing
+# is ever in flight, and the search is the one above.
 
 from libc.float cimport FLT_MIN
 from libc.math cimport exp, log
@@ -70,7 +80,7 @@ cdef inline void gumbel_sample(Rng* rng, float* noise, int count, float scale) n
         noise[i] = -scale * log(-log(rng_uniform(rng))) if scale > 0.0 else 0.0
 
 
-cdef inline int considered_visits(int k, int budget, int index) noexcept nogil:
+cdef inline int considered_visits(int k, int budget, int index, int* phase=NULL) noexcept nogil:
     """The visit count that Sequential Halving gives the root's simulation `index` (0-based) of `budget`.
 
     Phase after phase, each of the m considered moves gets
@@ -78,9 +88,12 @@ cdef inline int considered_visits(int k, int budget, int index) noexcept nogil:
     then m halves (never below 2); round r of a phase is m simulations that
     each go to a move with exactly r earlier visits. With k <= 1 the one move
     takes every simulation. O(log) per call: no table, so a budget of
-    millions (a timed analysis) costs no memory.
+    millions (a timed analysis) costs no memory. `phase`, when given, gets
+    the 0-based phase of the simulation.
     """
-    cdef int phases = 0, considered = k, visits = 0, start = 0, extra, span
+    cdef int phases = 0, considered = k, visits = 0, start = 0, extra, span, current = 0
+    if phase != NULL:
+        phase[0] = 0
     if k <= 1:
         return index
     while (1 << phases) < k:
@@ -91,10 +104,13 @@ cdef inline int considered_visits(int k, int budget, int index) noexcept nogil:
             extra = 1
         span = extra * considered
         if index < start + span:
+            if phase != NULL:
+                phase[0] = current
             return visits + (index - start) // considered
         start += span
         visits += extra
         considered = max(2, considered // 2)
+        current += 1
 
 
 cdef inline double floored_prior(const Tree* tree, int32_t edge) noexcept nogil:
@@ -158,12 +174,12 @@ cdef inline double edge_q(const Tree* tree, int32_t edge, const CompletedQ* c) n
 
 cdef inline int32_t gumbel_interior_edge(const Tree* tree, int32_t node, const GumbelParams* params,
                                          float value_bound) noexcept nogil:
-    """argmax_a pi'(a) - N(a) / (1 + sum_b N(b)); ties go to the first edge.
+    """argmax_a pi'(a) - (N(a) + F(a)) / (1 + sum_b N(b) + F(b)); ties go to the first edge.
 
     pi'(a) = pi(a) w(a) / Z with w = exp(sigma(completed Q) - sigma(top)):
-    the softmax of logits + sigma without a log per edge. Every unvisited edge
-    shares the mixed value, so its best is the first with the highest prior,
-    scored once.
+    the softmax of logits + sigma without a log per edge. Every edge without
+    visits shares the mixed value, so the best of those with nothing in
+    flight either (F(a) = 0) is the first with the highest prior, scored once.
     """
     cdef CompletedQ c
     cdef int32_t first = tree.first_edge[node], count = tree.edge_count[node], edge, child, best = first
@@ -172,27 +188,30 @@ cdef inline int32_t gumbel_interior_edge(const Tree* tree, int32_t node, const G
     cdef double weights[MAX_MOVES]
     cdef int i, visited = 0
     cdef double top, unvisited_weight, unvisited_prior = 0.0, best_prior = -1.0, total = 0.0, prior
-    cdef double score, best_score = -1e300
+    cdef double score, best_score = -1e300, counted
     completed_q(tree, node, params, value_bound, &c)
+    # The penalty's visits: the completed ones and those in flight below the node (it is not pending itself).
+    counted = 1.0 + c.visit_sum + tree.in_flight[node]
     top = sigma(&c, c.top)  # subtracting the largest sigma keeps exp() from overflowing
     unvisited_weight = exp(sigma(&c, c.mixed) - top)
     for edge in range(first, first + count):
         child = tree.child[edge]
         prior = floored_prior(tree, edge)
-        if child == NO_NODE or tree.visits[child] == 0:
+        if child == NO_NODE or (tree.visits[child] == 0 and tree.in_flight[child] == 0):
             unvisited_prior += prior
             if prior > best_prior:
                 best_prior = prior
                 best_unvisited = edge
             continue
-        weights[visited] = prior * exp(sigma(&c, <double>tree.value_sum[child] / tree.visits[child]) - top)
+        weights[visited] = prior * exp(sigma(&c, edge_q(tree, edge, &c)) - top)
         total += weights[visited]
         visited_edges[visited] = edge
         visited += 1
     total += unvisited_prior * unvisited_weight
     for i in range(visited):
         edge = visited_edges[i]
-        score = weights[i] / total - tree.visits[tree.child[edge]] / (1.0 + c.visit_sum)
+        child = tree.child[edge]
+        score = weights[i] / total - (tree.visits[child] + tree.in_flight[child]) / counted
         if score > best_score:
             best_score = score
             best = edge
@@ -204,14 +223,15 @@ cdef inline int32_t gumbel_interior_edge(const Tree* tree, int32_t node, const G
 
 
 cdef inline int32_t halving_choice(const Tree* tree, const GumbelRoot* root, const CompletedQ* c,
-                                   int visits) noexcept nogil:
-    """The root edge with exactly `visits` visits and the highest g + logits + sigma; NO_NODE if none."""
+                                   int visits, bint in_flight=False) noexcept nogil:
+    """The root edge with exactly `visits` visits (with `in_flight`, counting those waiting in the
+    batch) and the highest g + logits + sigma; NO_NODE if none."""
     cdef int32_t first = tree.first_edge[ROOT], edge, child, best = NO_NODE
     cdef int n
     cdef double score, best_score = -1e300
     for edge in range(first, first + tree.edge_count[ROOT]):
         child = tree.child[edge]
-        n = tree.visits[child] if child != NO_NODE else 0
+        n = 0 if child == NO_NODE else tree.visits[child] + (tree.in_flight[child] if in_flight else 0)
         if n != visits:
             continue
         score = root.noise[edge - first] + log(floored_prior(tree, edge)) + sigma(c, edge_q(tree, edge, c))
@@ -237,13 +257,22 @@ cdef inline int32_t gumbel_best_edge(const Tree* tree, const GumbelParams* param
 
 cdef inline int32_t gumbel_root_edge(const Tree* tree, const GumbelParams* params, const GumbelRoot* root,
                                      int budget) noexcept nogil:
-    """The root edge of the next simulation (Sequential Halving; see considered_visits)."""
+    """The root edge of the next simulation (Sequential Halving; see considered_visits), or NO_NODE
+    when that simulation opens a phase while simulations of the last are still in flight."""
     cdef CompletedQ c
     cdef int k = params.considered if params.considered < tree.edge_count[ROOT] else tree.edge_count[ROOT]
     cdef int32_t edge
+    cdef int done_phase, next_phase, visits
     completed_q(tree, ROOT, params, root.value_bound, &c)
-    # At the root the children's visits are the simulations done so far.
-    edge = halving_choice(tree, root, &c, considered_visits(k, budget, <int>c.visit_sum))
+    # At the root the children's visits are the simulations done so far; those in flight come next.
+    if tree.in_flight[ROOT] > 0:
+        considered_visits(k, budget, <int>c.visit_sum, &done_phase)
+        visits = considered_visits(k, budget, <int>c.visit_sum + tree.in_flight[ROOT], &next_phase)
+        if next_phase != done_phase:
+            return NO_NODE
+        edge = halving_choice(tree, root, &c, visits, True)
+    else:
+        edge = halving_choice(tree, root, &c, considered_visits(k, budget, <int>c.visit_sum))
     return edge if edge != NO_NODE else gumbel_best_edge(tree, params, root)
 
 

@@ -76,8 +76,9 @@ cdef enum:
 cdef enum:
     LEAF_NEW = 0                     # an unexpanded leaf for the network
     LEAF_SCORED = 1                  # a game-ending leaf, already backed up
-    LEAF_COLLISION = 2               # the leaf is already in this batch (virtual loss mode)
+    LEAF_COLLISION = 2               # the leaf is already in this batch (virtual loss mode); `leaf` names it
     LEAF_NO_MEMORY = 3
+    LEAF_PHASE_END = 4               # Gumbel: the next simulation opens a Sequential Halving phase (see gumbel.pxd)
 
 STATE_NAMES = {IDLE: "idle", SEARCHING: "searching", READY: "ready", FINISHED: "finished"}
 PROOF_NAMES = {PROVEN_WIN: "win", PROVEN_DRAW: "draw", PROVEN_LOSS: "loss"}
@@ -316,6 +317,9 @@ cdef int start_move(Slot* s, const Options* o, int32_t keep, Tree* scratch) noex
 cdef int descend(Slot* s, const Options* o, Move* moves, int* move_count, int32_t* leaf) noexcept nogil:
     """Walks from the root to a leaf, pushing the moves on the game stack (see LEAF_*).
 
+    A node whose own evaluation waits in the current batch is a collision
+    (virtual loss mode): the walk stops there, and `leaf` names it.
+
     A move into a node already known to end the game (or, with the solver, a
     proven node) is not played on the stack: the node's exact value is backed
     up from where it stands, which keeps revisits cheap however long the
@@ -326,9 +330,12 @@ cdef int descend(Slot* s, const Options* o, Move* moves, int* move_count, int32_
     cdef int status, n
     s.stack.length = s.root_length
     while True:
+        if tree.pending[node]:
+            # Its evaluation is in this batch: its edges have no priors yet, so
+            # nothing below it may be chosen before backup().
+            leaf[0] = node
+            return LEAF_COLLISION
         if tree.edge_count[node] == UNEXPANDED:
-            if tree.pending[node]:
-                return LEAF_COLLISION
             n = generate_legal(&s.stack.positions[s.stack.length - 1], moves)
             status = stack_status(&s.stack, n, o.ply_limit)
             # The root is searched whenever it has moves (an analysis position may
@@ -356,6 +363,8 @@ cdef int descend(Slot* s, const Options* o, Move* moves, int* move_count, int32_
         if o.algorithm == GUMBEL:
             edge = gumbel_root_edge(tree, &o.gumbel, &s.gumbel, s.budget) if node == ROOT else \
                 gumbel_interior_edge(tree, node, &o.gumbel, s.gumbel.value_bound)
+            if edge == NO_NODE:
+                return LEAF_PHASE_END  # the phase's last simulations must be backed up first
         elif o.solver and node == ROOT and tree.proof[ROOT] == PROVEN_WIN:
             edge = best_edge(tree, ROOT)  # the shortest proven win; PUCT might wander off it
         else:
@@ -592,9 +601,11 @@ cdef class MultiGameSearch:
     move played (and best_move()) is Sequential Halving's choice, not the
     most visited; the recorded target is the improved policy
     softmax(logits + sigma(completed Q)). Dirichlet noise and temperature
-    sampling do not apply (the Gumbel noise explores); add_noise=True,
-    tree_reuse=True or leaves_per_game > 1 with gumbel are refused
-    (ValueError). With playout-cap randomisation the cheap moves are Gumbel
+    sampling do not apply (the Gumbel noise explores); add_noise=True or
+    tree_reuse=True with gumbel are refused (ValueError). With
+    leaves_per_game > 1 a leaf in flight counts as a visit in Gumbel's
+    selection, and a batch stops at a Sequential Halving phase's end
+    (gumbel.pxd). With playout-cap randomisation the cheap moves are Gumbel
     searches of the cheap budget (with noise, without a training sample).
 
     Raises ValueError for bad options (a budget of 0, an unknown FPU mode or
@@ -613,14 +624,17 @@ cdef class MultiGameSearch:
     cdef int32_t* leaf_slot          # [max_batch]
     cdef int32_t* leaf_node          # [max_batch]
     cdef int32_t* leaf_indices       # [max_batch * MAX_MOVES] legal moves' policy indices
+    cdef int32_t* collision_node     # [leaves_per_game] one slot's collisions of the current gather()
     cdef int pending_leaves
     cdef readonly long long total_simulations
+    cdef readonly long long total_collisions  # descents that met a leaf already in their batch (see _gather)
 
     def __cinit__(self, *args, **kwargs):
         self.slots = NULL
         self.n_slots = 0
         self.leaf_slot = NULL
         self.leaf_node = NULL
+        self.collision_node = NULL
         self.leaf_indices = NULL
         self.pending_leaves = 0
         if tree_init(&self.scratch) < 0:
@@ -696,12 +710,15 @@ cdef class MultiGameSearch:
         self.seed = <uint64_t>(seed & 0xFFFFFFFFFFFFFFFF)
         self.games_started = 0
         self.total_simulations = 0
+        self.total_collisions = 0
         self.max_batch = games * leaves_per_game
         self.slots = <Slot*>malloc(games * sizeof(Slot))
         self.leaf_slot = <int32_t*>malloc(self.max_batch * sizeof(int32_t))
         self.leaf_node = <int32_t*>malloc(self.max_batch * sizeof(int32_t))
         self.leaf_indices = <int32_t*>malloc(self.max_batch * MAX_MOVES * sizeof(int32_t))
-        if self.slots == NULL or self.leaf_slot == NULL or self.leaf_node == NULL or self.leaf_indices == NULL:
+        self.collision_node = <int32_t*>malloc(leaves_per_game * sizeof(int32_t))
+        if (self.slots == NULL or self.leaf_slot == NULL or self.leaf_node == NULL or self.leaf_indices == NULL
+                or self.collision_node == NULL):
             raise MemoryError()
         memset(self.slots, 0, games * sizeof(Slot))
         cdef int g
@@ -725,6 +742,7 @@ cdef class MultiGameSearch:
         free(self.leaf_slot)
         free(self.leaf_node)
         free(self.leaf_indices)
+        free(self.collision_node)
         tree_free(&self.scratch)
 
     # -- slots ---------------------------------------------------------------
@@ -928,8 +946,22 @@ cdef class MultiGameSearch:
         return rows
 
     cdef int _gather(self, uint64_t* planes, float* scalars, bint* out_of_memory) noexcept nogil:
+        """Descends each searching slot up to leaves_per_game times; returns the rows written.
+
+        With leaves_per_game > 1 each leaf charges virtual loss (add_in_flight)
+        to its path until backup(), so the next descent looks elsewhere. A
+        descent that ends on a leaf already in the batch (a collision) adds no
+        row: as lc0 does, it charges virtual loss to its path too, so that the
+        next descents avoid it, and gathering goes on; after at most
+        leaves_per_game collisions the slot's gathering stops, and its
+        collisions' virtual loss is taken back before gather() returns
+        (Gumbel, whose selection is deterministic and counts visits, stops at
+        the first collision, and at a Sequential Halving phase's end). So the
+        rows of one gather() are distinct nodes (distinct game histories), and
+        collisions never count as visits.
+        """
         cdef Move moves[MAX_MOVES]
-        cdef int rows = 0, g, added, scored, outcome, count, i, turn
+        cdef int rows = 0, g, added, scored, collisions, outcome, count, i, turn
         cdef int32_t leaf
         cdef Slot* s
         cdef Options* o = &self.options
@@ -937,22 +969,33 @@ cdef class MultiGameSearch:
             s = &self.slots[g]
             added = 0
             scored = 0
+            collisions = 0
             while s.state == SEARCHING:
                 if s.done >= s.budget:
                     if s.in_flight > 0:
                         break  # the rest of this move's simulations are in the batch
                     if finish_move(s, o, &self.scratch) < 0:
                         out_of_memory[0] = True
-                        return rows
+                        break
                     continue
-                if added == o.leaves_per_game or s.done + s.in_flight >= s.budget or scored == MAX_SCORED_DESCENTS:
+                if (added == o.leaves_per_game or s.done + s.in_flight >= s.budget or scored == MAX_SCORED_DESCENTS
+                        or collisions == o.leaves_per_game):
                     break
                 outcome = descend(s, o, moves, &count, &leaf)
                 if outcome == LEAF_NO_MEMORY:
                     out_of_memory[0] = True
-                    return rows
-                if outcome == LEAF_COLLISION:
                     break
+                if outcome == LEAF_PHASE_END:
+                    break
+                if outcome == LEAF_COLLISION and o.algorithm == GUMBEL:
+                    break  # Gumbel's selection is deterministic: the next descent would collide again
+                if outcome == LEAF_COLLISION:
+                    add_in_flight(&s.tree, leaf, 1)
+                    self.collision_node[collisions] = leaf
+                    collisions += 1
+                    if leaf == ROOT:
+                        break  # the root waits for its evaluation: every descent would end there
+                    continue
                 if outcome == LEAF_SCORED:
                     s.done += 1
                     scored += 1
@@ -973,8 +1016,46 @@ cdef class MultiGameSearch:
                 rows += 1
                 if solved(s, o):
                     s.state = READY  # the root was proven at its expansion (a mate in one)
+            for i in range(collisions):
+                add_in_flight(&s.tree, self.collision_node[i], -1)
+            self.total_collisions += collisions
             s.stack.length = s.root_length
+            if out_of_memory[0]:
+                return rows
         return rows
+
+    def batch_paths(self) -> list:
+        """The leaves of the batch waiting for backup(), in row order, as (slot, moves from the root in UCI).
+
+        For inspection and tests: the rows of one gather() are distinct nodes,
+        none below another (see _gather). Empty when no batch waits.
+        """
+        cdef int b
+        cdef int32_t node, parent, edge
+        cdef Tree* tree
+        paths = []
+        for b in range(self.pending_leaves):
+            tree = &self.slots[self.leaf_slot[b]].tree
+            node = self.leaf_node[b]
+            moves = []
+            while node != ROOT:
+                parent = tree.parent[node]
+                for edge in range(tree.first_edge[parent], tree.first_edge[parent] + tree.edge_count[parent]):
+                    if tree.child[edge] == node:
+                        moves.append(move_to_uci(tree.move[edge]))
+                        break
+                node = parent
+            paths.append((self.leaf_slot[b], moves[::-1]))
+        return paths
+
+    def in_flight(self, int slot) -> int:
+        """Virtual-loss simulations through the slot's root: its leaves in the batch waiting for backup()
+        when leaves_per_game > 1 (collisions are taken back before gather() returns), else 0."""
+        if not 0 <= slot < self.n_slots:
+            raise IndexError(f"slot {slot} is outside 0..{self.n_slots - 1}")
+        if self.slots[slot].state == IDLE:
+            return 0
+        return self.slots[slot].tree.in_flight[ROOT]
 
     def backup(self, const float[:, ::1] policy_logits not None, const float[::1] values not None) -> None:
         """Hands back the network's output for the last gather()'s rows.
@@ -1372,9 +1453,6 @@ def _check_gumbel(algorithm, considered, scale, c_visit, c_scale, normalisation,
                          f"{considered}, {scale}, {c_visit} and {c_scale}")
     if algorithm != "gumbel":
         return
-    if leaves_per_game != 1:
-        raise ValueError(f"algorithm='gumbel' needs leaves_per_game=1 (its selection is deterministic: more leaves "
-                         f"of one game would all take the same path), got {leaves_per_game}")
     if tree_reuse:
         raise ValueError("algorithm='gumbel' does not reuse trees (each move's Sequential Halving starts from a "
                          "fresh root); set tree_reuse=False")

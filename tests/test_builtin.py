@@ -88,7 +88,7 @@ def test_uci_plays_the_builtin_network(empty_run: Path) -> None:
         commands = "uci\nisready\nposition startpos moves e2e4\ngo nodes 8\nquit\n"
         UciEngine(run, weights, "cpu", stdin=io.StringIO(commands), stdout=out, stderr=err, threads=1).run()
         lines = out.getvalue().splitlines()
-        assert "info string network: built-in network on cpu" in lines
+        assert "info string network: built-in network on cpu (1 thread)" in lines
         best = [line for line in lines if line.startswith("bestmove")][0].split()[1]
         board = chess.Board()
         board.push_uci("e2e4")

@@ -86,3 +86,26 @@ def test_bench_network_shows_where_a_pass_goes(capsys):
     out = capsys.readouterr().out
     assert all(column in out for column in ("input ms", "forward ms", "output ms"))
     assert re.search(r"tiny on cpu: [\d.]+ MFLOP/eval, best [\d.]+k? evals/s at batch [14]", out)
+
+
+def test_bench_uci_prints_the_engine_beside_the_network_at_each_leaves_per_batch(capsys, tmp_path):
+    import torch
+
+    from alphazero.checkpoint import save_model
+    from alphazero.config import get_preset
+    from alphazero.network import AlphaZeroNet
+
+    torch.manual_seed(0)
+    save_model(tmp_path / "net.pt", AlphaZeroNet(get_preset("tiny").network))
+    threads = torch.get_num_threads()
+    try:
+        args = ["bench", "uci", "--weights", str(tmp_path / "net.pt"), "--leaves", "1,4", "--seconds", "0.3",
+                "--threads", "1"]
+        assert cli.main(args) == 0
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    assert all(column in out for column in ("engine nodes/s", "network evals/s", "engine / network"))
+    assert re.search(r"│ +1 │ .*│ +1\.0 │", out) and "(default)" in out
+    assert re.search(r"network's best: [\d.]+k? evals/s at batch \d+; the engine's default \(LeavesPerBatch \d+\): "
+                     r"[\d.]+k? nodes/s = \d+% of it", out)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 from pathlib import Path
 
 import chess
@@ -156,6 +157,60 @@ def _assign(schedule: list[int]) -> list[tuple[int, int]]:
     return out
 
 
+# --- many leaves per network call ------------------------------------------------------------
+
+
+def _phase(k: int, budget: int, index: int) -> int:
+    """The Sequential Halving phase of simulation `index` (the reference schedule's phases, 0-based)."""
+    phases, considered, start, phase = max(1, math.ceil(math.log2(k))) if k > 1 else 1, k, 0, 0
+    if k <= 1:
+        return 0
+    while True:
+        span = max(1, budget // (phases * considered)) * considered
+        if index < start + span:
+            return phase
+        start, considered, phase = start + span, max(2, considered // 2), phase + 1
+
+
+@pytest.mark.parametrize("leaves", [4, 16])
+@pytest.mark.parametrize(("fen", "simulations", "considered", "scale", "seed"), CASES)
+def test_a_batched_search_keeps_the_schedule_and_never_batches_across_a_phase(fen, simulations, considered, scale,
+                                                                               seed, leaves):
+    network = FixedNetwork(seed)
+    search = MultiGameSearch(1, simulations=simulations, autoplay=False, algorithm="gumbel", leaves_per_game=leaves,
+                             gumbel_considered=considered, gumbel_scale=scale, seed=seed, ply_limit=None)
+    search.set_position(0, Board(fen, ply_limit=None))
+    batch = search.new_batch()
+    k = min(considered, chess.Board(fen).legal_moves.count())
+    sizes = []
+    while search.searching():
+        done = search.simulations(0)
+        rows = search.gather(*batch)
+        paths = [tuple(moves) for _, moves in search.batch_paths()]
+        assert len(set(paths)) == rows and all(a == b or a != b[:len(a)] for a in paths for b in paths)
+        if done or rows > 1:  # the root's own evaluation is not a simulation
+            assert _phase(k, simulations, done) == _phase(k, simulations, done + max(rows, 1) - 1)
+        logits, values = network(batch[0][:rows], batch[1][:rows])
+        search.backup(logits, values)
+        sizes.append(rows)
+    assert search.in_flight(0) == 0 and search.simulations(0) == simulations
+    one = gumbel_analysis(fen, network, simulations, gumbel_considered=considered, gumbel_scale=scale, seed=seed)
+    counts = sorted((n for _, _, n, _, _ in search.root_stats(0)), reverse=True)
+    assert counts == sorted((n for _, _, n, _, _ in one.root_stats(0)), reverse=True)  # Sequential Halving's visits
+    assert simulations < 16 or max(sizes) > 1
+
+
+@pytest.mark.parametrize("leaves", [4, 16])
+def test_a_batched_gumbel_search_mates_in_one_and_takes_the_hanging_queen(leaves):
+    from tests.test_search import material_evaluator
+
+    for fen, mate in MATES_IN_ONE:
+        assert gumbel_analysis(fen, uniform_evaluator, 16, leaves_per_game=leaves).best_move(0) == mate
+    search = gumbel_analysis("4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1", material_evaluator, 64, gumbel_considered=32,
+                             leaves_per_game=leaves)
+    assert search.best_move(0) == "d2d5"
+
+
 # --- budgets and small searches -----------------------------------------------------------
 
 
@@ -242,7 +297,7 @@ def test_same_seed_same_self_play_game():
 
 @pytest.mark.parametrize(
     "options",
-    [dict(algorithm="mcts"), dict(algorithm="gumbel", leaves_per_game=2), dict(algorithm="gumbel", tree_reuse=True),
+    [dict(algorithm="mcts"), dict(algorithm="gumbel", tree_reuse=True),
      dict(algorithm="gumbel", add_noise=True), dict(gumbel_q_normalisation="global"), dict(gumbel_considered=0),
      dict(gumbel_scale=-1.0), dict(gumbel_c_visit=-1.0)],
 )
@@ -413,13 +468,18 @@ def test_uci_engine_searches_with_gumbel_when_asked(weights):
     engine.handle("setoption name SearchAlgorithm value Nope")
     assert "ignored: SearchAlgorithm takes one of auto, puct, gumbel" in out.getvalue()
     engine.handle("setoption name SearchAlgorithm value gumbel")
-    engine.handle("setoption name LeavesPerBatch value 4")  # gumbel takes one leaf per batch regardless
+    engine.handle("setoption name LeavesPerBatch value 4")  # batches of up to 4 leaves, within each phase
     engine.handle("position fen 6rk/6pp/8/6N1/8/8/8/6K1 w - - 0 1")
     engine.handle("go nodes 16")
     assert engine.wait(60)
     assert engine.values["SearchAlgorithm"] == "gumbel"
     assert out.getvalue().splitlines()[-1] == "bestmove g5f7"
     assert "search failed" not in out.getvalue()
+    engine.handle("position startpos")
+    engine.handle("go nodes 200")
+    assert engine.wait(60)
+    assert engine.last_report is not None and engine.last_report.nodes == 200
+    assert engine.last_report.leaves_per_batch > 2
 
 
 def test_uci_auto_follows_the_network_for_a_node_limit_and_takes_puct_under_a_clock(tmp_path):

@@ -7,6 +7,7 @@ import json
 import os
 import random
 import re
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -21,11 +22,14 @@ from alphazero.stockfish import INSTALL_HINT, find_stockfish
 from eval.agents import Agent, Choice, RandomAgent, StockfishAgent, parse_player, register_player, split_spec
 from eval.match import (
     AgentContractError,
+    Clock,
     GameRecord,
     IllegalAgentMoveError,
     MatchResult,
     board_outcome,
     format_summary,
+    _Game,
+    _Rules,
     play_match,
 )
 from eval.openings import load_openings
@@ -475,3 +479,67 @@ def test_no_games_is_refused_and_an_odd_number_is_said(tmp_path: Path, capsys: p
     out = capsys.readouterr().out
     assert "playing 2 games, not 1: each opening is played twice, colours swapped" in out
     assert len(_read_pgn(next((tmp_path / "run" / "games").glob("*.pgn")))) == 2
+
+
+# --- on a clock ------------------------------------------------------------------------------
+
+
+class ClockedAgent(ScriptedAgent):
+    """A ScriptedAgent that plays on a clock, taking `seconds` a move; keeps the clocks it was given."""
+
+    plays_on_clock = True
+
+    def __init__(self, name: str, seconds: float = 0.0, seed: int = 0) -> None:
+        super().__init__(name, None, None, seed)
+        self.seconds = seconds
+        self.limits: list[chess.engine.Limit] = []
+
+    def choose_on_clock(self, board: chess.Board, clock: chess.engine.Limit) -> Choice:
+        self.limits.append(clock)
+        if self.seconds:
+            time.sleep(self.seconds)
+        return self.choose([board])[0]
+
+
+def test_clock_parse() -> None:
+    assert Clock.parse("10+0.1") == Clock(10.0, 0.1) and str(Clock.parse(" 60 ")) == "60+0"
+    for bad in ("", "ten", "0+1", "10+-1", "10+0.1+2", "inf"):
+        with pytest.raises(UserError, match="clock"):
+            Clock.parse(bad)
+
+
+def test_a_clocked_match_sends_the_clocks_adds_the_increment_and_records_the_times(tmp_path: Path) -> None:
+    a, b = ClockedAgent("a"), ClockedAgent("b", seed=1)
+    result = play_match(a, b, games=2, concurrency=1, ply_limit=30, out_dir=tmp_path, progress=False,
+                        clock=Clock(60.0, 0.5))
+    assert len(result.games) == 2 and all(g.time_control == "60+0.5" for g in result.games)
+    first = a.limits[0]
+    assert first.white_clock == first.black_clock == 60.0 and first.white_inc == first.black_inc == 0.5
+    # Each side gains the increment after its move and loses the (tiny) time it took.
+    assert a.limits[1].white_clock is not None and 60.0 < a.limits[1].white_clock <= 60.5
+    record = json.loads(result.jsonl_path.read_text().splitlines()[0]) if result.jsonl_path else {}
+    opening = record["opening_plies"]
+    assert record["seconds"][:opening] == [None] * opening and len(record["seconds"]) == record["plies"]
+    assert all(0.0 <= s < 1.0 for s in record["seconds"][opening:])
+    assert all(60.0 < c <= 60.5 * 30 for c in record["clocks"][opening:])
+    assert result.pgn_path is not None and "[%clk 0:01:00" in result.pgn_path.read_text()
+    assert '[TimeControl "60+0.5"]' in result.pgn_path.read_text()
+
+
+def test_running_out_of_time_loses_and_is_a_draw_when_the_opponent_cannot_mate() -> None:
+    slow, fast = ClockedAgent("slow", seconds=0.3), ClockedAgent("fast")
+    result = play_match(slow, fast, games=2, concurrency=1, progress=False, clock=Clock(0.2, 0.0))
+    assert [g.termination for g in result.games] == ["time_forfeit", "time_forfeit"]
+    assert result.losses == 2
+    # A flag against a lone king is a draw; against mating material, a loss.
+    for fen, result_, termination in (("4k3/8/8/8/8/8/8/3QK3 w - - 0 1", "1/2-1/2", "time_forfeit_insufficient_material"),
+                                      ("4k3/8/8/8/8/8/8/3QK3 b - - 0 1", "1-0", "time_forfeit")):
+        game = _Game(1, load_openings()[0], True, chess.Board(fen))
+        game.clock = {chess.WHITE: 0.1, chess.BLACK: 0.1}
+        game.play_on_clock(ClockedAgent("slow", seconds=0.3), Clock(0.1), _Rules(None, None, 3))
+        assert (game.result, game.termination) == (result_, termination)
+
+
+def test_players_that_cannot_play_on_a_clock_are_refused_before_the_first_game() -> None:
+    with pytest.raises(UserError, match="cannot play on a clock"):
+        play_match(RandomAgent(), ClockedAgent("b"), games=2, progress=False, clock=Clock(1.0))

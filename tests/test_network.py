@@ -12,7 +12,7 @@ import torch
 from alphazero.checkpoint import load_model, save_model
 from alphazero.config import NetworkConfig, get_preset
 from alphazero.errors import UserError
-from alphazero.network import POLICY_SIZE, AlphaZeroNet, Evaluator, build_network, pick_device
+from alphazero.network import POLICY_SIZE, AlphaZeroNet, Evaluator, build_network, fold_batch_norm, pick_device
 from alphazero.planes import COMPACT_PLANES, NUM_SCALARS, compact_to_torch
 
 SMALL_NET = NetworkConfig(blocks=1, filters=8, policy_filters=8, policy_kernel=3, value_filters=2, value_hidden=16)
@@ -129,6 +129,26 @@ def test_evaluate_legal_gathers_the_legal_logits_of_evaluate() -> None:
     assert np.array_equal(legal_values, values)
     for row, count in enumerate(counts):
         assert np.array_equal(legal[row, :count], logits[row, indices[row, :count]])  # bitwise
+
+
+def test_folding_the_batch_norms_keeps_the_outputs_and_set_weights_folds_again() -> None:
+    model = trained_a_little(AlphaZeroNet(SMALL_NET))
+    folded = fold_batch_norm(model)
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in folded.modules())
+    assert any(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules())  # the original is untouched
+    planes, scalars = positions(6, seed=7)
+    indices, counts = legal_batch(6, seed=8)
+    plain = Evaluator(model, "cpu")
+    fast = Evaluator(trained_a_little(AlphaZeroNet(SMALL_NET)), "cpu")
+    fast.set_weights(model.state_dict())
+    assert fast.fold_batch_norm() and fast.folded
+    for got, expected in zip(fast.evaluate_legal(planes, scalars, indices, counts),
+                             [a.copy() for a in plain.evaluate_legal(planes, scalars, indices, counts)]):
+        np.testing.assert_allclose(got, expected, atol=1e-4)
+    other = AlphaZeroNet(SMALL_NET)
+    fast.set_weights(other.state_dict())  # folds the new weights
+    np.testing.assert_allclose(fast.evaluate(planes, scalars)[0], Evaluator(other, "cpu").evaluate(planes, scalars)[0],
+                               atol=1e-4)
 
 
 def test_batches_of_two_lanes_in_flight_keep_their_own_results() -> None:

@@ -232,6 +232,50 @@ def test_several_leaves_per_game_with_virtual_loss():
     assert sum(s[2] for s in stats) == 200
 
 
+def _step_checking_the_batch(search: MultiGameSearch, batch: tuple, evaluate=uniform_evaluator) -> int:
+    """One gather and backup, checking that the batch's leaves are distinct nodes, none below another,
+    and that virtual loss is charged for exactly them and taken back by backup()."""
+    rows = search.gather(*batch)
+    paths = [tuple(moves) for _, moves in search.batch_paths()]
+    assert len(paths) == rows and len(set(paths)) == rows
+    for a in paths:
+        for b in paths:
+            assert a == b or a != b[:len(a)], f"leaf {b} lies below leaf {a} of the same batch"
+    assert search.in_flight(0) == rows  # the collisions' virtual loss is gone already
+    logits, values = evaluate(batch[0][:rows], batch[1][:rows])
+    search.backup(logits, values)
+    assert search.in_flight(0) == 0 and search.batch_paths() == []
+    return rows
+
+
+@pytest.mark.parametrize("fen", [chess.STARTING_FEN, "4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1",
+                                 "rnbqkbnr/ppp1pppp/8/3P4/8/8/PPPP1PPP/RNBQKBNR b KQkq - 0 2"])
+@pytest.mark.parametrize("leaves", [8, 32])
+def test_the_leaves_of_one_gather_are_distinct_and_none_lies_below_another(fen, leaves):
+    search = MultiGameSearch(1, simulations=600, leaves_per_game=leaves, autoplay=False, solver=True, ply_limit=None)
+    search.set_position(0, Board(fen, ply_limit=None))
+    batch = search.new_batch()
+    # Regression: descents went on below the root while its own evaluation (and so its priors)
+    # was still in the batch, picking its moves in generation order.
+    assert _step_checking_the_batch(search, batch) == 1 and search.total_collisions == 1
+    sizes = []
+    while search.searching():
+        sizes.append(_step_checking_the_batch(search, batch))
+    assert sum(s[2] for s in search.root_stats(0)) == search.simulations(0) == 600
+    assert sizes.count(leaves) >= len(sizes) - 3  # collisions do not cut batches short once the tree has grown
+
+
+@pytest.mark.parametrize("leaves", [4, 16, 64])
+def test_a_batched_search_finds_a_mate_in_one_and_takes_the_hanging_queen(leaves):
+    for solver in (False, True):
+        scholar = Board.from_moves("e2e4 e7e5 f1c4 b8c6 d1h5 g8f6".split())
+        assert analyse(scholar, uniform_evaluator, 400, leaves_per_game=leaves, solver=solver).best_move(0) == "h5f7"
+        fool = Board.from_moves("f2f3 e7e5 g2g4".split())
+        assert analyse(fool, uniform_evaluator, 400, leaves_per_game=leaves, solver=solver).best_move(0) == "d8h4"
+        queen = Board("4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1")
+        assert analyse(queen, material_evaluator, 200, leaves_per_game=leaves, solver=solver).best_move(0) == "d2d5"
+
+
 @pytest.mark.parametrize(
     "options",
     [dict(simulations=0), dict(leaves_per_game=0), dict(fpu_mode="nope"), dict(noise_weight=2.0),

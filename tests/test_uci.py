@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import io
+import json
 import os
 import queue
 import random
@@ -26,6 +27,7 @@ from alphazero.errors import UserError
 from alphazero.network import AlphaZeroNet
 from eval.scores import centipawns_to_value
 from eval.uci import (
+    DEFAULT_THREADS,
     MAX_TIME_FRACTION,
     OPTIONS,
     GoCommand,
@@ -436,6 +438,120 @@ def test_the_tree_of_the_moves_played_is_kept_until_a_new_game(weights: Path) ->
     assert search(f"position startpos moves {best}") == 40
     assert search("position startpos moves g1f3") == 40  # not a continuation of the last game: afresh
     engine.stop_search()
+
+
+# --- many leaves per network call --------------------------------------------------------------
+
+HANGING_QUEEN = "4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1"  # Rxd5
+
+
+def _in_process(weights: Path | str, *options: str) -> tuple[UciEngine, io.StringIO]:
+    out = io.StringIO()
+    engine = UciEngine(None, weights, "cpu", stdin=io.StringIO(""), stdout=out)
+    for option in options:
+        engine.handle(f"setoption name {option}")
+    return engine, out
+
+
+def _last_info(out: io.StringIO) -> dict[str, str]:
+    line = [line for line in out.getvalue().splitlines() if " nps " in line][-1].split()
+    return {key: line[line.index(key) + 1] for key in ("nodes", "nps", "time")}
+
+
+def test_the_default_gathers_many_leaves_per_network_call(weights: Path) -> None:
+    engine, out = _in_process(weights)
+    engine.handle("position startpos")
+    engine.handle("go nodes 400")
+    engine.wait()
+    report = engine.last_report
+    assert report is not None and report.nodes == int(_last_info(out)["nodes"]) == 400
+    default = next(option.default for option in OPTIONS if option.name == "LeavesPerBatch")
+    assert isinstance(default, int) and default > 1
+    assert report.leaves_per_batch > default / 2  # the root's own call and the first few are small
+    assert report.batches < 400 / (default / 2)
+    engine.handle("setoption name LeavesPerBatch value 1")
+    engine.handle("go nodes 50")
+    engine.wait()
+    assert engine.last_report is not None and engine.last_report.leaves_per_batch == 1
+
+
+@pytest.mark.parametrize("leaves", [8, 64])
+def test_a_batched_engine_mates_in_one_and_takes_a_hanging_queen(leaves: int) -> None:
+    engine, out = _in_process("builtin", f"LeavesPerBatch value {leaves}")
+    engine.handle(f"position fen {BACK_RANK_MATE}")
+    engine.handle("go nodes 400")
+    engine.wait()
+    assert "score mate 1 " in out.getvalue() and out.getvalue().rstrip().endswith("bestmove a1a8")
+    engine.handle(f"position fen {HANGING_QUEEN}")
+    engine.handle("go nodes 400")
+    engine.wait()
+    assert out.getvalue().rstrip().split("\n")[-1].startswith("bestmove d2d5")
+
+
+def test_nps_counts_the_nodes_of_the_whole_search_over_its_whole_time(weights: Path) -> None:
+    # Regression: after ponderhit, nps divided every node searched while pondering by the
+    # milliseconds since the ponderhit.
+    engine, out = _in_process(weights)
+    engine.handle("position startpos moves e2e4")
+    engine.handle("go ponder wtime 600000 btime 600000")
+    time.sleep(0.6)
+    engine.handle("ponderhit")
+    engine.handle("stop")
+    info = _last_info(out)
+    assert int(info["nps"]) <= int(info["nodes"]) / 0.6  # the search has run 0.6 s at least
+    assert engine.last_report is not None and engine.last_report.seconds >= 0.6
+
+
+def test_threads_sets_torchs_threads_and_0_restores_its_default() -> None:
+    default = torch.get_num_threads()
+    engine, out = _in_process("builtin", "Threads value 1")
+    try:
+        assert torch.get_num_threads() == 1
+        engine.handle("isready")
+        assert "on cpu (1 thread)" in out.getvalue()
+        engine.handle("setoption name Threads value 0")
+        assert torch.get_num_threads() == DEFAULT_THREADS  # torch's own choice when eval.uci was imported
+    finally:
+        torch.set_num_threads(default)
+
+
+# --- the `uci` player: our engine in matches, by movetime and on a clock --------------------------
+
+
+def test_the_uci_players_options_name_the_engines_options() -> None:
+    from eval.agents import UCI_AGENT_OPTIONS
+
+    assert set(UCI_AGENT_OPTIONS.values()) <= {option.name for option in OPTIONS}
+
+
+def test_the_uci_player_plays_by_movetime_and_on_a_clock(weights: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from eval.agents import UciAgent, parse_player
+
+    monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])
+    with parse_player(f"uci:weights={weights},leaves=4,threads=1,overhead=0,movetime=50", run=tmp_path, device="cpu") as agent:
+        assert isinstance(agent, UciAgent) and agent.plays_on_clock
+        assert agent.name == f"uci:weights={weights},leaves=4,threads=1,overhead=0,movetime=50"
+        board = chess.Board()
+        agent.new_game()
+        choice = agent.choose([board])[0]
+        assert board.is_legal(choice.move) and choice.info["nodes"] >= 1 and "nps" in choice.info
+        board.push(choice.move)
+        clock = chess.engine.Limit(white_clock=1.0, black_clock=1.0, white_inc=0.05, black_inc=0.05)
+        assert board.is_legal(agent.choose_on_clock(board, clock).move)
+
+
+def test_two_settings_of_the_engine_play_a_clocked_match(weights: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from alphazero import cli
+
+    monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])
+    players = [f"uci:weights={weights},leaves=4,threads=1", "vs", f"uci:weights={weights},leaves=1,threads=1"]
+    assert cli.main(["match", *players, "--clock", "3+0.05", "--games", "2", "--ply-limit", "16", "--run",
+                     str(tmp_path / "run"), "--no-progress"]) == 0
+    records = [json.loads(line) for line in next((tmp_path / "run" / "eval").glob("*.jsonl")).read_text().splitlines()]
+    assert len(records) == 2 and all(r["time_control"] == "3+0.05" for r in records)
+    assert all(r["termination"] != "time_forfeit" for r in records)
 
 
 # --- a search hears stop and its deadline whatever the tree holds ------------------------------

@@ -18,6 +18,7 @@ BENCHES = {
     "network": "network evaluations/s by batch size for each preset (CPU, and CUDA when present)",
     "selfplay": "self-play positions/s and the share of time spent in the network",
     "learner": "training samples/s per preset (CPU, and CUDA when present) vs inference-only evals/s at the same batch",
+    "uci": "the UCI engine's nodes/s at each LeavesPerBatch beside the network's evals/s at that batch",
 }
 
 

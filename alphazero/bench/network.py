@@ -132,7 +132,7 @@ def flops_per_evaluation(model: nn.Module, batch: int = 4) -> float:
     return counter.get_total_flops() / batch
 
 
-def _measure(evaluator: Evaluator, batch: int, seconds: float, rng: np.random.Generator) -> Point:
+def measure_batch(evaluator: Evaluator, batch: int, seconds: float, rng: np.random.Generator) -> Point:
     """Times evaluator.evaluate_legal on ``batch`` positions for about ``seconds``, then its stages.
 
     The time is split into at least ROUNDS rounds and the fastest round counts,
@@ -174,7 +174,7 @@ def _measure_model(evaluator: Evaluator, batches: list[int], args: argparse.Name
         if predicted > args.max_pass_seconds:
             points.append(Point(batch, skipped=f"~{predicted:.1f} s/pass"))
             continue
-        point = _measure(evaluator, batch, args.seconds, rng)
+        point = measure_batch(evaluator, batch, args.seconds, rng)
         seconds_per_position = point.seconds_per_pass / batch
         points.append(point)
     return points

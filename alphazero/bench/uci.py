@@ -1,0 +1,151 @@
+"""`alphazero bench uci`: the UCI engine's nodes/s at each LeavesPerBatch beside the network's evals/s at that batch.
+
+The engine is the one `alphazero uci` runs (eval.uci.UciEngine, in this
+process, driven by the same commands a GUI sends): for each LeavesPerBatch it
+searches a few positions with `go movetime`, from an empty tree each, and its
+nodes/s is what `info nps` reports (the nodes of the searches over the
+seconds they ran). Beside it, the network alone at a batch of that size,
+timed as `alphazero bench network` times it (random positions, the legal
+moves' logits out, the fastest of several rounds) but run as the engine
+runs it (batch norms folded into the convolutions), and the ratios: the
+engine over the network at that batch, and over the network's best batch of
+the run. With the engine's defaults, the last line says how close the engine
+comes to the network's best throughput.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from alphazero.bench import rate, ratio
+from alphazero.errors import UserError
+
+# torch, numpy, rich and the engine are imported inside the functions that use them:
+# the CLI imports every bench module to build its parser.
+
+DEFAULT_LEAVES = "1,8,16,32,64,128"
+POSITIONS = (
+    "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1",
+    "r1bq1rk1/pp2bppp/2n1pn2/3p4/2PP4/2N1PN2/PP3PPP/R2QKB1R w KQ - 0 9",
+    "8/5pk1/6p1/3R4/1r5P/6P1/5PK1/8 b - - 0 40",
+)
+"""Positions each point searches, one after another: an opening, a middlegame and a rook endgame."""
+
+
+@dataclass
+class Row:
+    leaves: int
+    nodes: int
+    seconds: float
+    batches: int
+    evaluated: int
+    network: float  # evals/s of the network alone at batch `leaves`
+
+    @property
+    def nodes_per_second(self) -> float:
+        return self.nodes / self.seconds if self.seconds > 0 else 0.0
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.replace(" ", ",").split(",") if part]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1 or max(values) > 256:
+        raise argparse.ArgumentTypeError(f"LeavesPerBatch values lie in 1..256, got {text!r}")
+    return sorted(set(values))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--leaves", type=_int_list, default=_int_list(DEFAULT_LEAVES), metavar="SIZES",
+                        help=f"comma-separated LeavesPerBatch values (default {DEFAULT_LEAVES}; the engine's "
+                             "default is always added)")
+    parser.add_argument("--weights", default="builtin",
+                        help="the network: a model file, a checkpoint, or builtin (default)")
+    parser.add_argument("--device", default="cpu", help="cpu (default), auto, cuda or cuda:N")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch CPU threads, the engine's Threads option (default 0: torch's default)")
+    parser.add_argument("--seconds", type=float, default=3.0,
+                        help=f"engine seconds per point, split over {len(POSITIONS)} positions; as long again "
+                             "for the network alone (default 3)")
+
+
+def _engine_point(engine: object, out: io.StringIO, leaves: int, seconds: float) -> tuple[int, float, int, int]:
+    """Searches POSITIONS with `go movetime` at LeavesPerBatch `leaves`; returns nodes, seconds, calls, leaves."""
+    from eval.uci import UciEngine
+
+    assert isinstance(engine, UciEngine)
+    engine.handle(f"setoption name LeavesPerBatch value {leaves}")
+    engine.handle("position startpos")
+    engine.handle(f"go nodes {2 * leaves}")  # warm-up: the new batch size's first passes
+    engine.wait()
+    movetime = max(1, round(1000 * seconds / len(POSITIONS)))
+    total = [0, 0.0, 0, 0]
+    for fen in POSITIONS:
+        engine.handle("ucinewgame")
+        engine.handle(f"position fen {fen}")
+        engine.handle(f"go movetime {movetime}")
+        engine.wait()
+        report = engine.last_report
+        if report is None or "search failed" in out.getvalue():
+            raise UserError(f"the engine's search failed: {out.getvalue().strip().splitlines()[-2:]}")
+        for i, value in enumerate((report.nodes, report.seconds, report.batches, report.leaves)):
+            total[i] += value
+    return int(total[0]), float(total[1]), int(total[2]), int(total[3])
+
+
+def run(args: argparse.Namespace) -> None:
+    import numpy as np
+    import torch
+    from rich.console import Console
+    from rich.table import Table
+
+    from alphazero.bench.network import measure_batch
+    from eval.network_agents import NetworkSource, load_network
+    from eval.uci import OPTIONS, UciEngine
+
+    if args.seconds <= 0 or args.threads < 0:
+        raise UserError("--seconds must be positive and --threads at least 0")
+    default = next(int(option.default) for option in OPTIONS if option.name == "LeavesPerBatch")
+    leaves = sorted(set(args.leaves) | {default})
+    out = io.StringIO()
+    engine = UciEngine(None, args.weights, args.device, stdin=io.StringIO(""), stdout=out, stderr=sys.stderr,
+                       threads=args.threads)
+    engine.handle("setoption name MoveOverhead value 0")
+    engine.handle("isready")
+    if "info string error" in out.getvalue():
+        raise UserError(out.getvalue().strip())
+    network = load_network(NetworkSource(Path("."), weights=Path(args.weights)), device=args.device,
+                           warn=sys.stderr)
+    network.evaluator.fold_batch_norm()  # as the engine runs it
+    rng = np.random.default_rng(0)
+    rows = []
+    for size in leaves:
+        nodes, seconds, batches, evaluated = _engine_point(engine, out, size, args.seconds)
+        point = measure_batch(network.evaluator, size, args.seconds, rng)
+        rows.append(Row(size, nodes, seconds, batches, evaluated, point.evals_per_second))
+    engine.stop_search()
+    best = max(rows, key=lambda row: row.network)
+    device = network.evaluator.device
+    threads = torch.get_num_threads()
+    where = f"{device}, {threads} thread{'s' if threads != 1 else ''}" if device.type == "cpu" else str(device)
+    table = Table(title=f"the UCI engine's nodes/s by LeavesPerBatch beside the network alone at that batch "
+                        f"({network.label} on {where})")
+    for column in ("LeavesPerBatch", "engine nodes/s", "leaves/call", "network evals/s", "engine / network",
+                   "engine / network's best", "vs LeavesPerBatch 1"):
+        table.add_column(column, justify="right")
+    baseline = rows[0].nodes_per_second
+    for row in rows:
+        table.add_row(f"{row.leaves}{' (default)' if row.leaves == default else ''}", rate(row.nodes_per_second),
+                      f"{row.evaluated / row.batches:.1f}" if row.batches else "-", rate(row.network),
+                      ratio(row.nodes_per_second, row.network), ratio(row.nodes_per_second, best.network),
+                      ratio(row.nodes_per_second, baseline))
+    Console(width=max(Console().width, 150)).print(table)
+    chosen = next(row for row in rows if row.leaves == default)
+    share = chosen.nodes_per_second / best.network if best.network > 0 else 0.0
+    print(f"network's best: {rate(best.network)} evals/s at batch {best.leaves}; the engine's default "
+          f"(LeavesPerBatch {default}): {rate(chosen.nodes_per_second)} nodes/s = {100 * share:.0f}% of it")
