@@ -286,7 +286,7 @@ class LearnerConfig(_Section):
         "validation_positions": 1, "validate_every": 0,
         "value_loss_weight": 0.0, "beta2": 0.0, "epsilon": 0.0, "warmup_steps": 0,
         "soft_policy_loss_weight": 0.0, "soft_policy_temperature": 1.0, "q_loss_weight": 0.0,
-        "start_anchor_weight": 0.0,
+        "start_anchor_weight": 0.0, "mix_share": 0.0, "mix_decay_steps": 0,
     }
 
     batch_size: int = _field(4096, "positions per training step")
@@ -312,6 +312,10 @@ class LearnerConfig(_Section):
                                                  "renormalised over the legal moves")
     q_loss_weight: float = _field(0.0, "weight of the auxiliary q loss (chessformer only): its second value "
                                        "head learns the search's root value (squared error)")
+    mix_dir: str = _field("", "a folder of shards mixed into every batch, such as a pretraining run's pretrain/ "
+                              "(relative paths start at the run directory); '' = none")
+    mix_share: float = _field(0.0, "share of each batch drawn from mix_dir at step 0 (the rest from self-play)")
+    mix_decay_steps: int = _field(0, "steps over which mix_share falls linearly to 0; 0 = it stays")
     start_anchor_weight: float = _field(0.0, "weight of a loss pulling the net towards the run's start (its step-0 "
                                              "network): KL(start's policy || policy) over the legal moves plus the "
                                              "squared value difference; 0 = off")
@@ -343,7 +347,7 @@ class LearnerConfig(_Section):
         # 0 is allowed: a run whose weights must not move (the loop's invariant, issue 22).
         if any(rate < 0 for rate in self.learning_rates):
             raise UserError(f"learner.learning_rates must be 0 or more, got {list(self.learning_rates)}")
-        for name in ("value_target_q_weight", "validation_share"):
+        for name in ("value_target_q_weight", "validation_share", "mix_share"):
             if getattr(self, name) > 1.0:
                 raise UserError(f"learner.{name} must lie in [0, 1], got {getattr(self, name)}")
         if self.min_window_positions > self.window_positions:
@@ -352,6 +356,15 @@ class LearnerConfig(_Section):
         if not (self.momentum < 1.0 and self.beta2 < 1.0):
             raise UserError(f"learner.momentum and learner.beta2 must be below 1, got {self.momentum} "
                             f"and {self.beta2}")
+
+    def mix_rows(self, step: int) -> int:
+        """Gets how many rows of training step ``step``'s batch come from mix_dir (0 without one)."""
+        if not self.mix_dir or self.mix_share <= 0:
+            return 0
+        share = self.mix_share
+        if self.mix_decay_steps > 0:
+            share *= max(0.0, 1.0 - step / self.mix_decay_steps)
+        return min(self.batch_size - 1, round(share * self.batch_size))
 
     def learning_rate(self, step: int) -> float:
         """Gets the learning rate of training step ``step`` (0-based): scaled to the batch size, and

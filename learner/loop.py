@@ -71,7 +71,7 @@ from alphazero.moves import index_to_move, legal_move_indices
 from alphazero.network import AlphaZeroNet, build_network, pick_device
 from alphazero.planes import compact_to_torch, encode_position
 from alphazero.rundir import RunDir
-from learner.replay import WAIT_POSITIONS, Batch, ReplayWindow
+from learner.replay import WAIT_POSITIONS, Batch, ReplayWindow, concatenate_batches
 from learner.trainer import VALIDATION_FIGURES, StepStats, Trainer, eval_mode, weight_decay_term
 
 __all__ = ["PROBES", "Learner", "OnCheckpoint", "Probe", "probe_report", "run_learner"]
@@ -81,6 +81,7 @@ log = logging.getLogger(__name__)
 OnCheckpoint = Callable[[int, Path], None]  # (step, checkpoint path), called after each checkpoint
 TB_SUBDIR = "learner"
 PROGRESS_SECONDS = 0.25  # the live line is redrawn (and the device synced for it) at most this often
+MIX_WINDOW_POSITIONS = 100_000_000  # learner.mix_dir is read whole
 
 
 # --- probe positions ----------------------------------------------------------------------
@@ -297,6 +298,7 @@ class Learner:
         self.resume_notes: list[str] = []  # what resume() said (callers without progress output print it)
         self._start_step = 0  # TensorBoard hides events a killed learner wrote from here on
         self._progress = _Progress(progress)
+        self.mix = self._mix_window()
         self._running = _Running()
         self._writer: Any = None
         self._probes = _encode_probes(PROBES)
@@ -305,6 +307,24 @@ class Learner:
         self.validation: dict[str, float] | None = None  # the last validation/* figures
         self._validated_step = -1
         self._layout_written = False
+
+    def _mix_window(self) -> ReplayWindow | None:
+        """Opens learner.mix_dir as a window of every position it holds (no reuse cap), or None.
+
+        Raises:
+            UserError: mix_dir is set but holds no shard.
+        """
+        if not self.settings.mix_dir or self.settings.mix_share <= 0:
+            return None
+        folder = self.run.root / Path(self.settings.mix_dir).expanduser()
+        mix = ReplayWindow(folder, window_positions=MIX_WINDOW_POSITIONS, max_sample_reuse=0,
+                           seed=self.settings.seed + 1)
+        if not folder.is_dir() or mix.refresh(force=True) == 0:
+            raise UserError(f"learner.mix_dir {str(folder)!r} holds no shards to mix into the batches; "
+                            f"set learner.mix_share=0 or point learner.mix_dir at a pretrain/ folder")
+        self._progress.message(f"mixing {len(mix):,} positions of {folder} into the batches "
+                               f"({self.settings.mix_share:.0%} of each at the start)")
+        return mix
 
     def __enter__(self) -> Learner:
         return self
@@ -604,27 +624,33 @@ class Learner:
 
     def _next_batch(self, stop: threading.Event) -> tuple[Batch | None, float]:
         """Gets the next batch and the seconds waited for it, saying why while it waits; None once ``stop`` is set."""
-        size = self.settings.batch_size
+        mixed = self.settings.mix_rows(self.step) if self.mix is not None else 0
+        size = self.settings.batch_size - mixed  # the reuse cap counts self-play's rows only
         self.window.refresh()
         batch = self.window.sample(size)
-        if batch is not None:
-            return batch, 0.0
-        started = time.perf_counter()
-        while not stop.is_set():
-            self.window.refresh(force=True)
-            batch = self.window.sample(size)
-            if batch is not None:
-                break
-            reason, text = self.window.waiting_reason(size), self._waiting_text(size)
-            # A learner ahead of self-play waits every few steps: say so when the reason
-            # changes, not every time; the live line and the waited seconds tell the rest.
-            if reason != self._announced:
-                self._progress.message(text)
-                self._announced = reason
-            self._progress.status(text)
-            stop.wait(self.poll_seconds)
-        waited = time.perf_counter() - started
-        self._running.waited += waited
+        waited = 0.0
+        if batch is None:
+            started = time.perf_counter()
+            while not stop.is_set():
+                self.window.refresh(force=True)
+                batch = self.window.sample(size)
+                if batch is not None:
+                    break
+                reason, text = self.window.waiting_reason(size), self._waiting_text(size)
+                # A learner ahead of self-play waits every few steps: say so when the reason
+                # changes, not every time; the live line and the waited seconds tell the rest.
+                if reason != self._announced:
+                    self._progress.message(text)
+                    self._announced = reason
+                self._progress.status(text)
+                stop.wait(self.poll_seconds)
+            waited = time.perf_counter() - started
+            self._running.waited += waited
+        if batch is not None and mixed:
+            assert self.mix is not None
+            extra = self.mix.sample(mixed)
+            assert extra is not None  # no reuse cap, and never empty (checked when opened)
+            batch = concatenate_batches(batch, extra)
         return batch, waited
 
     def _waiting_text(self, size: int) -> str:

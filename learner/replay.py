@@ -60,7 +60,7 @@ from alphazero.planes import COMPACT_PLANES, NUM_SCALARS
 from alphazero.rundir import is_temporary
 from alphazero.shards import NUM_MOVES, SHARD_SUFFIX, Shard, ShardError, game_ids, read_shard, value_targets
 
-__all__ = ["Batch", "ReplayWindow", "WAIT_POSITIONS", "WAIT_REUSE", "is_validation_game"]
+__all__ = ["Batch", "ReplayWindow", "WAIT_POSITIONS", "WAIT_REUSE", "concatenate_batches", "is_validation_game"]
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +83,13 @@ class Batch:
 
     def __len__(self) -> int:
         return len(self.z)
+
+
+def concatenate_batches(first: Batch, second: Batch) -> Batch:
+    """Joins two batches, rows of ``first`` first (root values kept when both have them)."""
+    q = None if first.q is None or second.q is None else np.concatenate([first.q, second.q])
+    return Batch(*(np.concatenate([getattr(first, name), getattr(second, name)])
+                   for name in ("planes", "scalars", "policy", "legal", "z")), q)
 
 
 def is_validation_game(game_id: str, share: float) -> bool:

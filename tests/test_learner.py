@@ -302,6 +302,29 @@ def test_a_learner_with_an_anchor_loads_the_runs_step_zero(run: tuple[RunDir, Co
         learner.train(steps=1)
 
 
+def test_replay_mixing_draws_its_share_of_each_batch_and_decays(run: tuple[RunDir, Config]) -> None:
+    rundir, _ = run
+    add_shard(rundir.root / "pretrain", range(1000, 1100))  # ids 1000.. are the mixed data, 0..199 self-play
+    config = small_config("learner.mix_dir=pretrain", "learner.mix_share=0.25", "learner.mix_decay_steps=4")
+    assert [config.learner.mix_rows(step) for step in range(6)] == [8, 6, 4, 2, 0, 0]
+    mixed: list[int] = []
+    with Learner(rundir, config) as learner:
+        learner.resume()
+        step = learner.trainer.step
+
+        def record(batch: Batch, at: int):
+            assert len(batch) == 32
+            mixed.append(int((batch.scalars[:, 1] >= 1000).sum()))
+            return step(batch, at)
+
+        learner.trainer.step = record
+        learner.train(steps=6)
+        assert learner.window.samples_drawn == 6 * 32 - sum(mixed)  # the reuse cap counts self-play's rows
+    assert mixed == [8, 6, 4, 2, 0, 0]
+    with pytest.raises(UserError, match="holds no shards"):
+        Learner(rundir, small_config("learner.mix_dir=nowhere", "learner.mix_share=0.5"))
+
+
 def test_probe_report_names_legal_moves_for_each_probe() -> None:
     report = probe_report(AlphaZeroNet(small_config(value_head="wdl").network), torch.device("cpu"))
     lines = report.splitlines()
