@@ -138,8 +138,8 @@ class NetworkConfig(_Section):
 class SearchConfig(_Section):
     """The self-play search: PUCT (AlphaZero pseudocode values as defaults) or Gumbel AlphaZero.
 
-    Every field is also a keyword of mcts_ext.search.MultiGameSearch (self-play
-    passes them by name).
+    Every field but CALIBRATION_FIELDS is also a field of mcts_ext.params.SearchParams;
+    alphazero.search.search_params turns this section into a search's parameters.
     """
 
     SECTION: ClassVar[str] = "search"
@@ -201,11 +201,14 @@ class SearchConfig(_Section):
                 raise UserError(f"search.{name} must lie in [0, 1], got {getattr(self, name)}")
         if not -1.0 <= self.resign_threshold <= 1.0:
             raise UserError(f"search.resign_threshold must lie in [-1, 1], got {self.resign_threshold}")
-        if self.algorithm == "gumbel" and self.leaves_per_game != 1:
-            raise UserError(f"search.algorithm = 'gumbel' needs search.leaves_per_game = 1, "
-                            f"got {self.leaves_per_game}")
-        if self.algorithm == "gumbel" and self.tree_reuse:
-            raise UserError("search.algorithm = 'gumbel' does not reuse trees; set search.tree_reuse = false")
+        # What the search itself refuses (Gumbel's rules among it) is checked where the search's
+        # parameters are made: self-play's, from this section.
+        from alphazero.search import SELFPLAY, search_params
+
+        try:
+            search_params(self, SELFPLAY, resign_threshold=self.resign_threshold)
+        except ValueError as error:
+            raise UserError(f"search: {error}") from None
 
 
 @dataclass(frozen=True)

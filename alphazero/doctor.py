@@ -124,9 +124,11 @@ def sample_leaves(count: int, seed: int = 0) -> tuple[np.ndarray, ...]:
     """Gets ``count`` self-play leaves: (planes, scalars, legal_indices, legal_counts) of games searched with
     random priors for about 30 plies."""
     import numpy as np
+
+    from mcts_ext.params import SearchParams
     from mcts_ext.search import MultiGameSearch
 
-    search = MultiGameSearch(count, seed=seed, simulations=LEAF_SIMULATIONS, temperature_plies=1000)
+    search = MultiGameSearch(count, SearchParams(simulations=LEAF_SIMULATIONS, temperature_plies=1000), seed=seed)
     batch = search.new_batch()[:4]
     rng = np.random.default_rng(seed)
     for _ in range(LEAF_GATHERS):

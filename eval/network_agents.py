@@ -49,6 +49,7 @@ from alphazero.errors import UserError
 from alphazero.network import AlphaZeroNet, Evaluator, build_network, pick_device
 from alphazero.planes import compact_to_torch
 from alphazero.rundir import DEFAULT_RUN, RunDir, complete_files
+from alphazero.search import ANALYSIS, search_params
 from eval.agents import Agent, Choice, int_option, register_player
 from mcts_ext import Board, ChessError
 from mcts_ext.driver import run as run_search
@@ -493,27 +494,6 @@ class ValueAgent(NetworkAgent):
 SEARCH_ALGORITHMS = ("puct", "gumbel")
 
 
-def search_options(config: SearchConfig, *, algorithm: str | None = None) -> dict[str, Any]:
-    """Returns MultiGameSearch keyword arguments for analysis: the algorithm (config's unless given), its
-    constants from config, no noise (Dirichlet or Gumbel: the search is deterministic)."""
-    algorithm = algorithm or config.algorithm
-    return {
-        "algorithm": algorithm,
-        "c_init": config.c_init,
-        "c_base": config.c_base,
-        "fpu_mode": config.fpu_mode,
-        "fpu_value": config.fpu_value,
-        "gumbel_considered": config.gumbel_considered,
-        "gumbel_scale": 0.0,
-        "gumbel_c_visit": config.gumbel_c_visit,
-        "gumbel_c_scale": config.gumbel_c_scale,
-        "gumbel_q_normalisation": config.gumbel_q_normalisation,
-        "autoplay": False,
-        "add_noise": False,
-        "ply_limit": None,
-    }
-
-
 class SearchAgent(NetworkAgent):
     """Searches each board with `simulations` simulations (no noise) and plays the search's best move.
 
@@ -543,8 +523,9 @@ class SearchAgent(NetworkAgent):
         # Reused between calls (the trees' memory and the batch arrays, pinned
         # on a GPU, are kept); rebuilt when more games come.
         if self._search is None or self._search.games < games:
-            options = search_options(self.network.search_config, algorithm=self.algorithm)
-            self._search = MultiGameSearch(games, simulations=self.simulations, **options)
+            params = search_params(self.network.search_config, ANALYSIS, algorithm=self.algorithm,
+                                   simulations=self.simulations)
+            self._search = MultiGameSearch(games, params)
             self._batch = self.network.evaluator.pin(self._search.new_batch())
         for slot in range(games, self._search.games):
             self._search.clear(slot)
@@ -708,6 +689,5 @@ __all__ = [
     "network_for",
     "register_network_players",
     "resolve_source",
-    "search_options",
     "to_mcts_board",
 ]

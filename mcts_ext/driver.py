@@ -15,10 +15,12 @@ floats a position instead of 4672 (alphazero.network.Evaluator.evaluate_legal).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from mcts_ext.encode import NUM_MOVES
+from mcts_ext.params import SearchParams
 from mcts_ext.position import Board
 from mcts_ext.search import MultiGameSearch
 
@@ -108,14 +110,16 @@ def run(search: MultiGameSearch, evaluate: Evaluator | None = None, *,
             return
 
 
-def analyse(board: Board, evaluate: Evaluator, simulations: int, **options) -> MultiGameSearch:
-    """Searches one position (no noise) and returns the search, ready to read.
+def analyse(board: Board, evaluate: Evaluator, simulations: int, *, seed: int = 0, **params: Any) -> MultiGameSearch:
+    """Searches one position (no noise unless asked) and returns the search, ready to read.
+
+    ``params`` are further SearchParams fields (an analysis search: autoplay off).
 
     >>> search = analyse(Board(), uniform_evaluator, 100)
     >>> search.best_move(0) in Board().legal_moves()
     True
     """
-    search = MultiGameSearch(1, simulations=simulations, autoplay=False, **options)
+    search = MultiGameSearch(1, SearchParams(simulations=simulations, autoplay=False, **params), seed=seed)
     search.set_position(0, board)
     run(search, evaluate)
     return search

@@ -18,6 +18,7 @@ from alphazero.shards import list_shards, read_shard, shard_from_records
 from mcts_ext import Board
 from mcts_ext.driver import analyse, run, uniform_evaluator
 from mcts_ext.encode import NUM_MOVES
+from mcts_ext.params import SearchParams
 from mcts_ext.search import MultiGameSearch
 from tests.gumbel_reference import gumbel_search, visit_schedule
 from tests.reference_encoder import reference_compact
@@ -177,8 +178,9 @@ def _phase(k: int, budget: int, index: int) -> int:
 def test_a_batched_search_keeps_the_schedule_and_never_batches_across_a_phase(fen, simulations, considered, scale,
                                                                                seed, leaves):
     network = FixedNetwork(seed)
-    search = MultiGameSearch(1, simulations=simulations, autoplay=False, algorithm="gumbel", leaves_per_game=leaves,
-                             gumbel_considered=considered, gumbel_scale=scale, seed=seed, ply_limit=None)
+    params = SearchParams(simulations=simulations, autoplay=False, algorithm="gumbel", leaves_per_game=leaves,
+                          gumbel_considered=considered, gumbel_scale=scale, ply_limit=None)
+    search = MultiGameSearch(1, params, seed=seed)
     search.set_position(0, Board(fen, ply_limit=None))
     batch = search.new_batch()
     k = min(considered, chess.Board(fen).legal_moves.count())
@@ -286,7 +288,7 @@ def test_gumbel_noise_is_seeded_and_analysis_without_noise_is_deterministic():
 
 def test_same_seed_same_self_play_game():
     def first_game(games: int, seed: int) -> list[str]:
-        search = MultiGameSearch(games, simulations=8, seed=seed, ply_limit=40, algorithm="gumbel")
+        search = MultiGameSearch(games, SearchParams(simulations=8, ply_limit=40, algorithm="gumbel"), seed=seed)
         records = {}
         run(search, uniform_evaluator, on_step=lambda rows: records.update(search.take_finished()))
         return records[0]["moves"]
@@ -303,11 +305,11 @@ def test_same_seed_same_self_play_game():
 )
 def test_bad_gumbel_options_raise_value_error(options):
     with pytest.raises(ValueError):
-        MultiGameSearch(1, **options)
+        MultiGameSearch(1, SearchParams(**options))
 
 
 def test_config_refuses_what_gumbel_cannot_do_and_self_play_takes_its_fields():
-    from selfplay.worker import search_options
+    from alphazero.search import SELFPLAY, search_params
 
     with pytest.raises(UserError, match="leaves_per_game"):
         apply_overrides(get_preset("tiny"), ["search.algorithm=gumbel", "search.leaves_per_game=4"])
@@ -316,7 +318,7 @@ def test_config_refuses_what_gumbel_cannot_do_and_self_play_takes_its_fields():
     with pytest.raises(UserError, match="algorithm"):
         apply_overrides(get_preset("tiny"), ["search.algorithm=alphabeta"])
     config = apply_overrides(get_preset("tiny"), ["search.algorithm=gumbel", "search.gumbel_q_normalisation=node"])
-    assert MultiGameSearch(2, **search_options(config.search)).algorithm == "gumbel"
+    assert MultiGameSearch(2, search_params(config.search, SELFPLAY)).algorithm == "gumbel"
     assert get_preset("tiny").search.algorithm == "gumbel" and get_preset("small").search.algorithm == "puct"
 
 
@@ -353,7 +355,7 @@ def check_targets(record: dict) -> None:
 
 
 def test_self_play_records_improved_policies_that_go_into_valid_shards(tmp_path):
-    search = MultiGameSearch(3, simulations=16, seed=2, ply_limit=30, algorithm="gumbel")
+    search = MultiGameSearch(3, SearchParams(simulations=16, ply_limit=30, algorithm="gumbel"), seed=2)
     records = play_games(search, FixedNetwork(1))
     assert len(records) == 3
     for record in records:
@@ -365,8 +367,8 @@ def test_self_play_records_improved_policies_that_go_into_valid_shards(tmp_path)
 
 
 def test_playout_cap_with_gumbel_records_full_searches_only():
-    search = MultiGameSearch(4, simulations=24, playout_cap_fraction=0.25, playout_cap_simulations=3, seed=9,
-                             ply_limit=40, algorithm="gumbel")
+    search = MultiGameSearch(4, SearchParams(simulations=24, playout_cap_fraction=0.25, playout_cap_simulations=3,
+                                             ply_limit=40, algorithm="gumbel"), seed=9)
     for record in play_games(search):
         full = record["full_search"]
         assert 0 < full.sum() < len(full)
@@ -379,8 +381,8 @@ def test_resignation_with_gumbel():
         white_to_move = scalars[:, 0] == 1.0
         return np.zeros((len(planes), NUM_MOVES), np.float32), np.where(white_to_move, -0.99, 0.99).astype(np.float32)
 
-    search = MultiGameSearch(3, simulations=8, seed=2, resign_threshold=-0.9, resign_consecutive=2, ply_limit=80,
-                             resign_disabled_fraction=0.0, algorithm="gumbel")
+    search = MultiGameSearch(3, SearchParams(simulations=8, resign_threshold=-0.9, resign_consecutive=2, ply_limit=80,
+                                             resign_disabled_fraction=0.0, algorithm="gumbel"), seed=2)
     for record in play_games(search, white_is_lost):
         assert record["termination"] == "resignation" and record["result"] == "0-1" and record["plies"] == 2
 

@@ -172,9 +172,10 @@ def test_a_restored_window_counts_nothing_twice_and_draws_the_same(tmp_path: Pat
 
 def test_batches_of_real_games_mask_the_legal_moves(tmp_path: Path) -> None:
     from mcts_ext.driver import run, uniform_evaluator
+    from mcts_ext.params import SearchParams
     from mcts_ext.search import MultiGameSearch
 
-    search = MultiGameSearch(2, simulations=8, ply_limit=12, seed=3)
+    search = MultiGameSearch(2, SearchParams(simulations=8, ply_limit=12), seed=3)
     for slot in range(2):
         search.start_game(slot)
     records: list[dict] = []

@@ -17,6 +17,7 @@ from alphazero.resign import (
 from alphazero.rundir import RunDir
 from alphazero.shards import shard_from_records, shard_name, write_shard
 from mcts_ext.driver import run as run_search
+from mcts_ext.params import SearchParams
 from mcts_ext.search import MultiGameSearch
 
 WHITE_START = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
@@ -116,12 +117,12 @@ def play(search: MultiGameSearch, evaluate=hopeless_for_white) -> list[dict]:
 
 
 def test_move_values_decide_for_any_threshold_what_the_search_does() -> None:
-    kwargs = dict(simulations=8, seed=5, resign_consecutive=2, ply_limit=40)
+    kwargs = dict(simulations=8, resign_consecutive=2, ply_limit=40)
     # Played through with a threshold: the side the search says would have resigned is the one whose
     # m lies below it, and a side with m >= threshold never is.
     seen = set()
     for threshold in (-0.99, -0.9, -0.5, 0.2):
-        search = MultiGameSearch(3, resign_disabled_fraction=1.0, resign_threshold=threshold, **kwargs)
+        search = MultiGameSearch(3, SearchParams(resign_disabled_fraction=1.0, resign_threshold=threshold, **kwargs), seed=5)
         for record in play(search):
             seen.add(record["would_resign_side"])
             assert record["resign_threshold"] == threshold and not record["resign_enabled"]
@@ -134,7 +135,7 @@ def test_move_values_decide_for_any_threshold_what_the_search_does() -> None:
                 assert record["would_resign_side"] in below
     assert seen == {None, "white"}  # White's values lie about -0.95: below every threshold but -0.99
     # Resigning for real: the loser's m (the resigning move's value included) lies below the threshold.
-    search = MultiGameSearch(3, resign_disabled_fraction=0.0, resign_threshold=-0.9, **kwargs)
+    search = MultiGameSearch(3, SearchParams(resign_disabled_fraction=0.0, resign_threshold=-0.9, **kwargs), seed=5)
     for record in play(search):
         assert record["termination"] == "resignation" and record["winner"] == "black"
         assert len(record["move_values"]) == record["plies"] + 1
@@ -142,8 +143,8 @@ def test_move_values_decide_for_any_threshold_what_the_search_does() -> None:
 
 
 def test_sample_root_values_are_the_move_values_of_fully_searched_moves() -> None:
-    search = MultiGameSearch(2, simulations=8, seed=1, ply_limit=20, playout_cap_fraction=0.5,
-                             playout_cap_simulations=2)
+    search = MultiGameSearch(2, SearchParams(simulations=8, ply_limit=20, playout_cap_fraction=0.5,
+                                             playout_cap_simulations=2), seed=1)
     for record in play(search):
         full = np.flatnonzero(record["full_search"])
         np.testing.assert_array_equal(record["plies_of_samples"], full)
@@ -151,7 +152,7 @@ def test_sample_root_values_are_the_move_values_of_fully_searched_moves() -> Non
 
 
 def test_a_new_threshold_applies_to_the_games_started_after_it() -> None:
-    search = MultiGameSearch(2, simulations=4, seed=2, ply_limit=6)  # both games start with no threshold
+    search = MultiGameSearch(2, SearchParams(simulations=4, ply_limit=6), seed=2)  # both games start with no threshold
     assert search.resign_threshold is None
     search.set_resign_threshold(-0.7)
     assert search.resign_threshold == -0.7
