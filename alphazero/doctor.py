@@ -148,7 +148,7 @@ def _network(args: argparse.Namespace) -> tuple[Any, dict[str, Any], str]:
     """
     import torch
 
-    from alphazero.builtin import read_weights
+    from alphazero.sources import read_weights
     from alphazero.config import get_preset
     from alphazero.network import build_network, cpu_state_dict
 

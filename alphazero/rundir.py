@@ -390,6 +390,8 @@ def learner_lock(run: RunDir, command: str) -> Iterator[Path]:
 # --- the command-line options that open a run ------------------------------------
 
 DEFAULT_RUN = "runs/default"
+DEFAULT_RUN_DIR = Path(DEFAULT_RUN)
+"""The run every command uses without --run."""
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:

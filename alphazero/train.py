@@ -22,7 +22,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from alphazero.builtin import Weights, read_weights
+from alphazero.sources import Weights, read_weights
 from alphazero.config import DEFAULT_PRESET, INIT_DEFAULTS, Config, apply_overrides, get_preset
 from alphazero.console import fit_line
 from alphazero.errors import UserError

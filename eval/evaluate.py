@@ -72,9 +72,8 @@ from alphazero.stockfish import INSTALL_HINT, find_stockfish
 from eval.agents import Agent, RandomAgent, StockfishAgent
 from eval.elo import Rating, Ratings, Summary, fit_ratings
 from eval.match import MatchResult, play_match
-from eval.network_agents import (
-    FRESH, Network, NetworkSource, PolicyAgent, SearchAgent, ValueAgent, load_network,
-)
+from alphazero.sources import FRESH, Network, NetworkSource, load_network
+from eval.network_agents import PolicyAgent, SearchAgent, ValueAgent
 
 QUICK_GAMES_PER_PAIR = 4
 QUICK_START_SEARCH_GAMES = 16  # enough to show a collapse; the policy's twin match shows 100 Elo

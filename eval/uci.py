@@ -77,11 +77,9 @@ from alphazero import __version__
 from alphazero.builtin import BUILTIN
 from alphazero.errors import UserError
 from alphazero.network import pick_device
-from alphazero.rundir import RunDir
+from alphazero.rundir import DEFAULT_RUN_DIR, RunDir
 from alphazero.search import UCI, search_params
-from eval.network_agents import (
-    DEFAULT_RUN_DIR, FRESH, Network, NetworkSource, load_network, resolve_source,
-)
+from alphazero.sources import FRESH, Network, NetworkSource, load_network, resolve_source
 from eval.scores import value_to_centipawns, value_to_wdl
 from mcts_ext import STARTING_FEN, Board, ChessError
 from mcts_ext.driver import run as run_search

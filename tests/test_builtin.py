@@ -15,7 +15,7 @@ import torch
 
 import alphazero.builtin
 from alphazero import cli
-from alphazero.builtin import BUILTIN_FILE, read_weights, resolve_weights
+from alphazero.builtin import BUILTIN_FILE
 from alphazero.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from alphazero.config import NetworkConfig, get_preset
 from alphazero.errors import UserError
@@ -23,7 +23,8 @@ from alphazero.checkpoint import save_model
 from alphazero.network import AlphaZeroNet
 from alphazero.rundir import RunDir
 from eval.agents import parse_player
-from eval.network_agents import FRESH, NetworkCache, NetworkSource, PolicyAgent, load_network
+from alphazero.sources import FRESH, NetworkCache, NetworkSource, load_network, read_weights, resolve_source
+from eval.network_agents import PolicyAgent
 from eval.uci import UciEngine
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,6 +97,9 @@ def test_uci_plays_the_builtin_network(empty_run: Path) -> None:
 
 
 def test_weights_are_named_by_file_run_or_builtin(empty_run: Path, tmp_path: Path) -> None:
+    def resolve_weights(spec: str | Path) -> Path | None:
+        return resolve_source(NetworkSource(weights=Path(spec))).path
+
     assert resolve_weights("builtin") == BUILTIN_FILE
     with pytest.raises(UserError, match="no checkpoint"):
         resolve_weights(empty_run)
@@ -107,7 +111,7 @@ def test_weights_are_named_by_file_run_or_builtin(empty_run: Path, tmp_path: Pat
     save_model(tmp_path / "net.pt", model, step=3, summary="a test net")
     by_file = read_weights(tmp_path / "net.pt")
     assert by_file.step == 3 and "a test net" in by_file.summary
-    with pytest.raises(UserError, match="name no file"):
+    with pytest.raises(UserError, match="does not exist"):
         read_weights(tmp_path / "nothing.pt")
 
 

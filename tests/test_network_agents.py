@@ -21,19 +21,16 @@ from alphazero.rundir import RunDir
 from eval.agents import Agent, parse_player
 from eval.cli import DEFAULT_RUN_DIR as CLI_DEFAULT_RUN_DIR
 from eval.cli import add_match_arguments, parse_versus, run_match
-from eval.network_agents import (
-    DEFAULT_RUN_DIR,
+from alphazero.rundir import DEFAULT_RUN_DIR
+from alphazero.sources import (
     FRESH,
     Network,
     NetworkCache,
     NetworkSource,
-    PolicyAgent,
-    SearchAgent,
-    ValueAgent,
     load_network,
     resolve_source,
-    to_mcts_board,
 )
+from eval.network_agents import PolicyAgent, SearchAgent, ValueAgent, to_mcts_board
 from mcts_ext.encode import encode_boards, move_to_index, new_batch
 from tests.test_match import stockfish_or_skip
 
