@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 import os
-import subprocess
 import re
+import subprocess
 import sys
 import time
 import types
@@ -157,15 +157,15 @@ class StopsMidCall(SelfPlayWorker):
 
 
 def test_a_killed_actor_costs_no_partial_shard(local_ray, tmp_path, monkeypatch):
-    from selfplay import driver
+    from selfplay import driver, fleet
 
-    monkeypatch.setattr(driver, "SelfPlayWorker", StopsMidCall)
+    monkeypatch.setattr(fleet, "SelfPlayWorker", StopsMidCall)
     run, config = fast_run(tmp_path / "run")
     killed = []
 
     def kill_one(totals):
         if (tmp_path / MID_CALL_MARKER).exists() and not killed:
-            ray.kill(ray.get_actor(f"{driver.actor_name_prefix(run)}0", namespace="alphazero"), no_restart=False)
+            ray.kill(ray.get_actor(f"{fleet.actor_name_prefix(run)}0", namespace="alphazero"), no_restart=False)
             killed.append(True)
 
     totals = driver.run_selfplay(run, config, actors=2, games=8, progress=False, chunk_seconds=0.5,
@@ -177,21 +177,19 @@ def test_a_killed_actor_costs_no_partial_shard(local_ray, tmp_path, monkeypatch)
 
 
 def test_inference_server_path_plays_the_same_kind_of_games(local_ray, tmp_path):
-    from selfplay.driver import _start_actors
+    from selfplay.fleet import SelfPlayFleet
 
     run, config = fast_run(tmp_path / "run", "selfplay.inference=server", "selfplay.device=cpu")
     # One worker and one server: the test's Ray has two CPUs.
-    handles, servers = _start_actors(run, config, actors=1, gpus=0, inference="server", servers_wanted=1, quota=3)
-    try:
+    with SelfPlayFleet(run, config, actors=1, inference="server", quota=3) as fleet:
+        handles, servers = fleet.actors, fleet.servers
+        assert len(servers) == 1
         for _ in range(40):
             stats = ray.get([h.play.remote(0.5) for h in handles])
             if sum(len(s.shards) for s in stats) and all(ray.get(h.idle.remote()) for h in handles):
                 break
         served = ray.get(servers[0].stats.remote())
         assert served["passes"] > 0 and served["positions"] >= served["passes"]
-    finally:
-        for handle in [*handles, *servers]:
-            ray.kill(handle)
     for path in list_shards(run.selfplay):
         check_shard_invariants(path)
 
@@ -509,10 +507,11 @@ def started_actors(monkeypatch) -> list[tuple[str, dict, tuple, dict]]:
 def test_a_fractional_gpu_server_asks_ray_for_its_share(tmp_path, started_actors, monkeypatch):
     # Issue 23, defect 8: --gpus 0.5 --inference server asked Ray for a whole GPU and waited for ever
     # (and a local Ray refused 0.5 GPUs outright).
-    from selfplay.driver import _start_actors, connect_ray, server_gpus
+    from selfplay.driver import connect_ray
+    from selfplay.fleet import SelfPlayFleet, server_gpus
 
     run, config = fast_run(tmp_path / "run")
-    _start_actors(run, config, actors=3, gpus=0.5, inference="server", servers_wanted=1, quota=None)
+    SelfPlayFleet(run, config, actors=3, gpus=0.5, inference="server").start()
     server = [entry for entry in started_actors if entry[0] == "InferenceServer"]
     assert server[0][1]["num_gpus"] == 0.5 and server[0][3]["actors"] == 3
     assert [server_gpus(g, n) for g, n in ((0.5, 1), (2, 2), (2.5, 2), (0, 1))] == [0.5, 1.0, 1.0, 0.0]
@@ -526,11 +525,10 @@ def test_a_fractional_gpu_server_asks_ray_for_its_share(tmp_path, started_actors
 @pytest.mark.parametrize(("gpus", "inference"), [(0, "local"), (1, "server"), (1, "local")])
 def test_actors_without_a_gpu_see_none(tmp_path, started_actors, gpus, inference):
     # Issue 23, defect 2: Ray no longer hides the GPUs from actors that reserve none.
-    from selfplay.driver import _start_actors
+    from selfplay.fleet import SelfPlayFleet
 
     run, config = fast_run(tmp_path / "run")
-    _start_actors(run, config, actors=2, gpus=gpus, inference=inference, servers_wanted=int(inference == "server"),
-                  quota=None)
+    SelfPlayFleet(run, config, actors=2, gpus=gpus, inference=inference).start()
     for kind, options, _, _ in started_actors:
         holds_gpu = options.get("num_gpus", 0) > 0
         assert holds_gpu == (gpus > 0 and (kind == "InferenceServer" or inference == "local"))
