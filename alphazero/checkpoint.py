@@ -55,7 +55,12 @@ import torch
 from torch import nn
 
 from alphazero.config import (
-    Config, NetworkConfig, architecture_hash, config_hash, network_config_from_dict, to_toml,
+    Config,
+    NetworkConfig,
+    architecture_hash,
+    config_hash,
+    network_config_from_dict,
+    to_toml,
 )
 from alphazero.errors import UserError
 from alphazero.network import build_network, check_architecture, cpu_state_dict, load_weights

@@ -36,8 +36,14 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from alphazero.config import (
-    DEFAULT_PRESET, Config, apply_overrides, describe_differences, from_toml, get_preset,
-    incompatible_fields, to_toml,
+    DEFAULT_PRESET,
+    Config,
+    apply_overrides,
+    describe_differences,
+    from_toml,
+    get_preset,
+    incompatible_fields,
+    to_toml,
 )
 from alphazero.errors import UserError
 

@@ -37,11 +37,17 @@ import torch
 
 from alphazero.builtin import BUILTIN, builtin_path, is_builtin, require_builtin
 from alphazero.checkpoint import (
-    checkpoint_name, latest_checkpoint, load_model, network_config_of, read_payload, step_of,
+    checkpoint_name,
+    latest_checkpoint,
+    load_model,
+    network_config_of,
+    read_payload,
+    step_of,
 )
 from alphazero.config import DEFAULT_PRESET, Config, NetworkConfig, SearchConfig, from_toml, get_preset
 from alphazero.errors import UserError
-from alphazero.network import AlphaZeroNet, Evaluator, build_network, pick_device
+from alphazero.forward import Evaluator
+from alphazero.network import AlphaZeroNet, build_network, pick_device
 from alphazero.planes import compact_to_torch
 from alphazero.rundir import DEFAULT_RUN_DIR, RunDir, complete_files
 from mcts_ext import Board

@@ -102,9 +102,9 @@ def run_match(args: argparse.Namespace) -> None:
     from alphazero.config import DEFAULT_PRESET, get_preset
     from alphazero.errors import UserError
     from alphazero.rundir import RunDir, check_writable_directory
+    from alphazero.sources import NetworkCache
     from eval.agents import parse_player
     from eval.match import Clock, format_summary, play_match
-    from alphazero.sources import NetworkCache
 
     run = RunDir(args.run)
     if run.root.exists() and not run.root.is_dir():

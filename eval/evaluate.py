@@ -66,13 +66,14 @@ from rich.table import Table
 from alphazero.checkpoint import checkpoint_name
 from alphazero.config import Config, EvalConfig
 from alphazero.errors import UserError
-from alphazero.network import AlphaZeroNet, Evaluator, build_network, cpu_state_dict, pick_device
+from alphazero.forward import Evaluator
+from alphazero.network import AlphaZeroNet, build_network, cpu_state_dict, pick_device
 from alphazero.rundir import RunDir, atomic_write_text, check_writable_directory
+from alphazero.sources import FRESH, Network, NetworkSource, load_network
 from alphazero.stockfish import INSTALL_HINT, find_stockfish
 from eval.agents import Agent, RandomAgent, StockfishAgent
 from eval.elo import Rating, Ratings, Summary, fit_ratings
 from eval.match import MatchResult, play_match
-from alphazero.sources import FRESH, Network, NetworkSource, load_network
 from eval.network_agents import PolicyAgent, SearchAgent, ValueAgent
 
 QUICK_GAMES_PER_PAIR = 4

@@ -76,7 +76,13 @@ from alphazero.config import PretrainConfig
 from alphazero.errors import UserError
 from alphazero.pgn_reader import READ_ERRORS, PgnGame, open_text, read_games
 from alphazero.shards import (
-    VALUE_FROM_ROOT, ShardError, list_shards, read_shard_meta, shard_from_records, shard_name, write_shard,
+    VALUE_FROM_ROOT,
+    ShardError,
+    list_shards,
+    read_shard_meta,
+    shard_from_records,
+    shard_name,
+    write_shard,
 )
 from alphazero.stockfish import require_stockfish
 from mcts_ext import Board, ChessError

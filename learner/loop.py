@@ -61,8 +61,15 @@ import numpy as np
 import torch
 
 from alphazero.checkpoint import (
-    checkpoint_name, checkpoint_steps, latest_checkpoint, load_checkpoint, restore_checkpoint, rewind_checkpoints,
-    save_checkpoint, step_of, thin_checkpoints,
+    checkpoint_name,
+    checkpoint_steps,
+    latest_checkpoint,
+    load_checkpoint,
+    restore_checkpoint,
+    rewind_checkpoints,
+    save_checkpoint,
+    step_of,
+    thin_checkpoints,
 )
 from alphazero.config import Config
 from alphazero.console import fit_line

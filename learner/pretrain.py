@@ -402,8 +402,8 @@ def _train(run_dir: Any, config: Any, args: argparse.Namespace) -> None:
     Raises:
         UserError: no data, an unusable device, a corrupt checkpoint, a full disk.
     """
-    from alphazero.config import to_toml
     from alphazero.checkpoint import save_model
+    from alphazero.config import to_toml
     from learner.loop import Learner
 
     positions = _positions_in(run_dir.pretrain)

@@ -29,7 +29,8 @@ import torch
 
 from alphazero.checkpoint import load_latest_weights
 from alphazero.config import Config, from_toml
-from alphazero.network import Evaluator, build_network, pick_device
+from alphazero.forward import Evaluator
+from alphazero.network import build_network, pick_device
 from alphazero.parity import ParitySettings
 from alphazero.resign import game_resign_fields, threshold_for_actors, threshold_in_file
 from alphazero.rundir import RunDir

@@ -16,14 +16,13 @@ import torch
 import alphazero.builtin
 from alphazero import cli
 from alphazero.builtin import BUILTIN_FILE
-from alphazero.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from alphazero.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, save_model
 from alphazero.config import NetworkConfig, get_preset
 from alphazero.errors import UserError
-from alphazero.checkpoint import save_model
 from alphazero.network import AlphaZeroNet
 from alphazero.rundir import RunDir
-from eval.agents import parse_player
 from alphazero.sources import FRESH, NetworkCache, NetworkSource, load_network, read_weights, resolve_source
+from eval.agents import parse_player
 from eval.network_agents import PolicyAgent
 from eval.uci import UciEngine
 

@@ -10,8 +10,19 @@ import pytest
 import torch
 
 from alphazero.checkpoint import (
-    LATEST_NAME, checkpoint_name, checkpoint_steps, latest_checkpoint, load_checkpoint, load_latest_weights,
-    load_model, restore_checkpoint, rewind_checkpoints, save_checkpoint, save_model, step_of, thin_checkpoints,
+    LATEST_NAME,
+    checkpoint_name,
+    checkpoint_steps,
+    latest_checkpoint,
+    load_checkpoint,
+    load_latest_weights,
+    load_model,
+    restore_checkpoint,
+    rewind_checkpoints,
+    save_checkpoint,
+    save_model,
+    step_of,
+    thin_checkpoints,
 )
 from alphazero.config import Config, NetworkConfig, apply_overrides, config_hash, from_toml, get_preset
 from alphazero.errors import UserError

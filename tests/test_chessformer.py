@@ -12,16 +12,29 @@ import pytest
 import torch
 
 from alphazero.bench.network import flops_per_evaluation
-from alphazero.checkpoint import load_checkpoint, load_latest_weights, restore_checkpoint, save_checkpoint
+from alphazero.checkpoint import (
+    load_checkpoint,
+    load_latest_weights,
+    load_model,
+    restore_checkpoint,
+    save_checkpoint,
+    save_model,
+)
 from alphazero.chessformer import (
-    AttentionPolicyHead, AuxOutput, Chessformer, EncoderLayer, RelativeSelfAttention, deepnorm_alpha, deepnorm_beta,
+    AttentionPolicyHead,
+    AuxOutput,
+    Chessformer,
+    EncoderLayer,
+    RelativeSelfAttention,
+    deepnorm_alpha,
+    deepnorm_beta,
     policy_index_map,
 )
 from alphazero.config import Config, NetworkConfig, apply_overrides, get_preset, incompatible_fields
 from alphazero.errors import UserError
+from alphazero.forward import Evaluator
 from alphazero.moves import legal_move_indices, move_to_index
-from alphazero.checkpoint import load_model, save_model
-from alphazero.network import POLICY_SIZE, AlphaZeroNet, Evaluator, build_network
+from alphazero.network import POLICY_SIZE, AlphaZeroNet, build_network
 from alphazero.planes import compact_to_torch, encode_position
 from alphazero.rundir import RunDir
 from learner.replay import Batch

@@ -22,7 +22,6 @@ from eval.elo import Rating
 from eval.evaluate import EvalSettings, evaluate_checkpoint, load_ratings, ratings_path
 from tests.test_match import fail_writes_under, stockfish_or_skip
 
-
 TINY: Config = get_preset("tiny")
 # Small enough for a CPU test: 2 games a pair, 8 simulations, games cut at 40 plies.
 SMALL = EvalSettings(games_per_pair=2, simulations=8, stockfish_elos=(1400,), stockfish_depth=1, ply_limit=40)

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from alphazero.config import NetworkConfig
-from alphazero.forward import BucketedForward, bucket_for, capture_graph, compile_per_bucket, start_buckets
-from alphazero.network import AlphaZeroNet, Evaluator
+from alphazero.forward import BucketedForward, Evaluator, bucket_for, capture_graph, compile_per_bucket, start_buckets
+from alphazero.network import AlphaZeroNet
 from alphazero.planes import COMPACT_PLANES, NUM_SCALARS, compact_to_torch
 
 NET = NetworkConfig(blocks=1, filters=8, policy_filters=8, policy_kernel=3, value_filters=2, value_hidden=16)

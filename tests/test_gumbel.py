@@ -429,8 +429,8 @@ def weights(tmp_path_factory) -> Path:
 
 
 def test_search_players_follow_the_run_algorithm_and_gumbel_players_always_use_gumbel(tmp_path, weights):
-    from eval.agents import parse_player
     from alphazero.sources import NetworkCache
+    from eval.agents import parse_player
     from eval.network_agents import SearchAgent
 
     puct_run, _ = RunDir.create_or_open(tmp_path / "puct", get_preset("tiny"), ["search.algorithm=puct"])

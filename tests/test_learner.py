@@ -22,7 +22,13 @@ import pytest
 import torch
 
 from alphazero.checkpoint import (
-    LATEST_NAME, checkpoint_name, checkpoint_steps, latest_checkpoint, load_checkpoint, load_model, step_of,
+    LATEST_NAME,
+    checkpoint_name,
+    checkpoint_steps,
+    latest_checkpoint,
+    load_checkpoint,
+    load_model,
+    step_of,
 )
 from alphazero.config import Config, apply_overrides, get_preset
 from alphazero.errors import UserError
@@ -32,8 +38,15 @@ from learner import cli
 from learner.loop import PROBES, Learner, probe_report, run_learner
 from learner.replay import Batch, ReplayWindow
 from learner.trainer import (
-    DRAW_BAND, VALIDATION_FIGURES, Trainer, build_optimizer, compute_losses, masked_log_softmax, policy_kl,
-    validation_sums, value_classes,
+    DRAW_BAND,
+    VALIDATION_FIGURES,
+    Trainer,
+    build_optimizer,
+    compute_losses,
+    masked_log_softmax,
+    policy_kl,
+    validation_sums,
+    value_classes,
 )
 from tests.test_replay import add_games, add_shard
 

@@ -26,10 +26,10 @@ from eval.match import (
     GameRecord,
     IllegalAgentMoveError,
     MatchResult,
-    board_outcome,
-    format_summary,
     _Game,
     _Rules,
+    board_outcome,
+    format_summary,
     play_match,
 )
 from eval.openings import load_openings

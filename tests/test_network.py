@@ -12,7 +12,8 @@ import torch
 from alphazero.checkpoint import load_model, save_model
 from alphazero.config import NetworkConfig, get_preset
 from alphazero.errors import UserError
-from alphazero.network import POLICY_SIZE, AlphaZeroNet, Evaluator, build_network, fold_batch_norm, pick_device
+from alphazero.forward import Evaluator
+from alphazero.network import POLICY_SIZE, AlphaZeroNet, build_network, fold_batch_norm, pick_device
 from alphazero.planes import COMPACT_PLANES, NUM_SCALARS, compact_to_torch
 
 SMALL_NET = NetworkConfig(blocks=1, filters=8, policy_filters=8, policy_kernel=3, value_filters=2, value_hidden=16)
@@ -254,7 +255,7 @@ def test_preset_networks_build() -> None:
 
 
 def test_the_device_gather_and_the_host_gather_agree() -> None:
-    from alphazero.network import gather_legal, gather_legal_numpy
+    from alphazero.forward import gather_legal, gather_legal_numpy
 
     rng = np.random.default_rng(8)
     logits = rng.standard_normal((6, POLICY_SIZE)).astype(np.float32)

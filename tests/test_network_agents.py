@@ -16,12 +16,9 @@ import torch
 from alphazero.checkpoint import save_checkpoint, save_model
 from alphazero.config import Config, get_preset
 from alphazero.errors import UserError
-from alphazero.network import AlphaZeroNet, Evaluator
-from alphazero.rundir import RunDir
-from eval.agents import Agent, parse_player
-from eval.cli import DEFAULT_RUN_DIR as CLI_DEFAULT_RUN_DIR
-from eval.cli import add_match_arguments, parse_versus, run_match
-from alphazero.rundir import DEFAULT_RUN_DIR
+from alphazero.forward import Evaluator
+from alphazero.network import AlphaZeroNet
+from alphazero.rundir import DEFAULT_RUN_DIR, RunDir
 from alphazero.sources import (
     FRESH,
     Network,
@@ -30,6 +27,9 @@ from alphazero.sources import (
     load_network,
     resolve_source,
 )
+from eval.agents import Agent, parse_player
+from eval.cli import DEFAULT_RUN_DIR as CLI_DEFAULT_RUN_DIR
+from eval.cli import add_match_arguments, parse_versus, run_match
 from eval.network_agents import PolicyAgent, SearchAgent, ValueAgent, to_mcts_board
 from mcts_ext.encode import encode_boards, move_to_index, new_batch
 from tests.test_match import stockfish_or_skip

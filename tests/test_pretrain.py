@@ -27,7 +27,13 @@ from alphazero.pgn_reader import SKIP_ILLEGAL, SKIP_NO_RESULT, SKIP_VARIANT, Pgn
 from alphazero.rundir import RunDir
 from alphazero.shards import Shard, concatenate, game_ids, list_shards, read_shard, read_shard_meta, value_targets
 from learner.labels import (
-    MATE_HORIZON, LabelSettings, endgame_start, label_positions, mate_bonus, policy_target, win_probability,
+    MATE_HORIZON,
+    LabelSettings,
+    endgame_start,
+    label_positions,
+    mate_bonus,
+    policy_target,
+    win_probability,
 )
 from learner.pretrain import convert_pgn
 from learner.replay import ReplayWindow, is_validation_game

@@ -11,8 +11,17 @@ import pytest
 
 from alphazero.config import apply_overrides, get_preset
 from alphazero.resign import (
-    ResignCalibrator, ResignCase, calibrate, game_cases, game_resign_fields, is_played_through, measured_cases,
-    resign_path, side_resign_values, threshold_for_actors, wilson_interval,
+    ResignCalibrator,
+    ResignCase,
+    calibrate,
+    game_cases,
+    game_resign_fields,
+    is_played_through,
+    measured_cases,
+    resign_path,
+    side_resign_values,
+    threshold_for_actors,
+    wilson_interval,
 )
 from alphazero.rundir import RunDir
 from alphazero.shards import shard_from_records, shard_name, write_shard

@@ -470,7 +470,7 @@ def test_an_inference_server_sized_from_its_lanes_merges_several_actors_in_one_p
 def test_workers_and_servers_warm_their_buckets_at_start(tmp_path, monkeypatch):
     # Issue 23, defect 10: a bucket met mid-run was captured or compiled then, stalling the actor.
     from alphazero.config import to_toml
-    from alphazero.network import Evaluator
+    from alphazero.forward import Evaluator
     from selfplay.inference import InferenceServer
 
     warmed: list[str] = []

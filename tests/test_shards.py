@@ -5,9 +5,21 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from alphazero.shards import (POLICY_ARRAYS, SAMPLE_ARRAYS, SHARD_VERSION, ShardError, concatenate, encode_shard,
-                              game_ids, list_shards, read_shard, read_shard_games, shard_from_records, shard_name,
-                              write_shard)
+from alphazero.shards import (
+    POLICY_ARRAYS,
+    SAMPLE_ARRAYS,
+    SHARD_VERSION,
+    ShardError,
+    concatenate,
+    encode_shard,
+    game_ids,
+    list_shards,
+    read_shard,
+    read_shard_games,
+    shard_from_records,
+    shard_name,
+    write_shard,
+)
 from mcts_ext.driver import run, uniform_evaluator
 from mcts_ext.params import SearchParams
 from mcts_ext.search import MultiGameSearch

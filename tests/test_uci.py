@@ -36,7 +36,6 @@ from eval.uci import (
     time_budget_ms,
 )
 
-
 ROOT = Path(__file__).resolve().parent.parent
 MATED = "7k/6Q1/6K1/8/8/8/8/8 b - - 0 1"
 

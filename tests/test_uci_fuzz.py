@@ -24,8 +24,8 @@ import chess
 import pytest
 import torch
 
-from alphazero.config import get_preset
 from alphazero.checkpoint import save_model
+from alphazero.config import get_preset
 from alphazero.network import AlphaZeroNet
 from eval.uci import UciEngine
 

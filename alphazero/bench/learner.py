@@ -154,7 +154,8 @@ def _measure(preset: str, device: torch.device, args: argparse.Namespace) -> Poi
     import numpy as np
     import torch
 
-    from alphazero.network import Evaluator, build_network, count_parameters
+    from alphazero.forward import Evaluator
+    from alphazero.network import build_network, count_parameters
     from learner.trainer import Trainer
 
     config = get_preset(preset)

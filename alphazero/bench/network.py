@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from alphazero.network import Evaluator
+    from alphazero.forward import Evaluator
 
 # torch, numpy and rich are imported inside the functions that use them: the CLI
 # imports every bench module to build its parser, and `alphazero perft` must not load torch.
@@ -193,7 +193,8 @@ def run(args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from alphazero.network import Evaluator, build_network, count_parameters
+    from alphazero.forward import Evaluator
+    from alphazero.network import build_network, count_parameters
 
     if args.seconds <= 0 or args.max_pass_seconds <= 0:
         raise UserError("--seconds and --max-pass-seconds must be positive")
