@@ -1,4 +1,4 @@
-"""The run configuration: one tree of frozen dataclasses, three presets, saved as TOML.
+"""The run configuration: one tree of frozen dataclasses, five presets, saved as TOML.
 
 A run's ``config.toml`` is written once when the run is created and read back by
 every process that opens the run. Command-line overrides (``search.simulations=100``)
@@ -286,8 +286,7 @@ class LearnerConfig(_Section):
         "window_positions": 1, "min_window_positions": 1, "max_sample_reuse": 0.0,
         "checkpoint_every": 1, "keep_checkpoints": 1, "keep_every_steps": 0, "log_every": 1,
         "value_loss_weight": 0.0, "value_target_q_weight": 0.0, "validation_share": 0.0,
-        "validation_positions": 1, "validate_every": 0,
-        "value_loss_weight": 0.0, "beta2": 0.0, "epsilon": 0.0, "warmup_steps": 0,
+        "validation_positions": 1, "validate_every": 0, "beta2": 0.0, "epsilon": 0.0, "warmup_steps": 0,
         "soft_policy_loss_weight": 0.0, "soft_policy_temperature": 1.0, "q_loss_weight": 0.0,
     }
 

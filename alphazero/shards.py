@@ -32,7 +32,7 @@ with).
 The value target is ``results`` unless ``meta["value_target"]`` is
 ``"root_values"`` (VALUE_FROM_ROOT): then the learner trains the value on
 ``root_values``, a value in [-1, 1] (Stockfish labels, which have no game
-result; their ``results`` hold the nearest result class). See value_targets.
+result; their ``results`` hold the nearest result class, nearest_results). See value_targets.
 
 Files are written to a temporary name and renamed (alphazero.rundir), so a
 reader sees whole shards or none; readers list only ``*.npz`` names that are
@@ -62,6 +62,9 @@ SHARD_VERSION = 1
 SHARD_SUFFIX = ".npz"
 NUM_MOVES = 4672
 VALUE_FROM_ROOT = "root_values"  # meta["value_target"] of shards whose value target is root_values
+DRAW_BAND = 1.0 / 3.0
+"""A value within this of 0 has the result class "draw" (the nearest of 1, 0, -1): labels' results, and the
+learner's value accuracy of a scalar head."""
 
 # name -> (dtype, trailing shape) of the per-sample and per-entry arrays.
 SAMPLE_ARRAYS: dict[str, tuple[np.dtype, tuple[int, ...]]] = {
@@ -118,6 +121,15 @@ class Shard:
         entries = np.repeat(starts, lengths) + _ranges(lengths)
         out[np.repeat(np.arange(len(rows)), lengths), self.policy_indices[entries]] = self.policy_probs[entries]
         return out
+
+
+def nearest_results(values: np.ndarray) -> np.ndarray:
+    """Gets the result class (1, 0, -1, int8) nearest to each value in [-1, 1] (DRAW_BAND around 0 is a draw).
+
+    >>> nearest_results(np.array([0.9, 0.2, -0.5])).tolist()
+    [1, 0, -1]
+    """
+    return np.where(values > DRAW_BAND, 1, np.where(values < -DRAW_BAND, -1, 0)).astype(np.int8)
 
 
 def _ranges(lengths: np.ndarray) -> np.ndarray:

@@ -75,16 +75,16 @@ from alphazero.config import LearnerConfig
 from alphazero.errors import UserError
 from alphazero.network import NetOutput
 from alphazero.planes import compact_to_torch
+from alphazero.shards import DRAW_BAND
 from learner.replay import Batch
 
 __all__ = [
-    "DRAW_BAND", "StepStats", "Trainer", "VALIDATION_FIGURES", "auxiliary_losses", "build_optimizer",
+    "StepStats", "Trainer", "VALIDATION_FIGURES", "auxiliary_losses", "build_optimizer",
     "compute_losses", "eval_mode", "masked_log_softmax", "policy_kl", "result_classes", "soft_policy_targets",
     "training_mode", "validation_sums", "value_classes", "value_target", "weight_decay_term",
 ]
 
 WIN, DRAW, LOSS = 0, 1, 2  # the classes of the wdl head's logits, in its order
-DRAW_BAND = 1.0 / 3.0  # a scalar value within this of 0 predicts a draw (the nearest result)
 
 
 @dataclass(frozen=True)

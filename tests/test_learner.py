@@ -34,11 +34,11 @@ from alphazero.config import Config, apply_overrides, get_preset
 from alphazero.errors import UserError
 from alphazero.network import AlphaZeroNet, NetOutput
 from alphazero.rundir import LEARNER_LOCK_NAME, RunDir
+from alphazero.shards import DRAW_BAND
 from learner import cli
 from learner.loop import PROBES, Learner, probe_report, run_learner
 from learner.replay import Batch, ReplayWindow
 from learner.trainer import (
-    DRAW_BAND,
     VALIDATION_FIGURES,
     Trainer,
     build_optimizer,
