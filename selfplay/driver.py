@@ -33,7 +33,7 @@ from typing import Any
 
 from alphazero.checkpoint import latest_checkpoint, load_checkpoint
 from alphazero.config import Config, for_gpus
-from alphazero.console import compact_number, fit_line
+from alphazero.console import LiveDisplay, compact_number, fit_line
 from alphazero.errors import UserError
 from alphazero.resign import ResignCalibrator
 from alphazero.rundir import RunDir, remove_stale_temporaries
@@ -248,24 +248,14 @@ class _Reporter:
         self.writer = SummaryWriter(str(run.tb / "selfplay"))
         self.every_s = every_s
         self.last = 0.0
-        self.live: Any = None
-        if progress:
-            from rich.console import Console
-            from rich.live import Live
-
-            self.live = Live("self-play: starting actors...", console=Console(stderr=True), refresh_per_second=2,
-                             transient=False)
-            self.live.start()
+        self.display = LiveDisplay(enabled=progress, text="self-play: starting actors...", refresh_per_second=2).start()
 
     def update(self, totals: Totals, alive: int, actors: int, force: bool = False,
                suffix: Callable[[int | None], str] | None = None) -> None:
-        if self.live is not None:
-            from rich.text import Text
-
-            width = self.live.console.width
+        if self.display.live:
+            width = self.display.width
             lines = [totals.line(alive, actors, width)] + ([suffix(width)] if suffix is not None else [])
-            # no_wrap: a line that still overflows (a very narrow terminal) is cut, never wrapped.
-            self.live.update(Text("\n".join(lines), no_wrap=True, overflow="ellipsis"))
+            self.display.show("\n".join(lines))  # a line that still overflows (a very narrow terminal) is cut
         now = time.monotonic()
         if force or now - self.last >= self.every_s:
             self.last = now
@@ -277,9 +267,7 @@ class _Reporter:
             self.writer.flush()
 
     def close(self) -> None:
-        if self.live is not None:
-            self.live.stop()
-            self.live.console.line()  # what is printed next starts on a line of its own
+        self.display.stop()
         self.writer.close()
 
 
