@@ -126,7 +126,7 @@ def test_init_refuses_a_run_with_checkpoints(empty_run: Path, tmp_path: Path, ca
 @pytest.mark.slow
 def test_train_init_starts_from_the_given_weights(tmp_path: Path) -> None:
     pytest.importorskip("ray")
-    from tests.test_train import FAST
+    from tests.helpers import TRAIN_FAST
 
     # An architecture unlike the preset's: the new run takes the init's.
     network = NetworkConfig(blocks=1, filters=16, policy_filters=16, policy_kernel=1, value_filters=4,
@@ -135,7 +135,7 @@ def test_train_init_starts_from_the_given_weights(tmp_path: Path) -> None:
     model = AlphaZeroNet(network)
     save_model(tmp_path / "init.pt", model)
     run = tmp_path / "run"
-    overrides = [item for override in FAST for item in ("--set", override)]
+    overrides = [item for override in TRAIN_FAST for item in ("--set", override)]
     assert cli.main(["train", "--run", str(run), "--init", str(tmp_path / "init.pt"), "--minutes", "0.05",
                      "--actors", "1", "--quiet", *overrides]) == 0
     assert RunDir(run).read_config().network == network

@@ -39,6 +39,7 @@ from alphazero.planes import compact_to_torch, encode_position
 from alphazero.rundir import RunDir
 from learner.replay import Batch
 from learner.trainer import Trainer, auxiliary_losses, build_optimizer, soft_policy_targets
+from tests.helpers import trained_a_little
 from tests.random_games import iter_positions
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -289,14 +290,6 @@ def test_flop_count_grows_by_one_layers_products() -> None:
 
 
 # --- files ---------------------------------------------------------------------------------------
-
-
-def trained_a_little(model: torch.nn.Module) -> torch.nn.Module:
-    torch.manual_seed(1)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(torch.randn_like(parameter) * 0.1)
-    return model.eval()
 
 
 def test_model_file_round_trip_of_both_kinds(tmp_path: Path) -> None:

@@ -37,9 +37,9 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from selfplay import NAMESPACE, driver, fleet
 from selfplay.fleet import SelfPlayFleet, actor_name_prefix
 from selfplay.publish import WeightPublisher
-from tests.test_selfplay import FAST, check_shard_invariants
+from tests.helpers import SELFPLAY_FAST, check_shard_invariants
 
-RAY_FAST = [*FAST, "selfplay.transport=ray"]
+RAY_FAST = [*SELFPLAY_FAST, "selfplay.transport=ray"]
 NODE_STORE_BYTES = 80 * 2**20  # each node's object store: small, the machine is shared
 WAIT_S = 150.0                  # the longest a test waits for the cluster to get somewhere
 
@@ -326,7 +326,7 @@ def test_a_killed_sink_loses_no_game_and_writes_none_twice(cluster, tmp_path, mo
 @pytest.mark.slow
 def test_selfplay_with_address_uses_the_ray_transport_and_starts_actors_with_the_runs_weights(cluster, tmp_path,
                                                                                                capsys):
-    run, config = RunDir.create_or_open(tmp_path / "run", get_preset("tiny"), FAST)
+    run, config = RunDir.create_or_open(tmp_path / "run", get_preset("tiny"), SELFPLAY_FAST)
     new_checkpoint(run, config, 5)
     args = ["selfplay", "--run", str(run.root), "--actors", "2", "--games", "4", "--quiet",
             "--address", cluster.cluster.address]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-from pathlib import Path
 
 import chess
 import numpy as np
@@ -21,6 +20,7 @@ from mcts_ext.encode import NUM_MOVES
 from mcts_ext.params import SearchParams
 from mcts_ext.search import MultiGameSearch
 from tests.gumbel_reference import gumbel_search, visit_schedule
+from tests.helpers import material_evaluator, play_games
 from tests.reference_encoder import reference_compact
 
 # --- a network with fixed answers, keyed by the position --------------------------------
@@ -204,8 +204,6 @@ def test_a_batched_search_keeps_the_schedule_and_never_batches_across_a_phase(fe
 
 @pytest.mark.parametrize("leaves", [4, 16])
 def test_a_batched_gumbel_search_mates_in_one_and_takes_the_hanging_queen(leaves):
-    from tests.test_search import material_evaluator
-
     for fen, mate in MATES_IN_ONE:
         assert gumbel_analysis(fen, uniform_evaluator, 16, leaves_per_game=leaves).best_move(0) == mate
     search = gumbel_analysis("4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1", material_evaluator, 64, gumbel_considered=32,
@@ -262,8 +260,6 @@ def test_sixteen_simulations_find_mate_in_one_with_a_uniform_network(fen, mate, 
 
 
 def test_material_evaluator_takes_the_hanging_queen():
-    from tests.test_search import material_evaluator
-
     for normalisation in ("tree", "node"):
         search = gumbel_analysis("4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1", material_evaluator, 64,
                                  gumbel_considered=32, gumbel_q_normalisation=normalisation)
@@ -332,12 +328,6 @@ def test_puct_target_is_the_visit_share_and_gumbel_inspection_is_refused():
 
 
 # --- self-play ------------------------------------------------------------------------------
-
-
-def play_games(search: MultiGameSearch, evaluate=uniform_evaluator) -> list[dict]:
-    records: list[dict] = []
-    run(search, evaluate, on_step=lambda rows: records.extend(r for _, r in search.take_finished()))
-    return records
 
 
 def check_targets(record: dict) -> None:
@@ -413,19 +403,6 @@ def test_self_play_worker_writes_gumbel_shards(tmp_path):
 
 
 # --- evaluation agents and the UCI engine ------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def weights(tmp_path_factory) -> Path:
-    import torch
-
-    from alphazero.checkpoint import save_model
-    from alphazero.network import AlphaZeroNet
-
-    torch.manual_seed(3)
-    path = tmp_path_factory.mktemp("net") / "net.pt"
-    save_model(path, AlphaZeroNet(get_preset("tiny").network))
-    return path
 
 
 def test_search_players_follow_the_run_algorithm_and_gumbel_players_always_use_gumbel(tmp_path, weights):

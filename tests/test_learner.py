@@ -48,7 +48,7 @@ from learner.trainer import (
     validation_sums,
     value_classes,
 )
-from tests.test_replay import add_games, add_shard
+from tests.helpers import add_games, add_shard, overwrite_inside
 
 SMALL_NET = ["network.blocks=1", "network.filters=16", "network.policy_filters=16", "network.value_filters=2",
              "network.value_hidden=16"]
@@ -511,7 +511,6 @@ def test_the_learner_bench_prints_training_beside_inference(capsys: pytest.Captu
 def test_a_damaged_latest_is_named_and_from_checkpoint_resumes_before_it(run: tuple[RunDir, Config],
                                                                           capsys: pytest.CaptureFixture[str]) -> None:
     from alphazero import cli as alphazero_cli
-    from tests.test_checkpoint import overwrite_inside
 
     rundir, config = run
     run_learner(rundir, config, steps=12, progress=False)  # checkpoints 0, 5, 10 and 12

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import random
 import re
 import time
@@ -18,7 +17,6 @@ import pytest
 
 import eval.agents as agents_module
 from alphazero.errors import UserError
-from alphazero.stockfish import INSTALL_HINT, find_stockfish
 from eval.agents import Agent, Choice, RandomAgent, StockfishAgent, parse_player, register_player, split_spec
 from eval.match import (
     AgentContractError,
@@ -33,18 +31,7 @@ from eval.match import (
     play_match,
 )
 from eval.openings import load_openings
-
-REQUIRE_ENV = "ALPHAZERO_REQUIRE_STOCKFISH"
-
-
-def stockfish_or_skip(find: Callable[[], str | None] = find_stockfish) -> str:
-    """Returns Stockfish's path; skips the test without it, or FAILS it when CI requires it."""
-    path = find()
-    if path is None:
-        if os.environ.get(REQUIRE_ENV, "") not in ("", "0"):
-            pytest.fail(f"Stockfish is required ({REQUIRE_ENV}=1) but was not found; {INSTALL_HINT}")
-        pytest.skip(f"Stockfish not found; {INSTALL_HINT}")
-    return path
+from tests.helpers import REQUIRE_ENV, fail_writes_under, stockfish_or_skip
 
 
 @pytest.fixture
@@ -416,20 +403,6 @@ def test_a_read_only_run_is_refused_before_the_first_game(tmp_path: Path, games_
             (run / folder).chmod(0o755)
     assert "cannot write the match's records" in capsys.readouterr().err
     assert games_started == []
-
-
-def fail_writes_under(monkeypatch: pytest.MonkeyPatch, module: object, folder: Path) -> None:
-    """Makes ``module``'s atomic_write_text fail for files under ``folder``, as a disk gone read-only would."""
-    import errno
-
-    from alphazero.rundir import atomic_write_text
-
-    def write(path, text):
-        if Path(path).resolve().is_relative_to(folder.resolve()):
-            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
-        atomic_write_text(path, text)
-
-    monkeypatch.setattr(module, "atomic_write_text", write)
 
 
 def test_games_that_cannot_be_written_after_playing_go_to_a_temporary_folder(

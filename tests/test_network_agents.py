@@ -32,7 +32,7 @@ from eval.cli import DEFAULT_RUN_DIR as CLI_DEFAULT_RUN_DIR
 from eval.cli import add_match_arguments, parse_versus, run_match
 from eval.network_agents import PolicyAgent, SearchAgent, ValueAgent, to_mcts_board
 from mcts_ext.encode import encode_boards, move_to_index, new_batch
-from tests.test_match import stockfish_or_skip
+from tests.helpers import stockfish_or_skip
 
 TINY: Config = get_preset("tiny")
 

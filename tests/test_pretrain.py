@@ -39,8 +39,8 @@ from learner.labels import (
 from learner.pretrain import convert_pgn
 from learner.replay import ReplayWindow, is_validation_game
 from mcts_ext import Board
+from tests.helpers import stockfish_or_skip
 from tests.reference_encoder import reference_compact
-from tests.test_match import stockfish_or_skip
 
 ROOT = Path(__file__).resolve().parent.parent
 GAMES = ROOT / "tests" / "data" / "pretrain_games.pgn"

@@ -12,12 +12,7 @@ from mcts_ext.driver import analyse, run, uniform_evaluator
 from mcts_ext.encode import NUM_MOVES
 from mcts_ext.params import SearchParams
 from mcts_ext.search import MultiGameSearch
-
-
-def play_games(search: MultiGameSearch, evaluate=uniform_evaluator) -> list[dict]:
-    records: list[dict] = []
-    run(search, evaluate, on_step=lambda rows: records.extend(r for _, r in search.take_finished()))
-    return records
+from tests.helpers import material_evaluator, play_games
 
 
 def replay(record: dict) -> chess.Board:
@@ -28,14 +23,6 @@ def replay(record: dict) -> chess.Board:
         assert move in board.legal_moves, f"illegal {uci} in {board.fen()}"
         board.push(move)
     return board
-
-
-def material_evaluator(planes: np.ndarray, scalars: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Uniform priors; value = material balance for the side to move (P1 N3 B3 R5 Q9), squashed."""
-    worth = np.array([1, 3, 3, 5, 9, 0], dtype=np.float64)
-    counts = np.array([[bin(int(b)).count("1") for b in row[:12]] for row in planes], dtype=np.float64)
-    balance = counts[:, :6] @ worth - counts[:, 6:12] @ worth
-    return np.zeros((len(planes), NUM_MOVES), np.float32), np.tanh(balance / 5).astype(np.float32)
 
 
 def test_root_visits_add_up_to_the_budget():
