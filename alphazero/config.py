@@ -62,7 +62,7 @@ PARITY_MODES = ("auto", "always", "off")
 
 
 @functools.cache
-def _type_hints(cls: type) -> dict[str, Any]:
+def _type_hints(cls: Any) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
@@ -79,7 +79,7 @@ class _Section:
     MINIMUM: ClassVar[dict[str, float]] = {}
 
     def __post_init__(self) -> None:
-        hints = _type_hints(type(self))
+        hints = _type_hints(type(self))  # type: ignore[arg-type]  # classes hash; mypy reads their instances'
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
             value = _coerce(f"{self.SECTION}.{f.name}", getattr(self, f.name), hints[f.name])
             object.__setattr__(self, f.name, value)
@@ -520,7 +520,7 @@ def _parse_text(dotted: str, text: str, hint: Any) -> Any:
 
 def _field_hints(section: str) -> dict[str, Any]:
     cls = SECTIONS[section]
-    hints = _type_hints(cls)
+    hints = _type_hints(cls)  # type: ignore[arg-type]  # (as in _Section.__post_init__)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
@@ -603,7 +603,7 @@ def _alphazero() -> Config:
 # The Chessformer presets train with NAdam (beta 0.9/0.98, epsilon 1e-7, decoupled
 # weight decay) after a linear warm-up, at rates that do not scale with the batch,
 # and give the auxiliary soft-policy and q targets a weight.
-_CHESSFORMER_LEARNER = dict(optimizer="nadam", learning_rates=(1e-3, 3e-4, 1e-4, 3e-5), scale_lr=False,
+_CHESSFORMER_LEARNER: dict[str, Any] = dict(optimizer="nadam", learning_rates=(1e-3, 3e-4, 1e-4, 3e-5), scale_lr=False,
                             momentum=0.9, beta2=0.98, epsilon=1e-7, weight_decay=0.01,
                             soft_policy_loss_weight=1.0, q_loss_weight=1.0)
 

@@ -88,7 +88,7 @@ class LiveDisplay:
         self._live: Any = None
         self._task: Any = None
         self._line_after = not transient and not bar  # rich leaves the cursor at the end of a lasting Live
-        refresh = {} if refresh_per_second is None else {"refresh_per_second": refresh_per_second}
+        refresh: dict[str, Any] = {} if refresh_per_second is None else {"refresh_per_second": refresh_per_second}
         if not enabled:
             return
         from rich.console import Console

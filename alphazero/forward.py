@@ -58,7 +58,7 @@ import numpy as np
 import torch
 
 from alphazero.config import FORWARD_MODES, NetworkConfig
-from alphazero.network import POLICY_SIZE, AlphaZeroNet, fold_batch_norm, load_weights
+from alphazero.network import POLICY_SIZE, fold_batch_norm, load_weights, model_config
 from alphazero.parity import ParityErrors, ParitySettings, compare_legal
 from alphazero.planes import COMPACT_PLANES, NUM_SCALARS, check_compact_numpy, compact_to_torch, make_device_constants
 
@@ -271,14 +271,16 @@ class BucketedForward:
         padded_planes[:rows].copy_(planes, non_blocking=True)
         padded_scalars[:rows].copy_(scalars, non_blocking=True)
         out = runner()
-        return type(out)(*(None if t is None else t[:rows] for t in out))
+        # The NetOutput (a NamedTuple) of the real rows.
+        return type(out)(*[None if t is None else t[:rows] for t in out])  # type: ignore[arg-type]
 
     def _make(self, bucket: int) -> Runner | None:
         """Makes (once) the bucket's buffers and runner; a failure leaves it eager, with one warning."""
         self.made += 1
         planes, scalars = self._inputs_for(bucket)
+        runner: Runner | None
         if self.make is None:
-            runner: Runner | None = lambda: self.eager(planes, scalars)
+            runner = functools.partial(self.eager, planes, scalars)
         else:
             try:
                 runner = self.make(planes, scalars)
@@ -483,7 +485,7 @@ class Evaluator:
         ValueError: an unknown forward mode.
     """
 
-    def __init__(self, model: AlphaZeroNet, device: torch.device | str | None = None, *,
+    def __init__(self, model: torch.nn.Module, device: torch.device | str | None = None, *,
                  compile: bool = False, bf16: bool = True, forward: str = "eager",
                  max_batch: int | None = None, parity: ParitySettings | None = None,
                  runner_maker: RunnerMaker | None = None) -> None:
@@ -493,7 +495,7 @@ class Evaluator:
         self.model = model.to(self.device).eval()
         self.use_cuda = self.device.type == "cuda"
         if self.use_cuda:
-            self.model = self.model.to(memory_format=torch.channels_last)
+            self.model = self.model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # (stubs)
         self.autocast = bf16 and self.use_cuda
         self._eager: Any = torch.compile(self.model) if compile else self.model
         self._forward: Any = self._eager
@@ -514,7 +516,7 @@ class Evaluator:
 
     @property
     def config(self) -> NetworkConfig:
-        return self.model.config
+        return model_config(self.model)
 
     @property
     def bucket_failures(self) -> dict[int, str]:
@@ -615,7 +617,8 @@ class Evaluator:
     def _run_legal(self, planes: np.ndarray, scalars: np.ndarray, legal_indices: np.ndarray,
                    legal_counts: np.ndarray, outputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
                    stage_done: Callable[[str], None]) -> None:
-        """Queues one legal pass into ``outputs`` (logits, values, flag host views); stage_done(name) after each stage."""
+        """Queues one legal pass into ``outputs`` (logits, values, flag host views); stage_done(name) after each
+        stage."""
         logits_out, values_out, flag_out = outputs
         rows, width = logits_out.shape
         planes_t, scalars_t = compact_to_torch(planes, scalars, self.device)

@@ -78,7 +78,7 @@ class ResidualBlock(nn.Module):
         self.second = _conv_bn(filters, filters, 3)
         # Zero the last batch norm's scale so every block starts as the identity;
         # deep towers train faster from there (Goyal et al., 2017).
-        nn.init.zeros_(self.second[1].weight)
+        nn.init.zeros_(self.second[1].weight)  # type: ignore[arg-type]  # a BatchNorm2d's: a Tensor
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = F.relu(self.first(x))
@@ -111,7 +111,7 @@ class AlphaZeroNet(nn.Module):
             ValueError: wrong input dtypes or shapes (from planes.expand_torch).
         """
         x = expand_torch(planes, scalars)
-        if self.stem[0].weight.is_contiguous(memory_format=torch.channels_last):
+        if self.stem[0].weight.is_contiguous(memory_format=torch.channels_last):  # type: ignore[operator]  # a Conv2d
             x = x.contiguous(memory_format=torch.channels_last)
         x = self.tower(F.relu(self.stem(x)))
         # [N, 73, 8, 8] -> [N, 4672]: index plane*64 + 8*row + col, the move index's layout.
@@ -163,6 +163,13 @@ def pick_device(spec: str = "auto") -> torch.device:
 
 def _unwrap(model: nn.Module) -> nn.Module:
     return getattr(model, "_orig_mod", model)  # the module inside a torch.compile wrapper
+
+
+def model_config(model: nn.Module) -> NetworkConfig:
+    """Gets the NetworkConfig a model was built from (an AlphaZeroNet or a Chessformer, compiled or not)."""
+    config = _unwrap(model).config
+    assert isinstance(config, NetworkConfig), f"{type(model).__name__} is not one of this project's networks"
+    return config
 
 
 def clean_state_dict(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -243,5 +250,5 @@ def count_parameters(model: nn.Module) -> int:
 
 __all__ = [
     "POLICY_PLANES", "POLICY_SIZE", "AlphaZeroNet", "NetOutput", "build_network", "check_architecture",
-    "count_parameters", "cpu_state_dict", "fold_batch_norm", "load_weights", "pick_device",
+    "count_parameters", "cpu_state_dict", "fold_batch_norm", "load_weights", "model_config", "pick_device",
 ]

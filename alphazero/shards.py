@@ -150,7 +150,7 @@ def shard_from_records(records: Sequence[Mapping[str, Any]], meta: Mapping[str, 
     offsets = [np.zeros(1, dtype=np.int64)]
     base = 0
     games = []
-    for number, record in enumerate(records):
+    for record in records:
         record_offsets = np.asarray(record["policy_offsets"], dtype=np.int64)
         offsets.append(record_offsets[1:] + base)
         base += int(record_offsets[-1])
@@ -365,8 +365,9 @@ def concatenate(shards: Iterable[Shard]) -> Shard:
         parts = [getattr(s, name) for s in shards]
         return np.concatenate(parts) if parts else np.zeros((0, *width), dtype=dtype)
 
+    arrays: dict[str, Any] = {name: join(name) for name in (*SAMPLE_ARRAYS, *POLICY_ARRAYS) if name != "game"}
     return Shard(
-        **{name: join(name) for name in (*SAMPLE_ARRAYS, *POLICY_ARRAYS) if name != "game"},
+        **arrays,
         game=np.concatenate(game_columns) if game_columns else np.zeros(0, np.int32),
         policy_offsets=np.concatenate(offsets),
         games=games,

@@ -47,7 +47,7 @@ from alphazero.checkpoint import (
 from alphazero.config import DEFAULT_PRESET, Config, NetworkConfig, SearchConfig, from_toml, get_preset
 from alphazero.errors import UserError
 from alphazero.forward import Evaluator
-from alphazero.network import AlphaZeroNet, build_network, pick_device
+from alphazero.network import build_network, pick_device
 from alphazero.planes import compact_to_torch
 from alphazero.rundir import DEFAULT_RUN_DIR, RunDir, complete_files
 from mcts_ext import Board
@@ -260,7 +260,7 @@ def _config_in_file(extra: Mapping[str, Any]) -> Config | None:
         return None
 
 
-def _fresh_model(config: Config) -> AlphaZeroNet:
+def _fresh_model(config: Config) -> torch.nn.Module:
     """Builds the config's network with weights seeded by learner.seed (global RNGs left alone)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.learner.seed)
@@ -374,7 +374,7 @@ def read_weights(spec: PathLike) -> Weights:
     path = resolved.path
     payload = read_payload(path)
     network = network_config_of(payload, path)
-    extra = payload.get("extra") if isinstance(payload.get("extra"), dict) else payload
+    extra: dict[str, Any] = payload["extra"] if isinstance(payload.get("extra"), dict) else payload
     step = extra.get("step") if isinstance(extra.get("step"), int) else None
     summary = extra.get("summary") if isinstance(extra.get("summary"), str) else ""
     trained_with = None

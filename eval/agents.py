@@ -86,7 +86,7 @@ class Agent(abc.ABC):
         illegal one.
         """
 
-    def new_game(self) -> None:
+    def new_game(self) -> None:  # noqa: B027 - a hook: most agents keep nothing between games
         """Hears that a game is starting (one call per game; games overlap in a match)."""
 
     def choose_on_clock(self, board: chess.Board, clock: chess.engine.Limit) -> Choice:
@@ -100,7 +100,7 @@ class Agent(abc.ABC):
         """
         raise UserError(f"{self.name} cannot play on a clock: only UCI engines can (stockfish, uci)")
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a hook: most agents hold no process
         """Releases processes and memory; the agent is unusable afterwards. Safe to call twice."""
 
     def __enter__(self: _AgentT) -> _AgentT:
@@ -507,7 +507,8 @@ def _collect_options(spec: str, name: str, kind: PlayerKind, items: list[tuple[s
     for key, value in items:
         if key is None:
             if kind.positional is None:
-                raise UserError(f"{name!r} takes no bare value, got {value!r} in {spec!r}; options: {', '.join(accepted)}")
+                raise UserError(f"{name!r} takes no bare value, got {value!r} in {spec!r}; "
+                                f"options: {', '.join(accepted)}")
             key = kind.positional
         if key not in kind.options and key != NAME_OPTION:
             raise UserError(f"unknown option {key!r} for {name!r} in {spec!r}; accepted: {', '.join(accepted)}")
@@ -616,9 +617,9 @@ def _make_uci(options: dict[str, str], context: Mapping[str, Any]) -> Agent:
             value = options[key]
             uci_options[uci_name] = value if key == "algorithm" else int_option(options, key) or 0
     movetime, nodes = int_option(options, "movetime"), int_option(options, "nodes")
-    for key, value in (("movetime", movetime), ("nodes", nodes)):
-        if value is not None and value < 1:
-            raise UserError(f"{key} must be at least 1, got {value}")
+    for key, limit_value in (("movetime", movetime), ("nodes", nodes)):
+        if limit_value is not None and limit_value < 1:
+            raise UserError(f"{key} must be at least 1, got {limit_value}")
     limit = chess.engine.Limit(time=None if movetime is None else movetime / 1000.0, nodes=nodes)
     shown = ",".join(f"{key}={value}" for key, value in options.items())
     return UciAgent(flags=flags, options=uci_options, limit=limit, name="uci" + (f":{shown}" if shown else ""))

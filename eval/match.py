@@ -391,7 +391,7 @@ class _Game:
             result=self.result,
             termination=self.termination,
             moves=[m.uci() for m in self.board.move_stack],
-            values=[None] * len(self.opening.moves) + self.values,
+            values=[*[None] * len(self.opening.moves), *self.values],
             started=self.started,
             finished=_now(),
             seconds=opening + self.seconds if clock is not None else [],
@@ -493,7 +493,8 @@ def _check_arguments(
     if ply_limit is not None and ply_limit < 1:
         raise UserError(f"the ply limit must be at least 1 (or None), got {ply_limit}")
     if resign_threshold is not None and not -1.0 < resign_threshold < 0.0:
-        raise UserError(f"resign_threshold is a value below which to resign, in (-1, 0), e.g. -0.9; got {resign_threshold}")
+        raise UserError(f"resign_threshold is a value below which to resign, in (-1, 0), e.g. -0.9; "
+                        f"got {resign_threshold}")
     if resign_moves < 1:
         raise UserError(f"resign_moves must be at least 1, got {resign_moves}")
     if match_id is not None and (not match_id or match_id.startswith(".") or re.search(r"[/\\]", match_id)):

@@ -215,10 +215,10 @@ class ValueAgent(NetworkAgent):
             for (b, m), value in zip(children.slots, values):
                 children.values[b][m] = -float(value)  # the child's side to move is the opponent
         choices = []
-        for moves, values in zip(children.moves, children.values):
-            best = int(np.argmax(values))
+        for moves, scores in zip(children.moves, children.values):
+            best = int(np.argmax(scores))
             info = {"nodes": len(moves), "pv": [moves[best]]}
-            choices.append(Choice(chess.Move.from_uci(moves[best]), float(values[best]), info))
+            choices.append(Choice(chess.Move.from_uci(moves[best]), float(scores[best]), info))
         return choices
 
 

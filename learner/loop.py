@@ -75,7 +75,7 @@ from alphazero.config import Config
 from alphazero.console import LiveDisplay, fit_line
 from alphazero.errors import UserError
 from alphazero.moves import index_to_move, legal_move_indices
-from alphazero.network import AlphaZeroNet, build_network, pick_device
+from alphazero.network import build_network, pick_device
 from alphazero.planes import compact_to_torch, encode_position
 from alphazero.rundir import RunDir
 from learner.replay import WAIT_POSITIONS, Batch, ReplayWindow
@@ -130,7 +130,7 @@ def _encode_probes(probes: tuple[Probe, ...]) -> list[_EncodedProbe]:
     return encoded
 
 
-def probe_report(model: AlphaZeroNet, device: torch.device, probes: tuple[Probe, ...] = PROBES,
+def probe_report(model: torch.nn.Module, device: torch.device, probes: tuple[Probe, ...] = PROBES,
                  *, _encoded: list[_EncodedProbe] | None = None) -> str:
     """Formats a markdown table of the net's value and top-3 moves (softmax over legal moves) in ``probes``.
 
@@ -305,7 +305,7 @@ class Learner:
         self.close()
 
     @property
-    def model(self) -> AlphaZeroNet:
+    def model(self) -> torch.nn.Module:
         return self.trainer.model
 
     @property

@@ -73,7 +73,7 @@ from torch import nn
 
 from alphazero.config import LearnerConfig
 from alphazero.errors import UserError
-from alphazero.network import NetOutput
+from alphazero.network import NetOutput, model_config
 from alphazero.planes import compact_to_torch
 from alphazero.shards import DRAW_BAND
 from learner.replay import Batch
@@ -245,7 +245,8 @@ def auxiliary_losses(aux: Any, policy: torch.Tensor, legal: torch.Tensor, root_v
 def _decoupled_decay_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     # Decoupled decay pulls weights towards 0; gains, offsets and biases
     # (vectors, and what the model names in no_weight_decay) keep their scale.
-    skip = model.no_weight_decay() if hasattr(model, "no_weight_decay") else set()
+    # A Chessformer names its gains; a method nn.Module's typing cannot see.
+    skip = model.no_weight_decay() if hasattr(model, "no_weight_decay") else set()  # type: ignore[operator]
     named = list(model.named_parameters())
     decay = [p for name, p in named if p.ndim >= 2 and name not in skip]
     rest = [p for name, p in named if not (p.ndim >= 2 and name not in skip)]
@@ -324,7 +325,7 @@ class Trainer:
         self.config = config
         self.model = model.to(device)
         if device.type == "cuda":
-            self.model = self.model.to(memory_format=torch.channels_last)
+            self.model = self.model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # (stubs)
         training_mode(self.model, freeze_batch_norm=config.freeze_batch_norm)
         self.optimizer = build_optimizer(self.model, config)
         self.clip_grad_norm = clip_grad_norm
@@ -332,11 +333,11 @@ class Trainer:
         self._forward: nn.Module = torch.compile(self.model) if compile else self.model  # type: ignore[assignment]
         self.auxiliary = config.soft_policy_loss_weight > 0 or config.q_loss_weight > 0
         if self.auxiliary and not hasattr(self.model, "forward_with_aux"):
+            kind = model_config(self.model).kind
             raise UserError("learner.soft_policy_loss_weight and learner.q_loss_weight train auxiliary heads, which "
-                            f"only network.kind = 'chessformer' has (this network is {self.model.config.kind!r}); "
-                            "set both to 0")
+                            f"only network.kind = 'chessformer' has (this network is {kind!r}); set both to 0")
         forward_with_aux = getattr(self.model, "forward_with_aux", None)
-        self._forward_aux = torch.compile(forward_with_aux) if compile and self.auxiliary else forward_with_aux
+        self._forward_aux: Any = torch.compile(forward_with_aux) if compile and self.auxiliary else forward_with_aux
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.autocast:

@@ -103,6 +103,7 @@ def run(search: MultiGameSearch, evaluate: Evaluator | None = None, *,
             if evaluate_legal is not None:
                 evaluate_legal_into(search, evaluate_legal, batch, rows)
             else:
+                assert evaluate is not None  # one of the two, checked above
                 evaluate_into(search, evaluate, batch, rows)
         if on_step is not None:
             on_step(rows)

@@ -17,7 +17,7 @@ Dirichlet noise, one leaf per game in self-play).
 >>> SearchParams(algorithm="gumbel", tree_reuse=True)
 Traceback (most recent call last):
 ...
-ValueError: algorithm='gumbel' does not reuse trees (each move's Sequential Halving starts from a fresh root); set tree_reuse=False
+ValueError: algorithm='gumbel' does not reuse trees ...; set tree_reuse=False
 """
 
 from __future__ import annotations

@@ -138,7 +138,8 @@ class InferenceServer:
             if idle and sum(len(r.planes) for r in self.pending) < self.max_batch:
                 await asyncio.sleep(self.wait_s)
             idle = False
-            taken, size = [], 0
+            taken: list[_Request] = []
+            size = 0
             while self.pending and (not taken or size + len(self.pending[0].planes) <= self.max_batch):
                 taken.append(self.pending.pop(0))
                 size += len(taken[-1].planes)

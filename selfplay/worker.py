@@ -172,8 +172,12 @@ class SelfPlayWorker:
         slots = [(lane, slot) for lane in self.lanes for slot in range(lane.search.games)]
         for lane, slot in slots[max_games if max_games is not None and max_games < total else total:]:
             lane.search.clear(slot)
-        self.output: DiskOutput | SinkSender = DiskOutput(self.run) if self.run is not None and sink is None \
-            else SinkSender(sink, selfplay.sink_window)
+        self.output: DiskOutput | SinkSender
+        if sink is None:
+            assert self.run is not None  # checked above: a run directory or a sink
+            self.output = DiskOutput(self.run)
+        else:
+            self.output = SinkSender(sink, selfplay.sink_window)
         self.writer = GameWriter(self.output.put, name, shard_games=selfplay.shard_games, save_pgn=selfplay.save_pgn)
 
     @property
@@ -362,7 +366,7 @@ class SelfPlayWorker:
         pinned = self.evaluator.pin(arrays)  # as self-play's batches are
         for target, array in zip(pinned, arrays):
             target[...] = array
-        return measure_rate(self.evaluator, *pinned, seconds)
+        return measure_rate(self.evaluator, pinned[0], pinned[1], pinned[2], pinned[3], seconds)
 
     def flush(self) -> list[str]:
         """Writes the finished games still buffered (at a clean stop) and, with transport 'ray', waits until

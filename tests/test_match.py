@@ -121,7 +121,8 @@ def test_a_draw_one_move_away_does_not_end_a_game_but_one_on_the_board_does() ->
 def test_random_match_writes_pgn_and_jsonl(tmp_path: Path) -> None:
     openings = load_openings()
     a, b = RandomAgent(1), RandomAgent(2, name="other")
-    result = play_match(a, b, openings=openings, games=6, concurrency=4, out_dir=tmp_path, progress=False, match_id="m1")
+    result = play_match(a, b, openings=openings, games=6, concurrency=4, out_dir=tmp_path, progress=False,
+                        match_id="m1")
     assert [g.round for g in result.games] == [1, 2, 3, 4, 5, 6]
     assert result.wins + result.draws + result.losses == 6
     # Each opening twice, A with White first, then colours swapped.
@@ -145,7 +146,8 @@ def test_random_match_writes_pgn_and_jsonl(tmp_path: Path) -> None:
 
 def test_odd_games_round_up_and_ply_limit(tmp_path: Path) -> None:
     openings = load_openings()
-    result = play_match(RandomAgent(3), RandomAgent(4), openings=openings, games=3, ply_limit=16, seed=5, progress=False)
+    result = play_match(RandomAgent(3), RandomAgent(4), openings=openings, games=3, ply_limit=16, seed=5,
+                        progress=False)
     assert len(result.games) == 4
     assert [g.opening for g in result.games] == [openings[5].name] * 2 + [openings[6].name] * 2
     assert all(g.termination == "ply_limit" and g.plies == 16 and g.result == "1/2-1/2" for g in result.games)
@@ -505,8 +507,9 @@ def test_running_out_of_time_loses_and_is_a_draw_when_the_opponent_cannot_mate()
     assert [g.termination for g in result.games] == ["time_forfeit", "time_forfeit"]
     assert result.losses == 2
     # A flag against a lone king is a draw; against mating material, a loss.
-    for fen, result_, termination in (("4k3/8/8/8/8/8/8/3QK3 w - - 0 1", "1/2-1/2", "time_forfeit_insufficient_material"),
-                                      ("4k3/8/8/8/8/8/8/3QK3 b - - 0 1", "1-0", "time_forfeit")):
+    for fen, result_, termination in (
+            ("4k3/8/8/8/8/8/8/3QK3 w - - 0 1", "1/2-1/2", "time_forfeit_insufficient_material"),
+            ("4k3/8/8/8/8/8/8/3QK3 b - - 0 1", "1-0", "time_forfeit")):
         game = _Game(1, load_openings()[0], True, chess.Board(fen))
         game.clock = {chess.WHITE: 0.1, chess.BLACK: 0.1}
         game.play_on_clock(ClockedAgent("slow", seconds=0.3), Clock(0.1), _Rules(None, None, 3))

@@ -246,7 +246,8 @@ def test_the_device_gather_and_the_host_gather_agree() -> None:
     width = int(counts.max())
     host = np.empty((6, width), np.float32)
     assert not gather_legal_numpy(logits, indices, counts, host)
-    device, flag = gather_legal(torch.from_numpy(logits), torch.from_numpy(indices[:, :width]), torch.from_numpy(counts))
+    device, flag = gather_legal(torch.from_numpy(logits), torch.from_numpy(indices[:, :width]),
+                                torch.from_numpy(counts))
     assert not bool(flag)
     for row, count in enumerate(counts):  # padding columns may differ; the search never reads them
         assert np.array_equal(device.numpy()[row, :count], host[row, :count])

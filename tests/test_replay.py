@@ -24,7 +24,7 @@ def sampled_ids(window: ReplayWindow, batch_size: int) -> np.ndarray:
 def test_a_batch_carries_the_shards_positions(tmp_path: Path) -> None:
     # Many small shards, so that the window joins them into blocks (block size 1000 // 32 = 31).
     shards = {start: make_shard(range(start, start + 7)) for start in range(0, 210, 7)}
-    for start, shard in shards.items():
+    for shard in shards.values():
         write_shard(tmp_path / shard_name("test"), shard)
     window = ReplayWindow(tmp_path, window_positions=1000, max_sample_reuse=0)
     assert window.refresh() == 210 and len(window) == 210

@@ -122,7 +122,8 @@ def test_move_values_decide_for_any_threshold_what_the_search_does() -> None:
     # m lies below it, and a side with m >= threshold never is.
     seen = set()
     for threshold in (-0.99, -0.9, -0.5, 0.2):
-        search = MultiGameSearch(3, SearchParams(resign_disabled_fraction=1.0, resign_threshold=threshold, **kwargs), seed=5)
+        params = SearchParams(resign_disabled_fraction=1.0, resign_threshold=threshold, **kwargs)
+        search = MultiGameSearch(3, params, seed=5)
         for record in play_games(search, hopeless_for_white):
             seen.add(record["would_resign_side"])
             assert record["resign_threshold"] == threshold and not record["resign_enabled"]

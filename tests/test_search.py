@@ -150,7 +150,8 @@ def test_records_replay_in_python_chess_with_results_from_the_movers_view():
         expected_termination = {
             chess.Termination.CHECKMATE: "checkmate", chess.Termination.STALEMATE: "stalemate",
             chess.Termination.INSUFFICIENT_MATERIAL: "insufficient_material",
-            chess.Termination.FIFTY_MOVES: "fifty_moves", chess.Termination.THREEFOLD_REPETITION: "threefold_repetition",
+            chess.Termination.FIFTY_MOVES: "fifty_moves",
+            chess.Termination.THREEFOLD_REPETITION: "threefold_repetition",
         }
         if record["termination"] != "ply_limit":
             assert expected_termination[outcome.termination] == record["termination"]
@@ -172,7 +173,8 @@ def test_resignation_ends_games_and_played_through_games_report_would_be_resigna
         return np.zeros((len(planes), NUM_MOVES), np.float32), np.where(white_to_move, -0.99, 0.99).astype(np.float32)
 
     kwargs = dict(simulations=8, resign_threshold=-0.9, resign_consecutive=2, ply_limit=80)
-    resigning = play_games(MultiGameSearch(4, SearchParams(resign_disabled_fraction=0.0, **kwargs), seed=2), white_is_lost)
+    resigning = play_games(MultiGameSearch(4, SearchParams(resign_disabled_fraction=0.0, **kwargs), seed=2),
+                           white_is_lost)
     for record in resigning:
         assert record["termination"] == "resignation" and record["result"] == "0-1"
         assert record["plies"] == 2  # White's second move below the threshold
@@ -338,7 +340,8 @@ def test_the_solver_proves_a_mate_in_one_at_once_and_plays_it():
     assert search.best_move(0) == "a1a8" and search.principal_variation(0) == ["a1a8"]
     assert search.proof(0, ["a1a8"]) == ("loss", 0)
     assert search.state(0) == "ready" and search.simulations(0) < 2000  # a proven root ends the search
-    assert search.ranked_moves(0)[0] == "a1a8" and len(search.ranked_moves(0)) == len(Board(BACK_RANK_MATE).legal_moves())
+    ranked = search.ranked_moves(0)
+    assert ranked[0] == "a1a8" and len(ranked) == len(Board(BACK_RANK_MATE).legal_moves())
 
 
 def test_the_solver_proves_a_mate_in_two_and_its_line_mates():

@@ -41,7 +41,8 @@ MATED = "7k/6Q1/6K1/8/8/8/8/8 b - - 0 1"
 
 
 def _command(weights: Path) -> list[str]:
-    return [sys.executable, "-m", "alphazero.cli", "uci", "--weights", str(weights), "--device", "cpu", "--threads", "1"]
+    return [sys.executable, "-m", "alphazero.cli", "uci", "--weights", str(weights), "--device", "cpu",
+            "--threads", "1"]
 
 
 @pytest.fixture(scope="module")
@@ -374,7 +375,8 @@ def test_a_ponder_search_answers_only_after_ponderhit_or_stop(pipe: _Pipe) -> No
     assert not any(line.startswith("bestmove") for line in pipe.expect("readyok"))
     pipe.send(b"ponderhit\n")
     best = pipe.expect("bestmove")[-1].split()[1]
-    assert chess.Move.from_uci(best) in chess.Board("rnbqkbnr/pppp1ppp/8/4p3/4P3/8/PPPP1PPP/RNBQKBNR w KQkq - 0 2").legal_moves
+    board = chess.Board("rnbqkbnr/pppp1ppp/8/4p3/4P3/8/PPPP1PPP/RNBQKBNR w KQkq - 0 2")
+    assert chess.Move.from_uci(best) in board.legal_moves
     # With a clock: no time runs while pondering; after ponderhit the normal budget applies.
     pipe.send(b"position startpos moves e2e4\ngo ponder wtime 2000 btime 2000\n")
     time.sleep(0.5)
@@ -516,7 +518,8 @@ def test_the_uci_player_plays_by_movetime_and_on_a_clock(weights: Path, tmp_path
     from eval.agents import UciAgent, parse_player
 
     monkeypatch.setenv("PYTHONPATH", repo_env()["PYTHONPATH"])
-    with parse_player(f"uci:weights={weights},leaves=4,threads=1,overhead=0,movetime=50", run=tmp_path, device="cpu") as agent:
+    spec = f"uci:weights={weights},leaves=4,threads=1,overhead=0,movetime=50"
+    with parse_player(spec, run=tmp_path, device="cpu") as agent:
         assert isinstance(agent, UciAgent) and agent.plays_on_clock
         assert agent.name == f"uci:weights={weights},leaves=4,threads=1,overhead=0,movetime=50"
         board = chess.Board()

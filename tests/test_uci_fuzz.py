@@ -151,7 +151,9 @@ def fuzz_lines(seed: int, count: int) -> list[str]:
     return KNOWN_CASES + [rng.choices(_MAKERS, weights)[0][1](rng) for _ in range(count)]
 
 
-_UCI_LINE = re.compile(r"^(id name |id author |option name |uciok$|readyok$|info |bestmove (0000|[a-h][1-8][a-h][1-8][qrbn]?)( ponder [a-h][1-8][a-h][1-8][qrbn]?)?$)")
+_MOVE = r"[a-h][1-8][a-h][1-8][qrbn]?"
+_UCI_LINE = re.compile(rf"^(id name |id author |option name |uciok$|readyok$|info "
+                       rf"|bestmove (0000|{_MOVE})( ponder {_MOVE})?$)")
 _NOT_OURS = ("info string error in ", "info string search failed", "Traceback")
 
 

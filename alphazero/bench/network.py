@@ -126,7 +126,8 @@ def flops_per_evaluation(model: nn.Module, batch: int = 4) -> float:
     from alphazero.planes import compact_to_torch
 
     counted = copy.deepcopy(model).to("cpu").float().eval()
-    planes, scalars = compact_to_torch(*_random_positions(batch, np.random.default_rng(0))[:2], "cpu")
+    compact = _random_positions(batch, np.random.default_rng(0))
+    planes, scalars = compact_to_torch(compact[0], compact[1], "cpu")
     with torch.inference_mode(), FlopCounterMode(display=False) as counter:
         counted(planes, scalars)
     return counter.get_total_flops() / batch
