@@ -6,7 +6,7 @@ under bf16 autocast on a GPU, checking its fast passes against float32 eager
 (alphazero.parity). How its passes run on a GPU:
 
 A GPU spends much of a small batch's pass launching kernels one layer at a
-time: on an H100 (the README's GPU figures) 6x64 ran 554k evals/s at batch
+time: on an H100 (EXPERIMENTS.md, "GPU") 6x64 ran 554k evals/s at batch
 1024 eagerly and 1.06M replayed from a CUDA graph, and the gap grows as
 batches shrink. A graph or a compiled kernel set is made for one input shape,
 so batches are padded up to a few fixed sizes, the buckets: powers of two and

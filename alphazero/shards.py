@@ -8,7 +8,7 @@ policy entries:
 array              dtype     shape       meaning
 =================  ========  ==========  ==============================================
 version            int64     [1]         SHARD_VERSION
-planes             uint64    [S, 112]    compact input bitboards (see README, Encodings)
+planes             uint64    [S, 112]    compact input bitboards (see docs/encodings.md)
 scalars            float32   [S, 7]      compact input scalars (raw, unscaled)
 policy_offsets     int64     [S + 1]     sample i's policy is entries offsets[i]:offsets[i+1]
 policy_indices     int16     [P]         policy index (0..4671) of each legal move

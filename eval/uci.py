@@ -100,7 +100,7 @@ MIN_BUDGET_MS = 1.0
 DEFAULT_LEAVES_PER_BATCH = 32
 """Leaves gathered per network call (virtual loss). Chosen from short `alphazero bench uci` runs: on the
 2-core CPU the built-in network's throughput at 32 is 2.5-3x its batch-1 figure and near its best; an
-equal-time match against LeavesPerBatch 1 is to confirm it (README, `alphazero uci`)."""
+equal-time match against LeavesPerBatch 1 is to confirm it (EXPERIMENTS.md, "Benchmarks": the `bench uci` row)."""
 
 INFINITE_NODES = 50_000_000
 """The node cap of `go infinite`, `go ponder` and timed searches (bounds the tree's memory)."""
