@@ -473,8 +473,15 @@ def register_player(
     PLAYERS[name] = PlayerKind(factory, help, opts, positional)
 
 
+def _with_network_players() -> None:
+    """Registers the network players (policy, value, search, gumbel), which register themselves when
+    eval.network_agents is imported: whoever parses a spec gets them, whatever it imported before."""
+    import eval.network_agents  # noqa: F401 - imported for its registration
+
+
 def describe_players() -> str:
     """Returns the accepted player specs, one kind per line with its options (for help and errors)."""
+    _with_network_players()
     lines = []
     for name, kind in sorted(PLAYERS.items()):
         opts = ", ".join(f"{key} ({text})" for key, text in kind.options.items())
@@ -532,6 +539,7 @@ def parse_player(spec: str, **context: Any) -> Agent:
     factory raises (a missing Stockfish is a UserError).
     """
     name, items = split_spec(spec)
+    _with_network_players()
     kind = PLAYERS.get(name)
     if kind is None:
         raise UserError(f"unknown player {name!r} in {spec!r}; accepted players:\n{describe_players()}")
