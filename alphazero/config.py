@@ -288,6 +288,7 @@ class LearnerConfig(_Section):
         "value_loss_weight": 0.0, "value_target_q_weight": 0.0, "validation_share": 0.0,
         "validation_positions": 1, "validate_every": 0, "beta2": 0.0, "epsilon": 0.0, "warmup_steps": 0,
         "soft_policy_loss_weight": 0.0, "soft_policy_temperature": 1.0, "q_loss_weight": 0.0,
+        "start_anchor_weight": 0.0,
     }
 
     batch_size: int = _field(4096, "positions per training step")
@@ -313,6 +314,9 @@ class LearnerConfig(_Section):
                                                  "renormalised over the legal moves")
     q_loss_weight: float = _field(0.0, "weight of the auxiliary q loss (chessformer only): its second value "
                                        "head learns the search's root value (squared error)")
+    start_anchor_weight: float = _field(0.0, "weight of a loss pulling the net towards the run's start (its step-0 "
+                                             "network): KL(start's policy || policy) over the legal moves plus the "
+                                             "squared value difference; 0 = off")
     training_steps: int = _field(700_000, "stop after this many steps; 0 = until stopped")
     window_positions: int = _field(20_000_000, "replay window: the newest positions sampled from")
     min_window_positions: int = _field(500_000, "positions self-play must have written before training")

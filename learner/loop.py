@@ -175,7 +175,7 @@ VALIDATION_LAYOUT = {"validation: held out vs trained on": {
 }}
 _TB_NAMES = {"total": "loss/total", "policy": "loss/policy", "value": "loss/value", "value_mse": "loss/value_mse",
              "entropy": "policy/entropy", "value_accuracy": "value/accuracy", "grad_norm": "grad_norm",
-             "soft_policy": "loss/soft_policy", "q": "loss/q"}
+             "soft_policy": "loss/soft_policy", "q": "loss/q", "anchor": "loss/anchor"}
 
 
 class _Running:
@@ -478,6 +478,8 @@ class Learner:
         stop = stop if stop is not None else threading.Event()
         if self.saved_step is None:
             self.save()  # step 0 of a fresh run: self-play and learner start from the same weights
+        if self.settings.start_anchor_weight > 0 and self.trainer.anchor is None:
+            self._load_anchor()
         target = self._target(steps)
         if 0 < self.settings.training_steps <= self.step:
             self._progress.message(f"training is finished: step {self.step:,} reached learner.training_steps")
@@ -500,6 +502,21 @@ class Learner:
         if interrupted.is_set():
             raise KeyboardInterrupt
         return self.step
+
+    def _load_anchor(self) -> None:
+        """Gives the trainer the run's step-0 network as the anchor's start (learner.start_anchor_weight).
+
+        Raises:
+            UserError: the run has no step-0 checkpoint (runs thinned before step 0 was always kept).
+        """
+        path = self.run.checkpoints / checkpoint_name(0)
+        if not path.is_file():
+            raise UserError(f"learner.start_anchor_weight pulls towards the run's start, but {path} is gone; "
+                            f"set learner.start_anchor_weight=0 for this run")
+        payload = load_checkpoint(path, "cpu", expected=self.config.network)
+        self.trainer.set_anchor(payload["model"])
+        self._progress.message(f"anchor: pulling towards the start ({path.name}) with weight "
+                               f"{self.settings.start_anchor_weight:g}")
 
     def _after_step(self) -> None:
         milestone = self.step % self.settings.log_every == 0

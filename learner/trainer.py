@@ -40,6 +40,13 @@ bf16 autocast (no loss scaling needed for bf16) in channels_last; the losses
 are computed in float32. The gradient norm is measured every step and clipped
 only when ``clip_grad_norm`` is given.
 
+**Anchor** (``start_anchor_weight`` w > 0, for a run that starts from trained
+weights): w x (KL(p_start || p) over the legal moves + (v - v_start)^2), the
+start network's outputs on the same batch (a frozen copy, normalising as
+the model does; the learner loads it from the run's step-0 checkpoint): a trust region around
+the start, so self-play's targets move the net only as far as they pull
+harder than its knowledge (``loss/anchor``).
+
 Auxiliary targets, added to the loss with their weights (a Chessformer's
 second policy and value heads, see alphazero.chessformer; with both weights
 0 those heads are neither run nor trained):
@@ -79,7 +86,7 @@ from alphazero.shards import DRAW_BAND
 from learner.replay import Batch
 
 __all__ = [
-    "StepStats", "Trainer", "VALIDATION_FIGURES", "auxiliary_losses", "build_optimizer",
+    "StepStats", "Trainer", "VALIDATION_FIGURES", "anchor_loss", "auxiliary_losses", "build_optimizer",
     "compute_losses", "eval_mode", "masked_log_softmax", "policy_kl", "result_classes", "soft_policy_targets",
     "training_mode", "validation_sums", "value_classes", "value_target", "weight_decay_term",
 ]
@@ -100,6 +107,7 @@ class StepStats:
     grad_norm: torch.Tensor  # global L2 norm of the gradient, before clipping
     soft_policy: torch.Tensor  # auxiliary soft-policy cross-entropy (0 when not trained)
     q: torch.Tensor  # auxiliary q head's squared error against the root value (0 when not trained)
+    anchor: torch.Tensor  # KL from the start's policy plus the squared value difference (0 without an anchor)
 
     def as_floats(self) -> dict[str, float]:
         """Gets every figure as a Python float (one device sync per figure)."""
@@ -198,7 +206,7 @@ def compute_losses(out: NetOutput, policy: torch.Tensor, legal: torch.Tensor, z:
     total = policy_loss + value_loss_weight * value_loss
     zero = torch.zeros((), device=total.device)
     return StepStats(total, policy_loss.detach(), value_loss.detach(), terms.value_mse.mean().detach(),
-                     terms.entropy.mean().detach(), terms.correct.mean(), zero, zero, zero)
+                     terms.entropy.mean().detach(), terms.correct.mean(), zero, zero, zero, zero)
 
 
 VALIDATION_FIGURES = ("policy_loss", "policy_top1", "value_loss", "value_mse", "value_accuracy")
@@ -240,6 +248,15 @@ def auxiliary_losses(aux: Any, policy: torch.Tensor, legal: torch.Tensor, root_v
     if root_values is None:
         return soft, torch.zeros((), device=soft.device)
     return soft, (aux.q.float() - root_values).square().mean()
+
+
+def anchor_loss(out: NetOutput, start: NetOutput, legal: torch.Tensor) -> torch.Tensor:
+    """Gets the mean of KL(p_start || p) over the legal moves plus (v - v_start)^2: how far the net's
+    outputs moved from the start network's on the batch (its gradient pulls them back)."""
+    log_p = masked_log_softmax(out.policy_logits, legal)
+    log_start = masked_log_softmax(start.policy_logits, legal)
+    kl = _legal_sum(log_start.exp() * (log_start - log_p), legal)
+    return (kl + (out.value.float() - start.value.float()).square()).mean()
 
 
 def _decoupled_decay_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -338,6 +355,18 @@ class Trainer:
                             f"only network.kind = 'chessformer' has (this network is {kind!r}); set both to 0")
         forward_with_aux = getattr(self.model, "forward_with_aux", None)
         self._forward_aux: Any = torch.compile(forward_with_aux) if compile and self.auxiliary else forward_with_aux
+        self.anchor: nn.Module | None = None  # the start network (set_anchor), when learner.start_anchor_weight > 0
+
+    def set_anchor(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Keeps a frozen copy of the model with these weights as the start the anchor loss
+        (learner.start_anchor_weight) pulls towards. It normalises as the model does (batch statistics, or
+        the running ones when frozen), so that at the start the loss is exactly 0."""
+        import copy
+
+        anchor = copy.deepcopy(self.model)
+        anchor.load_state_dict(state_dict)
+        training_mode(anchor, freeze_batch_norm=self.config.freeze_batch_norm)
+        self.anchor = anchor.requires_grad_(False)
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.autocast:
@@ -385,6 +414,8 @@ class Trainer:
         stats = self._losses(out, batch, tensors)
         if self.auxiliary:
             stats = self._add_auxiliary_losses(stats, aux, batch, tensors[2], tensors[3])
+        if self.anchor is not None and self.config.start_anchor_weight > 0:
+            stats = self._add_anchor_loss(stats, out, tensors)
         self.optimizer.zero_grad(set_to_none=True)
         stats.total.backward()
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
@@ -411,6 +442,14 @@ class Trainer:
         soft, q = auxiliary_losses(aux, policy, legal, root_values, temperature=config.soft_policy_temperature)
         total = stats.total + config.soft_policy_loss_weight * soft + config.q_loss_weight * q
         return replace(stats, total=total, soft_policy=soft.detach(), q=q.detach())
+
+    def _add_anchor_loss(self, stats: StepStats, out: NetOutput, tensors: tuple[torch.Tensor, ...]) -> StepStats:
+        """Adds start_anchor_weight x anchor_loss against the start network's outputs on the batch."""
+        assert self.anchor is not None
+        with torch.no_grad(), self._autocast():
+            start = self.anchor(tensors[0], tensors[1])
+        anchor = anchor_loss(out, start, tensors[3])
+        return replace(stats, total=stats.total + self.config.start_anchor_weight * anchor, anchor=anchor.detach())
 
     @torch.no_grad()
     def evaluate(self, batch: Batch) -> StepStats:

@@ -273,6 +273,49 @@ def test_frozen_batch_norm_keeps_the_statistics_and_still_trains_the_weights() -
         assert trainer.model.training
 
 
+def test_the_anchor_pulls_towards_the_start_and_is_zero_there() -> None:
+    from learner.trainer import anchor_loss
+
+    torch.manual_seed(0)
+    batch = fixed_batch()
+    config = small_config("learner.learning_rates=[0.05]", "learner.start_anchor_weight=1")
+    model = AlphaZeroNet(config.network)
+    trainer = Trainer(model, config.learner, torch.device("cpu"))
+    trainer.set_anchor(copy.deepcopy(model.state_dict()))
+    first = trainer.step(batch, 0)
+    assert float(first.anchor) == pytest.approx(0.0, abs=1e-6)  # at the start the net is its own anchor
+    assert float(trainer.step(batch, 1).anchor) > 0
+    # Its gradient points back to the start: a step on the anchor alone brings the outputs closer.
+    tensors = trainer.to_device(batch)
+    with torch.no_grad():
+        start = trainer.anchor(*tensors[:2])
+    out = trainer.model(*tensors[:2])
+    loss = anchor_loss(out, start, tensors[3])
+    loss.backward()
+    with torch.no_grad():
+        for parameter in trainer.model.parameters():
+            if parameter.grad is not None:
+                parameter -= 0.05 * parameter.grad
+        assert float(anchor_loss(trainer.model(*tensors[:2]), start, tensors[3])) < float(loss)
+
+
+def test_a_learner_with_an_anchor_loads_the_runs_step_zero(run: tuple[RunDir, Config]) -> None:
+    rundir, _ = run
+    config = small_config("learner.start_anchor_weight=0.5")
+    with Learner(rundir, config) as learner:
+        learner.resume()
+        learner.train(steps=3)
+        start = load_checkpoint(rundir.checkpoints / checkpoint_name(0))["model"]
+        moved = not torch.equal(learner.model.state_dict()["stem.0.weight"], start["stem.0.weight"])
+        assert learner.step == 3 and moved
+        for name, parameter in learner.trainer.anchor.named_parameters():
+            assert torch.equal(parameter, start[name]) and not parameter.requires_grad, name
+    (rundir.checkpoints / checkpoint_name(0)).unlink()
+    with Learner(rundir, config) as learner, pytest.raises(UserError, match="start_anchor_weight"):
+        learner.resume()
+        learner.train(steps=1)
+
+
 def test_probe_report_names_legal_moves_for_each_probe() -> None:
     report = probe_report(AlphaZeroNet(small_config(value_head="wdl").network), torch.device("cpu"))
     lines = report.splitlines()
