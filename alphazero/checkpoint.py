@@ -46,7 +46,7 @@ import pickle
 import random
 import re
 import zipfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -55,10 +55,15 @@ import torch
 from torch import nn
 
 from alphazero.config import (
-    Config, NetworkConfig, architecture_hash, config_hash, network_config_from_dict, to_toml,
+    Config,
+    NetworkConfig,
+    architecture_hash,
+    config_hash,
+    network_config_from_dict,
+    to_toml,
 )
 from alphazero.errors import UserError
-from alphazero.network import build_network, check_architecture, cpu_state_dict, load_weights
+from alphazero.network import build_network, check_architecture, cpu_state_dict, load_weights, model_config
 from alphazero.rundir import RunDir, atomic_write_bytes, atomic_write_text, complete_files, remove_stale_temporaries
 
 CHECKPOINT_FORMAT = "alphazero-checkpoint"
@@ -125,6 +130,7 @@ def payload_checksums(payload: dict[str, Any], parts: tuple[str, ...] = (*_CHECK
     """
     sums = {}
     for part in parts:
+        value: Any
         if part == "other":
             value = {k: v for k, v in payload.items() if k not in (*_CHECKED_PARTS, "checksums")}
         else:
@@ -208,7 +214,7 @@ def save_checkpoint(
     """
     directory = _checkpoint_dir(run_dir)
     path = directory / checkpoint_name(step)
-    network = getattr(model, "_orig_mod", model).config
+    network = model_config(model)
     payload = {
         **extra,
         "format": CHECKPOINT_FORMAT,
@@ -244,7 +250,7 @@ def save_model(path: str | os.PathLike[str], model: nn.Module, **extra: Any) -> 
     payload = {
         "format": MODEL_FORMAT,
         "version": MODEL_VERSION,
-        "network": dataclasses.asdict(getattr(model, "_orig_mod", model).config),
+        "network": dataclasses.asdict(model_config(model)),
         "model": cpu_state_dict(model),
         "extra": extra,
     }
@@ -451,7 +457,7 @@ def rewind_checkpoints(run_dir: RunDir | str | os.PathLike[str], step: int) -> l
     try:
         atomic_write_text(directory / LATEST_NAME, target.name + "\n")
         if newer:
-            stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
             aside = directory / f"after_{checkpoint_name(step).removesuffix('.pt')}_{stamp}"
             aside.mkdir(exist_ok=True)
             for newer_step in newer:
@@ -525,7 +531,7 @@ def load_latest_weights(
     Raises:
         UserError: the newest checkpoint is corrupt or of another architecture.
     """
-    found = latest_weights(run_dir, getattr(model, "_orig_mod", model).config, newer_than=newer_than)
+    found = latest_weights(run_dir, model_config(model), newer_than=newer_than)
     if found is None:
         return None
     step, state, path = found

@@ -265,6 +265,9 @@ class EncoderLayer(nn.Module):
 class AttentionPolicyHead(nn.Module):
     """From-square queries x to-square keys -> 64 x 64 move logits, plus under-promotion biases -> [N, 4672]."""
 
+    pair_index: torch.Tensor  # buffers (register_buffer below)
+    bias_index: torch.Tensor
+
     def __init__(self, width: int) -> None:
         super().__init__()
         self.width = width

@@ -102,28 +102,13 @@ def _add_learn(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_learn(args: argparse.Namespace) -> None:
     """Runs the learner; its checkpoints go to the actors (--address) and to evaluation (eval.every_steps)."""
-    import contextlib
-    from pathlib import Path
-
     from alphazero.rundir import open_run_from_args
-    from eval.evaluate import PeriodicEvaluation
+    from alphazero.train import checkpoint_hooks
     from learner.cli import run
 
     run_dir, config = open_run_from_args(args, announce=False)
-    evaluation = PeriodicEvaluation(run_dir, config, config.eval.every_steps)
-    with contextlib.ExitStack() as stack:
-        hooks = [evaluation]
-        stack.callback(evaluation.close)
-        if args.address is not None:
-            from selfplay.publish import WeightPublisher
-
-            hooks.insert(0, stack.enter_context(WeightPublisher(args.run, args.address)).publish)
-
-        def on_checkpoint(step: int, path: Path) -> None:
-            for hook in hooks:
-                hook(step, path)
-
-        run(args, on_checkpoint=on_checkpoint)
+    with checkpoint_hooks(run_dir, config, publish=args.address is not None, address=args.address) as hooks:
+        run(args, on_checkpoint=hooks)
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:

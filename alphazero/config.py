@@ -1,4 +1,4 @@
-"""The run configuration: one tree of frozen dataclasses, three presets, saved as TOML.
+"""The run configuration: one tree of frozen dataclasses, five presets, saved as TOML.
 
 A run's ``config.toml`` is written once when the run is created and read back by
 every process that opens the run. Command-line overrides (``search.simulations=100``)
@@ -62,7 +62,7 @@ PARITY_MODES = ("auto", "always", "off")
 
 
 @functools.cache
-def _type_hints(cls: type) -> dict[str, Any]:
+def _type_hints(cls: Any) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
@@ -79,7 +79,7 @@ class _Section:
     MINIMUM: ClassVar[dict[str, float]] = {}
 
     def __post_init__(self) -> None:
-        hints = _type_hints(type(self))
+        hints = _type_hints(type(self))  # type: ignore[arg-type]  # classes hash; mypy reads their instances'
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
             value = _coerce(f"{self.SECTION}.{f.name}", getattr(self, f.name), hints[f.name])
             object.__setattr__(self, f.name, value)
@@ -138,8 +138,8 @@ class NetworkConfig(_Section):
 class SearchConfig(_Section):
     """The self-play search: PUCT (AlphaZero pseudocode values as defaults) or Gumbel AlphaZero.
 
-    Every field is also a keyword of mcts_ext.search.MultiGameSearch (self-play
-    passes them by name).
+    Every field but CALIBRATION_FIELDS is also a field of mcts_ext.params.SearchParams;
+    alphazero.search.search_params turns this section into a search's parameters.
     """
 
     SECTION: ClassVar[str] = "search"
@@ -201,11 +201,14 @@ class SearchConfig(_Section):
                 raise UserError(f"search.{name} must lie in [0, 1], got {getattr(self, name)}")
         if not -1.0 <= self.resign_threshold <= 1.0:
             raise UserError(f"search.resign_threshold must lie in [-1, 1], got {self.resign_threshold}")
-        if self.algorithm == "gumbel" and self.leaves_per_game != 1:
-            raise UserError(f"search.algorithm = 'gumbel' needs search.leaves_per_game = 1, "
-                            f"got {self.leaves_per_game}")
-        if self.algorithm == "gumbel" and self.tree_reuse:
-            raise UserError("search.algorithm = 'gumbel' does not reuse trees; set search.tree_reuse = false")
+        # What the search itself refuses (Gumbel's rules among it) is checked where the search's
+        # parameters are made: self-play's, from this section.
+        from alphazero.search import SELFPLAY, search_params
+
+        try:
+            search_params(self, SELFPLAY, resign_threshold=self.resign_threshold)
+        except ValueError as error:
+            raise UserError(f"search: {error}") from None
 
 
 @dataclass(frozen=True)
@@ -248,7 +251,7 @@ class SelfPlayConfig(_Section):
                                 "0 = one per CPU core but one (the driver's)")
     overlap: str = _field("auto", "two batches in flight per actor (each half of its games searched while the "
                                   "other is in the network): 'auto' (on for a GPU or a server), 'on', 'off'")
-    # On one H100 (the README's GPU figures) 6x64 ran fastest as a CUDA graph up to batch 1024 (1.06M evals/s
+    # On one H100 (EXPERIMENTS.md, "GPU") 6x64 ran fastest as a CUDA graph up to batch 1024 (1.06M evals/s
     # against 622k compiled) and compiled at 4096 (2.29M); 20x256 ran fastest compiled (164k against 126k at
     # 1024). Graphs are the default, the alphazero preset compiles; try 'compile' for a server's big passes.
     cuda_forward: str = _field("graphs", "how a CUDA pass runs: 'graphs' (a CUDA graph per batch-size bucket), "
@@ -283,8 +286,7 @@ class LearnerConfig(_Section):
         "window_positions": 1, "min_window_positions": 1, "max_sample_reuse": 0.0,
         "checkpoint_every": 1, "keep_checkpoints": 1, "keep_every_steps": 0, "log_every": 1,
         "value_loss_weight": 0.0, "value_target_q_weight": 0.0, "validation_share": 0.0,
-        "validation_positions": 1, "validate_every": 0,
-        "value_loss_weight": 0.0, "beta2": 0.0, "epsilon": 0.0, "warmup_steps": 0,
+        "validation_positions": 1, "validate_every": 0, "beta2": 0.0, "epsilon": 0.0, "warmup_steps": 0,
         "soft_policy_loss_weight": 0.0, "soft_policy_temperature": 1.0, "q_loss_weight": 0.0,
         "start_anchor_weight": 0.0, "mix_share": 0.0, "mix_decay_steps": 0,
     }
@@ -535,7 +537,7 @@ def _parse_text(dotted: str, text: str, hint: Any) -> Any:
 
 def _field_hints(section: str) -> dict[str, Any]:
     cls = SECTIONS[section]
-    hints = _type_hints(cls)
+    hints = _type_hints(cls)  # type: ignore[arg-type]  # (as in _Section.__post_init__)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
@@ -560,7 +562,7 @@ def _tiny() -> Config:
         preset="tiny",
         network=NetworkConfig(blocks=2, filters=32, policy_filters=32, policy_kernel=1,
                               value_filters=8, value_hidden=64),
-        # Gumbel AlphaZero with 16 simulations: 30-minute runs on 2 cores (README, "Gumbel AlphaZero")
+        # Gumbel AlphaZero with 16 simulations: 30-minute runs on 2 cores (EXPERIMENTS.md, "Issue 12")
         # rated gumbel-16 463 Elo above PUCT with 64 simulations (+80 =12 -0, both searching 64 at
         # play time) and PUCT-16 below both: its self-play collapsed into repetition draws.
         search=SearchConfig(algorithm="gumbel", simulations=16, ply_limit=256),
@@ -568,7 +570,7 @@ def _tiny() -> Config:
         # --gpus that is the CPU (for_gpus), with --gpus the GPUs asked for.
         selfplay=SelfPlayConfig(games_per_actor=32, shard_games=16, weights_poll_seconds=10.0,
                                 gpu_games_per_actor=256),
-        # max_sample_reuse 2: 10-minute runs on 2 cores with 1, 2 and 4 (README, "Training targets")
+        # max_sample_reuse 2: 10-minute runs on 2 cores with 1, 2 and 4 (EXPERIMENTS.md, "Issue 11")
         # rated on the same held-out games: 1 and 2 tied (value MSE 0.278 and 0.281), 4 was worse
         # (0.347) and its held-out value loss was 3.6x its training one: memorised results.
         learner=LearnerConfig(batch_size=256, lr_boundaries=(10_000, 30_000, 50_000), training_steps=70_000,
@@ -586,11 +588,11 @@ def _small() -> Config:
         # PUCT: Gumbel won at 16 simulations against 64 on the tiny net (see _tiny); at 200 and 800
         # simulations the two are unmeasured here, and the paper found them close at high budgets.
         search=SearchConfig(simulations=200),
-        # On one H100 (README's GPU figures; 14 actors, local inference, one batch per actor)
+        # On one H100 (EXPERIMENTS.md, "GPU"; 14 actors, local inference, one batch per actor)
         # 1024 games per actor gave 465k evals/s against 214k at 256 and 60.8k
         # at 64, and a CUDA graph of this net ran fastest at batch 1024 (1.06M/s).
         # With overlap an actor's games make two batches: 2048 games keep each
-        # at 1024. Unmeasured on a GPU since (README).
+        # at 1024. Unmeasured on a GPU since (docs/cluster.md).
         selfplay=SelfPlayConfig(games_per_actor=64, shard_games=32, gpu_games_per_actor=2048),
         learner=LearnerConfig(batch_size=1024, lr_boundaries=(40_000, 120_000, 200_000), training_steps=280_000,
                               window_positions=1_000_000, min_window_positions=20_000, max_sample_reuse=2.0,
@@ -604,13 +606,13 @@ def _alphazero() -> Config:
     # The dataclass defaults are AlphaZero's values. The window is the exception:
     # AlphaZero sampled from its last 1M games (~100M positions, ~100 GB in compact
     # form); 20M positions keep the last ~200k games in ~20 GB.
-    # Inference: on one H100 (README's GPU figures) each actor running the network itself gave
+    # Inference: on one H100 (EXPERIMENTS.md, "GPU") each actor running the network itself gave
     # 54.5k evals/s against 35.8k through an inference server (128 games per
     # actor), so 'local' is the default. 512 games per actor gave 87.4k with the
     # actors all of their time in the network (one batch of 512 each); with
     # overlap 1024 games keep each of an actor's two batches at 512. 20x256 is
     # compute-bound there: compiled code beat CUDA graphs at batch 1024 (164k/s
-    # against 126k), so it is compiled. Unmeasured on a GPU since (README).
+    # against 126k), so it is compiled. Unmeasured on a GPU since (docs/cluster.md).
     return Config(preset="alphazero", selfplay=SelfPlayConfig(inference="local", games_per_actor=128,
                                                               gpu_games_per_actor=1024, cuda_forward="compile"))
 
@@ -618,7 +620,7 @@ def _alphazero() -> Config:
 # The Chessformer presets train with NAdam (beta 0.9/0.98, epsilon 1e-7, decoupled
 # weight decay) after a linear warm-up, at rates that do not scale with the batch,
 # and give the auxiliary soft-policy and q targets a weight.
-_CHESSFORMER_LEARNER = dict(optimizer="nadam", learning_rates=(1e-3, 3e-4, 1e-4, 3e-5), scale_lr=False,
+_CHESSFORMER_LEARNER: dict[str, Any] = dict(optimizer="nadam", learning_rates=(1e-3, 3e-4, 1e-4, 3e-5), scale_lr=False,
                             momentum=0.9, beta2=0.98, epsilon=1e-7, weight_decay=0.01,
                             soft_policy_loss_weight=1.0, q_loss_weight=1.0)
 

@@ -34,8 +34,7 @@ from alphazero.errors import UserError
 if TYPE_CHECKING:
     import numpy as np
 
-    from alphazero.forward import RunnerMaker
-    from alphazero.network import Evaluator
+    from alphazero.forward import Evaluator, RunnerMaker
     from alphazero.parity import ParitySettings
 
 DEFAULT_BATCH_SIZES = "1,64,512"
@@ -124,9 +123,11 @@ def sample_leaves(count: int, seed: int = 0) -> tuple[np.ndarray, ...]:
     """Gets ``count`` self-play leaves: (planes, scalars, legal_indices, legal_counts) of games searched with
     random priors for about 30 plies."""
     import numpy as np
+
+    from mcts_ext.params import SearchParams
     from mcts_ext.search import MultiGameSearch
 
-    search = MultiGameSearch(count, seed=seed, simulations=LEAF_SIMULATIONS, temperature_plies=1000)
+    search = MultiGameSearch(count, SearchParams(simulations=LEAF_SIMULATIONS, temperature_plies=1000), seed=seed)
     batch = search.new_batch()[:4]
     rng = np.random.default_rng(seed)
     for _ in range(LEAF_GATHERS):
@@ -146,9 +147,9 @@ def _network(args: argparse.Namespace) -> tuple[Any, dict[str, Any], str]:
     """
     import torch
 
-    from alphazero.builtin import read_weights
     from alphazero.config import get_preset
     from alphazero.network import build_network, cpu_state_dict
+    from alphazero.sources import read_weights
 
     if args.preset is not None:
         config = get_preset(args.preset).network
@@ -163,7 +164,8 @@ def _evaluator(mode: Mode, config: Any, state: dict[str, Any], max_batch: int, s
     evaluator's check would hide a mismatch by falling back)."""
     import dataclasses
 
-    from alphazero.network import Evaluator, build_network, load_weights
+    from alphazero.forward import Evaluator
+    from alphazero.network import build_network, load_weights
 
     model = build_network(config)
     load_weights(model, state, "the network checked")

@@ -129,14 +129,14 @@ def open_text(path: str | os.PathLike[str]) -> Iterator[TextIO]:
         suffix = path.suffix.lower()
         stream: IO[bytes]
         if suffix == ".gz":
-            stream = stack.enter_context(gzip.GzipFile(fileobj=raw, mode="rb"))
+            stream = stack.enter_context(gzip.GzipFile(fileobj=raw, mode="rb"))  # type: ignore[arg-type]  # IO[bytes]
         elif suffix == ".bz2":
             stream = stack.enter_context(bz2.BZ2File(raw, mode="rb"))
         elif suffix == ".zst":
             stream = _zstd_stream(raw, path, stack)
         else:
             stream = raw
-        text = io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline=None)  # type: ignore[arg-type]
+        text = io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline=None)
         text.raw_position = raw.tell  # type: ignore[attr-defined]
         try:
             yield text

@@ -244,8 +244,9 @@ def threshold_in_file(run: RunDir) -> tuple[bool, float | None]:
     if state is None:
         return False, None
     threshold = state.get("threshold")
-    valid = isinstance(threshold, (int, float)) and not isinstance(threshold, bool) and -1.0 <= threshold <= 1.0
-    return True, float(threshold) if valid else None
+    if isinstance(threshold, (int, float)) and not isinstance(threshold, bool) and -1.0 <= threshold <= 1.0:
+        return True, float(threshold)
+    return True, None
 
 
 def threshold_for_actors(run: RunDir, search: SearchConfig) -> float | None:

@@ -36,8 +36,14 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from alphazero.config import (
-    DEFAULT_PRESET, Config, apply_overrides, describe_differences, from_toml, get_preset,
-    incompatible_fields, to_toml,
+    DEFAULT_PRESET,
+    Config,
+    apply_overrides,
+    describe_differences,
+    from_toml,
+    get_preset,
+    incompatible_fields,
+    to_toml,
 )
 from alphazero.errors import UserError
 
@@ -390,6 +396,8 @@ def learner_lock(run: RunDir, command: str) -> Iterator[Path]:
 # --- the command-line options that open a run ------------------------------------
 
 DEFAULT_RUN = "runs/default"
+DEFAULT_RUN_DIR = Path(DEFAULT_RUN)
+"""The run every command uses without --run."""
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:

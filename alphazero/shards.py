@@ -8,7 +8,7 @@ policy entries:
 array              dtype     shape       meaning
 =================  ========  ==========  ==============================================
 version            int64     [1]         SHARD_VERSION
-planes             uint64    [S, 112]    compact input bitboards (see README, Encodings)
+planes             uint64    [S, 112]    compact input bitboards (see docs/encodings.md)
 scalars            float32   [S, 7]      compact input scalars (raw, unscaled)
 policy_offsets     int64     [S + 1]     sample i's policy is entries offsets[i]:offsets[i+1]
 policy_indices     int16     [P]         policy index (0..4671) of each legal move
@@ -32,7 +32,7 @@ with).
 The value target is ``results`` unless ``meta["value_target"]`` is
 ``"root_values"`` (VALUE_FROM_ROOT): then the learner trains the value on
 ``root_values``, a value in [-1, 1] (Stockfish labels, which have no game
-result; their ``results`` hold the nearest result class). See value_targets.
+result; their ``results`` hold the nearest result class, nearest_results). See value_targets.
 
 Files are written to a temporary name and renamed (alphazero.rundir), so a
 reader sees whole shards or none; readers list only ``*.npz`` names that are
@@ -62,6 +62,9 @@ SHARD_VERSION = 1
 SHARD_SUFFIX = ".npz"
 NUM_MOVES = 4672
 VALUE_FROM_ROOT = "root_values"  # meta["value_target"] of shards whose value target is root_values
+DRAW_BAND = 1.0 / 3.0
+"""A value within this of 0 has the result class "draw" (the nearest of 1, 0, -1): labels' results, and the
+learner's value accuracy of a scalar head."""
 
 # name -> (dtype, trailing shape) of the per-sample and per-entry arrays.
 SAMPLE_ARRAYS: dict[str, tuple[np.dtype, tuple[int, ...]]] = {
@@ -120,6 +123,15 @@ class Shard:
         return out
 
 
+def nearest_results(values: np.ndarray) -> np.ndarray:
+    """Gets the result class (1, 0, -1, int8) nearest to each value in [-1, 1] (DRAW_BAND around 0 is a draw).
+
+    >>> nearest_results(np.array([0.9, 0.2, -0.5])).tolist()
+    [1, 0, -1]
+    """
+    return np.where(values > DRAW_BAND, 1, np.where(values < -DRAW_BAND, -1, 0)).astype(np.int8)
+
+
 def _ranges(lengths: np.ndarray) -> np.ndarray:
     """Concatenated aranges: [0..l0), [0..l1), ... for lengths l."""
     total = int(lengths.sum())
@@ -138,7 +150,7 @@ def shard_from_records(records: Sequence[Mapping[str, Any]], meta: Mapping[str, 
     offsets = [np.zeros(1, dtype=np.int64)]
     base = 0
     games = []
-    for number, record in enumerate(records):
+    for record in records:
         record_offsets = np.asarray(record["policy_offsets"], dtype=np.int64)
         offsets.append(record_offsets[1:] + base)
         base += int(record_offsets[-1])
@@ -353,8 +365,9 @@ def concatenate(shards: Iterable[Shard]) -> Shard:
         parts = [getattr(s, name) for s in shards]
         return np.concatenate(parts) if parts else np.zeros((0, *width), dtype=dtype)
 
+    arrays: dict[str, Any] = {name: join(name) for name in (*SAMPLE_ARRAYS, *POLICY_ARRAYS) if name != "game"}
     return Shard(
-        **{name: join(name) for name in (*SAMPLE_ARRAYS, *POLICY_ARRAYS) if name != "game"},
+        **arrays,
         game=np.concatenate(game_columns) if game_columns else np.zeros(0, np.int32),
         policy_offsets=np.concatenate(offsets),
         games=games,

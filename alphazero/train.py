@@ -17,16 +17,21 @@ checkpoints is refused: it resumes from its own.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alphazero.builtin import Weights, read_weights
 from alphazero.config import DEFAULT_PRESET, INIT_DEFAULTS, Config, apply_overrides, get_preset
 from alphazero.console import fit_line
 from alphazero.errors import UserError
 from alphazero.rundir import RunDir, add_run_arguments, learner_lock, open_run_from_args
+
+if TYPE_CHECKING:  # imported where used: `alphazero perft` must not load torch
+    from alphazero.sources import Weights
+    from eval.evaluate import PeriodicEvaluation
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,72 +78,107 @@ def run(args: argparse.Namespace) -> None:
 
 def _train(args: argparse.Namespace, run_dir: RunDir, config: Config, init: Weights | None) -> None:
     """Runs self-play and the learner on an open run (the learner lock held)."""
-    from alphazero.network import load_weights
-    from eval.evaluate import PeriodicEvaluation
-    from learner.loop import Learner
     from selfplay.cli import actor_count
-    from selfplay.driver import connect_ray, run_selfplay
-    from selfplay.publish import WeightPublisher
+    from selfplay.driver import connect_ray
 
     actors = actor_count(args.actors, config.selfplay.actors, gpus=args.gpus,
                          gpu_configured=config.selfplay.gpu_actors)
     started_ray = connect_ray(None, num_cpus=max(actors + 1, os.cpu_count() or 1), num_gpus=args.gpus or None)
-    stop = threading.Event()
-    failure: list[BaseException] = []
     try:
-        publisher = WeightPublisher(run_dir.root, None)
-        evaluation = PeriodicEvaluation(run_dir, config, config.eval.every_steps)
-
-        def on_checkpoint(step: int, path: Path) -> None:
-            publisher.publish(step, path)
-            evaluation(step, path)
-
-        # One thread: the cores belong to the self-play actors.
-        learner = Learner(run_dir, config, device=args.device, on_checkpoint=on_checkpoint, progress=False,
-                          threads=1)
-        learner.resume(args.from_checkpoint)
-        for note in learner.resume_notes:
-            print(f"train: learner {note}", flush=True)
-        if learner.resumed_from is None:
-            if init is not None:
-                load_weights(learner.model, init.state, init.path)
-                print(f"train: starting from {init.summary}", flush=True)
-            else:
-                print("train: no checkpoint yet: the learner starts at step 0", flush=True)
-            learner.save()  # actors and learner start from the same weights
-
-        def learn() -> None:
-            try:
-                learner.train(stop=stop)
-            except BaseException as error:  # noqa: BLE001 - handed to the main thread
-                failure.append(error)
-                stop.set()
-
-        thread = threading.Thread(target=learn, name="learner", daemon=True)
-        thread.start()
-        try:
-            totals = run_selfplay(run_dir, config, actors=actors, gpus=args.gpus, minutes=args.minutes,
-                                  progress=not args.quiet, stop=stop,
-                                  status_suffix=lambda width: (f"{learner.status(width)}\n"
-                                                               f"{fit_line([evaluation.status()], width)}"))
-        finally:
-            stop.set()
-            thread.join()
-            learner.close()
-            evaluation.close()
-        if failure:
-            raise failure[0]
-        print(f"train: {totals.games} games, {totals.moves:,} positions; learner at step {learner.step:,}; "
-              f"run in {run_dir.root} (tensorboard --logdir {run_dir.tb})")
-        print(f"train: {totals.resign_status}")
-        if learner.validation:
-            print(f"train: validation at {learner.validation_text()}")
-        print(f"train: {evaluation.status()}")
+        with checkpoint_hooks(run_dir, config, publish=True) as hooks:
+            _learn_and_play(args, run_dir, config, init, actors, hooks)
     finally:
         if started_ray:
             import ray
 
             ray.shutdown()
+
+
+def _learn_and_play(args: argparse.Namespace, run_dir: RunDir, config: Config, init: Weights | None, actors: int,
+                    hooks: CheckpointHooks) -> None:
+    """Runs the learner in a thread and self-play in this one until the end; prints what was done."""
+    from alphazero.network import load_weights
+    from learner.loop import Learner
+    from selfplay.driver import run_selfplay
+
+    stop = threading.Event()
+    failure: list[BaseException] = []
+    # One thread: the cores belong to the self-play actors.
+    learner = Learner(run_dir, config, device=args.device, on_checkpoint=hooks, progress=False, threads=1)
+    learner.resume(args.from_checkpoint)
+    for note in learner.resume_notes:
+        print(f"train: learner {note}", flush=True)
+    if learner.resumed_from is None:
+        if init is not None:
+            load_weights(learner.model, init.state, init.path)
+            print(f"train: starting from {init.summary}", flush=True)
+        else:
+            print("train: no checkpoint yet: the learner starts at step 0", flush=True)
+        learner.save()  # actors and learner start from the same weights
+
+    def learn() -> None:
+        try:
+            learner.train(stop=stop)
+        except BaseException as error:  # noqa: BLE001 - handed to the main thread
+            failure.append(error)
+            stop.set()
+
+    thread = threading.Thread(target=learn, name="learner", daemon=True)
+    thread.start()
+    try:
+        totals = run_selfplay(run_dir, config, actors=actors, gpus=args.gpus, minutes=args.minutes,
+                              progress=not args.quiet, stop=stop,
+                              status_suffix=lambda width: (f"{learner.status(width)}\n"
+                                                           f"{fit_line([hooks.evaluation.status()], width)}"))
+    finally:
+        stop.set()
+        thread.join()
+        learner.close()
+    if failure:
+        raise failure[0]
+    print(f"train: {totals.games} games, {totals.moves:,} positions; learner at step {learner.step:,}; "
+          f"run in {run_dir.root} (tensorboard --logdir {run_dir.tb})")
+    print(f"train: {totals.resign_status}")
+    if learner.validation:
+        print(f"train: validation at {learner.validation_text()}")
+    print(f"train: {hooks.evaluation.status()}")
+
+
+class CheckpointHooks:
+    """What runs after each new checkpoint (the learner's on_checkpoint): the weights pushed to the run's
+    self-play actors through Ray (when publishing), then the quick evaluation (eval.every_steps)."""
+
+    def __init__(self, evaluation: PeriodicEvaluation, publish: Callable[[int, Path], object] | None) -> None:
+        self.evaluation = evaluation
+        self.publish = publish
+
+    def __call__(self, step: int, path: Path) -> None:
+        if self.publish is not None:
+            self.publish(step, path)
+        self.evaluation(step, path)
+
+
+@contextlib.contextmanager
+def checkpoint_hooks(run_dir: RunDir, config: Config, *, publish: bool,
+                     address: str | None = None) -> Iterator[CheckpointHooks]:
+    """Builds the checkpoint hooks of `alphazero train` and `alphazero learn`, the one place they are built.
+
+    ``publish``: push each checkpoint's weights to the run's named self-play
+    actors on the Ray cluster at ``address`` (None: the one this process is
+    connected to, or a new local one). At the end the evaluation in progress
+    is waited for and a Ray the publisher started is shut down.
+    """
+    from eval.evaluate import PeriodicEvaluation
+
+    with contextlib.ExitStack() as stack:
+        evaluation = PeriodicEvaluation(run_dir, config, config.eval.every_steps)
+        stack.callback(evaluation.close)
+        publisher = None
+        if publish:
+            from selfplay.publish import WeightPublisher
+
+            publisher = stack.enter_context(WeightPublisher(run_dir.root, address)).publish
+        yield CheckpointHooks(evaluation, publisher)
 
 
 def init_defaults(init: Weights, preset: str | None, overrides: Sequence[str]) -> list[str]:
@@ -169,6 +209,7 @@ def _read_init(spec: str, run: str | os.PathLike[str]) -> Weights:
         UserError: the run has checkpoints, or the weights cannot be read.
     """
     from alphazero.checkpoint import latest_checkpoint
+    from alphazero.sources import read_weights
 
     latest = latest_checkpoint(run)
     if latest is not None:

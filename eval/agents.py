@@ -86,7 +86,7 @@ class Agent(abc.ABC):
         illegal one.
         """
 
-    def new_game(self) -> None:
+    def new_game(self) -> None:  # noqa: B027 - a hook: most agents keep nothing between games
         """Hears that a game is starting (one call per game; games overlap in a match)."""
 
     def choose_on_clock(self, board: chess.Board, clock: chess.engine.Limit) -> Choice:
@@ -100,7 +100,7 @@ class Agent(abc.ABC):
         """
         raise UserError(f"{self.name} cannot play on a clock: only UCI engines can (stockfish, uci)")
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a hook: most agents hold no process
         """Releases processes and memory; the agent is unusable afterwards. Safe to call twice."""
 
     def __enter__(self: _AgentT) -> _AgentT:
@@ -473,8 +473,15 @@ def register_player(
     PLAYERS[name] = PlayerKind(factory, help, opts, positional)
 
 
+def _with_network_players() -> None:
+    """Registers the network players (policy, value, search, gumbel), which register themselves when
+    eval.network_agents is imported: whoever parses a spec gets them, whatever it imported before."""
+    import eval.network_agents  # noqa: F401 - imported for its registration
+
+
 def describe_players() -> str:
     """Returns the accepted player specs, one kind per line with its options (for help and errors)."""
+    _with_network_players()
     lines = []
     for name, kind in sorted(PLAYERS.items()):
         opts = ", ".join(f"{key} ({text})" for key, text in kind.options.items())
@@ -507,7 +514,8 @@ def _collect_options(spec: str, name: str, kind: PlayerKind, items: list[tuple[s
     for key, value in items:
         if key is None:
             if kind.positional is None:
-                raise UserError(f"{name!r} takes no bare value, got {value!r} in {spec!r}; options: {', '.join(accepted)}")
+                raise UserError(f"{name!r} takes no bare value, got {value!r} in {spec!r}; "
+                                f"options: {', '.join(accepted)}")
             key = kind.positional
         if key not in kind.options and key != NAME_OPTION:
             raise UserError(f"unknown option {key!r} for {name!r} in {spec!r}; accepted: {', '.join(accepted)}")
@@ -531,6 +539,7 @@ def parse_player(spec: str, **context: Any) -> Agent:
     factory raises (a missing Stockfish is a UserError).
     """
     name, items = split_spec(spec)
+    _with_network_players()
     kind = PLAYERS.get(name)
     if kind is None:
         raise UserError(f"unknown player {name!r} in {spec!r}; accepted players:\n{describe_players()}")
@@ -616,9 +625,9 @@ def _make_uci(options: dict[str, str], context: Mapping[str, Any]) -> Agent:
             value = options[key]
             uci_options[uci_name] = value if key == "algorithm" else int_option(options, key) or 0
     movetime, nodes = int_option(options, "movetime"), int_option(options, "nodes")
-    for key, value in (("movetime", movetime), ("nodes", nodes)):
-        if value is not None and value < 1:
-            raise UserError(f"{key} must be at least 1, got {value}")
+    for key, limit_value in (("movetime", movetime), ("nodes", nodes)):
+        if limit_value is not None and limit_value < 1:
+            raise UserError(f"{key} must be at least 1, got {limit_value}")
     limit = chess.engine.Limit(time=None if movetime is None else movetime / 1000.0, nodes=nodes)
     shown = ",".join(f"{key}={value}" for key, value in options.items())
     return UciAgent(flags=flags, options=uci_options, limit=limit, name="uci" + (f":{shown}" if shown else ""))

@@ -20,10 +20,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from alphazero.rundir import DEFAULT_RUN
-
-DEFAULT_RUN_DIR = Path(DEFAULT_RUN)
-"""The run every command uses without --run: alphazero.rundir.DEFAULT_RUN, as everywhere."""
+from alphazero.rundir import DEFAULT_RUN_DIR
 
 _VERSUS = "vs"
 
@@ -105,9 +102,9 @@ def run_match(args: argparse.Namespace) -> None:
     from alphazero.config import DEFAULT_PRESET, get_preset
     from alphazero.errors import UserError
     from alphazero.rundir import RunDir, check_writable_directory
+    from alphazero.sources import NetworkCache
     from eval.agents import parse_player
     from eval.match import Clock, format_summary, play_match
-    from eval.network_agents import NetworkCache
 
     run = RunDir(args.run)
     if run.root.exists() and not run.root.is_dir():

@@ -56,7 +56,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -66,15 +66,15 @@ from rich.table import Table
 from alphazero.checkpoint import checkpoint_name
 from alphazero.config import Config, EvalConfig
 from alphazero.errors import UserError
-from alphazero.network import AlphaZeroNet, Evaluator, build_network, cpu_state_dict, pick_device
+from alphazero.forward import Evaluator
+from alphazero.network import AlphaZeroNet, build_network, cpu_state_dict, model_config, pick_device
 from alphazero.rundir import RunDir, atomic_write_text, check_writable_directory
+from alphazero.sources import FRESH, Network, NetworkSource, load_network
 from alphazero.stockfish import INSTALL_HINT, find_stockfish
 from eval.agents import Agent, RandomAgent, StockfishAgent
 from eval.elo import Rating, Ratings, Summary, fit_ratings
 from eval.match import MatchResult, play_match
-from eval.network_agents import (
-    FRESH, Network, NetworkSource, PolicyAgent, SearchAgent, ValueAgent, load_network,
-)
+from eval.network_agents import PolicyAgent, SearchAgent, ValueAgent
 
 QUICK_GAMES_PER_PAIR = 4
 QUICK_START_SEARCH_GAMES = 16  # enough to show a collapse; the policy's twin match shows 100 Elo
@@ -202,11 +202,11 @@ def _network(run: RunDir, config: Config, step: int | None, model: AlphaZeroNet 
 def _copy_model(model: AlphaZeroNet, device: str) -> AlphaZeroNet:
     """Copies a live model's weights into a new one, so that the caller's model (training, on its
     device, maybe compiled) is left exactly as it was. 'auto' keeps the model's device."""
-    config = getattr(model, "_orig_mod", model).config
+    config = model_config(model)
     target = next(model.parameters()).device if device == "auto" else pick_device(device)
     copy = build_network(config)
     copy.load_state_dict(cpu_state_dict(model))
-    return copy.to(target).eval()
+    return copy.to(target).eval()  # type: ignore[return-value]  # an AlphaZeroNet or a Chessformer: one interface
 
 
 def _network_agents(network: Network, settings: EvalSettings, prefix: str = "") -> list[Agent]:
@@ -381,7 +381,7 @@ def _ratings_json(network: Network, step: int, settings: EvalSettings, ratings: 
         "network": network.label,
         "checkpoint": str(network.path) if network.path is not None else None,
         "fresh_weights": network.fresh,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "settings": dataclasses.asdict(settings),
         "anchors": anchors,
         "draw_elo": ratings.draw_elo,

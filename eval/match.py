@@ -41,18 +41,17 @@ import sys
 import tempfile
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import chess
 import chess.engine
 import chess.pgn
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from alphazero.console import LiveDisplay
 from alphazero.errors import UserError
 from alphazero.pgn import termination_tags
 from alphazero.rundir import atomic_write_text, check_writable_directory
@@ -251,7 +250,7 @@ def format_summary(result: MatchResult) -> str:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def board_outcome(board: chess.Board) -> chess.Outcome | None:
@@ -392,7 +391,7 @@ class _Game:
             result=self.result,
             termination=self.termination,
             moves=[m.uci() for m in self.board.move_stack],
-            values=[None] * len(self.opening.moves) + self.values,
+            values=[*[None] * len(self.opening.moves), *self.values],
             started=self.started,
             finished=_now(),
             seconds=opening + self.seconds if clock is not None else [],
@@ -475,7 +474,7 @@ def _slug(name: str) -> str:
 
 
 def _default_match_id(a: Agent, b: Agent) -> str:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     return f"{_slug(a.name)}-vs-{_slug(b.name)}-{stamp}"
 
 
@@ -494,7 +493,8 @@ def _check_arguments(
     if ply_limit is not None and ply_limit < 1:
         raise UserError(f"the ply limit must be at least 1 (or None), got {ply_limit}")
     if resign_threshold is not None and not -1.0 < resign_threshold < 0.0:
-        raise UserError(f"resign_threshold is a value below which to resign, in (-1, 0), e.g. -0.9; got {resign_threshold}")
+        raise UserError(f"resign_threshold is a value below which to resign, in (-1, 0), e.g. -0.9; "
+                        f"got {resign_threshold}")
     if resign_moves < 1:
         raise UserError(f"resign_moves must be at least 1, got {resign_moves}")
     if match_id is not None and (not match_id or match_id.startswith(".") or re.search(r"[/\\]", match_id)):
@@ -511,18 +511,10 @@ def _schedule(openings: Sequence[Opening], games: int, seed: int) -> deque[tuple
     )
 
 
-@contextmanager
-def _progress_bar(enabled: bool, a: Agent, b: Agent, total: int) -> Iterator[tuple[Progress, TaskID]]:
-    """Shows games done of total and the score so far; does nothing when not enabled."""
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[score]}"),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, disable=not enabled, transient=False) as bar:
-        yield bar, bar.add_task(f"{a.name} vs {b.name}", total=total, score="")
+def _progress_bar(enabled: bool, a: Agent, b: Agent, total: int) -> LiveDisplay:
+    """Shows games done of total and the score so far (on stdout, with the results); nothing when not enabled."""
+    return LiveDisplay(enabled=enabled, bar=("label", "bar", "count", "text", "elapsed"), label=f"{a.name} vs {b.name}",
+                       total=total, stderr=False)
 
 
 def play_match(
@@ -589,7 +581,7 @@ def play_match(
         files = _GameFiles(pgn_dir / f"{result.match_id}.pgn", out_dir / f"{result.match_id}.jsonl")
     agents = [agent_a] if agent_a is agent_b else [agent_a, agent_b]
     running: list[_Game] = []
-    with _progress_bar(progress, agent_a, agent_b, len(pending)) as (bar, task):
+    with _progress_bar(progress, agent_a, agent_b, len(pending)) as bar:
         while pending or running:
             while pending and len(running) < concurrency:
                 running.append(_start_game(*pending.popleft(), agents, rules, clock))
@@ -604,7 +596,7 @@ def play_match(
             running = [g for g in running if g.result is None]
             if finished:
                 _finish(result, finished, agent_a, agent_b, files, clock)
-                bar.update(task, advance=len(finished), score=_score_text(result))
+                bar.update(advance=len(finished), text=_score_text(result))
     return result
 
 

@@ -13,11 +13,11 @@ Four kinds, registered in the player registry (eval.agents.PLAYERS):
   each step sends the leaves of all the games through the network together.
 - `gumbel:N`: the same with Gumbel AlphaZero's search, whatever the run used.
 
-Where the weights come from (`NetworkSource`): a run's latest checkpoint (the
-default; a run with none yet plays the built-in network of alphazero/weights,
-or with `fallback="fresh"` freshly initialised, seeded weights, and says so on
-stderr), `checkpoint=STEP` or `checkpoint=PATH`, or `weights=FILE` (a model
-file or any checkpoint; `weights=builtin` is the built-in network). Specs::
+Where the weights come from is alphazero.sources' NetworkSource: a run's
+latest checkpoint (the default; a run with none yet plays the built-in
+network of alphazero/weights, and says so on stderr), `checkpoint=STEP` or
+`checkpoint=PATH`, or `weights=FILE` (a model file or any checkpoint, a run
+directory, or `weights=builtin`, the built-in network). Specs::
 
     policy                      value:checkpoint=1200
     search:400                  search:sims=64,weights=net.pt,device=cpu
@@ -31,296 +31,34 @@ same history planes (and repetitions) as in self-play.
 from __future__ import annotations
 
 import math
-import os
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import chess
 import numpy as np
-import torch
 
-from alphazero.builtin import BUILTIN, builtin_path, is_builtin, require_builtin
-from alphazero.checkpoint import checkpoint_name, latest_checkpoint, load_model, step_of
-from alphazero.config import DEFAULT_PRESET, Config, SearchConfig, from_toml, get_preset
 from alphazero.errors import UserError
-from alphazero.network import AlphaZeroNet, Evaluator, build_network, pick_device
-from alphazero.planes import compact_to_torch
-from alphazero.rundir import DEFAULT_RUN, RunDir, complete_files
+from alphazero.rundir import DEFAULT_RUN_DIR, RunDir
+from alphazero.search import ANALYSIS, search_params
+from alphazero.sources import Network, NetworkCache, NetworkSource, load_network
 from eval.agents import Agent, Choice, int_option, register_player
 from mcts_ext import Board, ChessError
 from mcts_ext.driver import run as run_search
-from mcts_ext.encode import encode_boards, legal_move_indices, new_batch
+from mcts_ext.encode import legal_move_indices
 from mcts_ext.search import MultiGameSearch
-
-DEFAULT_RUN_DIR = Path(DEFAULT_RUN)
-"""The run directory that every command uses when none is given (alphazero.rundir.DEFAULT_RUN)."""
-
-FRESH = "fresh"
-"""NetworkSource.fallback for seeded random weights when a run has no checkpoint (BUILTIN is the default)."""
 
 DEFAULT_SIMULATIONS = 400
 """Simulations of `search` when neither the spec nor the caller's context gives a number."""
 
-PathLike = str | os.PathLike[str]
-
 _NETWORK_OPTIONS = {
     "checkpoint": "a step of the run (e.g. 1200) or a checkpoint file; default the run's latest",
-    "weights": "a model file (or any checkpoint) outside the run; 'builtin' for the network that ships",
+    "weights": "a model file (or any checkpoint, or another run's directory) outside the run; 'builtin' for the "
+               "network that ships",
     "run": "the run directory (default: the caller's, else runs/default)",
     "device": "auto, cpu, cuda or cuda:N (default auto)",
 }
-
-
-# --- where the weights come from -------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class NetworkSource:
-    """Names a network: a run's latest checkpoint, one of its checkpoints, or a weights file.
-
-    At most one of `checkpoint` (a step number like "1200", or a path) and
-    `weights` (a model file or checkpoint, or 'builtin') may be set; with
-    neither, the run's latest checkpoint is used. `fallback` says what plays
-    when the run has no checkpoint: 'builtin' (the shipped network, when this
-    installation has one; else fresh weights) or 'fresh' (seeded random weights).
-    """
-
-    run: Path = DEFAULT_RUN_DIR
-    checkpoint: str | None = None
-    weights: Path | None = None
-    fallback: str = BUILTIN
-
-
-@dataclass
-class Network:
-    """A loaded network and what it is: `label` ('step 1200', 'fresh weights', 'weights net.pt') for
-    people, `tag` ('step1200', 'fresh', 'net') for agent names.
-
-    `step` is the learner step (0 for fresh weights, None for a weights file
-    without one); `config` is the run's config when known (its `search`
-    section sets the PUCT constants of search agents).
-    """
-
-    evaluator: Evaluator
-    label: str
-    tag: str
-    step: int | None
-    path: Path | None
-    fresh: bool
-    config: Config | None = None
-
-    def evaluate(self, planes: np.ndarray, scalars: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Evaluates compact positions: (logits [B, 4672], values [B]) for each side to move."""
-        return self.evaluator.evaluate(planes, scalars)
-
-    def draw_probability(self, board: Board) -> float | None:
-        """Returns the network's probability that `board`'s game is drawn, from a 'wdl' value
-        head (one extra network call), or None for a scalar head, which has no such output."""
-        evaluator = self.evaluator
-        if evaluator.config.value_head != "wdl":
-            return None
-        planes, scalars = _encode([board])
-        planes_t, scalars_t = compact_to_torch(planes, scalars, evaluator.device)
-        with torch.inference_mode():
-            wdl_logits = evaluator.model(planes_t, scalars_t).wdl_logits
-        assert wdl_logits is not None
-        return float(torch.softmax(wdl_logits.float(), dim=-1)[0, 1])
-
-    @property
-    def search_config(self) -> SearchConfig:
-        return self.config.search if self.config is not None else SearchConfig()
-
-
-@dataclass(frozen=True)
-class ResolvedSource:
-    """A source resolved to a file (None: fresh weights), before anything is loaded.
-
-    `from_run` marks a file of the run (its latest or a step), which must fit
-    the run's architecture; `config` is the run's config when it has one.
-    """
-
-    path: Path | None
-    step: int | None
-    config: Config | None
-    from_run: bool
-    builtin: bool = False  # the path is the built-in network's
-    note: str | None = None  # why the built-in network stands in for the run's (said when loading)
-
-
-def _is_file(path: Path, what: str) -> bool:
-    """Checks whether `path` is a file; an unusable path (too long, a symlink loop,
-    no permission, ...) is a UserError naming `what` and the system's reason."""
-    try:
-        path.stat()
-    except FileNotFoundError:
-        return False
-    except NotADirectoryError:
-        return False  # a parent of the path is a file
-    except OSError as error:
-        raise UserError(f"{what} {_shown(path)} cannot be used: {error.strerror or error}") from None
-    except ValueError as error:  # an embedded NUL byte
-        raise UserError(f"{what} {_shown(path)} cannot be used: {error}") from None
-    return path.is_file()
-
-
-def _shown(path: Path | str, limit: int = 120) -> str:
-    """Quotes a path for a message, cut to `limit` characters (a 300-character name is no help)."""
-    text = str(path)
-    return repr(text if len(text) <= limit else text[:limit] + "...")
-
-
-def _run_config(run: RunDir) -> Config | None:
-    """Reads the run's config, or returns None when the run does not exist. Raises UserError if invalid."""
-    return run.read_config() if run.exists() else None
-
-
-def _checkpoint_path(run: RunDir, checkpoint: str) -> tuple[Path, int | None]:
-    """Turns `checkpoint=STEP` or `checkpoint=PATH` into a file. Raises UserError if there is none."""
-    text = checkpoint.strip()
-    if text.isdigit():
-        path = run.checkpoints / checkpoint_name(int(text))
-        if not path.is_file():
-            steps = [step_of(p) for p in complete_files(run.checkpoints, "step_*.pt")]
-            have = ", ".join(str(s) for s in steps if s is not None) or "none"
-            raise UserError(f"run {run.root} has no checkpoint at step {int(text)} (its checkpoints: {have})")
-        return path, int(text)
-    path = Path(text).expanduser()
-    if not _is_file(path, "checkpoint"):
-        raise UserError(f"checkpoint {_shown(text)} is neither a step of run {run.root} nor an existing file")
-    return path, step_of(path)
-
-
-def resolve_source(source: NetworkSource) -> ResolvedSource:
-    """Finds the file a source names without loading it (cheap; for checking options early).
-
-    Raises UserError when both checkpoint and weights are given, a named file
-    or step does not exist, a path cannot be used at all (too long, a symlink
-    loop, no permission: any OSError), or the run's config is invalid.
-    """
-    if source.checkpoint is not None and source.weights is not None:
-        raise UserError("give a network as checkpoint=... or weights=..., not both")
-    if source.fallback not in (BUILTIN, FRESH):
-        raise UserError(f"fallback must be {BUILTIN!r} or {FRESH!r}, got {source.fallback!r}")
-    if is_builtin(source.weights):
-        return ResolvedSource(require_builtin(), None, None, from_run=False, builtin=True)
-    if source.weights is not None:
-        path = Path(source.weights).expanduser()
-        if not _is_file(path, "weights file"):
-            raise UserError(f"weights file {_shown(source.weights)} does not exist")
-        return ResolvedSource(path, step_of(path), None, from_run=False)
-    try:
-        return _resolve_in_run(source)
-    except OSError as error:
-        raise UserError(f"run {_shown(source.run)} cannot be used: {error.strerror or error}") from None
-
-
-def _resolve_in_run(source: NetworkSource) -> ResolvedSource:
-    """resolve_source for a run's latest checkpoint or `checkpoint=`; OSErrors pass through."""
-    run = RunDir(source.run)
-    _is_file(run.root, "run")  # an unusable run path fails here, with the system's reason
-    config = _run_config(run)
-    if source.checkpoint is not None:
-        path, step = _checkpoint_path(run, source.checkpoint)
-        if not source.checkpoint.strip().isdigit():  # a file from anywhere: it carries its own config
-            return ResolvedSource(path, step, None, from_run=False)
-        return ResolvedSource(path, step, config, from_run=True)
-    latest = latest_checkpoint(run)
-    builtin = builtin_path() if source.fallback == BUILTIN else None
-    if latest is None and builtin is not None:
-        why = f"run {run.root} has no checkpoint yet" if config is not None else f"run {run.root} does not exist"
-        return ResolvedSource(builtin, None, config, from_run=False, builtin=True,
-                              note=f"{why}; playing with the built-in network ({builtin})")
-    return ResolvedSource(latest, step_of(latest) if latest else 0, config, from_run=True)
-
-
-def _config_in_file(extra: Mapping[str, Any]) -> Config | None:
-    """Reads the run config a learner checkpoint carries, or None (model files carry none)."""
-    text = extra.get("config_toml")
-    if not isinstance(text, str):
-        return None
-    try:
-        return from_toml(text)
-    except UserError:
-        return None
-
-
-def _fresh_model(config: Config) -> AlphaZeroNet:
-    """Builds the config's network with weights seeded by learner.seed (global RNGs left alone)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(config.learner.seed)
-        return build_network(config.network)
-
-
-def load_network(
-    source: NetworkSource,
-    *,
-    device: str | torch.device = "auto",
-    warn: TextIO | None = None,
-) -> Network:
-    """Loads the network a source names onto `device` ('auto' picks CUDA when present).
-
-    A run with no checkpoint yet gives the built-in network (source.fallback
-    'builtin', when this installation has one) or freshly initialised weights
-    (seeded by the run's learner.seed; the tiny preset's network when the run
-    does not exist), and says which on `warn` (default stderr).
-
-    Raises UserError for a missing or corrupt file, an unknown step, an
-    architecture that differs from the run's, or an unusable device.
-    """
-    resolved = resolve_source(source)
-    torch_device = device if isinstance(device, torch.device) else pick_device(device)
-    if resolved.path is None:
-        return _fresh_network(source.run, resolved.config, torch_device, warn)
-    expected = resolved.config.network if resolved.from_run and resolved.config is not None else None
-    model, extra = load_model(resolved.path, torch_device, expected=expected)
-    step = extra.get("step") if isinstance(extra.get("step"), int) else resolved.step
-    config = resolved.config if resolved.config is not None else _config_in_file(extra)
-    if resolved.note is not None:
-        print(f"note: {resolved.note}", file=warn if warn is not None else sys.stderr, flush=True)
-    if resolved.builtin:
-        label, tag = "built-in network", BUILTIN
-    elif step is not None and resolved.from_run:
-        label, tag = f"step {step}", f"step{step}"
-    else:
-        label, tag = f"weights {resolved.path.name}", resolved.path.stem
-    return Network(Evaluator(model, torch_device), label, tag, step, resolved.path, False, config)
-
-
-def _fresh_network(run: Path, config: Config | None, device: torch.device, warn: TextIO | None) -> Network:
-    out = warn if warn is not None else sys.stderr
-    if config is None:
-        config = get_preset(DEFAULT_PRESET)
-        where = f"run {run} does not exist"
-        what = f"the {DEFAULT_PRESET} preset's network"
-    else:
-        where = f"run {run} has no checkpoint yet"
-        what = "the run's network"
-    print(f"warning: {where}; playing with freshly initialised weights ({what}, seed "
-          f"{config.learner.seed}), i.e. about as strong as random", file=out, flush=True)
-    model = _fresh_model(config)
-    return Network(Evaluator(model, device), "fresh weights", "fresh", 0, None, True, config)
-
-
-class NetworkCache:
-    """Shares loaded networks between agents: one load per (source, device).
-
-    Put one in parse_player's context (`networks=NetworkCache()`) so that
-    `policy`, `value` and `search:400` of the same checkpoint share one model.
-    """
-
-    def __init__(self, *, warn: TextIO | None = None) -> None:
-        self._networks: dict[tuple[NetworkSource, str], Network] = {}
-        self._warn = warn
-
-    def get(self, source: NetworkSource, device: str = "auto") -> Network:
-        """Returns the cached network for (source, device), loading it the first time (see load_network)."""
-        key = (source, device)
-        if key not in self._networks:
-            self._networks[key] = load_network(source, device=device, warn=self._warn)
-        return self._networks[key]
 
 
 # --- boards ------------------------------------------------------------------------------
@@ -341,12 +79,6 @@ def to_mcts_board(board: chess.Board) -> Board:
         return Board.from_moves([move.uci() for move in board.move_stack], root.fen(), ply_limit=None)
     except ChessError as error:
         raise ValueError(f"cannot rebuild {board.fen()} for the network: {error}") from None
-
-
-def _encode(boards: Sequence[Board]) -> tuple[np.ndarray, np.ndarray]:
-    planes, scalars = new_batch(len(boards))
-    encode_boards(list(boards), planes, scalars)
-    return planes, scalars
 
 
 def _softmax(logits: np.ndarray) -> np.ndarray:
@@ -402,7 +134,7 @@ class PolicyAgent(NetworkAgent):
         if not boards:
             return []
         positions = [to_mcts_board(b) for b in boards]
-        logits, values = self.network.evaluate(*_encode(positions))
+        logits, values = self.network.evaluate_boards(positions)
         choices = []
         for row, position in enumerate(positions):
             moves = position.legal_moves()
@@ -479,39 +211,18 @@ class ValueAgent(NetworkAgent):
             return []
         children = _expand_children([to_mcts_board(b) for b in boards])
         if children.pending:
-            _, values = self.network.evaluate(*_encode(children.pending))
+            _, values = self.network.evaluate_boards(children.pending)
             for (b, m), value in zip(children.slots, values):
                 children.values[b][m] = -float(value)  # the child's side to move is the opponent
         choices = []
-        for moves, values in zip(children.moves, children.values):
-            best = int(np.argmax(values))
+        for moves, scores in zip(children.moves, children.values):
+            best = int(np.argmax(scores))
             info = {"nodes": len(moves), "pv": [moves[best]]}
-            choices.append(Choice(chess.Move.from_uci(moves[best]), float(values[best]), info))
+            choices.append(Choice(chess.Move.from_uci(moves[best]), float(scores[best]), info))
         return choices
 
 
 SEARCH_ALGORITHMS = ("puct", "gumbel")
-
-
-def search_options(config: SearchConfig, *, algorithm: str | None = None) -> dict[str, Any]:
-    """Returns MultiGameSearch keyword arguments for analysis: the algorithm (config's unless given), its
-    constants from config, no noise (Dirichlet or Gumbel: the search is deterministic)."""
-    algorithm = algorithm or config.algorithm
-    return {
-        "algorithm": algorithm,
-        "c_init": config.c_init,
-        "c_base": config.c_base,
-        "fpu_mode": config.fpu_mode,
-        "fpu_value": config.fpu_value,
-        "gumbel_considered": config.gumbel_considered,
-        "gumbel_scale": 0.0,
-        "gumbel_c_visit": config.gumbel_c_visit,
-        "gumbel_c_scale": config.gumbel_c_scale,
-        "gumbel_q_normalisation": config.gumbel_q_normalisation,
-        "autoplay": False,
-        "add_noise": False,
-        "ply_limit": None,
-    }
 
 
 class SearchAgent(NetworkAgent):
@@ -543,8 +254,9 @@ class SearchAgent(NetworkAgent):
         # Reused between calls (the trees' memory and the batch arrays, pinned
         # on a GPU, are kept); rebuilt when more games come.
         if self._search is None or self._search.games < games:
-            options = search_options(self.network.search_config, algorithm=self.algorithm)
-            self._search = MultiGameSearch(games, simulations=self.simulations, **options)
+            params = search_params(self.network.search_config, ANALYSIS, algorithm=self.algorithm,
+                                   simulations=self.simulations)
+            self._search = MultiGameSearch(games, params)
             self._batch = self.network.evaluator.pin(self._search.new_batch())
         for slot in range(games, self._search.games):
             self._search.clear(slot)
@@ -690,24 +402,15 @@ def register_network_players(*, replace: bool = False) -> None:
 register_network_players()
 
 __all__ = [
-    "DEFAULT_RUN_DIR",
     "DEFAULT_SIMULATIONS",
-    "FRESH",
     "NETWORK_PLAYERS",
     "SEARCH_ALGORITHMS",
-    "Network",
     "NetworkAgent",
-    "NetworkCache",
-    "NetworkSource",
     "PolicyAgent",
-    "ResolvedSource",
     "SearchAgent",
     "ValueAgent",
     "exact_value",
-    "load_network",
     "network_for",
     "register_network_players",
-    "resolve_source",
-    "search_options",
     "to_mcts_board",
 ]

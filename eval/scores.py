@@ -93,7 +93,7 @@ def score_to_value(score: chess.engine.Score) -> float:
     the side to move's view of an engine's `info["score"]`.
     """
     if score.is_mate():
-        return 1.0 if score.score(mate_score=_MATE_SCORE) > 0 else -1.0  # type: ignore[operator]
+        return 1.0 if score.score(mate_score=_MATE_SCORE) > 0 else -1.0
     cp = score.score()
     assert cp is not None  # not a mate, so a centipawn score
     return centipawns_to_value(float(cp))

@@ -77,13 +77,13 @@ from alphazero import __version__
 from alphazero.builtin import BUILTIN
 from alphazero.errors import UserError
 from alphazero.network import pick_device
-from alphazero.rundir import RunDir
-from eval.network_agents import (
-    DEFAULT_RUN_DIR, FRESH, Network, NetworkSource, load_network, resolve_source, search_options,
-)
+from alphazero.rundir import DEFAULT_RUN_DIR, RunDir
+from alphazero.search import UCI, search_params
+from alphazero.sources import FRESH, Network, NetworkSource, load_network, resolve_source
 from eval.scores import value_to_centipawns, value_to_wdl
 from mcts_ext import STARTING_FEN, Board, ChessError
 from mcts_ext.driver import run as run_search
+from mcts_ext.params import SearchParams
 from mcts_ext.search import MultiGameSearch
 
 ENGINE_AUTHOR = "the alphazero authors"
@@ -100,7 +100,7 @@ MIN_BUDGET_MS = 1.0
 DEFAULT_LEAVES_PER_BATCH = 32
 """Leaves gathered per network call (virtual loss). Chosen from short `alphazero bench uci` runs: on the
 2-core CPU the built-in network's throughput at 32 is 2.5-3x its batch-1 figure and near its best; an
-equal-time match against LeavesPerBatch 1 is to confirm it (README, `alphazero uci`)."""
+equal-time match against LeavesPerBatch 1 is to confirm it (EXPERIMENTS.md, "Benchmarks": the `bench uci` row)."""
 
 INFINITE_NODES = 50_000_000
 """The node cap of `go infinite`, `go ponder` and timed searches (bounds the tree's memory)."""
@@ -469,7 +469,7 @@ class UciEngine:
         # when the network, LeavesPerBatch or the algorithm changes.
         self._search: MultiGameSearch | None = None
         self._batch: tuple[Any, ...] = ()
-        self._search_key: tuple[Network, int, str] | None = None
+        self._search_key: tuple[Network, SearchParams] | None = None
         self.last_report: SearchReport | None = None
         """What the last finished search did (for benchmarks and tests)."""
 
@@ -669,12 +669,11 @@ class UciEngine:
     def _search_for(self, network: Network, job: _Job) -> MultiGameSearch:
         """The engine's search (tree kept from the last move), rebuilt if the network, batch size or
         algorithm changed."""
-        options = search_options(network.search_config, algorithm=self._algorithm_for(network, job))
-        leaves = int(self.values["LeavesPerBatch"])
-        key = (network, leaves, options["algorithm"])
+        params = search_params(network.search_config, UCI, algorithm=self._algorithm_for(network, job),
+                               simulations=INFINITE_NODES, leaves_per_game=int(self.values["LeavesPerBatch"]))
+        key = (network, params)
         if self._search is None or self._search_key != key:
-            self._search = MultiGameSearch(1, simulations=INFINITE_NODES, leaves_per_game=leaves, solver=True,
-                                           **options)
+            self._search = MultiGameSearch(1, params)
             self._batch = network.evaluator.pin(self._search.new_batch())
             self._search_key = key
         return self._search

@@ -64,7 +64,7 @@ import queue
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +76,14 @@ from alphazero.config import PretrainConfig
 from alphazero.errors import UserError
 from alphazero.pgn_reader import READ_ERRORS, PgnGame, open_text, read_games
 from alphazero.shards import (
-    VALUE_FROM_ROOT, ShardError, list_shards, read_shard_meta, shard_from_records, shard_name, write_shard,
+    VALUE_FROM_ROOT,
+    ShardError,
+    list_shards,
+    nearest_results,
+    read_shard_meta,
+    shard_from_records,
+    shard_name,
+    write_shard,
 )
 from alphazero.stockfish import require_stockfish
 from mcts_ext import Board, ChessError
@@ -89,7 +96,6 @@ __all__ = [
 
 LAB_KIND = "stockfish"  # meta["kind"] of labelled shards
 WIN_SLOPE = 0.00368208  # Lichess's centipawn-to-win-probability slope
-DRAW_BAND = 1.0 / 3.0  # a value within this of 0 has the result class "draw" (as the learner's accuracy)
 MATE_HORIZON = 10  # mates in this many moves or more count as plain wins in the policy target
 _INFO = chess.engine.INFO_SCORE | chess.engine.INFO_PV  # all a label needs from Stockfish's output
 
@@ -144,27 +150,29 @@ def policy_target(wins: np.ndarray, scored: np.ndarray, temperature: float,
 # --- settings -----------------------------------------------------------------------------------
 
 
+LABEL_FIELDS = ("temperature", "multipv", "hash_mb", "seed", "opening_plies", "random_move_fraction", "game_plies",
+                "shard_positions", "mate_preference", "random_side_fraction", "endgame_fraction")
+"""The PretrainConfig fields that shape Stockfish labels (pgn_smoothing shapes PGN targets only)."""
+
+_RANDOM_PLAY_FIELDS = ("seed", "opening_plies", "random_move_fraction", "game_plies", "random_side_fraction",
+                       "endgame_fraction")
+"""The fields of random-opening play, which labels from files do not use."""
+
+_NEWER_FIELDS = ("mate_preference", "random_side_fraction", "endgame_fraction")
+"""Fields added after the first labels were made: at 0 (off) they are left out of the identity."""
+
+
 @dataclass(frozen=True)
 class LabelSettings:
-    """What to label: ``positions`` positions at ``nodes`` nodes, drawn as PretrainConfig says.
+    """What to label: ``positions`` positions at ``nodes`` nodes, drawn as the run's ``pretrain`` section says.
 
     ``files`` (PGN or EPD paths) replace random-opening play as the source.
     """
 
     nodes: int
     positions: int
-    temperature: float = 0.05
-    multipv: int = 0
-    hash_mb: int = 16
-    seed: int = 0
-    opening_plies: int = 8
-    random_move_fraction: float = 0.05
-    game_plies: int = 200
-    shard_positions: int = 1024
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     files: tuple[str, ...] = ()
-    mate_preference: float = 2.0
-    random_side_fraction: float = 0.25
-    endgame_fraction: float = 0.2
 
     @classmethod
     def of(cls, config: PretrainConfig, *, nodes: int, positions: int, files: Sequence[str | os.PathLike[str]] = ()
@@ -178,29 +186,27 @@ class LabelSettings:
             raise UserError(f"--stockfish takes the nodes per position, at least 1, got {nodes}")
         if positions < 1:
             raise UserError(f"--positions must be at least 1, got {positions}")
-        return cls(nodes, positions, config.temperature, config.multipv, config.hash_mb, config.seed,
-                   config.opening_plies, config.random_move_fraction, config.game_plies, config.shard_positions,
-                   tuple(str(Path(f).resolve()) for f in files), config.mate_preference,
-                   config.random_side_fraction, config.endgame_fraction)
+        return cls(nodes, positions, config, tuple(str(Path(f).resolve()) for f in files))
 
     @property
     def chunks(self) -> int:
-        return -(-self.positions // self.shard_positions)
+        return -(-self.positions // self.pretrain.shard_positions)
 
     def chunk_size(self, chunk: int) -> int:
         """Positions of chunk ``chunk``: shard_positions, less for the last."""
-        return min(self.shard_positions, self.positions - chunk * self.shard_positions)
+        return min(self.pretrain.shard_positions, self.positions - chunk * self.pretrain.shard_positions)
 
     def identity(self, engine: str) -> dict[str, Any]:
         """Everything that shapes the labels (all but ``positions``), as saved in each shard's meta."""
-        fields = asdict(self)
-        del fields["positions"]
-        fields["files"] = list(self.files)
+        fields: dict[str, Any] = {"nodes": self.nodes}
+        for name in LABEL_FIELDS:
+            fields[name] = getattr(self.pretrain, name)
+            if name == "shard_positions":
+                fields["files"] = list(self.files)
         if self.files:  # random-play settings do not apply
-            for name in ("seed", "opening_plies", "random_move_fraction", "game_plies", "random_side_fraction",
-                         "endgame_fraction"):
+            for name in _RANDOM_PLAY_FIELDS:
                 del fields[name]
-        for name in ("mate_preference", "random_side_fraction", "endgame_fraction"):
+        for name in _NEWER_FIELDS:
             if fields.get(name) == 0:
                 del fields[name]  # off: the labels of the settings before these existed, which still resume
         return {**fields, "engine": engine}
@@ -236,7 +242,7 @@ class Labeller:
         path = path or require_stockfish()
         try:
             self.engine = chess.engine.SimpleEngine.popen_uci(path, timeout=30)
-            self.engine.configure({"Threads": 1, "Hash": settings.hash_mb})
+            self.engine.configure({"Threads": 1, "Hash": settings.pretrain.hash_mb})
         except (chess.engine.EngineError, OSError, TimeoutError) as error:
             raise UserError(f"Stockfish at {path} did not start: {error or type(error).__name__}") from None
         self.name = str(self.engine.id.get("name", "unknown engine"))
@@ -253,7 +259,8 @@ class Labeller:
         Raises:
             UserError: Stockfish died or answered nothing usable (the message names the FEN).
         """
-        multipv = len(legal) if self.settings.multipv <= 0 else min(self.settings.multipv, len(legal))
+        wanted = self.settings.pretrain.multipv
+        multipv = len(legal) if wanted <= 0 else min(wanted, len(legal))
         try:
             # A new game object makes python-chess send ucinewgame: hash and histories cleared,
             # so the result does not depend on what this process searched before.
@@ -274,8 +281,9 @@ class Labeller:
             mates[index] = score.relative.mate() or 0
         if not scored.any():
             raise UserError(f"Stockfish scored no move of {board.fen()} at {self.settings.nodes} nodes")
-        bonus = mate_bonus(mates, self.settings.mate_preference)
-        return policy_target(wins, scored, self.settings.temperature, bonus), 2.0 * float(wins[scored].max()) - 1.0
+        pretrain = self.settings.pretrain
+        bonus = mate_bonus(mates, pretrain.mate_preference)
+        return policy_target(wins, scored, pretrain.temperature, bonus), 2.0 * float(wins[scored].max()) - 1.0
 
 
 # --- games and chunks ----------------------------------------------------------------------------------
@@ -315,7 +323,7 @@ class _GameLabels:
             "policy_offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
             "policy_indices": np.concatenate([row[2] for row in self.rows]).astype(np.int16),
             "policy_probs": np.concatenate([row[3] for row in self.rows]),
-            "results": np.where(values > DRAW_BAND, 1, np.where(values < -DRAW_BAND, -1, 0)).astype(np.int8),
+            "results": nearest_results(values),
         }
 
 
@@ -359,31 +367,31 @@ def _random_play_chunk(labeller: Labeller, chunk: int, size: int, stop: threadin
                        on_position: Callable[[], None]) -> list[_GameLabels]:
     """Labels ``size`` positions of random-opening games drawn from the generator of (seed, chunk)."""
     settings = labeller.settings
-    rng = np.random.default_rng([settings.seed, chunk])
+    rng = np.random.default_rng([settings.pretrain.seed, chunk])
     games: list[_GameLabels] = []
     labelled = 0
     while labelled < size:
-        opening = int(rng.integers(0, settings.opening_plies + 1))
+        opening = int(rng.integers(0, settings.pretrain.opening_plies + 1))
         # The side (0 White, 1 Black) that moves at random all game, or -1. No draws when the share is 0,
         # so labels made before lopsided games existed are drawn the same.
         random_side = -1
-        if settings.random_side_fraction > 0 and rng.random() < settings.random_side_fraction:
+        if settings.pretrain.random_side_fraction > 0 and rng.random() < settings.pretrain.random_side_fraction:
             random_side = int(rng.integers(2))
         start_fen = chess.STARTING_FEN
-        if settings.endgame_fraction > 0 and rng.random() < settings.endgame_fraction:
+        if settings.pretrain.endgame_fraction > 0 and rng.random() < settings.pretrain.endgame_fraction:
             start_fen, defender = endgame_start(rng)
             opening = 0
             # Plies count from the start position's mover: the defender moves on even plies if it moves first.
             first = chess.WHITE if start_fen.split()[1] == "w" else chess.BLACK
             random_side = (0 if defender == first else 1) if random_side >= 0 else -1
-        game = _GameLabels(f"sf:{settings.seed}:{chunk}:{len(games)}", start_fen, [])
+        game = _GameLabels(f"sf:{settings.pretrain.seed}:{chunk}:{len(games)}", start_fen, [])
 
         def choose(board: Board, legal: list[str], policy: np.ndarray, game: _GameLabels = game,
                    opening: int = opening, random_side: int = random_side) -> str | None:
             ply = len(game.played)
-            if ply + 1 >= settings.game_plies:
+            if ply + 1 >= settings.pretrain.game_plies:
                 return None
-            if ply < opening or ply % 2 == random_side or rng.random() < settings.random_move_fraction:
+            if ply < opening or ply % 2 == random_side or rng.random() < settings.pretrain.random_move_fraction:
                 return legal[int(rng.integers(len(legal)))]
             shares = policy.astype(np.float64)
             return legal[int(rng.choice(len(legal), p=shares / shares.sum()))]

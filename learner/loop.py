@@ -61,14 +61,21 @@ import numpy as np
 import torch
 
 from alphazero.checkpoint import (
-    checkpoint_name, checkpoint_steps, latest_checkpoint, load_checkpoint, restore_checkpoint, rewind_checkpoints,
-    save_checkpoint, step_of, thin_checkpoints,
+    checkpoint_name,
+    checkpoint_steps,
+    latest_checkpoint,
+    load_checkpoint,
+    restore_checkpoint,
+    rewind_checkpoints,
+    save_checkpoint,
+    step_of,
+    thin_checkpoints,
 )
 from alphazero.config import Config
-from alphazero.console import fit_line
+from alphazero.console import LiveDisplay, fit_line
 from alphazero.errors import UserError
 from alphazero.moves import index_to_move, legal_move_indices
-from alphazero.network import AlphaZeroNet, build_network, pick_device
+from alphazero.network import build_network, pick_device
 from alphazero.planes import compact_to_torch, encode_position
 from alphazero.rundir import RunDir
 from learner.replay import WAIT_POSITIONS, Batch, ReplayWindow, concatenate_batches
@@ -124,7 +131,7 @@ def _encode_probes(probes: tuple[Probe, ...]) -> list[_EncodedProbe]:
     return encoded
 
 
-def probe_report(model: AlphaZeroNet, device: torch.device, probes: tuple[Probe, ...] = PROBES,
+def probe_report(model: torch.nn.Module, device: torch.device, probes: tuple[Probe, ...] = PROBES,
                  *, _encoded: list[_EncodedProbe] | None = None) -> str:
     """Formats a markdown table of the net's value and top-3 moves (softmax over legal moves) in ``probes``.
 
@@ -207,46 +214,31 @@ class _Progress:
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
-        self._live: Any = None
-        self._console: Any = None
-        if enabled:
-            from rich.console import Console
-
-            self._console = Console(stderr=True)
-            if self._console.is_terminal:
-                from rich.live import Live
-
-                self._live = Live("", console=self._console, refresh_per_second=4, transient=True)
-                self._live.start()
+        self._display = LiveDisplay(enabled=enabled, terminal_only=True, transient=True, refresh_per_second=4).start()
 
     def message(self, text: str) -> None:
         """Prints a line that stays (above the live line)."""
         if not self.enabled:
             log.info(text)
-        elif self._live is not None:
-            self._live.console.print(text, markup=False, highlight=False)
+        elif self._display.live:
+            self._display.message(text)
         else:
             print(text, flush=True)
 
     @property
     def width(self) -> int | None:
         """The live line's width in columns; None without a live line (printed lines may be long)."""
-        return self._console.width if self._live is not None else None
+        return self._display.width
 
     def status(self, text: str, *, milestone: bool = False) -> None:
         """Shows ``text`` as the live line; without a terminal, prints it at milestones only."""
-        if self._live is not None:
-            from rich.text import Text
-
-            # no_wrap: a line too long for the terminal is cut, never wrapped into a smear.
-            self._live.update(Text(text, no_wrap=True, overflow="ellipsis"))
+        if self._display.live:
+            self._display.show(text)
         elif milestone and self.enabled:
             print(text, flush=True)
 
     def close(self) -> None:
-        if self._live is not None:
-            self._live.stop()
-            self._live = None
+        self._display.stop()
 
 
 # --- the learner -----------------------------------------------------------------------------------
@@ -333,7 +325,7 @@ class Learner:
         self.close()
 
     @property
-    def model(self) -> AlphaZeroNet:
+    def model(self) -> torch.nn.Module:
         return self.trainer.model
 
     @property

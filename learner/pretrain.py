@@ -37,6 +37,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from alphazero.console import LiveDisplay
 from alphazero.errors import UserError
 from alphazero.rundir import add_run_arguments, open_run_from_args
 
@@ -266,34 +267,25 @@ def convert_pgn(directory: str | os.PathLike[str], files: list[str], *, smoothin
 
 
 class _PgnProgress:
-    """A rich progress bar over the input's bytes, with games/s and positions/s; nothing when disabled."""
+    """A progress bar over the input's bytes, with games/s and positions/s; nothing when disabled."""
 
     def __init__(self, total_bytes: int, *, enabled: bool) -> None:
-        self.enabled = enabled
         self.total = max(1, total_bytes)
         self.base = 0  # bytes of the files already finished
         self.games = self.positions = 0
         self.started = time.monotonic()
         self._last = 0.0
-        self._progress: Any = None
+        self._bar = LiveDisplay(enabled=enabled, bar=("label", "bar", "percent", "text", "elapsed"), label="pgn",
+                                total=self.total, bar_width=16)
 
     def __enter__(self) -> _PgnProgress:
-        if self.enabled:
-            from rich.console import Console
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self._progress = Progress(TextColumn("pgn"), BarColumn(bar_width=16),
-                                      TextColumn("{task.percentage:>3.0f}%"), TextColumn("{task.fields[text]}"),
-                                      TimeElapsedColumn(),
-                                      console=Console(stderr=True))
-            self._progress.start()
-            self._task = self._progress.add_task("pgn", total=self.total, text="")
+        self._bar.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._progress is not None:
+        if self._bar.live:
             self._redraw(self.base)
-            self._progress.stop()
+        self._bar.stop()
 
     def count(self, *, games: int, positions: int) -> None:
         self.games += games
@@ -301,7 +293,7 @@ class _PgnProgress:
 
     def update(self, file_bytes: int) -> None:
         now = time.monotonic()
-        if self._progress is not None and now - self._last >= 0.25:
+        if self._bar.live and now - self._last >= 0.25:
             self._last = now
             self._redraw(self.base + file_bytes)
 
@@ -312,7 +304,7 @@ class _PgnProgress:
         seconds = max(time.monotonic() - self.started, 1e-9)
         text = (f"{self.games:,} games, {self.positions:,} positions | {self.games / seconds:,.0f} games/s, "
                 f"{self.positions / seconds:,.0f} positions/s")
-        self._progress.update(self._task, completed=min(completed, self.total), text=text)
+        self._bar.update(completed=min(completed, self.total), text=text)
 
 
 # --- Stockfish labels -------------------------------------------------------------------------------------
@@ -346,37 +338,28 @@ def _label(directory: Path, config: Any, args: argparse.Namespace) -> None:
 
 
 class _LabelProgress:
-    """A rich progress bar of labelled positions with positions/s; nothing when disabled."""
+    """A progress bar of labelled positions with positions/s; nothing when disabled."""
 
     def __init__(self, total: int, *, enabled: bool) -> None:
-        self.total, self.enabled = total, enabled
-        self._progress: Any = None
+        self._bar = LiveDisplay(enabled=enabled, bar=("label", "bar", "count", "text", "remaining"), label="labels",
+                                total=total, bar_width=16)
         self._first: int | None = None
         self._started = time.monotonic()
 
     def __enter__(self) -> _LabelProgress:
-        if self.enabled:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self._progress = Progress(TextColumn("labels"), BarColumn(bar_width=16), MofNCompleteColumn(),
-                                      TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
-                                      console=Console(stderr=True))
-            self._progress.start()
-            self._task = self._progress.add_task("labels", total=self.total, rate="")
+        self._bar.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._progress is not None:
-            self._progress.stop()
+        self._bar.stop()
 
     def update(self, done: int, total: int) -> None:
-        if self._progress is None:
+        if not self._bar.live:
             return
         if self._first is None:
             self._first, self._started = done, time.monotonic()
         rate = (done - self._first) / max(time.monotonic() - self._started, 1e-9)
-        self._progress.update(self._task, completed=done, total=total, rate=f"{rate:,.1f} positions/s")
+        self._bar.update(completed=done, total=total, text=f"{rate:,.1f} positions/s")
 
 
 # --- training ----------------------------------------------------------------------------------------------
@@ -402,8 +385,8 @@ def _train(run_dir: Any, config: Any, args: argparse.Namespace) -> None:
     Raises:
         UserError: no data, an unusable device, a corrupt checkpoint, a full disk.
     """
-    from alphazero.config import to_toml
     from alphazero.checkpoint import save_model
+    from alphazero.config import to_toml
     from learner.loop import Learner
 
     positions = _positions_in(run_dir.pretrain)

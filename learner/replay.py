@@ -146,9 +146,11 @@ class _Block:
         if ids:
             used, inverse = np.unique(shard.game[rows], return_inverse=True)
             games, game = tuple(ids[g] for g in used), inverse.astype(np.int32)
-        arrays = (shard.planes[take], shard.scalars[take], offsets, shard.policy_indices[entries],
-                  shard.policy_probs[entries], value_targets(shard)[take], shard.root_values[take])
-        return cls(name, start, *(np.ascontiguousarray(a) for a in arrays), game, games)
+        arrays = [np.ascontiguousarray(a) for a in (
+            shard.planes[take], shard.scalars[take], offsets, shard.policy_indices[entries],
+            shard.policy_probs[entries], value_targets(shard)[take], shard.root_values[take])]
+        planes, scalars, offsets, indices, probs, results, root_values = arrays
+        return cls(name, start, planes, scalars, offsets, indices, probs, results, root_values, game, games)
 
     @property
     def nbytes(self) -> int:
@@ -249,7 +251,7 @@ class _Store:
 
     def game_ids(self) -> set[str]:
         """Gets the ids of the games with a position in view (held-out stores only)."""
-        first, ids = self.first, set()
+        first, ids = self.first, set[str]()
         for block in self.blocks:
             rows = block.game[max(0, first - block.start):]
             ids.update(block.games[g] for g in np.unique(rows))

@@ -80,18 +80,18 @@ from torch import nn
 
 from alphazero.config import LearnerConfig
 from alphazero.errors import UserError
-from alphazero.network import NetOutput
+from alphazero.network import NetOutput, model_config
 from alphazero.planes import compact_to_torch
+from alphazero.shards import DRAW_BAND
 from learner.replay import Batch
 
 __all__ = [
-    "DRAW_BAND", "StepStats", "Trainer", "VALIDATION_FIGURES", "anchor_loss", "auxiliary_losses", "build_optimizer",
+    "StepStats", "Trainer", "VALIDATION_FIGURES", "anchor_loss", "auxiliary_losses", "build_optimizer",
     "compute_losses", "eval_mode", "masked_log_softmax", "policy_kl", "result_classes", "soft_policy_targets",
     "training_mode", "validation_sums", "value_classes", "value_target", "weight_decay_term",
 ]
 
 WIN, DRAW, LOSS = 0, 1, 2  # the classes of the wdl head's logits, in its order
-DRAW_BAND = 1.0 / 3.0  # a scalar value within this of 0 predicts a draw (the nearest result)
 
 
 @dataclass(frozen=True)
@@ -262,7 +262,8 @@ def anchor_loss(out: NetOutput, start: NetOutput, legal: torch.Tensor) -> torch.
 def _decoupled_decay_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     # Decoupled decay pulls weights towards 0; gains, offsets and biases
     # (vectors, and what the model names in no_weight_decay) keep their scale.
-    skip = model.no_weight_decay() if hasattr(model, "no_weight_decay") else set()
+    # A Chessformer names its gains; a method nn.Module's typing cannot see.
+    skip = model.no_weight_decay() if hasattr(model, "no_weight_decay") else set()  # type: ignore[operator]
     named = list(model.named_parameters())
     decay = [p for name, p in named if p.ndim >= 2 and name not in skip]
     rest = [p for name, p in named if not (p.ndim >= 2 and name not in skip)]
@@ -341,7 +342,7 @@ class Trainer:
         self.config = config
         self.model = model.to(device)
         if device.type == "cuda":
-            self.model = self.model.to(memory_format=torch.channels_last)
+            self.model = self.model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # (stubs)
         training_mode(self.model, freeze_batch_norm=config.freeze_batch_norm)
         self.optimizer = build_optimizer(self.model, config)
         self.clip_grad_norm = clip_grad_norm
@@ -349,11 +350,11 @@ class Trainer:
         self._forward: nn.Module = torch.compile(self.model) if compile else self.model  # type: ignore[assignment]
         self.auxiliary = config.soft_policy_loss_weight > 0 or config.q_loss_weight > 0
         if self.auxiliary and not hasattr(self.model, "forward_with_aux"):
+            kind = model_config(self.model).kind
             raise UserError("learner.soft_policy_loss_weight and learner.q_loss_weight train auxiliary heads, which "
-                            f"only network.kind = 'chessformer' has (this network is {self.model.config.kind!r}); "
-                            "set both to 0")
+                            f"only network.kind = 'chessformer' has (this network is {kind!r}); set both to 0")
         forward_with_aux = getattr(self.model, "forward_with_aux", None)
-        self._forward_aux = torch.compile(forward_with_aux) if compile and self.auxiliary else forward_with_aux
+        self._forward_aux: Any = torch.compile(forward_with_aux) if compile and self.auxiliary else forward_with_aux
         self.anchor: nn.Module | None = None  # the start network (set_anchor), when learner.start_anchor_weight > 0
 
     def set_anchor(self, state_dict: dict[str, torch.Tensor]) -> None:

@@ -9,16 +9,18 @@ legal_counts int32 [B] and returns only the legal moves' logits (legal
 logits [B, W], W >= every row's count, row b's first legal_counts[b] in
 legal_indices' order) and the values; the search backs those up with
 backup_legal(). A GPU evaluator gathers them on the device and copies ~30
-floats a position instead of 4672 (alphazero.network.Evaluator.evaluate_legal).
+floats a position instead of 4672 (alphazero.forward.Evaluator.evaluate_legal).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from mcts_ext.encode import NUM_MOVES
+from mcts_ext.params import SearchParams
 from mcts_ext.position import Board
 from mcts_ext.search import MultiGameSearch
 
@@ -101,6 +103,7 @@ def run(search: MultiGameSearch, evaluate: Evaluator | None = None, *,
             if evaluate_legal is not None:
                 evaluate_legal_into(search, evaluate_legal, batch, rows)
             else:
+                assert evaluate is not None  # one of the two, checked above
                 evaluate_into(search, evaluate, batch, rows)
         if on_step is not None:
             on_step(rows)
@@ -108,14 +111,16 @@ def run(search: MultiGameSearch, evaluate: Evaluator | None = None, *,
             return
 
 
-def analyse(board: Board, evaluate: Evaluator, simulations: int, **options) -> MultiGameSearch:
-    """Searches one position (no noise) and returns the search, ready to read.
+def analyse(board: Board, evaluate: Evaluator, simulations: int, *, seed: int = 0, **params: Any) -> MultiGameSearch:
+    """Searches one position (no noise unless asked) and returns the search, ready to read.
+
+    ``params`` are further SearchParams fields (an analysis search: autoplay off).
 
     >>> search = analyse(Board(), uniform_evaluator, 100)
     >>> search.best_move(0) in Board().legal_moves()
     True
     """
-    search = MultiGameSearch(1, simulations=simulations, autoplay=False, **options)
+    search = MultiGameSearch(1, SearchParams(simulations=simulations, autoplay=False, **params), seed=seed)
     search.set_position(0, board)
     run(search, evaluate)
     return search

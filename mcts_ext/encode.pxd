@@ -1,6 +1,6 @@
 # The two AlphaZero encodings: the compact input (112 bitboards + 7 scalars per
-# position) and the 4672-move policy index. Exact definitions: README,
-# "Encodings". Both are seen from the side to move (ranks mirrored for Black).
+# position) and the 4672-move policy index. Exact definitions: docs/encodings.md.
+# Both are seen from the side to move (ranks mirrored for Black).
 
 from libc.stdint cimport int32_t, uint64_t
 

@@ -47,6 +47,7 @@ from mcts_ext.rng cimport Rng, rng_gamma, rng_seed, rng_uniform
 from mcts_ext.tree cimport (NO_NODE, PROVEN_DRAW, PROVEN_LOSS, PROVEN_WIN, ROOT, UNEXPANDED, UNPROVEN, Tree,
                             tree_add_edges, tree_add_node, tree_free, tree_init, tree_keep_subtree, tree_reset)
 
+from mcts_ext.params import SearchParams, check_resign_threshold
 from mcts_ext.position import STARTING_FEN, TERMINATIONS, move_to_uci
 
 cdef enum:
@@ -82,7 +83,7 @@ cdef enum:
 
 STATE_NAMES = {IDLE: "idle", SEARCHING: "searching", READY: "ready", FINISHED: "finished"}
 PROOF_NAMES = {PROVEN_WIN: "win", PROVEN_DRAW: "draw", PROVEN_LOSS: "loss"}
-ALGORITHMS = {"puct": PUCT, "gumbel": GUMBEL}
+ALGORITHMS = {"puct": PUCT, "gumbel": GUMBEL}  # mcts_ext.params.ALGORITHMS' names to the C enum
 Q_NORMALISATIONS = {"tree": Q_TREE, "node": Q_NODE}
 _TERMINATION_NAMES = dict(TERMINATIONS)
 _TERMINATION_NAMES[RESIGNATION] = "resignation"
@@ -578,6 +579,10 @@ cdef int finish_move(Slot* s, const Options* o, Tree* scratch) noexcept nogil:
 cdef class MultiGameSearch:
     """PUCT or Gumbel AlphaZero search over many games at once, for self-play (autoplay) or analysis.
 
+    Built from one mcts_ext.params.SearchParams (checked when it was made;
+    every field below is one of its fields) and a seed for the slots' random
+    generators: ``MultiGameSearch(games, params, seed=0)``.
+
     Self-play: every slot starts a game from the initial position (or a FEN),
     plays it to the end with `simulations` per move, and keeps its training
     samples; take_finished() hands back the records. Analysis: set_position()
@@ -601,15 +606,15 @@ cdef class MultiGameSearch:
     move played (and best_move()) is Sequential Halving's choice, not the
     most visited; the recorded target is the improved policy
     softmax(logits + sigma(completed Q)). Dirichlet noise and temperature
-    sampling do not apply (the Gumbel noise explores); add_noise=True or
-    tree_reuse=True with gumbel are refused (ValueError). With
+    sampling do not apply (the Gumbel noise explores); SearchParams refuses
+    add_noise=True or tree_reuse=True with gumbel. With
     leaves_per_game > 1 a leaf in flight counts as a visit in Gumbel's
     selection, and a batch stops at a Sequential Halving phase's end
     (gumbel.pxd). With playout-cap randomisation the cheap moves are Gumbel
     searches of the cheap budget (with noise, without a training sample).
 
-    Raises ValueError for bad options (a budget of 0, an unknown FPU mode or
-    algorithm) and, in gather()/backup(), for arrays of the wrong shape or
+    Raises ValueError for games < 1, TypeError for params that are not a
+    SearchParams and, in gather()/backup(), for arrays of the wrong shape or
     non-finite network output (the search is left as it was, so the call can
     be repeated).
     """
@@ -620,6 +625,7 @@ cdef class MultiGameSearch:
     cdef uint64_t seed
     cdef uint64_t games_started
     cdef readonly int max_batch
+    cdef readonly object params      # the SearchParams it was built from
     # the leaves of the batch handed out by the last gather(), waiting for backup()
     cdef int32_t* leaf_slot          # [max_batch]
     cdef int32_t* leaf_node          # [max_batch]
@@ -640,83 +646,52 @@ cdef class MultiGameSearch:
         if tree_init(&self.scratch) < 0:
             raise MemoryError()
 
-    def __init__(self, int games, *, simulations: int = 800, c_init: float = 1.25, c_base: float = 19652.0,
-                 fpu_mode: str = "reduction", fpu_value: float = 0.25, dirichlet_alpha: float = 0.3,
-                 noise_weight: float = 0.25, add_noise: bool | None = None, temperature_plies: int = 30,
-                 temperature: float = 1.0, leaves_per_game: int = 1, virtual_loss: float = 1.0,
-                 tree_reuse: bool = False, ply_limit: int | None = 512, autoplay: bool = True,
-                 record: bool | None = None, resign_threshold: float | None = None, resign_consecutive: int = 3,
-                 resign_disabled_fraction: float = 0.1, playout_cap_fraction: float = 0.0,
-                 playout_cap_simulations: int = 100, solver: bool = False, seed: int = 0, algorithm: str = "puct",
-                 gumbel_considered: int = 16, gumbel_scale: float | None = None, gumbel_c_visit: float = 50.0,
-                 gumbel_c_scale: float = 1.0, gumbel_q_normalisation: str = "tree"):
+    def __init__(self, int games, params: SearchParams, *, seed: int = 0):
         if games < 1:
             raise ValueError(f"games must be at least 1, got {games}")
-        if simulations < 1:
-            raise ValueError(f"simulations must be at least 1, got {simulations}")
-        if leaves_per_game < 1:
-            raise ValueError(f"leaves_per_game must be at least 1, got {leaves_per_game}")
-        if fpu_mode not in ("reduction", "absolute"):
-            raise ValueError(f"fpu_mode must be 'reduction' or 'absolute', got {fpu_mode!r}")
-        if c_base <= 0 or c_init < 0:
-            raise ValueError(f"need c_base > 0 and c_init >= 0, got c_base={c_base}, c_init={c_init}")
-        if not 0.0 <= noise_weight <= 1.0 or dirichlet_alpha <= 0:
-            raise ValueError(f"need 0 <= noise_weight <= 1 and dirichlet_alpha > 0, "
-                             f"got {noise_weight} and {dirichlet_alpha}")
-        if temperature < 0 or temperature_plies < 0:
-            raise ValueError(f"temperature and temperature_plies must be >= 0, got {temperature}, {temperature_plies}")
-        if not 0.0 <= playout_cap_fraction <= 1.0 or playout_cap_simulations < 1:
-            raise ValueError(f"need 0 <= playout_cap_fraction <= 1 and playout_cap_simulations >= 1, "
-                             f"got {playout_cap_fraction} and {playout_cap_simulations}")
-        if resign_consecutive < 1:
-            raise ValueError(f"resign_consecutive must be at least 1, got {resign_consecutive}")
-        _check_resign_threshold(resign_threshold)
-        if not 0.0 <= resign_disabled_fraction <= 1.0:
-            raise ValueError(f"resign_disabled_fraction must be in [0, 1], got {resign_disabled_fraction}")
-        if ply_limit is not None and ply_limit < 1:
-            raise ValueError(f"ply_limit must be at least 1 or None, got {ply_limit}")
-        _check_gumbel(algorithm, gumbel_considered, gumbel_scale, gumbel_c_visit, gumbel_c_scale,
-                      gumbel_q_normalisation, add_noise=add_noise, tree_reuse=tree_reuse,
-                      leaves_per_game=leaves_per_game)
+        if not isinstance(params, SearchParams):
+            raise TypeError(f"MultiGameSearch needs a mcts_ext.params.SearchParams, got {type(params).__name__}")
+        self.params = params  # checked when it was made; copied into the C struct below
+        cdef bint autoplay = params.autoplay
         cdef Options* o = &self.options
-        o.algorithm = ALGORITHMS[algorithm]
-        o.gumbel.considered = gumbel_considered
-        o.gumbel.scale = (1.0 if autoplay else 0.0) if gumbel_scale is None else gumbel_scale
-        o.gumbel.c_visit = gumbel_c_visit
-        o.gumbel.c_scale = gumbel_c_scale
-        o.gumbel.normalisation = Q_NORMALISATIONS[gumbel_q_normalisation]
-        o.puct.c_init = c_init
-        o.puct.c_base = c_base
-        o.puct.fpu_mode = FPU_REDUCTION if fpu_mode == "reduction" else FPU_ABSOLUTE
-        o.puct.fpu_value = fpu_value
-        o.puct.virtual_loss = virtual_loss
-        o.simulations = simulations
-        o.leaves_per_game = leaves_per_game
-        o.add_noise = (autoplay and o.algorithm == PUCT) if add_noise is None else add_noise
-        o.dirichlet_alpha = dirichlet_alpha
-        o.noise_weight = noise_weight
-        o.temperature_plies = temperature_plies
-        o.temperature = temperature
-        o.tree_reuse = tree_reuse
-        o.ply_limit = ply_limit or 0
+        o.algorithm = ALGORITHMS[params.algorithm]
+        o.gumbel.considered = params.gumbel_considered
+        o.gumbel.scale = (1.0 if autoplay else 0.0) if params.gumbel_scale is None else params.gumbel_scale
+        o.gumbel.c_visit = params.gumbel_c_visit
+        o.gumbel.c_scale = params.gumbel_c_scale
+        o.gumbel.normalisation = Q_NORMALISATIONS[params.gumbel_q_normalisation]
+        o.puct.c_init = params.c_init
+        o.puct.c_base = params.c_base
+        o.puct.fpu_mode = FPU_REDUCTION if params.fpu_mode == "reduction" else FPU_ABSOLUTE
+        o.puct.fpu_value = params.fpu_value
+        o.puct.virtual_loss = params.virtual_loss
+        o.simulations = params.simulations
+        o.leaves_per_game = params.leaves_per_game
+        o.add_noise = (autoplay and o.algorithm == PUCT) if params.add_noise is None else params.add_noise
+        o.dirichlet_alpha = params.dirichlet_alpha
+        o.noise_weight = params.noise_weight
+        o.temperature_plies = params.temperature_plies
+        o.temperature = params.temperature
+        o.tree_reuse = params.tree_reuse
+        o.ply_limit = params.ply_limit or 0
         o.autoplay = autoplay
-        o.record = autoplay if record is None else record
-        self._set_resign_threshold(resign_threshold)
-        o.resign_consecutive = resign_consecutive
-        o.resign_disabled_fraction = resign_disabled_fraction
-        o.playout_cap_fraction = playout_cap_fraction
-        o.playout_cap_simulations = playout_cap_simulations
-        o.solver = solver
+        o.record = autoplay if params.record is None else params.record
+        self._set_resign_threshold(params.resign_threshold)
+        o.resign_consecutive = params.resign_consecutive
+        o.resign_disabled_fraction = params.resign_disabled_fraction
+        o.playout_cap_fraction = params.playout_cap_fraction
+        o.playout_cap_simulations = params.playout_cap_simulations
+        o.solver = params.solver
         self.seed = <uint64_t>(seed & 0xFFFFFFFFFFFFFFFF)
         self.games_started = 0
         self.total_simulations = 0
         self.total_collisions = 0
-        self.max_batch = games * leaves_per_game
+        self.max_batch = games * o.leaves_per_game
         self.slots = <Slot*>malloc(games * sizeof(Slot))
         self.leaf_slot = <int32_t*>malloc(self.max_batch * sizeof(int32_t))
         self.leaf_node = <int32_t*>malloc(self.max_batch * sizeof(int32_t))
         self.leaf_indices = <int32_t*>malloc(self.max_batch * MAX_MOVES * sizeof(int32_t))
-        self.collision_node = <int32_t*>malloc(leaves_per_game * sizeof(int32_t))
+        self.collision_node = <int32_t*>malloc(o.leaves_per_game * sizeof(int32_t))
         if (self.slots == NULL or self.leaf_slot == NULL or self.leaf_node == NULL or self.leaf_indices == NULL
                 or self.collision_node == NULL):
             raise MemoryError()
@@ -887,7 +862,7 @@ cdef class MultiGameSearch:
         says which), so a record's threshold is the one its moves were
         played under. Raises ValueError outside [-1, 1].
         """
-        _check_resign_threshold(threshold)
+        check_resign_threshold(threshold)
         self._set_resign_threshold(threshold)
 
     cdef void _set_resign_threshold(self, object threshold) except *:
@@ -1434,31 +1409,6 @@ cdef void _copy_into(object array, const void* source, size_t size) except *:
         return
     view = array.reshape(-1).view(np.uint8)
     memcpy(&view[0], source, size)
-
-
-cdef void _check_resign_threshold(object threshold) except *:
-    if threshold is not None and not -1.0 <= threshold <= 1.0:
-        raise ValueError(f"need -1 <= resign_threshold <= 1 (or None), got {threshold}")
-
-
-def _check_gumbel(algorithm, considered, scale, c_visit, c_scale, normalisation, *, add_noise, tree_reuse,
-                  leaves_per_game) -> None:
-    """Raises ValueError for a bad algorithm, Gumbel constant, or an option Gumbel cannot honour."""
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be 'puct' or 'gumbel', got {algorithm!r}")
-    if normalisation not in Q_NORMALISATIONS:
-        raise ValueError(f"gumbel_q_normalisation must be 'tree' or 'node', got {normalisation!r}")
-    if considered < 1 or (scale is not None and not 0.0 <= scale < float("inf")) or c_visit < 0 or c_scale < 0:
-        raise ValueError(f"need gumbel_considered >= 1 and gumbel_scale, gumbel_c_visit, gumbel_c_scale >= 0, got "
-                         f"{considered}, {scale}, {c_visit} and {c_scale}")
-    if algorithm != "gumbel":
-        return
-    if tree_reuse:
-        raise ValueError("algorithm='gumbel' does not reuse trees (each move's Sequential Halving starts from a "
-                         "fresh root); set tree_reuse=False")
-    if add_noise:
-        raise ValueError("algorithm='gumbel' takes no Dirichlet noise (its Gumbel noise explores); "
-                         "leave add_noise unset or False")
 
 
 cdef void _check_rows(object array, int width, int rows, str name) except *:

@@ -6,7 +6,7 @@ get there is ``selfplay.transport``:
 - 'disk': each actor writes complete shards into the run directory itself,
   and polls it for new checkpoints and the resignation threshold. Every node
   must see the run directory (one machine, or shared storage).
-- 'ray': the driver starts a shard sink (selfplay.sink) pinned to its own
+- 'ray': the driver's fleet (selfplay.fleet) starts a shard sink (selfplay.sink) pinned to its own
   node, the one with the run directory; actors send it their finished shards
   and wait for its acknowledgements (a bounded window). The driver gives each
   actor its threshold when it starts and its first weights before its first
@@ -31,23 +31,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from alphazero.checkpoint import latest_checkpoint, latest_weights, load_checkpoint
-from alphazero.config import Config, for_gpus, to_toml
-from alphazero.console import compact_number, fit_line
+from alphazero.checkpoint import latest_checkpoint, load_checkpoint
+from alphazero.config import Config, for_gpus
+from alphazero.console import LiveDisplay, compact_number, fit_line
 from alphazero.errors import UserError
 from alphazero.resign import ResignCalibrator
 from alphazero.rundir import RunDir, remove_stale_temporaries
 from selfplay import NAMESPACE
-from selfplay.inference import InferenceServer
-from selfplay.sink import SINK_THREADS, ShardSink, sink_name
-from selfplay.worker import PlayStats, SelfPlayWorker
+from selfplay.fleet import Placement, SelfPlayFleet
+from selfplay.worker import PlayStats
 
 log = logging.getLogger(__name__)
-
-
-def actor_name_prefix(run: RunDir) -> str:
-    """Self-play actors of a run are named with this prefix (for pushing weights to them)."""
-    return f"selfplay:{run.root.resolve()}:"
 
 
 def connect_ray(address: str | None, num_cpus: int, num_gpus: float | None = None) -> bool:
@@ -75,15 +69,6 @@ def connect_ray(address: str | None, num_cpus: int, num_gpus: float | None = Non
     ray.init(num_cpus=num_cpus, num_gpus=math.ceil(num_gpus) if num_gpus else None, include_dashboard=False,
              namespace=NAMESPACE, logging_level=logging.WARNING)
     return True
-
-
-def server_gpus(gpus: float, servers: int) -> float:
-    """Gets the GPUs each of ``servers`` inference servers asks Ray for: its share of ``gpus``, at most one.
-
-    A whole GPU for a server of ``--gpus 0.5`` would never be granted (Ray
-    would wait for it for ever); 0 without GPUs (a server on the CPU).
-    """
-    return min(1.0, gpus / max(servers, 1)) if gpus > 0 else 0.0
 
 
 _RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
@@ -252,93 +237,6 @@ class _ResignFollower:
             handle.set_resign_threshold.remote(self.calibrator.threshold)
 
 
-@dataclass
-class _RayFeed:
-    """Transport 'ray': what actors get instead of the run directory, and the driver's pushes of new weights.
-
-    Weights go to an actor's evaluator, or with inference servers to the
-    actor's server (``targets``). Each target gets each new step once, and
-    again after a restart (which brings back fresh weights); one whose actors
-    already play that step (pushed by `alphazero learn --address`) is skipped.
-    """
-
-    run: RunDir
-    config: Config
-    sink: Any
-    step: int = -1
-    weights: Any = None                    # ObjectRef of the state dict of `step`; None: fresh weights
-    targets: list[Any] = field(default_factory=list)   # per actor: whom to push weights to
-    pushed: dict[int, int] = field(default_factory=dict)  # id(target) -> the step last pushed to it
-    played: dict[int, int] = field(default_factory=dict)  # id(target) -> the newest step its actors played
-    checked: float = field(default_factory=time.monotonic)
-
-    def load(self) -> bool:
-        """Loads the run's newest checkpoint when it is newer than the one held; returns whether it was.
-
-        Raises:
-            UserError: the newest checkpoint is corrupt or of another architecture.
-        """
-        import ray
-
-        found = latest_weights(self.run, self.config.network, newer_than=self.step)
-        if found is None:
-            return False
-        self.step, state, _ = found
-        self.weights = ray.put(state)
-        return True
-
-    def update(self, force: bool = False) -> None:
-        """Every selfplay.weights_poll_seconds (``force``: now): loads a newer checkpoint and pushes it to
-        every target.
-
-        Raises:
-            UserError: the newest checkpoint is corrupt or of another architecture.
-        """
-        now = time.monotonic()
-        if not force and now - self.checked < self.config.selfplay.weights_poll_seconds:
-            return
-        self.checked = now
-        if self.load():
-            for index in range(len(self.targets)):
-                self.push(index)
-
-    def push(self, index: int, *, again: bool = False) -> None:
-        """Sends the weights held to actor `index`'s target, unless it has them (``again``: even so)."""
-        target = self.targets[index]
-        if self.weights is None or not again and max(self.pushed.get(id(target), -1),
-                                                     self.played.get(id(target), -1)) >= self.step:
-            return
-        self.pushed[id(target)] = self.step
-        target.set_weights.remote(self.step, self.weights)  # taken between play() calls (or passes)
-
-    def note(self, index: int, stats: PlayStats) -> None:
-        """Notes the weights' step actor `index` played a call with."""
-        key = id(self.targets[index])
-        self.played[key] = max(self.played.get(key, -1), stats.weights_step)
-
-
-def start_sink(run: RunDir) -> Any:
-    """Starts the run's shard sink on this process's node (where the run directory is); returns its handle.
-
-    Restarted by Ray whenever it dies; never scheduled on another node.
-
-    Raises:
-        UserError: another self-play driver on this cluster already runs a sink for the run.
-    """
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
-    try:
-        return ray.remote(ShardSink).options(
-            name=sink_name(run), namespace=NAMESPACE, num_cpus=0, max_restarts=-1, max_task_retries=0,
-            max_concurrency=SINK_THREADS, scheduling_strategy=here,
-        ).remote(str(run.root))
-    except ValueError as error:  # the name is taken
-        raise UserError(f"cannot start the shard sink of {run.root}: {error} (is another `alphazero selfplay` "
-                        f"on this run?)") from None
-
-
 class _Reporter:
     """The progress line on the terminal and the scalars in run/tb/selfplay."""
 
@@ -350,24 +248,14 @@ class _Reporter:
         self.writer = SummaryWriter(str(run.tb / "selfplay"))
         self.every_s = every_s
         self.last = 0.0
-        self.live: Any = None
-        if progress:
-            from rich.console import Console
-            from rich.live import Live
-
-            self.live = Live("self-play: starting actors...", console=Console(stderr=True), refresh_per_second=2,
-                             transient=False)
-            self.live.start()
+        self.display = LiveDisplay(enabled=progress, text="self-play: starting actors...", refresh_per_second=2).start()
 
     def update(self, totals: Totals, alive: int, actors: int, force: bool = False,
                suffix: Callable[[int | None], str] | None = None) -> None:
-        if self.live is not None:
-            from rich.text import Text
-
-            width = self.live.console.width
+        if self.display.live:
+            width = self.display.width
             lines = [totals.line(alive, actors, width)] + ([suffix(width)] if suffix is not None else [])
-            # no_wrap: a line that still overflows (a very narrow terminal) is cut, never wrapped.
-            self.live.update(Text("\n".join(lines), no_wrap=True, overflow="ellipsis"))
+            self.display.show("\n".join(lines))  # a line that still overflows (a very narrow terminal) is cut
         now = time.monotonic()
         if force or now - self.last >= self.every_s:
             self.last = now
@@ -379,9 +267,7 @@ class _Reporter:
             self.writer.flush()
 
     def close(self) -> None:
-        if self.live is not None:
-            self.live.stop()
-            self.live.console.line()  # what is printed next starts on a line of its own
+        self.display.stop()
         self.writer.close()
 
 
@@ -390,7 +276,7 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
                  stop: threading.Event | None = None, chunk_seconds: float = 2.0,
                  on_update: Callable[[Totals], None] | None = None,
                  status_suffix: Callable[[int | None], str] | None = None,
-                 placement: Callable[[int], dict[str, Any]] | None = None) -> Totals:
+                 placement: Placement | None = None) -> Totals:
     """Plays self-play games on Ray until `minutes` pass, `games` finish, `stop` is set or Ctrl-C.
 
     Finished games are kept: at the end every actor writes the games it holds
@@ -407,39 +293,59 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
     """
     import ray
 
-    if actors < 1:
-        raise UserError(f"--actors must be at least 1, got {actors}")
     if config.selfplay.transport == "ray" and address is not None and address.startswith("ray://"):
         raise UserError(f"transport 'ray' writes the shards on the driver's node, and through {address} that is "
                         f"the cluster's head, not this machine: run alphazero selfplay on the head with "
                         f"--address auto (or use --transport disk with storage every node sees)")
     config = for_gpus(config, gpus)  # the device the GPUs imply; with GPUs: selfplay.gpu_games_per_actor
+    quota = math.ceil(games / actors) if games and actors > 0 else None
+    fleet = SelfPlayFleet(run, config, actors=actors, gpus=gpus, quota=quota, placement=placement)
     step = check_checkpoint(run, config)
     if step is None:
         print(f"self-play: no checkpoint in {run.checkpoints} yet: playing with freshly initialised weights",
               flush=True)
     remove_stale_temporaries(run.selfplay)
     resign = _ResignFollower(run, config)
-    inference = config.selfplay.inference if gpus > 0 else "local"
-    servers_wanted = max(1, int(gpus)) if inference == "server" else 0
-    started_ray = connect_ray(address, num_cpus=max(actors + servers_wanted, os.cpu_count() or 1),
-                              num_gpus=gpus or None)
-    quota = math.ceil(games / actors) if games else None
-    feed = None
-    if config.selfplay.transport == "ray":
-        feed = _RayFeed(run, config, start_sink(run))
-        feed.load()
-    handles, servers = _start_actors(run, config, actors, gpus, inference, servers_wanted, quota, feed=feed,
-                                     resign_threshold=resign.calibrator.threshold, placement=placement)
-    totals = Totals(weights_step=step if step is not None else -1)
-    reporter = _Reporter(run, progress, extra_scalars=resign.calibrator.scalars)
+    fleet.resign_threshold = resign.calibrator.threshold  # what transport 'ray' actors start with
+    started_ray = connect_ray(address, num_cpus=max(fleet.cpus, os.cpu_count() or 1), num_gpus=gpus or None)
+    try:
+        with fleet:
+            return _play(fleet, resign, Totals(weights_step=step if step is not None else -1),
+                         _Reporter(run, progress, extra_scalars=resign.calibrator.scalars),
+                         _Until(games, time.monotonic() + minutes * 60 if minutes else None, stop),
+                         chunk_seconds=chunk_seconds, on_update=on_update, status_suffix=status_suffix)
+    finally:
+        if started_ray:
+            ray.shutdown()
+
+
+@dataclass
+class _Until:
+    """When self-play stops: after `games` games, at `deadline` (time.monotonic) or when `stop` is set."""
+
+    games: int | None
+    deadline: float | None
+    stop: threading.Event | None
+
+    def reached(self, totals: Totals) -> bool:
+        return bool((self.games and totals.games >= self.games)
+                    or (self.deadline and time.monotonic() >= self.deadline)
+                    or (self.stop is not None and self.stop.is_set()))
+
+
+def _play(fleet: SelfPlayFleet, resign: _ResignFollower, totals: Totals, reporter: _Reporter, until: _Until, *,
+          chunk_seconds: float, on_update: Callable[[Totals], None] | None,
+          status_suffix: Callable[[int | None], str] | None) -> Totals:
+    """Keeps every actor playing `chunk_seconds` calls until `until`; then flushes their games and reports."""
+    import ray
+
+    handles, actors = fleet.actors, fleet.count
 
     def suffix(width: int | None) -> str:
         lines = [fit_line([resign.calibrator.status()], width),
                  *([status_suffix(width)] if status_suffix is not None else [])]
         return "\n".join(lines)
 
-    deadline = time.monotonic() + minutes * 60 if minutes else None
     pending: dict[Any, int] = {handle.play.remote(chunk_seconds): i for i, handle in enumerate(handles)}
     idle: set[int] = set()
     try:
@@ -450,23 +356,20 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
                 stats = _collect(ref, totals, index, idle)
                 if index in idle:
                     continue
-                if feed is not None and stats is not None:
-                    feed.note(index, stats)
-                elif feed is not None:
-                    # Lost: Ray restarts it with fresh weights and the threshold it was created
-                    # with; the newest go first, before its next play().
-                    feed.update(force=True)
-                    feed.push(index, again=True)
+                if stats is not None:
+                    fleet.played(index, stats)
+                elif fleet.lost(index):
+                    # Transport 'ray': Ray restarted it with fresh weights (the newest went first, before its
+                    # next play()) and the threshold it was created with.
                     resign.push(handles[index])
-                if not _should_stop(totals, games, deadline, stop):
+                if not until.reached(totals):
                     pending[handles[index].play.remote(chunk_seconds)] = index
-            if feed is not None:
-                feed.update()
+            fleet.follow_weights()
             resign.update(handles)
             reporter.update(totals, actors - len(idle), actors, suffix=suffix)
             if on_update is not None:
                 on_update(totals)
-            if _should_stop(totals, games, deadline, stop):
+            if until.reached(totals):
                 _drain(pending, totals, idle, timeout=4 * chunk_seconds + 30)
                 break
     except KeyboardInterrupt:
@@ -477,71 +380,7 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
         totals.resign_status = resign.calibrator.status()
         reporter.update(totals, actors - len(idle), actors, force=True, suffix=suffix)
         reporter.close()
-        for handle in [*handles, *servers, *([feed.sink] if feed is not None else [])]:
-            ray.kill(handle, no_restart=True)
-        if started_ray:
-            ray.shutdown()
     return totals
-
-
-def _start_actors(run: RunDir, config: Config, actors: int, gpus: float, inference: str, servers_wanted: int,
-                  quota: int | None, *, feed: _RayFeed | None = None, resign_threshold: float | None = None,
-                  placement: Callable[[int], dict[str, Any]] | None = None) -> tuple[list[Any], list[Any]]:
-    """Starts the inference servers and the self-play actors; returns their handles.
-
-    With ``feed`` (transport 'ray') neither gets the run directory: actors get
-    the sink's name and ``resign_threshold``, and the feed's weights are
-    pushed to each actor (or its server) before anything else reaches it.
-    Neither the sink's handle nor the weights are constructor arguments: Ray
-    could not restart an actor whose arguments had gone from the object store.
-    """
-    import ray
-
-    config_toml = to_toml(config)
-    run_path = str(run.root) if feed is None else None
-    served = math.ceil(actors / max(servers_wanted, 1))  # actors per server: its batch is sized for them
-    servers = [
-        ray.remote(InferenceServer).options(num_cpus=1, num_gpus=server_gpus(gpus, servers_wanted),
-                                            max_restarts=-1, max_concurrency=1000,
-                                            runtime_env=_gpu_env(gpus > 0, {}))
-        .remote(run_path, config_toml, actors=served)
-        for _ in range(servers_wanted)
-    ]
-    per_actor_gpu = gpus / actors if inference == "local" and gpus > 0 else 0
-    # One core per actor: thread pools (torch's, Inductor's compile workers) sized for the machine would
-    # fight the other actors.
-    one_thread = _gpu_env(per_actor_gpu > 0, {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                                                                       "MKL_NUM_THREADS",
-                                                                       "TORCHINDUCTOR_COMPILE_THREADS")})
-    worker = ray.remote(SelfPlayWorker)
-    handles = []
-    for i in range(actors):
-        options: dict[str, Any] = {"num_cpus": 1, "max_restarts": -1, "max_task_retries": 0,
-                                   "name": f"{actor_name_prefix(run)}{i}", "namespace": NAMESPACE,
-                                   "runtime_env": one_thread}
-        if per_actor_gpu:
-            options["num_gpus"] = per_actor_gpu
-        if placement is not None:
-            options.update(placement(i))
-        server = servers[i % len(servers)] if servers else None
-        ray_transport: dict[str, Any] = {} if feed is None else \
-            {"sink": sink_name(run), "resign_threshold": resign_threshold}
-        handles.append(worker.options(**options).remote(run_path, config_toml, f"actor{i}-{os.getpid()}",
-                                                        server=server, max_games=quota, **ray_transport))
-        if feed is not None:
-            feed.targets.append(server if server is not None else handles[-1])
-            feed.push(i)  # the first weights: taken before the first play()
-    return handles, servers
-
-
-def _gpu_env(holds_gpu: bool, env_vars: dict[str, str]) -> dict[str, Any]:
-    """Gets a Ray runtime_env with ``env_vars``; an actor that holds no GPU also sees none.
-
-    Ray no longer hides the GPUs from actors that reserve none: without this,
-    a CUDA call there would open a context on GPU 0, beside the learner and
-    unseen by Ray.
-    """
-    return {"env_vars": env_vars if holds_gpu else {**env_vars, "CUDA_VISIBLE_DEVICES": ""}}
 
 
 def _collect(ref: Any, totals: Totals, index: int, idle: set[int]) -> PlayStats | None:
@@ -569,11 +408,6 @@ def _collect(ref: Any, totals: Totals, index: int, idle: set[int]) -> PlayStats 
     if stats.games == 0 and stats.batches == 0:
         idle.add(index)  # its game quota is played
     return stats
-
-
-def _should_stop(totals: Totals, games: int | None, deadline: float | None, stop: threading.Event | None) -> bool:
-    return bool((games and totals.games >= games) or (deadline and time.monotonic() >= deadline)
-                or (stop is not None and stop.is_set()))
 
 
 def _drain(pending: dict[Any, int], totals: Totals, idle: set[int], timeout: float) -> None:

@@ -30,7 +30,8 @@ import torch
 
 from alphazero.checkpoint import load_latest_weights
 from alphazero.config import Config, from_toml
-from alphazero.network import Evaluator, build_network, pick_device
+from alphazero.forward import Evaluator
+from alphazero.network import build_network, pick_device
 from alphazero.parity import ParitySettings
 from alphazero.planes import COMPACT_PLANES, NUM_SCALARS
 from alphazero.rundir import RunDir
@@ -137,7 +138,8 @@ class InferenceServer:
             if idle and sum(len(r.planes) for r in self.pending) < self.max_batch:
                 await asyncio.sleep(self.wait_s)
             idle = False
-            taken, size = [], 0
+            taken: list[_Request] = []
+            size = 0
             while self.pending and (not taken or size + len(self.pending[0].planes) <= self.max_batch):
                 taken.append(self.pending.pop(0))
                 size += len(taken[-1].planes)

@@ -8,7 +8,9 @@ from typing import Any
 
 from alphazero.checkpoint import load_checkpoint
 from alphazero.rundir import RunDir
-from selfplay.driver import NAMESPACE, actor_name_prefix, connect_ray
+from selfplay import NAMESPACE
+from selfplay.driver import connect_ray
+from selfplay.fleet import actor_name_prefix
 
 
 class WeightPublisher:

@@ -15,7 +15,6 @@ pushed by the driver (set_weights, set_resign_threshold).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import time
@@ -29,11 +28,13 @@ import numpy as np
 import torch
 
 from alphazero.checkpoint import load_latest_weights
-from alphazero.config import Config, SearchConfig, from_toml
-from alphazero.network import Evaluator, build_network, pick_device
+from alphazero.config import Config, from_toml
+from alphazero.forward import Evaluator
+from alphazero.network import build_network, pick_device
 from alphazero.parity import ParitySettings
 from alphazero.resign import game_resign_fields, threshold_for_actors, threshold_in_file
 from alphazero.rundir import RunDir
+from alphazero.search import SELFPLAY, search_params
 from mcts_ext.search import MultiGameSearch
 from selfplay.records import GameWriter
 from selfplay.sink import DiskOutput, SinkSender
@@ -42,19 +43,6 @@ log = logging.getLogger(__name__)
 
 EvaluateFn = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 Result = Callable[[], tuple[np.ndarray, np.ndarray]]  # waits for a batch's (legal logits, values)
-
-
-def search_options(search: SearchConfig, resign_threshold: float | None = None) -> dict[str, Any]:
-    """MultiGameSearch keyword arguments from the run's search config (the names match).
-
-    The resignation threshold is the one in force (alphazero.resign.threshold_for_actors),
-    not search.resign_threshold, which only the 'fixed' mode uses.
-    """
-    options = dataclasses.asdict(search)
-    for name in SearchConfig.CALIBRATION_FIELDS:
-        del options[name]
-    options["resign_threshold"] = resign_threshold
-    return options
 
 
 @dataclass
@@ -170,9 +158,10 @@ class SelfPlayWorker:
         seed = seed if seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
         self.resign_checked = time.monotonic()
         threshold = threshold_for_actors(self.run, self.config.search) if self.run is not None else resign_threshold
+        params = search_params(self.config.search, SELFPLAY, resign_threshold=threshold)
         self.lanes: list[_Lane] = []
         for index, count in enumerate(games):
-            search = MultiGameSearch(count, seed=seed + index, **search_options(self.config.search, threshold))
+            search = MultiGameSearch(count, params, seed=seed + index)
             batch = search.new_batch()
             if self.evaluator is not None:
                 batch = self.evaluator.pin(batch)
@@ -183,8 +172,12 @@ class SelfPlayWorker:
         slots = [(lane, slot) for lane in self.lanes for slot in range(lane.search.games)]
         for lane, slot in slots[max_games if max_games is not None and max_games < total else total:]:
             lane.search.clear(slot)
-        self.output: DiskOutput | SinkSender = DiskOutput(self.run) if self.run is not None and sink is None \
-            else SinkSender(sink, selfplay.sink_window)
+        self.output: DiskOutput | SinkSender
+        if sink is None:
+            assert self.run is not None  # checked above: a run directory or a sink
+            self.output = DiskOutput(self.run)
+        else:
+            self.output = SinkSender(sink, selfplay.sink_window)
         self.writer = GameWriter(self.output.put, name, shard_games=selfplay.shard_games, save_pgn=selfplay.save_pgn)
 
     @property
@@ -373,7 +366,7 @@ class SelfPlayWorker:
         pinned = self.evaluator.pin(arrays)  # as self-play's batches are
         for target, array in zip(pinned, arrays):
             target[...] = array
-        return measure_rate(self.evaluator, *pinned, seconds)
+        return measure_rate(self.evaluator, pinned[0], pinned[1], pinned[2], pinned[3], seconds)
 
     def flush(self) -> list[str]:
         """Writes the finished games still buffered (at a clean stop) and, with transport 'ray', waits until

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
+
+from alphazero.config import get_preset
 
 
 @pytest.fixture(scope="module")
@@ -31,3 +34,15 @@ def games_started(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(match_module, "_start_game", counting)
     return started
+
+
+@pytest.fixture(scope="session")
+def weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model file of the tiny preset's network with seeded random weights (for the UCI engine and agents)."""
+    from alphazero.checkpoint import save_model
+    from alphazero.network import AlphaZeroNet
+
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("net") / "net.pt"
+    save_model(path, AlphaZeroNet(get_preset("tiny").network))
+    return path

@@ -15,15 +15,15 @@ import torch
 
 import alphazero.builtin
 from alphazero import cli
-from alphazero.builtin import BUILTIN_FILE, read_weights, resolve_weights
-from alphazero.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from alphazero.builtin import BUILTIN_FILE
+from alphazero.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, save_model
 from alphazero.config import NetworkConfig, get_preset
 from alphazero.errors import UserError
-from alphazero.checkpoint import save_model
 from alphazero.network import AlphaZeroNet
 from alphazero.rundir import RunDir
+from alphazero.sources import FRESH, NetworkCache, NetworkSource, load_network, read_weights, resolve_source
 from eval.agents import parse_player
-from eval.network_agents import FRESH, NetworkCache, NetworkSource, PolicyAgent, load_network
+from eval.network_agents import PolicyAgent
 from eval.uci import UciEngine
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,6 +96,9 @@ def test_uci_plays_the_builtin_network(empty_run: Path) -> None:
 
 
 def test_weights_are_named_by_file_run_or_builtin(empty_run: Path, tmp_path: Path) -> None:
+    def resolve_weights(spec: str | Path) -> Path | None:
+        return resolve_source(NetworkSource(weights=Path(spec))).path
+
     assert resolve_weights("builtin") == BUILTIN_FILE
     with pytest.raises(UserError, match="no checkpoint"):
         resolve_weights(empty_run)
@@ -107,7 +110,7 @@ def test_weights_are_named_by_file_run_or_builtin(empty_run: Path, tmp_path: Pat
     save_model(tmp_path / "net.pt", model, step=3, summary="a test net")
     by_file = read_weights(tmp_path / "net.pt")
     assert by_file.step == 3 and "a test net" in by_file.summary
-    with pytest.raises(UserError, match="name no file"):
+    with pytest.raises(UserError, match="does not exist"):
         read_weights(tmp_path / "nothing.pt")
 
 
@@ -123,7 +126,7 @@ def test_init_refuses_a_run_with_checkpoints(empty_run: Path, tmp_path: Path, ca
 @pytest.mark.slow
 def test_train_init_starts_from_the_given_weights(tmp_path: Path) -> None:
     pytest.importorskip("ray")
-    from tests.test_train import FAST
+    from tests.helpers import TRAIN_FAST
 
     # An architecture unlike the preset's: the new run takes the init's.
     network = NetworkConfig(blocks=1, filters=16, policy_filters=16, policy_kernel=1, value_filters=4,
@@ -132,7 +135,7 @@ def test_train_init_starts_from_the_given_weights(tmp_path: Path) -> None:
     model = AlphaZeroNet(network)
     save_model(tmp_path / "init.pt", model)
     run = tmp_path / "run"
-    overrides = [item for override in FAST for item in ("--set", override)]
+    overrides = [item for override in TRAIN_FAST for item in ("--set", override)]
     assert cli.main(["train", "--run", str(run), "--init", str(tmp_path / "init.pt"), "--minutes", "0.05",
                      "--actors", "1", "--quiet", *overrides]) == 0
     assert RunDir(run).read_config().network == network

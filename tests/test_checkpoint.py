@@ -10,14 +10,26 @@ import pytest
 import torch
 
 from alphazero.checkpoint import (
-    LATEST_NAME, checkpoint_name, checkpoint_steps, latest_checkpoint, load_checkpoint, load_latest_weights,
-    load_model, restore_checkpoint, rewind_checkpoints, save_checkpoint, save_model, step_of, thin_checkpoints,
+    LATEST_NAME,
+    checkpoint_name,
+    checkpoint_steps,
+    latest_checkpoint,
+    load_checkpoint,
+    load_latest_weights,
+    load_model,
+    restore_checkpoint,
+    rewind_checkpoints,
+    save_checkpoint,
+    save_model,
+    step_of,
+    thin_checkpoints,
 )
 from alphazero.config import Config, NetworkConfig, apply_overrides, config_hash, from_toml, get_preset
 from alphazero.errors import UserError
 from alphazero.network import AlphaZeroNet
 from alphazero.planes import COMPACT_PLANES, NUM_SCALARS
 from alphazero.rundir import RunDir
+from tests.helpers import overwrite_inside
 
 
 @pytest.fixture()
@@ -173,25 +185,6 @@ def test_a_model_file_is_not_a_learner_checkpoint(tmp_path: Path) -> None:
 
 
 # --- checksums -------------------------------------------------------------------------------
-
-def overwrite_inside(path: Path, tensor: torch.Tensor, size: int = 4096) -> None:
-    """Overwrites ``size`` bytes in the middle of ``tensor``'s data in a torch file, as a bad disk block would."""
-    import zipfile
-
-    data = tensor.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-    assert len(data) > size
-    with zipfile.ZipFile(path) as archive:
-        entries = [info for info in archive.infolist() if archive.read(info) == data]
-    assert len(entries) == 1, "the tensor is stored once, uncompressed"
-    raw = bytearray(path.read_bytes())
-    header = entries[0].header_offset
-    name_length, extra_length = int.from_bytes(raw[header + 26:header + 28], "little"), \
-        int.from_bytes(raw[header + 28:header + 30], "little")
-    start = header + 30 + name_length + extra_length + (len(data) - size) // 2
-    assert raw[start:start + size] == data[(len(data) - size) // 2:][:size]
-    raw[start:start + size] = np.random.default_rng(0).integers(0, 256, size, dtype=np.uint8).tobytes()
-    path.write_bytes(bytes(raw))
-
 
 def test_a_damaged_tensor_is_found_and_the_file_named(run: tuple[RunDir, Config]) -> None:
     rundir, config = run

@@ -12,20 +12,34 @@ import pytest
 import torch
 
 from alphazero.bench.network import flops_per_evaluation
-from alphazero.checkpoint import load_checkpoint, load_latest_weights, restore_checkpoint, save_checkpoint
+from alphazero.checkpoint import (
+    load_checkpoint,
+    load_latest_weights,
+    load_model,
+    restore_checkpoint,
+    save_checkpoint,
+    save_model,
+)
 from alphazero.chessformer import (
-    AttentionPolicyHead, AuxOutput, Chessformer, EncoderLayer, RelativeSelfAttention, deepnorm_alpha, deepnorm_beta,
+    AttentionPolicyHead,
+    AuxOutput,
+    Chessformer,
+    EncoderLayer,
+    RelativeSelfAttention,
+    deepnorm_alpha,
+    deepnorm_beta,
     policy_index_map,
 )
 from alphazero.config import Config, NetworkConfig, apply_overrides, get_preset, incompatible_fields
 from alphazero.errors import UserError
+from alphazero.forward import Evaluator
 from alphazero.moves import legal_move_indices, move_to_index
-from alphazero.checkpoint import load_model, save_model
-from alphazero.network import POLICY_SIZE, AlphaZeroNet, Evaluator, build_network
+from alphazero.network import POLICY_SIZE, AlphaZeroNet, build_network
 from alphazero.planes import compact_to_torch, encode_position
 from alphazero.rundir import RunDir
 from learner.replay import Batch
 from learner.trainer import Trainer, auxiliary_losses, build_optimizer, soft_policy_targets
+from tests.helpers import trained_a_little
 from tests.random_games import iter_positions
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -276,14 +290,6 @@ def test_flop_count_grows_by_one_layers_products() -> None:
 
 
 # --- files ---------------------------------------------------------------------------------------
-
-
-def trained_a_little(model: torch.nn.Module) -> torch.nn.Module:
-    torch.manual_seed(1)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(torch.randn_like(parameter) * 0.1)
-    return model.eval()
 
 
 def test_model_file_round_trip_of_both_kinds(tmp_path: Path) -> None:

@@ -34,11 +34,12 @@ ray = pytest.importorskip("ray")
 
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from selfplay import driver
+from selfplay import NAMESPACE, driver, fleet
+from selfplay.fleet import SelfPlayFleet, actor_name_prefix
 from selfplay.publish import WeightPublisher
-from tests.test_selfplay import FAST, check_shard_invariants
+from tests.helpers import SELFPLAY_FAST, check_shard_invariants
 
-RAY_FAST = [*FAST, "selfplay.transport=ray"]
+RAY_FAST = [*SELFPLAY_FAST, "selfplay.transport=ray"]
 NODE_STORE_BYTES = 80 * 2**20  # each node's object store: small, the machine is shared
 WAIT_S = 150.0                  # the longest a test waits for the cluster to get somewhere
 
@@ -68,7 +69,7 @@ def cluster():
     try:
         for name in ("worker_a", "worker_b"):
             nodes.add_worker(name)
-        ray.init(address=head.address, namespace=driver.NAMESPACE, logging_level="ERROR")
+        ray.init(address=head.address, namespace=NAMESPACE, logging_level="ERROR")
         yield nodes
     finally:
         ray.shutdown()
@@ -223,18 +224,16 @@ class CountsShards(SelfPlayWorker):
 
 @pytest.mark.slow
 def test_a_stalled_sink_holds_the_actor_at_its_window_and_loses_nothing(cluster, tmp_path, monkeypatch):
-    monkeypatch.setattr(driver, "ShardSink", StallsOnWrite)
-    monkeypatch.setattr(driver, "SelfPlayWorker", CountsShards)
+    monkeypatch.setattr(fleet, "ShardSink", StallsOnWrite)
+    monkeypatch.setattr(fleet, "SelfPlayWorker", CountsShards)
     run, config = ray_run(tmp_path / "run", "selfplay.games_per_actor=1", "selfplay.sink_window=1")
-    feed = driver._RayFeed(run, config, driver.start_sink(run))
-    handles, _ = driver._start_actors(run, config, 1, 0, "local", 0, quota=4, feed=feed,
-                                      placement=soft_on(cluster.workers["worker_a"].node_id, max_concurrency=2))
-    worker = handles[0]
 
     def arrived() -> list[Path]:
         return sorted(tmp_path.glob("arrived-*"))
 
-    try:
+    placement = soft_on(cluster.workers["worker_a"].node_id, max_concurrency=2)
+    with SelfPlayFleet(run, config, actors=1, quota=4, placement=placement) as started:
+        worker = started.actors[0]
         call = worker.play.remote(300.0)  # returns when its 4 games are played and sent, or after 300 s
         # The sink holds shard 1; the worker has finished game 2 and built its shard, so it must wait.
         wait_for(lambda: len(arrived()) >= 1 and ray.get(worker.progress.remote())[0] >= 2, "the second shard")
@@ -245,9 +244,6 @@ def test_a_stalled_sink_holds_the_actor_at_its_window_and_loses_nothing(cluster,
         (tmp_path / "release").touch()
         stats = ray.get(call, timeout=WAIT_S)
         stored = stats.shards + ray.get(worker.flush.remote(), timeout=WAIT_S)
-    finally:
-        for handle in [*handles, feed.sink]:
-            ray.kill(handle, no_restart=True)
     assert stats.games == 4 and stats.sink_wait_seconds > 0
     shards = list_shards(run.selfplay)
     assert sorted(map(str, shards)) == sorted(stored) and len(shards) == 4
@@ -289,7 +285,7 @@ class StopsToBeKilled(ShardSink):
 
 @pytest.mark.slow
 def test_a_killed_sink_loses_no_game_and_writes_none_twice(cluster, tmp_path, monkeypatch):
-    monkeypatch.setattr(driver, "ShardSink", StopsToBeKilled)
+    monkeypatch.setattr(fleet, "ShardSink", StopsToBeKilled)
     run, config = ray_run(tmp_path / "run", "selfplay.sink_window=2")
     kills: list[str] = []
     checkpoint: list[int] = []
@@ -298,7 +294,7 @@ def test_a_killed_sink_loses_no_game_and_writes_none_twice(cluster, tmp_path, mo
     def kill_the_sink(totals: driver.Totals) -> None:
         for marker in (BEFORE_RENAME, AFTER_RENAME):
             if (tmp_path / marker).exists() and marker not in kills:
-                ray.kill(ray.get_actor(sink_name(run), namespace=driver.NAMESPACE), no_restart=False)
+                ray.kill(ray.get_actor(sink_name(run), namespace=NAMESPACE), no_restart=False)
                 kills.append(marker)
                 (tmp_path / FIRST_KILL_DONE).touch()
         if totals.games >= 2 and not checkpoint:
@@ -330,7 +326,7 @@ def test_a_killed_sink_loses_no_game_and_writes_none_twice(cluster, tmp_path, mo
 @pytest.mark.slow
 def test_selfplay_with_address_uses_the_ray_transport_and_starts_actors_with_the_runs_weights(cluster, tmp_path,
                                                                                                capsys):
-    run, config = RunDir.create_or_open(tmp_path / "run", get_preset("tiny"), FAST)
+    run, config = RunDir.create_or_open(tmp_path / "run", get_preset("tiny"), SELFPLAY_FAST)
     new_checkpoint(run, config, 5)
     args = ["selfplay", "--run", str(run.root), "--actors", "2", "--games", "4", "--quiet",
             "--address", cluster.cluster.address]
@@ -344,7 +340,7 @@ def test_selfplay_with_address_uses_the_ray_transport_and_starts_actors_with_the
 @pytest.mark.slow
 def test_actors_on_two_nodes_get_pushed_weights_and_outlive_their_node(cluster, tmp_path, monkeypatch):
     """Runs last in this file: it removes worker_a (and adds a new one at the end)."""
-    monkeypatch.setattr(driver, "SelfPlayWorker", AuditedWorker)
+    monkeypatch.setattr(fleet, "SelfPlayWorker", AuditedWorker)
     # The driver looks at the run's checkpoints only at the start and when an actor restarts: the
     # weights the actors play in between are the ones the learner pushes.
     run, config = ray_run(tmp_path / "run", "selfplay.weights_poll_seconds=3600")
@@ -355,7 +351,7 @@ def test_actors_on_two_nodes_get_pushed_weights_and_outlive_their_node(cluster, 
     seen: dict[str, Any] = {"phase": "both nodes playing", "reports": [], "taken": []}
 
     def report(index: int) -> dict[str, Any]:
-        actor = ray.get_actor(f"{driver.actor_name_prefix(run)}{index}", namespace=driver.NAMESPACE)
+        actor = ray.get_actor(f"{actor_name_prefix(run)}{index}", namespace=NAMESPACE)
         answer = ray.get(actor.report.remote(), timeout=WAIT_S)
         seen["reports"].append(answer)
         return answer

@@ -7,8 +7,19 @@ import dataclasses
 import pytest
 
 from alphazero.config import (
-    PRESET_NAMES, REFERENCE_BATCH_SIZE, Config, NetworkConfig, SearchConfig, apply_overrides,
-    architecture_hash, config_hash, from_toml, get_preset, incompatible_fields, network_config_from_dict, to_toml,
+    PRESET_NAMES,
+    REFERENCE_BATCH_SIZE,
+    Config,
+    NetworkConfig,
+    SearchConfig,
+    apply_overrides,
+    architecture_hash,
+    config_hash,
+    from_toml,
+    get_preset,
+    incompatible_fields,
+    network_config_from_dict,
+    to_toml,
 )
 from alphazero.errors import UserError
 

@@ -64,4 +64,5 @@ def test_a_mode_whose_capture_fails_is_reported_with_the_error(capsys, monkeypat
 
 def test_doctor_refuses_bad_options_in_one_line(capsys):
     assert cli.main(["doctor", "--batch-sizes", "0,8"]) == 2
-    assert capsys.readouterr().err.strip() == "alphazero doctor: error: --batch-sizes must be positive integers, got '0,8'"
+    said = capsys.readouterr().err.strip()
+    assert said == "alphazero doctor: error: --batch-sizes must be positive integers, got '0,8'"

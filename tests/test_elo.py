@@ -65,7 +65,8 @@ def test_perfect_and_zero_scores() -> None:
 
 def test_no_games_and_only_draws() -> None:
     empty = match_summary(0, 0, 0)
-    assert (empty.games, empty.score, empty.elo, empty.elo_low, empty.elo_high, empty.los) == (0, None, None, None, None, 0.5)
+    assert (empty.games, empty.score, empty.elo, empty.elo_low, empty.elo_high, empty.los) == \
+        (0, None, None, None, None, 0.5)
     draws = match_summary(0, 7, 0)
     assert (draws.elo, draws.elo_low, draws.elo_high, draws.los) == (0.0, 0.0, 0.0, 0.5)
     with pytest.raises(ValueError):

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from mcts_ext import Board, IllegalMoveError, MoveIndexError
-from mcts_ext.encode import (NUM_MOVES, encode_board, encode_boards, index_to_uci, move_to_index, new_batch,
-                             push_index)
+from mcts_ext.encode import NUM_MOVES, encode_board, encode_boards, index_to_uci, move_to_index, new_batch, push_index
 
 
 def test_known_indices_and_mirroring_for_black():

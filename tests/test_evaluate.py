@@ -20,8 +20,7 @@ from alphazero.rundir import RunDir
 from eval.cli import add_eval_arguments, run_eval
 from eval.elo import Rating
 from eval.evaluate import EvalSettings, evaluate_checkpoint, load_ratings, ratings_path
-from tests.test_match import fail_writes_under, stockfish_or_skip
-
+from tests.helpers import fail_writes_under, stockfish_or_skip
 
 TINY: Config = get_preset("tiny")
 # Small enough for a CPU test: 2 games a pair, 8 simulations, games cut at 40 plies.

@@ -11,19 +11,17 @@ import pytest
 import torch
 
 from alphazero.config import NetworkConfig
-from alphazero.forward import BucketedForward, bucket_for, capture_graph, compile_per_bucket, start_buckets
-from alphazero.network import AlphaZeroNet, Evaluator
-from alphazero.planes import COMPACT_PLANES, NUM_SCALARS, compact_to_torch
+from alphazero.forward import BucketedForward, Evaluator, bucket_for, capture_graph, compile_per_bucket, start_buckets
+from alphazero.network import AlphaZeroNet
+from alphazero.planes import COMPACT_PLANES, compact_to_torch
+from tests.helpers import random_compact
 
 NET = NetworkConfig(blocks=1, filters=8, policy_filters=8, policy_kernel=3, value_filters=2, value_hidden=16)
 BUCKETS = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024]
 
 
 def positions(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    rng = np.random.default_rng(seed)
-    planes = rng.integers(0, np.iinfo(np.uint64).max, size=(n, COMPACT_PLANES), dtype=np.uint64, endpoint=True)
-    scalars = rng.integers(0, 100, size=(n, NUM_SCALARS)).astype(np.float32)
-    return compact_to_torch(planes, scalars, "cpu")
+    return compact_to_torch(*random_compact(n, seed), "cpu")
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-from pathlib import Path
 
 import chess
 import numpy as np
@@ -18,8 +17,10 @@ from alphazero.shards import list_shards, read_shard, shard_from_records
 from mcts_ext import Board
 from mcts_ext.driver import analyse, run, uniform_evaluator
 from mcts_ext.encode import NUM_MOVES
+from mcts_ext.params import SearchParams
 from mcts_ext.search import MultiGameSearch
 from tests.gumbel_reference import gumbel_search, visit_schedule
+from tests.helpers import material_evaluator, play_games
 from tests.reference_encoder import reference_compact
 
 # --- a network with fixed answers, keyed by the position --------------------------------
@@ -177,8 +178,9 @@ def _phase(k: int, budget: int, index: int) -> int:
 def test_a_batched_search_keeps_the_schedule_and_never_batches_across_a_phase(fen, simulations, considered, scale,
                                                                                seed, leaves):
     network = FixedNetwork(seed)
-    search = MultiGameSearch(1, simulations=simulations, autoplay=False, algorithm="gumbel", leaves_per_game=leaves,
-                             gumbel_considered=considered, gumbel_scale=scale, seed=seed, ply_limit=None)
+    params = SearchParams(simulations=simulations, autoplay=False, algorithm="gumbel", leaves_per_game=leaves,
+                          gumbel_considered=considered, gumbel_scale=scale, ply_limit=None)
+    search = MultiGameSearch(1, params, seed=seed)
     search.set_position(0, Board(fen, ply_limit=None))
     batch = search.new_batch()
     k = min(considered, chess.Board(fen).legal_moves.count())
@@ -202,8 +204,6 @@ def test_a_batched_search_keeps_the_schedule_and_never_batches_across_a_phase(fe
 
 @pytest.mark.parametrize("leaves", [4, 16])
 def test_a_batched_gumbel_search_mates_in_one_and_takes_the_hanging_queen(leaves):
-    from tests.test_search import material_evaluator
-
     for fen, mate in MATES_IN_ONE:
         assert gumbel_analysis(fen, uniform_evaluator, 16, leaves_per_game=leaves).best_move(0) == mate
     search = gumbel_analysis("4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1", material_evaluator, 64, gumbel_considered=32,
@@ -260,8 +260,6 @@ def test_sixteen_simulations_find_mate_in_one_with_a_uniform_network(fen, mate, 
 
 
 def test_material_evaluator_takes_the_hanging_queen():
-    from tests.test_search import material_evaluator
-
     for normalisation in ("tree", "node"):
         search = gumbel_analysis("4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1", material_evaluator, 64,
                                  gumbel_considered=32, gumbel_q_normalisation=normalisation)
@@ -286,7 +284,7 @@ def test_gumbel_noise_is_seeded_and_analysis_without_noise_is_deterministic():
 
 def test_same_seed_same_self_play_game():
     def first_game(games: int, seed: int) -> list[str]:
-        search = MultiGameSearch(games, simulations=8, seed=seed, ply_limit=40, algorithm="gumbel")
+        search = MultiGameSearch(games, SearchParams(simulations=8, ply_limit=40, algorithm="gumbel"), seed=seed)
         records = {}
         run(search, uniform_evaluator, on_step=lambda rows: records.update(search.take_finished()))
         return records[0]["moves"]
@@ -303,11 +301,11 @@ def test_same_seed_same_self_play_game():
 )
 def test_bad_gumbel_options_raise_value_error(options):
     with pytest.raises(ValueError):
-        MultiGameSearch(1, **options)
+        MultiGameSearch(1, SearchParams(**options))
 
 
 def test_config_refuses_what_gumbel_cannot_do_and_self_play_takes_its_fields():
-    from selfplay.worker import search_options
+    from alphazero.search import SELFPLAY, search_params
 
     with pytest.raises(UserError, match="leaves_per_game"):
         apply_overrides(get_preset("tiny"), ["search.algorithm=gumbel", "search.leaves_per_game=4"])
@@ -316,7 +314,7 @@ def test_config_refuses_what_gumbel_cannot_do_and_self_play_takes_its_fields():
     with pytest.raises(UserError, match="algorithm"):
         apply_overrides(get_preset("tiny"), ["search.algorithm=alphabeta"])
     config = apply_overrides(get_preset("tiny"), ["search.algorithm=gumbel", "search.gumbel_q_normalisation=node"])
-    assert MultiGameSearch(2, **search_options(config.search)).algorithm == "gumbel"
+    assert MultiGameSearch(2, search_params(config.search, SELFPLAY)).algorithm == "gumbel"
     assert get_preset("tiny").search.algorithm == "gumbel" and get_preset("small").search.algorithm == "puct"
 
 
@@ -330,12 +328,6 @@ def test_puct_target_is_the_visit_share_and_gumbel_inspection_is_refused():
 
 
 # --- self-play ------------------------------------------------------------------------------
-
-
-def play_games(search: MultiGameSearch, evaluate=uniform_evaluator) -> list[dict]:
-    records: list[dict] = []
-    run(search, evaluate, on_step=lambda rows: records.extend(r for _, r in search.take_finished()))
-    return records
 
 
 def check_targets(record: dict) -> None:
@@ -353,7 +345,7 @@ def check_targets(record: dict) -> None:
 
 
 def test_self_play_records_improved_policies_that_go_into_valid_shards(tmp_path):
-    search = MultiGameSearch(3, simulations=16, seed=2, ply_limit=30, algorithm="gumbel")
+    search = MultiGameSearch(3, SearchParams(simulations=16, ply_limit=30, algorithm="gumbel"), seed=2)
     records = play_games(search, FixedNetwork(1))
     assert len(records) == 3
     for record in records:
@@ -365,8 +357,8 @@ def test_self_play_records_improved_policies_that_go_into_valid_shards(tmp_path)
 
 
 def test_playout_cap_with_gumbel_records_full_searches_only():
-    search = MultiGameSearch(4, simulations=24, playout_cap_fraction=0.25, playout_cap_simulations=3, seed=9,
-                             ply_limit=40, algorithm="gumbel")
+    search = MultiGameSearch(4, SearchParams(simulations=24, playout_cap_fraction=0.25, playout_cap_simulations=3,
+                                             ply_limit=40, algorithm="gumbel"), seed=9)
     for record in play_games(search):
         full = record["full_search"]
         assert 0 < full.sum() < len(full)
@@ -379,8 +371,8 @@ def test_resignation_with_gumbel():
         white_to_move = scalars[:, 0] == 1.0
         return np.zeros((len(planes), NUM_MOVES), np.float32), np.where(white_to_move, -0.99, 0.99).astype(np.float32)
 
-    search = MultiGameSearch(3, simulations=8, seed=2, resign_threshold=-0.9, resign_consecutive=2, ply_limit=80,
-                             resign_disabled_fraction=0.0, algorithm="gumbel")
+    search = MultiGameSearch(3, SearchParams(simulations=8, resign_threshold=-0.9, resign_consecutive=2, ply_limit=80,
+                                             resign_disabled_fraction=0.0, algorithm="gumbel"), seed=2)
     for record in play_games(search, white_is_lost):
         assert record["termination"] == "resignation" and record["result"] == "0-1" and record["plies"] == 2
 
@@ -413,22 +405,10 @@ def test_self_play_worker_writes_gumbel_shards(tmp_path):
 # --- evaluation agents and the UCI engine ------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def weights(tmp_path_factory) -> Path:
-    import torch
-
-    from alphazero.checkpoint import save_model
-    from alphazero.network import AlphaZeroNet
-
-    torch.manual_seed(3)
-    path = tmp_path_factory.mktemp("net") / "net.pt"
-    save_model(path, AlphaZeroNet(get_preset("tiny").network))
-    return path
-
-
 def test_search_players_follow_the_run_algorithm_and_gumbel_players_always_use_gumbel(tmp_path, weights):
+    from alphazero.sources import NetworkCache
     from eval.agents import parse_player
-    from eval.network_agents import NetworkCache, SearchAgent
+    from eval.network_agents import SearchAgent
 
     puct_run, _ = RunDir.create_or_open(tmp_path / "puct", get_preset("tiny"), ["search.algorithm=puct"])
     gumbel_run, _ = RunDir.create_or_open(tmp_path / "gumbel", get_preset("tiny"))

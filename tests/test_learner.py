@@ -22,20 +22,33 @@ import pytest
 import torch
 
 from alphazero.checkpoint import (
-    LATEST_NAME, checkpoint_name, checkpoint_steps, latest_checkpoint, load_checkpoint, load_model, step_of,
+    LATEST_NAME,
+    checkpoint_name,
+    checkpoint_steps,
+    latest_checkpoint,
+    load_checkpoint,
+    load_model,
+    step_of,
 )
 from alphazero.config import Config, apply_overrides, get_preset
 from alphazero.errors import UserError
 from alphazero.network import AlphaZeroNet, NetOutput
 from alphazero.rundir import LEARNER_LOCK_NAME, RunDir
+from alphazero.shards import DRAW_BAND
 from learner import cli
 from learner.loop import PROBES, Learner, probe_report, run_learner
 from learner.replay import Batch, ReplayWindow
 from learner.trainer import (
-    DRAW_BAND, VALIDATION_FIGURES, Trainer, build_optimizer, compute_losses, masked_log_softmax, policy_kl,
-    validation_sums, value_classes,
+    VALIDATION_FIGURES,
+    Trainer,
+    build_optimizer,
+    compute_losses,
+    masked_log_softmax,
+    policy_kl,
+    validation_sums,
+    value_classes,
 )
-from tests.test_replay import add_games, add_shard
+from tests.helpers import add_games, add_shard, overwrite_inside
 
 SMALL_NET = ["network.blocks=1", "network.filters=16", "network.policy_filters=16", "network.value_filters=2",
              "network.value_hidden=16"]
@@ -293,7 +306,8 @@ def test_a_learner_with_an_anchor_loads_the_runs_step_zero(run: tuple[RunDir, Co
         learner.resume()
         learner.train(steps=3)
         start = load_checkpoint(rundir.checkpoints / checkpoint_name(0))["model"]
-        assert learner.step == 3 and not torch.equal(learner.model.state_dict()["stem.0.weight"], start["stem.0.weight"])
+        moved = not torch.equal(learner.model.state_dict()["stem.0.weight"], start["stem.0.weight"])
+        assert learner.step == 3 and moved
         for name, parameter in learner.trainer.anchor.named_parameters():
             assert torch.equal(parameter, start[name]) and not parameter.requires_grad, name
     (rundir.checkpoints / checkpoint_name(0)).unlink()
@@ -563,7 +577,6 @@ def test_the_learner_bench_prints_training_beside_inference(capsys: pytest.Captu
 def test_a_damaged_latest_is_named_and_from_checkpoint_resumes_before_it(run: tuple[RunDir, Config],
                                                                           capsys: pytest.CaptureFixture[str]) -> None:
     from alphazero import cli as alphazero_cli
-    from tests.test_checkpoint import overwrite_inside
 
     rundir, config = run
     run_learner(rundir, config, steps=12, progress=False)  # checkpoints 0, 5, 10 and 12

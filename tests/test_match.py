@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import random
 import re
 import time
@@ -18,7 +17,6 @@ import pytest
 
 import eval.agents as agents_module
 from alphazero.errors import UserError
-from alphazero.stockfish import INSTALL_HINT, find_stockfish
 from eval.agents import Agent, Choice, RandomAgent, StockfishAgent, parse_player, register_player, split_spec
 from eval.match import (
     AgentContractError,
@@ -26,25 +24,14 @@ from eval.match import (
     GameRecord,
     IllegalAgentMoveError,
     MatchResult,
-    board_outcome,
-    format_summary,
     _Game,
     _Rules,
+    board_outcome,
+    format_summary,
     play_match,
 )
 from eval.openings import load_openings
-
-REQUIRE_ENV = "ALPHAZERO_REQUIRE_STOCKFISH"
-
-
-def stockfish_or_skip(find: Callable[[], str | None] = find_stockfish) -> str:
-    """Returns Stockfish's path; skips the test without it, or FAILS it when CI requires it."""
-    path = find()
-    if path is None:
-        if os.environ.get(REQUIRE_ENV, "") not in ("", "0"):
-            pytest.fail(f"Stockfish is required ({REQUIRE_ENV}=1) but was not found; {INSTALL_HINT}")
-        pytest.skip(f"Stockfish not found; {INSTALL_HINT}")
-    return path
+from tests.helpers import REQUIRE_ENV, fail_writes_under, stockfish_or_skip
 
 
 @pytest.fixture
@@ -134,7 +121,8 @@ def test_a_draw_one_move_away_does_not_end_a_game_but_one_on_the_board_does() ->
 def test_random_match_writes_pgn_and_jsonl(tmp_path: Path) -> None:
     openings = load_openings()
     a, b = RandomAgent(1), RandomAgent(2, name="other")
-    result = play_match(a, b, openings=openings, games=6, concurrency=4, out_dir=tmp_path, progress=False, match_id="m1")
+    result = play_match(a, b, openings=openings, games=6, concurrency=4, out_dir=tmp_path, progress=False,
+                        match_id="m1")
     assert [g.round for g in result.games] == [1, 2, 3, 4, 5, 6]
     assert result.wins + result.draws + result.losses == 6
     # Each opening twice, A with White first, then colours swapped.
@@ -158,7 +146,8 @@ def test_random_match_writes_pgn_and_jsonl(tmp_path: Path) -> None:
 
 def test_odd_games_round_up_and_ply_limit(tmp_path: Path) -> None:
     openings = load_openings()
-    result = play_match(RandomAgent(3), RandomAgent(4), openings=openings, games=3, ply_limit=16, seed=5, progress=False)
+    result = play_match(RandomAgent(3), RandomAgent(4), openings=openings, games=3, ply_limit=16, seed=5,
+                        progress=False)
     assert len(result.games) == 4
     assert [g.opening for g in result.games] == [openings[5].name] * 2 + [openings[6].name] * 2
     assert all(g.termination == "ply_limit" and g.plies == 16 and g.result == "1/2-1/2" for g in result.games)
@@ -418,20 +407,6 @@ def test_a_read_only_run_is_refused_before_the_first_game(tmp_path: Path, games_
     assert games_started == []
 
 
-def fail_writes_under(monkeypatch: pytest.MonkeyPatch, module: object, folder: Path) -> None:
-    """Makes ``module``'s atomic_write_text fail for files under ``folder``, as a disk gone read-only would."""
-    import errno
-
-    from alphazero.rundir import atomic_write_text
-
-    def write(path, text):
-        if Path(path).resolve().is_relative_to(folder.resolve()):
-            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
-        atomic_write_text(path, text)
-
-    monkeypatch.setattr(module, "atomic_write_text", write)
-
-
 def test_games_that_cannot_be_written_after_playing_go_to_a_temporary_folder(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     import shutil
@@ -532,8 +507,9 @@ def test_running_out_of_time_loses_and_is_a_draw_when_the_opponent_cannot_mate()
     assert [g.termination for g in result.games] == ["time_forfeit", "time_forfeit"]
     assert result.losses == 2
     # A flag against a lone king is a draw; against mating material, a loss.
-    for fen, result_, termination in (("4k3/8/8/8/8/8/8/3QK3 w - - 0 1", "1/2-1/2", "time_forfeit_insufficient_material"),
-                                      ("4k3/8/8/8/8/8/8/3QK3 b - - 0 1", "1-0", "time_forfeit")):
+    for fen, result_, termination in (
+            ("4k3/8/8/8/8/8/8/3QK3 w - - 0 1", "1/2-1/2", "time_forfeit_insufficient_material"),
+            ("4k3/8/8/8/8/8/8/3QK3 b - - 0 1", "1-0", "time_forfeit")):
         game = _Game(1, load_openings()[0], True, chess.Board(fen))
         game.clock = {chess.WHITE: 0.1, chess.BLACK: 0.1}
         game.play_on_clock(ClockedAgent("slow", seconds=0.3), Clock(0.1), _Rules(None, None, 3))

@@ -12,8 +12,10 @@ import torch
 from alphazero.checkpoint import load_model, save_model
 from alphazero.config import NetworkConfig, get_preset
 from alphazero.errors import UserError
-from alphazero.network import POLICY_SIZE, AlphaZeroNet, Evaluator, build_network, fold_batch_norm, pick_device
-from alphazero.planes import COMPACT_PLANES, NUM_SCALARS, compact_to_torch
+from alphazero.forward import Evaluator
+from alphazero.network import POLICY_SIZE, AlphaZeroNet, build_network, fold_batch_norm, pick_device
+from alphazero.planes import compact_to_torch
+from tests.helpers import random_compact, trained_a_little
 
 SMALL_NET = NetworkConfig(blocks=1, filters=8, policy_filters=8, policy_kernel=3, value_filters=2, value_hidden=16)
 
@@ -23,29 +25,11 @@ def _two_threads() -> None:
     torch.set_num_threads(min(2, torch.get_num_threads()))
 
 
-def positions(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    planes = rng.integers(0, np.iinfo(np.uint64).max, size=(n, COMPACT_PLANES), dtype=np.uint64, endpoint=True)
-    scalars = rng.integers(0, 100, size=(n, NUM_SCALARS)).astype(np.float32)
-    return planes, scalars
-
-
-def trained_a_little(model: AlphaZeroNet) -> AlphaZeroNet:
-    """Moves batch-norm statistics and zero-initialized scales off their defaults, so outputs differ."""
-    torch.manual_seed(1)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(torch.randn_like(parameter) * 0.1)
-    model.train()
-    model(*compact_to_torch(*positions(8, seed=3), "cpu"))
-    return model.eval()
-
-
 @pytest.mark.parametrize("value_head", ["scalar", "wdl"])
 def test_output_shapes_and_value_range(value_head: str) -> None:
     model = trained_a_little(AlphaZeroNet(dataclasses.replace(SMALL_NET, value_head=value_head)))
     with torch.no_grad():
-        out = model(*compact_to_torch(*positions(5), "cpu"))
+        out = model(*compact_to_torch(*random_compact(5), "cpu"))
     assert out.policy_logits.shape == (5, POLICY_SIZE) and out.policy_logits.dtype == torch.float32
     assert out.value.shape == (5,) and out.value.dtype == torch.float32
     assert bool(((out.value >= -1) & (out.value <= 1)).all())
@@ -63,7 +47,7 @@ def test_policy_index_is_plane_times_64_plus_square(kernel: int) -> None:
     x = torch.randn(2, SMALL_NET.filters, 8, 8)
     with torch.no_grad():
         planes_out = model.policy_out(torch.relu(model.policy_conv(x)))  # [N, 73, 8, 8]
-        out = model(*compact_to_torch(*positions(2), "cpu"))
+        out = model(*compact_to_torch(*random_compact(2), "cpu"))
     assert planes_out.shape == (2, 73, 8, 8)
     plane, row, col = 60, 5, 2
     assert planes_out.flatten(1)[1, plane * 64 + 8 * row + col] == planes_out[1, plane, row, col]
@@ -72,7 +56,7 @@ def test_policy_index_is_plane_times_64_plus_square(kernel: int) -> None:
 
 def test_model_expands_compact_input_itself() -> None:
     model = trained_a_little(AlphaZeroNet(SMALL_NET))
-    planes, scalars = positions(4)
+    planes, scalars = random_compact(4)
     planes_t, scalars_t = compact_to_torch(planes, scalars, "cpu")
     with torch.no_grad():
         out = model(planes_t, scalars_t)
@@ -86,19 +70,19 @@ def test_model_expands_compact_input_itself() -> None:
 
 def test_evaluator_returns_float32_numpy() -> None:
     evaluator = Evaluator(AlphaZeroNet(SMALL_NET), "cpu")
-    logits, values = evaluator.evaluate(*positions(3))
+    logits, values = evaluator.evaluate(*random_compact(3))
     assert isinstance(logits, np.ndarray) and logits.dtype == np.float32 and logits.shape == (3, POLICY_SIZE)
     assert isinstance(values, np.ndarray) and values.dtype == np.float32 and values.shape == (3,)
-    empty_logits, empty_values = evaluator.evaluate(*positions(0))
+    empty_logits, empty_values = evaluator.evaluate(*random_compact(0))
     assert empty_logits.shape == (0, POLICY_SIZE) and empty_values.shape == (0,)
     with pytest.raises(ValueError, match="uint64"):
-        evaluator.evaluate(positions(2)[0].astype(np.int64), positions(2)[1])
+        evaluator.evaluate(random_compact(2)[0].astype(np.int64), random_compact(2)[1])
 
 
 def test_evaluator_set_weights_swaps_in_place() -> None:
     source = trained_a_little(AlphaZeroNet(SMALL_NET))
     evaluator = Evaluator(AlphaZeroNet(SMALL_NET), "cpu")
-    batch = positions(3)
+    batch = random_compact(3)
     evaluator.set_weights({f"_orig_mod.{k}": v for k, v in source.state_dict().items()})  # a compiled model's names
     with torch.no_grad():
         expected = source(*compact_to_torch(*batch, "cpu"))
@@ -121,7 +105,7 @@ def legal_batch(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 def test_evaluate_legal_gathers_the_legal_logits_of_evaluate() -> None:
     evaluator = Evaluator(trained_a_little(AlphaZeroNet(SMALL_NET)), "cpu")
-    planes, scalars = positions(7, seed=4)
+    planes, scalars = random_compact(7, seed=4)
     indices, counts = legal_batch(7, seed=5)
     logits, values = evaluator.evaluate(planes, scalars)
     legal, legal_values = evaluator.evaluate_legal(planes, scalars, indices, counts)
@@ -136,7 +120,7 @@ def test_folding_the_batch_norms_keeps_the_outputs_and_set_weights_folds_again()
     folded = fold_batch_norm(model)
     assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in folded.modules())
     assert any(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules())  # the original is untouched
-    planes, scalars = positions(6, seed=7)
+    planes, scalars = random_compact(6, seed=7)
     indices, counts = legal_batch(6, seed=8)
     plain = Evaluator(model, "cpu")
     fast = Evaluator(trained_a_little(AlphaZeroNet(SMALL_NET)), "cpu")
@@ -153,7 +137,7 @@ def test_folding_the_batch_norms_keeps_the_outputs_and_set_weights_folds_again()
 
 def test_batches_of_two_lanes_in_flight_keep_their_own_results() -> None:
     evaluator = Evaluator(trained_a_little(AlphaZeroNet(SMALL_NET)), "cpu")
-    (planes_a, scalars_a), (planes_b, scalars_b) = positions(5, seed=1), positions(3, seed=2)
+    (planes_a, scalars_a), (planes_b, scalars_b) = random_compact(5, seed=1), random_compact(3, seed=2)
     (indices_a, counts_a), (indices_b, counts_b) = legal_batch(5, seed=3), legal_batch(3, seed=4)
     expected_a = [a.copy() for a in evaluator.evaluate_legal(planes_a, scalars_a, indices_a, counts_a)]
     expected_b = [b.copy() for b in evaluator.evaluate_legal(planes_b, scalars_b, indices_b, counts_b)]
@@ -167,7 +151,7 @@ def test_batches_of_two_lanes_in_flight_keep_their_own_results() -> None:
 
 def test_evaluate_legal_refuses_bad_indices_and_counts() -> None:
     evaluator = Evaluator(AlphaZeroNet(SMALL_NET), "cpu")
-    planes, scalars = positions(3)
+    planes, scalars = random_compact(3)
     indices, counts = legal_batch(3, seed=6)
     indices[1, 0] = POLICY_SIZE
     with pytest.raises(ValueError, match="legal move indices must lie in"):
@@ -185,7 +169,7 @@ def test_evaluate_legal_refuses_bad_indices_and_counts() -> None:
 def test_profile_legal_times_the_three_stages() -> None:
     evaluator = Evaluator(AlphaZeroNet(SMALL_NET), "cpu")
     indices, counts = legal_batch(4, seed=7)
-    times = evaluator.profile_legal(*positions(4), indices, counts)
+    times = evaluator.profile_legal(*random_compact(4), indices, counts)
     assert set(times) == {"input", "forward", "output"} and all(t >= 0 for t in times.values())
     assert evaluator.pin((indices,))[0] is indices  # nothing to pin on the CPU
 
@@ -202,7 +186,7 @@ def test_save_load_round_trip_gives_identical_outputs(tmp_path: Path) -> None:
     loaded, extra = load_model(tmp_path / "net.pt", "cpu")
     assert extra == {"step": 42, "note": "hello"}
     assert loaded.config == model.config and not loaded.training
-    batch = positions(4)
+    batch = random_compact(4)
     np.testing.assert_array_equal(Evaluator(model).evaluate(*batch)[0], Evaluator(loaded).evaluate(*batch)[0])
     np.testing.assert_array_equal(Evaluator(model).evaluate(*batch)[1], Evaluator(loaded).evaluate(*batch)[1])
     assert [p.name for p in tmp_path.iterdir()] == ["net.pt"]
@@ -249,12 +233,12 @@ def test_preset_networks_build() -> None:
     for name in ("tiny", "small", "cf-tiny", "cf-6m"):
         model = build_network(get_preset(name).network).eval()
         with torch.no_grad():
-            out = model(*compact_to_torch(*positions(2), "cpu"))
+            out = model(*compact_to_torch(*random_compact(2), "cpu"))
         assert out.policy_logits.shape == (2, POLICY_SIZE)
 
 
 def test_the_device_gather_and_the_host_gather_agree() -> None:
-    from alphazero.network import gather_legal, gather_legal_numpy
+    from alphazero.forward import gather_legal, gather_legal_numpy
 
     rng = np.random.default_rng(8)
     logits = rng.standard_normal((6, POLICY_SIZE)).astype(np.float32)
@@ -262,7 +246,8 @@ def test_the_device_gather_and_the_host_gather_agree() -> None:
     width = int(counts.max())
     host = np.empty((6, width), np.float32)
     assert not gather_legal_numpy(logits, indices, counts, host)
-    device, flag = gather_legal(torch.from_numpy(logits), torch.from_numpy(indices[:, :width]), torch.from_numpy(counts))
+    device, flag = gather_legal(torch.from_numpy(logits), torch.from_numpy(indices[:, :width]),
+                                torch.from_numpy(counts))
     assert not bool(flag)
     for row, count in enumerate(counts):  # padding columns may differ; the search never reads them
         assert np.array_equal(device.numpy()[row, :count], host[row, :count])

@@ -6,6 +6,8 @@ import argparse
 import json
 import math
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import chess
@@ -16,26 +18,23 @@ import torch
 from alphazero.checkpoint import save_checkpoint, save_model
 from alphazero.config import Config, get_preset
 from alphazero.errors import UserError
-from alphazero.network import AlphaZeroNet, Evaluator
-from alphazero.rundir import RunDir
-from eval.agents import Agent, parse_player
-from eval.cli import DEFAULT_RUN_DIR as CLI_DEFAULT_RUN_DIR
-from eval.cli import add_match_arguments, parse_versus, run_match
-from eval.network_agents import (
-    DEFAULT_RUN_DIR,
+from alphazero.forward import Evaluator
+from alphazero.network import AlphaZeroNet
+from alphazero.rundir import DEFAULT_RUN_DIR, RunDir
+from alphazero.sources import (
     FRESH,
     Network,
     NetworkCache,
     NetworkSource,
-    PolicyAgent,
-    SearchAgent,
-    ValueAgent,
     load_network,
     resolve_source,
-    to_mcts_board,
 )
+from eval.agents import Agent, parse_player
+from eval.cli import DEFAULT_RUN_DIR as CLI_DEFAULT_RUN_DIR
+from eval.cli import add_match_arguments, parse_versus, run_match
+from eval.network_agents import PolicyAgent, SearchAgent, ValueAgent, to_mcts_board
 from mcts_ext.encode import encode_boards, move_to_index, new_batch
-from tests.test_match import stockfish_or_skip
+from tests.helpers import repo_env, stockfish_or_skip
 
 TINY: Config = get_preset("tiny")
 
@@ -372,3 +371,13 @@ def test_unusable_paths_are_user_errors_with_the_system_reason(tmp_path: Path) -
         with pytest.raises(UserError, match=reason) as caught:
             resolve_source(source)
         assert len(str(caught.value)) < 300  # the name is cut, not repeated in full
+
+
+def test_a_fresh_match_command_knows_the_network_players(tmp_path: Path) -> None:
+    # Regression: the network players registered themselves only when something had imported
+    # eval.network_agents first; in a fresh process `match policy vs random` did not know `policy`.
+    command = [sys.executable, "-m", "alphazero.cli", "match", "policy:weights=builtin", "vs", "random", "--games",
+               "2", "--run", str(tmp_path / "run"), "--device", "cpu", "--no-progress"]
+    done = subprocess.run(command, env=repo_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "policy@builtin vs random" in done.stdout

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from alphazero import network as network_module
+from alphazero import forward as forward_module
 from alphazero.config import NetworkConfig
-from alphazero.network import AlphaZeroNet, Evaluator, NetOutput, build_network
+from alphazero.forward import Evaluator
+from alphazero.network import AlphaZeroNet, NetOutput, build_network
 from alphazero.parity import ParitySettings, compare_legal, legal_softmax
 from alphazero.planes import COMPACT_PLANES, NUM_SCALARS, compact_to_torch
 
@@ -190,14 +191,14 @@ class FakeEvent:
 def test_lanes_wait_on_blocking_events(monkeypatch):
     # Issue 23, defect 7: the events the lanes waited on spun a CPU core each while the GPU worked.
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
-    start, end = network_module._pass_events(torch.device("cuda", 0))
+    start, end = forward_module._pass_events(torch.device("cuda", 0))
     assert start.kwargs == end.kwargs == {"enable_timing": True, "blocking": True}
-    assert network_module._pass_events(torch.device("cpu")) is None
+    assert forward_module._pass_events(torch.device("cpu")) is None
 
 
 def test_passes_that_capture_compile_or_are_checked_are_not_timed(model, monkeypatch):
     # Issue 23, defect 9: CUDA events bracketed captures, compilations and host work.
-    monkeypatch.setattr(network_module, "_pass_events", lambda device: (FakeEvent(), FakeEvent()))
+    monkeypatch.setattr(forward_module, "_pass_events", lambda device: (FakeEvent(), FakeEvent()))
     made: list[int] = []
     evaluator = Evaluator(model, "cpu", forward="graphs", max_batch=ROWS,
                           runner_maker=fake_fast_pass(model, made=made), parity=ParitySettings(share=0.0))

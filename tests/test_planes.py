@@ -7,7 +7,13 @@ import pytest
 import torch
 
 from alphazero.planes import (
-    COMPACT_PLANES, INPUT_PLANES, NUM_SCALARS, SCALAR_SCALE, compact_to_torch, expand_numpy, expand_torch,
+    COMPACT_PLANES,
+    INPUT_PLANES,
+    NUM_SCALARS,
+    SCALAR_SCALE,
+    compact_to_torch,
+    expand_numpy,
+    expand_torch,
 )
 
 

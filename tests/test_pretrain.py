@@ -21,19 +21,26 @@ import pytest
 
 from alphazero import cli
 from alphazero.checkpoint import latest_checkpoint
+from alphazero.config import PretrainConfig
 from alphazero.errors import UserError
 from alphazero.moves import legal_move_indices, move_to_index
 from alphazero.pgn_reader import SKIP_ILLEGAL, SKIP_NO_RESULT, SKIP_VARIANT, PgnGame, open_text, read_games
 from alphazero.rundir import RunDir
 from alphazero.shards import Shard, concatenate, game_ids, list_shards, read_shard, read_shard_meta, value_targets
 from learner.labels import (
-    MATE_HORIZON, LabelSettings, endgame_start, label_positions, mate_bonus, policy_target, win_probability,
+    MATE_HORIZON,
+    LabelSettings,
+    endgame_start,
+    label_positions,
+    mate_bonus,
+    policy_target,
+    win_probability,
 )
 from learner.pretrain import convert_pgn
 from learner.replay import ReplayWindow, is_validation_game
 from mcts_ext import Board
+from tests.helpers import stockfish_or_skip
 from tests.reference_encoder import reference_compact
-from tests.test_match import stockfish_or_skip
 
 ROOT = Path(__file__).resolve().parent.parent
 GAMES = ROOT / "tests" / "data" / "pretrain_games.pgn"
@@ -240,7 +247,7 @@ def test_labels_of_a_mate_prefer_the_shortest_one(tmp_path: Path) -> None:
     # White mates in one (Qh7#... here Ra8#) or more slowly; the label's best move is the mate in one.
     epd = tmp_path / "mate.epd"
     epd.write_text("6k1/5ppp/8/8/8/8/5PPP/R5K1 w - -\n")
-    settings = LabelSettings(nodes=2000, positions=1, shard_positions=1, files=(str(epd),))
+    settings = LabelSettings(2000, 1, PretrainConfig(shard_positions=1), (str(epd),))
     label_positions(tmp_path / "l", settings, workers=1)
     shard = _all_samples(tmp_path / "l")
     best = shard.policy_indices[np.argmax(shard.policy_probs)]
@@ -283,8 +290,8 @@ def test_in_lopsided_games_one_side_moves_at_random(tmp_path: Path) -> None:
 
 
 def test_label_settings_without_the_new_options_keep_their_identity() -> None:
-    old = LabelSettings(nodes=10, positions=5, mate_preference=0.0, random_side_fraction=0.0,
-                        endgame_fraction=0.0).identity("sf")
+    old = LabelSettings(10, 5, PretrainConfig(mate_preference=0.0, random_side_fraction=0.0,
+                                              endgame_fraction=0.0)).identity("sf")
     for name in ("mate_preference", "random_side_fraction", "endgame_fraction"):
         assert name not in old  # older runs' labels still resume
     new = LabelSettings(nodes=10, positions=5).identity("sf")
@@ -334,8 +341,8 @@ def test_endgame_games_start_from_the_endgame_and_the_defender_moves_at_random(t
     assert followed[False] and not all(followed[False])  # the defender moves at random
 
 
-def _label(directory: Path, workers: int = 2, **changes) -> None:
-    settings = LabelSettings(**{"nodes": 40, "positions": 30, "shard_positions": 8, **changes})
+def _label(directory: Path, workers: int = 2, nodes: int = 40, positions: int = 30, **pretrain) -> None:
+    settings = LabelSettings(nodes, positions, PretrainConfig(**{"shard_positions": 8, **pretrain}))
     label_positions(directory, settings, workers=workers)
 
 
@@ -394,11 +401,11 @@ def test_labelled_positions_are_the_encoder_s_and_stockfish_s(tmp_path: Path) ->
 
 def test_labels_from_pgn_and_epd_files(tmp_path: Path) -> None:
     stockfish_or_skip()
-    settings = LabelSettings(nodes=40, positions=100, shard_positions=16, files=(str(POSITIONS),))
+    settings = LabelSettings(40, 100, PretrainConfig(shard_positions=16), (str(POSITIONS),))
     report = label_positions(tmp_path / "epd", settings, workers=1)
     assert report.labelled == 3 and report.exhausted
     assert report.skipped == Counter({"unreadable EPD line": 1, "EPD position without a move to label": 1})
-    settings = LabelSettings(nodes=40, positions=24, shard_positions=16, files=(str(GAMES),))
+    settings = LabelSettings(40, 24, PretrainConfig(shard_positions=16), (str(GAMES),))
     assert label_positions(tmp_path / "pgn", settings, workers=2).labelled == 24
     chunks = _chunks(tmp_path / "pgn")
     labelled = concatenate(chunks[i] for i in sorted(chunks))

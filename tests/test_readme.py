@@ -23,3 +23,15 @@ def test_ci_runs_the_readme_test_command():
 def test_readme_commands_pin_the_cpu_torch_build():
     for command in _code_blocks_after("## Two commands")[:2]:
         assert "torch==2.13.0" in command
+
+
+def test_the_readme_stays_short_and_every_link_in_the_docs_resolves():
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 250  # the manual lives in docs/
+    pages = [ROOT / name for name in ("README.md", "EXPERIMENTS.md", "CONTRIBUTING.md", "CHANGELOG.md")]
+    pages += sorted((ROOT / "docs").glob("*.md"))
+    broken = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
+            if not (page.parent / target).exists():
+                broken.append(f"{page.relative_to(ROOT)} -> {target}")
+    assert not broken

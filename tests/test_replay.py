@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from pathlib import Path
 
@@ -11,43 +10,9 @@ import numpy as np
 import pytest
 
 from alphazero.moves import policy_mask
-from alphazero.shards import NUM_MOVES, Shard, encode_shard, shard_from_records, shard_name, write_shard
+from alphazero.shards import NUM_MOVES, encode_shard, shard_from_records, shard_name, write_shard
 from learner.replay import WAIT_POSITIONS, WAIT_REUSE, ReplayWindow, is_validation_game
-
-LEGAL_MOVES = 20
-
-
-def make_shard(ids: range, seed: int = 0, legal: int = LEGAL_MOVES) -> Shard:
-    """Builds a shard of synthetic positions whose scalars[:, 1] (the move number) is the position's id.
-
-    Each position has ``legal`` random legal moves and a random visit share over them.
-    """
-    rng = np.random.default_rng([seed, ids.start])
-    n = len(ids)
-    scalars = rng.random((n, 7), dtype=np.float32)
-    scalars[:, 1] = np.asarray(ids, dtype=np.float32)
-    indices = np.concatenate([rng.choice(NUM_MOVES, legal, replace=False) for _ in range(n)]).astype(np.int16)
-    probs = rng.dirichlet(np.full(legal, 0.5), size=n).astype(np.float32).reshape(-1)
-    return Shard(
-        planes=rng.integers(0, np.iinfo(np.uint64).max, size=(n, 112), dtype=np.uint64, endpoint=True),
-        scalars=scalars,
-        policy_offsets=np.arange(n + 1, dtype=np.int64) * legal,
-        policy_indices=indices,
-        policy_probs=probs,
-        results=rng.integers(-1, 2, n).astype(np.int8),
-        game=np.zeros(n, np.int32),
-        ply=np.arange(n, dtype=np.int16),
-        root_values=rng.uniform(-1, 1, n).astype(np.float32),
-        games=[{"samples": n}],
-    )
-
-
-def add_shard(directory: Path, ids: range, seed: int = 0) -> Path:
-    """Writes a synthetic shard of positions ``ids`` into ``directory``; returns its path (names sort by age)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / shard_name("test")
-    write_shard(path, make_shard(ids, seed))
-    return path
+from tests.helpers import LEGAL_MOVES, PER_GAME, add_games, add_shard, make_shard
 
 
 def sampled_ids(window: ReplayWindow, batch_size: int) -> np.ndarray:
@@ -59,7 +24,7 @@ def sampled_ids(window: ReplayWindow, batch_size: int) -> np.ndarray:
 def test_a_batch_carries_the_shards_positions(tmp_path: Path) -> None:
     # Many small shards, so that the window joins them into blocks (block size 1000 // 32 = 31).
     shards = {start: make_shard(range(start, start + 7)) for start in range(0, 210, 7)}
-    for start, shard in shards.items():
+    for shard in shards.values():
         write_shard(tmp_path / shard_name("test"), shard)
     window = ReplayWindow(tmp_path, window_positions=1000, max_sample_reuse=0)
     assert window.refresh() == 210 and len(window) == 210
@@ -172,9 +137,10 @@ def test_a_restored_window_counts_nothing_twice_and_draws_the_same(tmp_path: Pat
 
 def test_batches_of_real_games_mask_the_legal_moves(tmp_path: Path) -> None:
     from mcts_ext.driver import run, uniform_evaluator
+    from mcts_ext.params import SearchParams
     from mcts_ext.search import MultiGameSearch
 
-    search = MultiGameSearch(2, simulations=8, ply_limit=12, seed=3)
+    search = MultiGameSearch(2, SearchParams(simulations=8, ply_limit=12), seed=3)
     for slot in range(2):
         search.start_game(slot)
     records: list[dict] = []
@@ -194,26 +160,6 @@ def test_batches_of_real_games_mask_the_legal_moves(tmp_path: Path) -> None:
 
 
 # --- the held-out validation games ------------------------------------------------------------------
-
-PER_GAME = 10
-
-
-def games_shard(first_game: int, games: int, *, ids: bool = True) -> Shard:
-    """A shard of ``games`` games of PER_GAME positions; position id // PER_GAME is the game's number."""
-    shard = make_shard(range(first_game * PER_GAME, (first_game + games) * PER_GAME))
-    return dataclasses.replace(
-        shard, game=np.repeat(np.arange(games), PER_GAME).astype(np.int32),
-        games=[{"samples": PER_GAME, **({"game_id": f"game-{first_game + i}"} if ids else {})}
-               for i in range(games)])
-
-
-def add_games(directory: Path, first_game: int, games: int, *, ids: bool = True) -> Path:
-    """Writes a games_shard; without ids under a fixed old name, so the split of its games is fixed too."""
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / (shard_name("test") if ids else f"{first_game:020d}-old-shard.npz")
-    write_shard(path, games_shard(first_game, games, ids=ids))
-    return path
-
 
 def test_the_split_is_a_pure_function_of_the_game_id() -> None:
     ids = [f"game-{i}" for i in range(20_000)]

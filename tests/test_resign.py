@@ -11,16 +11,23 @@ import pytest
 
 from alphazero.config import apply_overrides, get_preset
 from alphazero.resign import (
-    ResignCalibrator, ResignCase, calibrate, game_cases, game_resign_fields, is_played_through, measured_cases,
-    resign_path, side_resign_values, threshold_for_actors, wilson_interval,
+    ResignCalibrator,
+    ResignCase,
+    calibrate,
+    game_cases,
+    game_resign_fields,
+    is_played_through,
+    measured_cases,
+    resign_path,
+    side_resign_values,
+    threshold_for_actors,
+    wilson_interval,
 )
 from alphazero.rundir import RunDir
-from alphazero.shards import shard_from_records, shard_name, write_shard
-from mcts_ext.driver import run as run_search
+from alphazero.shards import shard_name
+from mcts_ext.params import SearchParams
 from mcts_ext.search import MultiGameSearch
-
-WHITE_START = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
-
+from tests.helpers import game_record, play_games, write_games
 
 # --- one side's value: min over windows of k own moves of the max ------------------------------------
 
@@ -109,20 +116,15 @@ def hopeless_for_white(planes: np.ndarray, scalars: np.ndarray) -> tuple[np.ndar
     return np.zeros((len(planes), 4672), np.float32), values
 
 
-def play(search: MultiGameSearch, evaluate=hopeless_for_white) -> list[dict]:
-    records: list[dict] = []
-    run_search(search, evaluate, on_step=lambda rows: records.extend(r for _, r in search.take_finished()))
-    return records
-
-
 def test_move_values_decide_for_any_threshold_what_the_search_does() -> None:
-    kwargs = dict(simulations=8, seed=5, resign_consecutive=2, ply_limit=40)
+    kwargs = dict(simulations=8, resign_consecutive=2, ply_limit=40)
     # Played through with a threshold: the side the search says would have resigned is the one whose
     # m lies below it, and a side with m >= threshold never is.
     seen = set()
     for threshold in (-0.99, -0.9, -0.5, 0.2):
-        search = MultiGameSearch(3, resign_disabled_fraction=1.0, resign_threshold=threshold, **kwargs)
-        for record in play(search):
+        params = SearchParams(resign_disabled_fraction=1.0, resign_threshold=threshold, **kwargs)
+        search = MultiGameSearch(3, params, seed=5)
+        for record in play_games(search, hopeless_for_white):
             seen.add(record["would_resign_side"])
             assert record["resign_threshold"] == threshold and not record["resign_enabled"]
             assert len(record["move_values"]) == record["plies"]
@@ -134,61 +136,41 @@ def test_move_values_decide_for_any_threshold_what_the_search_does() -> None:
                 assert record["would_resign_side"] in below
     assert seen == {None, "white"}  # White's values lie about -0.95: below every threshold but -0.99
     # Resigning for real: the loser's m (the resigning move's value included) lies below the threshold.
-    search = MultiGameSearch(3, resign_disabled_fraction=0.0, resign_threshold=-0.9, **kwargs)
-    for record in play(search):
+    search = MultiGameSearch(3, SearchParams(resign_disabled_fraction=0.0, resign_threshold=-0.9, **kwargs), seed=5)
+    for record in play_games(search, hopeless_for_white):
         assert record["termination"] == "resignation" and record["winner"] == "black"
         assert len(record["move_values"]) == record["plies"] + 1
         assert game_resign_fields(record, 2)["resign_values"]["white"] < -0.9
 
 
 def test_sample_root_values_are_the_move_values_of_fully_searched_moves() -> None:
-    search = MultiGameSearch(2, simulations=8, seed=1, ply_limit=20, playout_cap_fraction=0.5,
-                             playout_cap_simulations=2)
-    for record in play(search):
+    search = MultiGameSearch(2, SearchParams(simulations=8, ply_limit=20, playout_cap_fraction=0.5,
+                                             playout_cap_simulations=2), seed=1)
+    for record in play_games(search, hopeless_for_white):
         full = np.flatnonzero(record["full_search"])
         np.testing.assert_array_equal(record["plies_of_samples"], full)
         np.testing.assert_array_equal(record["root_values"], record["move_values"][full])
 
 
 def test_a_new_threshold_applies_to_the_games_started_after_it() -> None:
-    search = MultiGameSearch(2, simulations=4, seed=2, ply_limit=6)  # both games start with no threshold
+    search = MultiGameSearch(2, SearchParams(simulations=4, ply_limit=6), seed=2)  # both games start with no threshold
     assert search.resign_threshold is None
     search.set_resign_threshold(-0.7)
     assert search.resign_threshold == -0.7
-    first = play(search)
+    first = play_games(search, hopeless_for_white)
     assert [r["resign_threshold"] for r in first] == [None, None]
     assert all(not r["resign_enabled"] for r in first)  # no threshold: every game is played through
     search.start_game(0)
-    (record,) = play(search)
+    (record,) = play_games(search, hopeless_for_white)
     assert record["resign_threshold"] == -0.7
     search.set_resign_threshold(None)
     search.start_game(1)
-    assert play(search)[0]["resign_threshold"] is None
+    assert play_games(search, hopeless_for_white)[0]["resign_threshold"] is None
     with pytest.raises(ValueError, match="resign_threshold"):
         search.set_resign_threshold(1.5)
 
 
 # --- the run's resign.json ---------------------------------------------------------------------------------
-
-def game_record(white: float, black: float, winner: str | None, *, threshold: float | None = None,
-                enabled: bool = False) -> dict:
-    """A minimal finished-game record with one training sample and the calibration's keys."""
-    return {
-        "start_fen": WHITE_START, "moves": ["e2e4"], "result": "1/2-1/2", "winner": winner, "termination": "x",
-        "plies": 1, "resign_enabled": enabled, "resign_threshold": threshold, "resign_consecutive": 3,
-        "resign_values": {"white": white, "black": black},
-        "planes": np.zeros((1, 112), np.uint64), "scalars": np.zeros((1, 7), np.float32),
-        "plies_of_samples": np.zeros(1, np.int16), "root_values": np.zeros(1, np.float32),
-        "policy_offsets": np.array([0, 1], np.int32), "policy_indices": np.array([7], np.int16),
-        "policy_probs": np.ones(1, np.float32), "results": np.zeros(1, np.int8),
-    }
-
-
-def write_games(run: RunDir, records: list[dict]) -> Path:
-    path = run.selfplay / shard_name("test")
-    write_shard(path, shard_from_records(records))
-    return path
-
 
 def calibrated_run(tmp_path: Path, *overrides: str) -> tuple[RunDir, object]:
     return RunDir.create_or_open(tmp_path / "run", apply_overrides(get_preset("tiny"), [

@@ -10,7 +10,12 @@ import pytest
 from alphazero.config import get_preset, to_toml
 from alphazero.errors import UserError
 from alphazero.rundir import (
-    RunDir, atomic_write_bytes, atomic_write_text, complete_files, is_temporary, remove_stale_temporaries,
+    RunDir,
+    atomic_write_bytes,
+    atomic_write_text,
+    complete_files,
+    is_temporary,
+    remove_stale_temporaries,
     write_once,
 )
 

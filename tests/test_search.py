@@ -10,13 +10,9 @@ from alphazero.moves import move_to_index
 from mcts_ext import Board
 from mcts_ext.driver import analyse, run, uniform_evaluator
 from mcts_ext.encode import NUM_MOVES
+from mcts_ext.params import SearchParams
 from mcts_ext.search import MultiGameSearch
-
-
-def play_games(search: MultiGameSearch, evaluate=uniform_evaluator) -> list[dict]:
-    records: list[dict] = []
-    run(search, evaluate, on_step=lambda rows: records.extend(r for _, r in search.take_finished()))
-    return records
+from tests.helpers import material_evaluator, play_games
 
 
 def replay(record: dict) -> chess.Board:
@@ -29,14 +25,6 @@ def replay(record: dict) -> chess.Board:
     return board
 
 
-def material_evaluator(planes: np.ndarray, scalars: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Uniform priors; value = material balance for the side to move (P1 N3 B3 R5 Q9), squashed."""
-    worth = np.array([1, 3, 3, 5, 9, 0], dtype=np.float64)
-    counts = np.array([[bin(int(b)).count("1") for b in row[:12]] for row in planes], dtype=np.float64)
-    balance = counts[:, :6] @ worth - counts[:, 6:12] @ worth
-    return np.zeros((len(planes), NUM_MOVES), np.float32), np.tanh(balance / 5).astype(np.float32)
-
-
 def test_root_visits_add_up_to_the_budget():
     for budget in (1, 50, 333):
         stats = analyse(Board(), uniform_evaluator, budget).root_stats(0)
@@ -44,7 +32,7 @@ def test_root_visits_add_up_to_the_budget():
 
 
 def test_self_play_samples_carry_the_full_budget_of_visits():
-    search = MultiGameSearch(2, simulations=40, seed=5, ply_limit=30)
+    search = MultiGameSearch(2, SearchParams(simulations=40, ply_limit=30), seed=5)
     for record in play_games(search):
         offsets, probs = record["policy_offsets"], record["policy_probs"]
         sums = np.add.reduceat(probs, offsets[:-1])
@@ -66,7 +54,7 @@ def test_noise_changes_root_priors_only():
 
 def test_same_seed_same_game_and_batch_mates_do_not_matter():
     def first_game(games: int, seed: int) -> list[str]:
-        search = MultiGameSearch(games, simulations=16, seed=seed, ply_limit=60)
+        search = MultiGameSearch(games, SearchParams(simulations=16, ply_limit=60), seed=seed)
         records = {}
         run(search, uniform_evaluator, on_step=lambda rows: records.update(search.take_finished()))
         return records[0]["moves"]
@@ -135,7 +123,7 @@ def test_one_legal_move_is_played_and_finished_games_are_refused():
 
 
 def test_early_moves_are_sampled_and_later_ones_greedy():
-    search = MultiGameSearch(12, simulations=24, temperature_plies=4, seed=3, ply_limit=12)
+    search = MultiGameSearch(12, SearchParams(simulations=24, temperature_plies=4, ply_limit=12), seed=3)
     sampled_off_argmax = 0
     for record in play_games(search):
         board = chess.Board(record["start_fen"])
@@ -153,7 +141,7 @@ def test_early_moves_are_sampled_and_later_ones_greedy():
 
 
 def test_records_replay_in_python_chess_with_results_from_the_movers_view():
-    search = MultiGameSearch(6, simulations=20, seed=21)
+    search = MultiGameSearch(6, SearchParams(simulations=20), seed=21)
     records = play_games(search)
     assert len(records) == 6
     for record in records:
@@ -162,7 +150,8 @@ def test_records_replay_in_python_chess_with_results_from_the_movers_view():
         expected_termination = {
             chess.Termination.CHECKMATE: "checkmate", chess.Termination.STALEMATE: "stalemate",
             chess.Termination.INSUFFICIENT_MATERIAL: "insufficient_material",
-            chess.Termination.FIFTY_MOVES: "fifty_moves", chess.Termination.THREEFOLD_REPETITION: "threefold_repetition",
+            chess.Termination.FIFTY_MOVES: "fifty_moves",
+            chess.Termination.THREEFOLD_REPETITION: "threefold_repetition",
         }
         if record["termination"] != "ply_limit":
             assert expected_termination[outcome.termination] == record["termination"]
@@ -183,21 +172,23 @@ def test_resignation_ends_games_and_played_through_games_report_would_be_resigna
         white_to_move = scalars[:, 0] == 1.0
         return np.zeros((len(planes), NUM_MOVES), np.float32), np.where(white_to_move, -0.99, 0.99).astype(np.float32)
 
-    kwargs = dict(simulations=8, seed=2, resign_threshold=-0.9, resign_consecutive=2, ply_limit=80)
-    resigning = play_games(MultiGameSearch(4, resign_disabled_fraction=0.0, **kwargs), white_is_lost)
+    kwargs = dict(simulations=8, resign_threshold=-0.9, resign_consecutive=2, ply_limit=80)
+    resigning = play_games(MultiGameSearch(4, SearchParams(resign_disabled_fraction=0.0, **kwargs), seed=2),
+                           white_is_lost)
     for record in resigning:
         assert record["termination"] == "resignation" and record["result"] == "0-1"
         assert record["plies"] == 2  # White's second move below the threshold
         assert record["results"][0] == -1 and record["results"][1] == 1
-    played_through = play_games(MultiGameSearch(4, resign_disabled_fraction=1.0, **kwargs), white_is_lost)
+    played_through = play_games(MultiGameSearch(4, SearchParams(resign_disabled_fraction=1.0, **kwargs), seed=2),
+                                white_is_lost)
     for record in played_through:
         assert record["termination"] != "resignation" and not record["resign_enabled"]
         assert record["would_resign_ply"] == 2 and record["would_resign_side"] == "white"
 
 
 def test_playout_cap_records_only_full_searches():
-    search = MultiGameSearch(4, simulations=32, playout_cap_fraction=0.25, playout_cap_simulations=4,
-                             seed=9, ply_limit=60)
+    search = MultiGameSearch(4, SearchParams(simulations=32, playout_cap_fraction=0.25, playout_cap_simulations=4,
+                                             ply_limit=60), seed=9)
     for record in play_games(search):
         full = record["full_search"]
         assert 0 < full.sum() < len(full)
@@ -207,7 +198,7 @@ def test_playout_cap_records_only_full_searches():
 
 def test_tree_reuse_keeps_the_played_subtree():
     for reuse in (False, True):
-        search = MultiGameSearch(1, simulations=64, tree_reuse=reuse, seed=4, temperature_plies=0)
+        search = MultiGameSearch(1, SearchParams(simulations=64, tree_reuse=reuse, temperature_plies=0), seed=4)
         batch = search.new_batch()
         while search.board(0).ply == 0:
             rows = search.gather(*batch)
@@ -220,7 +211,7 @@ def test_tree_reuse_keeps_the_played_subtree():
 
 
 def test_several_leaves_per_game_with_virtual_loss():
-    search = MultiGameSearch(3, simulations=48, leaves_per_game=4, seed=8, ply_limit=40)
+    search = MultiGameSearch(3, SearchParams(simulations=48, leaves_per_game=4, ply_limit=40), seed=8)
     assert search.max_batch == 12
     records = play_games(search)
     assert len(records) == 3
@@ -252,7 +243,8 @@ def _step_checking_the_batch(search: MultiGameSearch, batch: tuple, evaluate=uni
                                  "rnbqkbnr/ppp1pppp/8/3P4/8/8/PPPP1PPP/RNBQKBNR b KQkq - 0 2"])
 @pytest.mark.parametrize("leaves", [8, 32])
 def test_the_leaves_of_one_gather_are_distinct_and_none_lies_below_another(fen, leaves):
-    search = MultiGameSearch(1, simulations=600, leaves_per_game=leaves, autoplay=False, solver=True, ply_limit=None)
+    search = MultiGameSearch(1, SearchParams(simulations=600, leaves_per_game=leaves, autoplay=False, solver=True,
+                                             ply_limit=None))
     search.set_position(0, Board(fen, ply_limit=None))
     batch = search.new_batch()
     # Regression: descents went on below the root while its own evaluation (and so its priors)
@@ -283,13 +275,13 @@ def test_a_batched_search_finds_a_mate_in_one_and_takes_the_hanging_queen(leaves
 )
 def test_bad_options_raise_value_error(options):
     with pytest.raises(ValueError):
-        MultiGameSearch(2, **options)
+        MultiGameSearch(2, SearchParams(**options))
     with pytest.raises(ValueError):
-        MultiGameSearch(0)
+        MultiGameSearch(0, SearchParams())
 
 
 def test_mismatched_batches_and_nan_are_refused_without_damage():
-    search = MultiGameSearch(2, simulations=10, seed=1)
+    search = MultiGameSearch(2, SearchParams(simulations=10), seed=1)
     planes, scalars, indices, counts, games = search.new_batch()
     with pytest.raises(ValueError):
         search.gather(planes[:1], scalars)
@@ -321,7 +313,7 @@ FIFTY_MOVE_EDGE = "k7/8/8/8/8/8/1R6/K7 w - - 99 100"  # every move ends the game
 def test_a_search_whose_every_line_ends_the_game_still_returns_to_its_caller():
     # Regression: gather() looped until the budget was spent while every descent
     # ended in an exactly scored game end, so `stop` and deadlines went unheard.
-    search = MultiGameSearch(1, simulations=5_000_000, autoplay=False, ply_limit=None)
+    search = MultiGameSearch(1, SearchParams(simulations=5_000_000, autoplay=False, ply_limit=None))
     search.set_position(0, Board(FIFTY_MOVE_EDGE, ply_limit=None))
     steps = []
     run(search, uniform_evaluator, should_stop=lambda: (steps.append(search.simulations(0)), len(steps) >= 3)[1])
@@ -348,7 +340,8 @@ def test_the_solver_proves_a_mate_in_one_at_once_and_plays_it():
     assert search.best_move(0) == "a1a8" and search.principal_variation(0) == ["a1a8"]
     assert search.proof(0, ["a1a8"]) == ("loss", 0)
     assert search.state(0) == "ready" and search.simulations(0) < 2000  # a proven root ends the search
-    assert search.ranked_moves(0)[0] == "a1a8" and len(search.ranked_moves(0)) == len(Board(BACK_RANK_MATE).legal_moves())
+    ranked = search.ranked_moves(0)
+    assert ranked[0] == "a1a8" and len(ranked) == len(Board(BACK_RANK_MATE).legal_moves())
 
 
 def test_the_solver_proves_a_mate_in_two_and_its_line_mates():
@@ -393,7 +386,7 @@ def test_without_the_solver_nothing_is_proven():
 
 
 def test_self_play_with_the_solver_plays_legal_games_to_the_end():
-    search = MultiGameSearch(3, simulations=24, seed=6, ply_limit=80, solver=True)
+    search = MultiGameSearch(3, SearchParams(simulations=24, ply_limit=80, solver=True), seed=6)
     records = play_games(search)
     assert len(records) == 3
     for record in records:
@@ -406,7 +399,7 @@ def test_self_play_with_the_solver_plays_legal_games_to_the_end():
 
 
 def test_set_position_with_reuse_keeps_the_subtree_of_the_moves_played():
-    search = MultiGameSearch(1, simulations=300, autoplay=False, ply_limit=None)
+    search = MultiGameSearch(1, SearchParams(simulations=300, autoplay=False, ply_limit=None))
     search.set_position(0, Board(ply_limit=None))
     run(search, uniform_evaluator)
     line = search.principal_variation(0)[:2]
@@ -434,7 +427,7 @@ def test_reuse_never_keeps_a_position_that_ended_the_game_below_the_root():
     # After 1. Nf3 Nf6 2. Ng1 Ng8 3. Nf3 Nf6 4. Ng1 the search saw ...Ng8 as a
     # threefold repetition; when the game goes on there anyway, the search starts afresh.
     moves = "g1f3 g8f6 f3g1 f6g8 g1f3 g8f6 f3g1".split()
-    search = MultiGameSearch(1, simulations=400, autoplay=False, ply_limit=None)
+    search = MultiGameSearch(1, SearchParams(simulations=400, autoplay=False, ply_limit=None))
     search.set_position(0, Board.from_moves(moves, ply_limit=None))
     run(search, uniform_evaluator)
     visits = {uci: visits for uci, _, visits, _, _ in search.root_stats(0)}
@@ -451,7 +444,7 @@ def _random_network_output(rng: np.random.Generator, rows: int) -> tuple[np.ndar
 
 def _play_steps(compact: bool, steps: int, **options) -> MultiGameSearch:
     """Self-play steps fed the same random network output, as all 4672 logits or as the legal ones only."""
-    search = MultiGameSearch(4, simulations=24, seed=7, **options)
+    search = MultiGameSearch(4, SearchParams(simulations=24, **options), seed=7)
     planes, scalars, indices, counts, games = search.new_batch()
     rng = np.random.default_rng(3)
     for _ in range(steps):
@@ -490,7 +483,7 @@ def test_backup_legal_gives_the_priors_and_visits_of_backup(options):
 
 
 def test_backup_legal_refuses_short_rows_and_non_finite_output_without_damage():
-    search = MultiGameSearch(2, simulations=10, seed=1)
+    search = MultiGameSearch(2, SearchParams(simulations=10), seed=1)
     planes, scalars, indices, counts, games = search.new_batch()
     rows = search.gather(planes, scalars, indices, counts, games)
     legal, values = np.zeros((rows, 20), np.float32), np.zeros(rows, np.float32)
@@ -513,7 +506,7 @@ def test_run_takes_a_legal_evaluator_and_gives_the_same_search():
 
     board = Board("k7/8/2K5/8/8/8/8/7R w - - 0 1")
     full = analyse(board, uniform_evaluator, 200)
-    compact = MultiGameSearch(1, simulations=200, autoplay=False)
+    compact = MultiGameSearch(1, SearchParams(simulations=200, autoplay=False))
     compact.set_position(0, board)
     run(compact, evaluate_legal=uniform_legal_evaluator)
     assert compact.root_stats(0) == full.root_stats(0)

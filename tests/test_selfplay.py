@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 import os
-import subprocess
 import re
+import subprocess
 import sys
 import time
 import types
@@ -22,18 +22,14 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from alphazero import cli
 from alphazero.checkpoint import save_checkpoint
 from alphazero.config import apply_overrides, get_preset
-from alphazero.moves import legal_move_indices
 from alphazero.network import AlphaZeroNet
 from alphazero.pgn import STANDARD_TERMINATIONS
 from alphazero.rundir import RunDir
 from alphazero.shards import list_shards, read_shard
 from selfplay.worker import PlayStats, SelfPlayWorker
+from tests.helpers import SELFPLAY_FAST, check_shard_invariants, fast_run, game_record, write_games
 
 ray = pytest.importorskip("ray")
-
-FAST = ["search.simulations=8", "search.ply_limit=40", "selfplay.games_per_actor=2", "selfplay.shard_games=1",
-        "selfplay.weights_poll_seconds=0.1"]
-
 
 @pytest.fixture(scope="module")
 def local_ray():
@@ -42,35 +38,9 @@ def local_ray():
     ray.shutdown()
 
 
-def fast_run(path: Path, *extra: str) -> tuple[RunDir, object]:
-    return RunDir.create_or_open(path, get_preset("tiny"), [*FAST, *extra])
-
-
-def check_shard_invariants(path: Path) -> None:
-    shard = read_shard(path)
-    assert shard.planes.shape == (len(shard), 112) and shard.scalars.shape == (len(shard), 7)
-    for game_number, game in enumerate(shard.games):
-        rows = np.flatnonzero(shard.game == game_number)
-        board = chess.Board(game["start_fen"])
-        for row, uci in zip(rows, game["moves"]):
-            assert shard.ply[row] == board.ply()
-            start, end = shard.policy_offsets[row], shard.policy_offsets[row + 1]
-            # The visit distribution covers exactly the legal moves and sums to 1.
-            assert sorted(shard.policy_indices[start:end]) == sorted(legal_move_indices(board))
-            assert shard.policy_probs[start:end].sum() == pytest.approx(1.0, abs=1e-5)
-            board.push_uci(uci)
-        results = shard.results[rows]
-        assert set(results.tolist()) <= {-1, 0, 1}
-        if game["winner"] is None:
-            assert not results.any()
-        else:
-            assert np.all(results[:-1] == -results[1:])  # alternate with the mover
-            assert results[-1] == 1 or game["termination"] == "resignation"
-
-
 def test_selfplay_command_writes_shards_and_pgn(local_ray, tmp_path, capsys):
     args = ["selfplay", "--run", str(tmp_path / "run"), "--actors", "2", "--games", "4", "--quiet"]
-    assert cli.main(args + [item for pair in (("--set", o) for o in FAST) for item in pair]) == 0
+    assert cli.main(args + [item for pair in (("--set", o) for o in SELFPLAY_FAST) for item in pair]) == 0
     assert "freshly initialised weights" in capsys.readouterr().out
     run = RunDir(tmp_path / "run")
     shards = list_shards(run.selfplay)
@@ -80,12 +50,12 @@ def test_selfplay_command_writes_shards_and_pgn(local_ray, tmp_path, capsys):
     pgn_files = sorted(run.games.glob("*.pgn"))
     assert len(pgn_files) == len(shards)
     games = [game for path in shards for game in read_shard(path).games]
-    for path, game_record in zip(pgn_files, games):
+    for path, record in zip(pgn_files, games):
         game = chess.pgn.read_game(io.StringIO(path.read_text()))
         assert game is not None and not game.errors
         board = game.end().board()
         assert game.headers["Result"] in ("1-0", "0-1", "1/2-1/2")
-        assert game.headers["TerminationDetail"] == game_record["termination"]
+        assert game.headers["TerminationDetail"] == record["termination"]
         assert game.headers["Termination"] in STANDARD_TERMINATIONS
         if game.headers["TerminationDetail"] not in ("ply_limit", "resignation"):
             assert board.outcome(claim_draw=True).result() == game.headers["Result"]
@@ -157,15 +127,15 @@ class StopsMidCall(SelfPlayWorker):
 
 
 def test_a_killed_actor_costs_no_partial_shard(local_ray, tmp_path, monkeypatch):
-    from selfplay import driver
+    from selfplay import driver, fleet
 
-    monkeypatch.setattr(driver, "SelfPlayWorker", StopsMidCall)
+    monkeypatch.setattr(fleet, "SelfPlayWorker", StopsMidCall)
     run, config = fast_run(tmp_path / "run")
     killed = []
 
     def kill_one(totals):
         if (tmp_path / MID_CALL_MARKER).exists() and not killed:
-            ray.kill(ray.get_actor(f"{driver.actor_name_prefix(run)}0", namespace="alphazero"), no_restart=False)
+            ray.kill(ray.get_actor(f"{fleet.actor_name_prefix(run)}0", namespace="alphazero"), no_restart=False)
             killed.append(True)
 
     totals = driver.run_selfplay(run, config, actors=2, games=8, progress=False, chunk_seconds=0.5,
@@ -177,21 +147,19 @@ def test_a_killed_actor_costs_no_partial_shard(local_ray, tmp_path, monkeypatch)
 
 
 def test_inference_server_path_plays_the_same_kind_of_games(local_ray, tmp_path):
-    from selfplay.driver import _start_actors
+    from selfplay.fleet import SelfPlayFleet
 
     run, config = fast_run(tmp_path / "run", "selfplay.inference=server", "selfplay.device=cpu")
     # One worker and one server: the test's Ray has two CPUs.
-    handles, servers = _start_actors(run, config, actors=1, gpus=0, inference="server", servers_wanted=1, quota=3)
-    try:
+    with SelfPlayFleet(run, config, actors=1, inference="server", quota=3) as fleet:
+        handles, servers = fleet.actors, fleet.servers
+        assert len(servers) == 1
         for _ in range(40):
             stats = ray.get([h.play.remote(0.5) for h in handles])
             if sum(len(s.shards) for s in stats) and all(ray.get(h.idle.remote()) for h in handles):
                 break
         served = ray.get(servers[0].stats.remote())
         assert served["passes"] > 0 and served["positions"] >= served["passes"]
-    finally:
-        for handle in [*handles, *servers]:
-            ray.kill(handle)
     for path in list_shards(run.selfplay):
         check_shard_invariants(path)
 
@@ -290,7 +258,6 @@ def test_a_local_ray_starts_with_token_authentication_and_without_its_banner():
 
 def test_the_calibrated_threshold_reaches_new_games(local_ray, tmp_path):
     from selfplay.driver import run_selfplay
-    from tests.test_resign import game_record, write_games
 
     run, config = fast_run(tmp_path / "run", "search.resign_min_cases=100", "search.resign_disabled_fraction=0")
     # 100 played-through games in which White fell to -0.95 and lost: calibrated, White resigns below -0.01.
@@ -429,7 +396,7 @@ def test_gpus_pick_the_gpu_fields_for_actor_count_and_games_per_actor():
 @pytest.mark.slow
 def test_bench_selfplay_with_an_inference_server_on_the_cpu(local_ray, capsys):
     args = ["bench", "selfplay", "--inference", "server", "--seconds", "1",
-            *(item for pair in (("--set", o) for o in FAST) for item in pair)]
+            *(item for pair in (("--set", o) for o in SELFPLAY_FAST) for item in pair)]
     assert cli.main(args) == 0
     out = capsys.readouterr().out
     assert "2 games each (2 lanes)" in out and "server inference on the CPU" in out
@@ -472,7 +439,7 @@ def test_an_inference_server_sized_from_its_lanes_merges_several_actors_in_one_p
 def test_workers_and_servers_warm_their_buckets_at_start(tmp_path, monkeypatch):
     # Issue 23, defect 10: a bucket met mid-run was captured or compiled then, stalling the actor.
     from alphazero.config import to_toml
-    from alphazero.network import Evaluator
+    from alphazero.forward import Evaluator
     from selfplay.inference import InferenceServer
 
     warmed: list[str] = []
@@ -509,10 +476,11 @@ def started_actors(monkeypatch) -> list[tuple[str, dict, tuple, dict]]:
 def test_a_fractional_gpu_server_asks_ray_for_its_share(tmp_path, started_actors, monkeypatch):
     # Issue 23, defect 8: --gpus 0.5 --inference server asked Ray for a whole GPU and waited for ever
     # (and a local Ray refused 0.5 GPUs outright).
-    from selfplay.driver import _start_actors, connect_ray, server_gpus
+    from selfplay.driver import connect_ray
+    from selfplay.fleet import SelfPlayFleet, server_gpus
 
     run, config = fast_run(tmp_path / "run")
-    _start_actors(run, config, actors=3, gpus=0.5, inference="server", servers_wanted=1, quota=None)
+    SelfPlayFleet(run, config, actors=3, gpus=0.5, inference="server").start()
     server = [entry for entry in started_actors if entry[0] == "InferenceServer"]
     assert server[0][1]["num_gpus"] == 0.5 and server[0][3]["actors"] == 3
     assert [server_gpus(g, n) for g, n in ((0.5, 1), (2, 2), (2.5, 2), (0, 1))] == [0.5, 1.0, 1.0, 0.0]
@@ -526,11 +494,10 @@ def test_a_fractional_gpu_server_asks_ray_for_its_share(tmp_path, started_actors
 @pytest.mark.parametrize(("gpus", "inference"), [(0, "local"), (1, "server"), (1, "local")])
 def test_actors_without_a_gpu_see_none(tmp_path, started_actors, gpus, inference):
     # Issue 23, defect 2: Ray no longer hides the GPUs from actors that reserve none.
-    from selfplay.driver import _start_actors
+    from selfplay.fleet import SelfPlayFleet
 
     run, config = fast_run(tmp_path / "run")
-    _start_actors(run, config, actors=2, gpus=gpus, inference=inference, servers_wanted=int(inference == "server"),
-                  quota=None)
+    SelfPlayFleet(run, config, actors=2, gpus=gpus, inference=inference).start()
     for kind, options, _, _ in started_actors:
         holds_gpu = options.get("num_gpus", 0) > 0
         assert holds_gpu == (gpus > 0 and (kind == "InferenceServer" or inference == "local"))

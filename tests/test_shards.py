@@ -5,16 +5,29 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from alphazero.shards import (POLICY_ARRAYS, SAMPLE_ARRAYS, SHARD_VERSION, ShardError, concatenate, encode_shard,
-                              game_ids, list_shards, read_shard, read_shard_games, shard_from_records, shard_name,
-                              write_shard)
+from alphazero.shards import (
+    POLICY_ARRAYS,
+    SAMPLE_ARRAYS,
+    SHARD_VERSION,
+    ShardError,
+    concatenate,
+    encode_shard,
+    game_ids,
+    list_shards,
+    read_shard,
+    read_shard_games,
+    shard_from_records,
+    shard_name,
+    write_shard,
+)
 from mcts_ext.driver import run, uniform_evaluator
+from mcts_ext.params import SearchParams
 from mcts_ext.search import MultiGameSearch
 
 
 @pytest.fixture(scope="module")
 def records():
-    search = MultiGameSearch(3, simulations=8, seed=3, ply_limit=24)
+    search = MultiGameSearch(3, SearchParams(simulations=8, ply_limit=24), seed=3)
     finished = []
     run(search, uniform_evaluator, on_step=lambda rows: finished.extend(r for _, r in search.take_finished()))
     for record in finished:

@@ -9,17 +9,12 @@ from alphazero import cli
 from alphazero.checkpoint import latest_checkpoint, step_of
 from alphazero.rundir import RunDir
 from alphazero.shards import list_shards
+from tests.helpers import TRAIN_FAST
 
 pytest.importorskip("ray")
 
-FAST = ["search.simulations=8", "search.ply_limit=30", "selfplay.games_per_actor=4", "selfplay.shard_games=2",
-        "selfplay.weights_poll_seconds=1", "learner.batch_size=32", "learner.min_window_positions=64",
-        "learner.window_positions=5000", "learner.checkpoint_every=5", "learner.log_every=5",
-        "learner.max_sample_reuse=50"]
-
-
 def train(run_path, minutes: float) -> int:
-    overrides = [item for override in FAST for item in ("--set", override)]
+    overrides = [item for override in TRAIN_FAST for item in ("--set", override)]
     return cli.main(["train", "--run", str(run_path), "--minutes", str(minutes), "--actors", "1", "--quiet",
                      *overrides])
 
@@ -65,7 +60,7 @@ def test_at_learning_rate_zero_self_play_and_learning_leave_every_parameter_bit_
     torch.manual_seed(7)
     start = AlphaZeroNet(get_preset("tiny").network)
     save_model(tmp_path / "start.pt", start)
-    overrides = [item for override in [*FAST, "learner.learning_rates=0,0,0,0"] for item in ("--set", override)]
+    overrides = [item for override in [*TRAIN_FAST, "learner.learning_rates=0,0,0,0"] for item in ("--set", override)]
     run = RunDir(tmp_path / "run")
     assert cli.main(["train", "--run", str(run.root), "--init", str(tmp_path / "start.pt"), "--minutes", "0.4",
                      "--actors", "1", "--quiet", *overrides]) == 0

@@ -6,7 +6,6 @@ import ast
 import dataclasses
 import io
 import json
-import os
 import queue
 import random
 import subprocess
@@ -35,31 +34,20 @@ from eval.uci import (
     parse_go,
     time_budget_ms,
 )
-
+from tests.helpers import repo_env
 
 ROOT = Path(__file__).resolve().parent.parent
 MATED = "7k/6Q1/6K1/8/8/8/8/8 b - - 0 1"
 
 
-@pytest.fixture(scope="module")
-def weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("uci") / "net.pt"
-    save_model(path, AlphaZeroNet(get_preset("tiny").network))
-    return path
-
-
 def _command(weights: Path) -> list[str]:
-    return [sys.executable, "-m", "alphazero.cli", "uci", "--weights", str(weights), "--device", "cpu", "--threads", "1"]
-
-
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return [sys.executable, "-m", "alphazero.cli", "uci", "--weights", str(weights), "--device", "cpu",
+            "--threads", "1"]
 
 
 @pytest.fixture(scope="module")
 def engine(weights: Path) -> Iterator[chess.engine.SimpleEngine]:
-    uci = chess.engine.SimpleEngine.popen_uci(_command(weights), cwd=ROOT, env=_env(), timeout=60)
+    uci = chess.engine.SimpleEngine.popen_uci(_command(weights), cwd=ROOT, env=repo_env(), timeout=60)
     try:
         yield uci
     finally:
@@ -127,7 +115,7 @@ class _Pipe:
     """A raw engine process: write bytes, read lines with a timeout."""
 
     def __init__(self, command: list[str]) -> None:
-        self.process = subprocess.Popen(command, cwd=ROOT, env=_env(), stdin=subprocess.PIPE,
+        self.process = subprocess.Popen(command, cwd=ROOT, env=repo_env(), stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self.lines: queue.Queue[str] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -224,7 +212,7 @@ def test_a_mated_position_gets_bestmove_0000(pipe: _Pipe) -> None:
 
 def test_a_missing_weights_file_fails_before_the_handshake(tmp_path: Path) -> None:
     command = _command(tmp_path / "missing.pt")
-    done = subprocess.run(command, cwd=ROOT, env=_env(), input=b"uci\n", capture_output=True, timeout=60)
+    done = subprocess.run(command, cwd=ROOT, env=repo_env(), input=b"uci\n", capture_output=True, timeout=60)
     assert done.returncode == 2
     assert b"does not exist" in done.stderr and b"uciok" not in done.stdout
 
@@ -387,7 +375,8 @@ def test_a_ponder_search_answers_only_after_ponderhit_or_stop(pipe: _Pipe) -> No
     assert not any(line.startswith("bestmove") for line in pipe.expect("readyok"))
     pipe.send(b"ponderhit\n")
     best = pipe.expect("bestmove")[-1].split()[1]
-    assert chess.Move.from_uci(best) in chess.Board("rnbqkbnr/pppp1ppp/8/4p3/4P3/8/PPPP1PPP/RNBQKBNR w KQkq - 0 2").legal_moves
+    board = chess.Board("rnbqkbnr/pppp1ppp/8/4p3/4P3/8/PPPP1PPP/RNBQKBNR w KQkq - 0 2")
+    assert chess.Move.from_uci(best) in board.legal_moves
     # With a clock: no time runs while pondering; after ponderhit the normal budget applies.
     pipe.send(b"position startpos moves e2e4\ngo ponder wtime 2000 btime 2000\n")
     time.sleep(0.5)
@@ -528,8 +517,9 @@ def test_the_uci_player_plays_by_movetime_and_on_a_clock(weights: Path, tmp_path
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     from eval.agents import UciAgent, parse_player
 
-    monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])
-    with parse_player(f"uci:weights={weights},leaves=4,threads=1,overhead=0,movetime=50", run=tmp_path, device="cpu") as agent:
+    monkeypatch.setenv("PYTHONPATH", repo_env()["PYTHONPATH"])
+    spec = f"uci:weights={weights},leaves=4,threads=1,overhead=0,movetime=50"
+    with parse_player(spec, run=tmp_path, device="cpu") as agent:
         assert isinstance(agent, UciAgent) and agent.plays_on_clock
         assert agent.name == f"uci:weights={weights},leaves=4,threads=1,overhead=0,movetime=50"
         board = chess.Board()
@@ -545,7 +535,7 @@ def test_two_settings_of_the_engine_play_a_clocked_match(weights: Path, tmp_path
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     from alphazero import cli
 
-    monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])
+    monkeypatch.setenv("PYTHONPATH", repo_env()["PYTHONPATH"])
     players = [f"uci:weights={weights},leaves=4,threads=1", "vs", f"uci:weights={weights},leaves=1,threads=1"]
     assert cli.main(["match", *players, "--clock", "3+0.05", "--games", "2", "--ply-limit", "16", "--run",
                      str(tmp_path / "run"), "--no-progress"]) == 0

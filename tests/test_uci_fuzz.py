@@ -9,7 +9,6 @@ every complaint is the engine's own `info string` (never the catch-all
 from __future__ import annotations
 
 import io
-import os
 import queue
 import random
 import re
@@ -22,12 +21,9 @@ from pathlib import Path
 
 import chess
 import pytest
-import torch
 
-from alphazero.config import get_preset
-from alphazero.checkpoint import save_model
-from alphazero.network import AlphaZeroNet
 from eval.uci import UciEngine
+from tests.helpers import repo_env
 
 ROOT = Path(__file__).resolve().parent.parent
 READY_WITHIN_S = 1.0
@@ -155,7 +151,9 @@ def fuzz_lines(seed: int, count: int) -> list[str]:
     return KNOWN_CASES + [rng.choices(_MAKERS, weights)[0][1](rng) for _ in range(count)]
 
 
-_UCI_LINE = re.compile(r"^(id name |id author |option name |uciok$|readyok$|info |bestmove (0000|[a-h][1-8][a-h][1-8][qrbn]?)( ponder [a-h][1-8][a-h][1-8][qrbn]?)?$)")
+_MOVE = r"[a-h][1-8][a-h][1-8][qrbn]?"
+_UCI_LINE = re.compile(rf"^(id name |id author |option name |uciok$|readyok$|info "
+                       rf"|bestmove (0000|{_MOVE})( ponder {_MOVE})?$)")
 _NOT_OURS = ("info string error in ", "info string search failed", "Traceback")
 
 
@@ -163,14 +161,6 @@ def _check_output(lines: list[str]) -> None:
     for line in lines:
         assert _UCI_LINE.match(line), f"not a UCI line: {line[:200]!r}"
         assert not line.startswith(_NOT_OURS), f"an error that is not the engine's own: {line[:300]!r}"
-
-
-@pytest.fixture(scope="module")
-def weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("fuzz") / "net.pt"
-    save_model(path, AlphaZeroNet(get_preset("tiny").network))
-    return path
 
 
 class _Lines(io.TextIOBase):
@@ -212,10 +202,6 @@ def test_fuzzed_lines_in_process(weights: Path, one_torch_thread: None) -> None:
     assert any(line.startswith("bestmove") for line in out.lines)
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-
-
 @pytest.fixture
 def process(weights: Path, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
     stderr = tmp_path / "stderr.txt"
@@ -223,7 +209,7 @@ def process(weights: Path, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[by
         proc = subprocess.Popen(
             [sys.executable, "-m", "alphazero.cli", "uci", "--weights", str(weights), "--device", "cpu",
              "--threads", "1", "--nodes", "8"],
-            cwd=ROOT, env=_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
+            cwd=ROOT, env=repo_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
     try:
         yield proc, stderr
     finally:

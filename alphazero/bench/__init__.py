@@ -9,6 +9,8 @@ import argparse
 import importlib
 from typing import TYPE_CHECKING
 
+from alphazero.console import compact_number
+
 if TYPE_CHECKING:
     import torch
 
@@ -41,11 +43,8 @@ def ratio(numerator: float, denominator: float) -> str:
 
 
 def rate(value: float) -> str:
-    """A rate with an SI suffix ('12.3M')."""
-    for threshold, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if value >= threshold:
-            return f"{value / threshold:.1f}{suffix}"
-    return f"{value:.0f}"
+    """A rate in a few characters, with a k, M or G suffix from 1,000 up ('12.3M'; alphazero.console's formatter)."""
+    return compact_number(value, exact_below=1_000)
 
 
 def preset_list(text: str) -> list[str]:

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from alphazero.bench import bench_devices, preset_list, rate, ratio
 from alphazero.config import get_preset
@@ -154,25 +154,42 @@ def _measure(preset: str, device: torch.device, args: argparse.Namespace) -> Poi
     import numpy as np
     import torch
 
-    from alphazero.network import Evaluator, build_network, count_parameters
-    from learner.trainer import Trainer
-
     config = get_preset(preset)
     batch_size = _batch_size(preset, device, args.batch_size)
     batch = synthetic_batch(batch_size, np.random.default_rng(0))
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    # One model at a time: each is freed when its function returns.
+    train_s, parameters = _training_seconds(config, batch, device, args, sync)
+    infer_s = _inference_seconds(config, batch, device, args, sync)
+    sample_s = _sampling_seconds(batch_size, args.seconds)
+    return Point(preset, parameters, _device_label(device), batch_size, train_s, infer_s, sample_s)
+
+
+def _training_seconds(config: Any, batch: Any, device: torch.device, args: argparse.Namespace,
+                      sync: Callable[[], None]) -> tuple[float, int]:
+    """The fastest training step's seconds on ``batch``, and the model's trainable parameters."""
+    import torch
+
+    from alphazero.network import build_network, count_parameters
+    from learner.trainer import Trainer
+
     torch.manual_seed(0)
     trainer = Trainer(build_network(config.network), config.learner, device, compile=args.compile)
     steps = iter(range(10**9))
-    train_s = _fastest(lambda: trainer.step(batch, next(steps)), args.seconds, sync)
-    parameters = count_parameters(trainer.model)
-    del trainer
+    return _fastest(lambda: trainer.step(batch, next(steps)), args.seconds, sync), count_parameters(trainer.model)
+
+
+def _inference_seconds(config: Any, batch: Any, device: torch.device, args: argparse.Namespace,
+                       sync: Callable[[], None]) -> float:
+    """The fastest inference pass's seconds on ``batch`` (evaluate: all 4672 logits)."""
+    import torch
+
+    from alphazero.forward import Evaluator
+    from alphazero.network import build_network
+
     torch.manual_seed(0)
     evaluator = Evaluator(build_network(config.network), device, compile=args.compile)
-    infer_s = _fastest(lambda: evaluator.evaluate(batch.planes, batch.scalars), args.seconds, sync)
-    del evaluator
-    sample_s = _sampling_seconds(batch_size, args.seconds)
-    return Point(preset, parameters, _device_label(device), batch_size, train_s, infer_s, sample_s)
+    return _fastest(lambda: evaluator.evaluate(batch.planes, batch.scalars), args.seconds, sync)
 
 
 def _device_label(device: torch.device) -> str:

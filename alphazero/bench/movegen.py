@@ -9,9 +9,12 @@ because every count is dominated by its last ply.
 from __future__ import annotations
 
 import argparse
+import functools
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import chess
 from rich.console import Console
@@ -58,7 +61,7 @@ def python_chess_perft(board: chess.Board, depth: int, bulk: bool) -> int:
     return nodes
 
 
-def timed(function, *args) -> tuple[int, float]:
+def timed(function: Callable[..., int], *args: Any) -> tuple[int, float]:
     start = time.perf_counter()
     nodes = function(*args)
     return nodes, time.perf_counter() - start
@@ -117,8 +120,8 @@ def run(args: argparse.Namespace) -> None:
             depth, pc_depth = depth - shallower, max(1, pc_depth - shallower)
             board = Board(fen)
             row = {
-                "core_bulk": timed(lambda: board.perft(depth)),
-                "core_full": timed(lambda: board.perft(depth - 1, bulk=False)),
+                "core_bulk": timed(board.perft, depth),
+                "core_full": timed(functools.partial(board.perft, bulk=False), depth - 1),
                 "pc_bulk": timed(python_chess_perft, chess.Board(fen), pc_depth, True),
                 "pc_full": timed(python_chess_perft, chess.Board(fen), pc_depth - 1, False),
             }

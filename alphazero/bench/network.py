@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from alphazero.network import Evaluator
+    from alphazero.forward import Evaluator
 
 # torch, numpy and rich are imported inside the functions that use them: the CLI
 # imports every bench module to build its parser, and `alphazero perft` must not load torch.
@@ -126,7 +126,8 @@ def flops_per_evaluation(model: nn.Module, batch: int = 4) -> float:
     from alphazero.planes import compact_to_torch
 
     counted = copy.deepcopy(model).to("cpu").float().eval()
-    planes, scalars = compact_to_torch(*_random_positions(batch, np.random.default_rng(0))[:2], "cpu")
+    compact = _random_positions(batch, np.random.default_rng(0))
+    planes, scalars = compact_to_torch(compact[0], compact[1], "cpu")
     with torch.inference_mode(), FlopCounterMode(display=False) as counter:
         counted(planes, scalars)
     return counter.get_total_flops() / batch
@@ -193,7 +194,8 @@ def run(args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from alphazero.network import Evaluator, build_network, count_parameters
+    from alphazero.forward import Evaluator
+    from alphazero.network import build_network, count_parameters
 
     if args.seconds <= 0 or args.max_pass_seconds <= 0:
         raise UserError("--seconds and --max-pass-seconds must be positive")

@@ -135,9 +135,10 @@ def python_search_rate(games: int, budget: int, seconds: float) -> tuple[int, fl
 
 def cython_search_rate(games: int, budget: int, seconds: float, algorithm: str = "puct") -> tuple[int, float]:
     """Simulations completed by the Cython MultiGameSearch (self-play, `algorithm`) in about `seconds`."""
+    from mcts_ext.params import SearchParams
     from mcts_ext.search import MultiGameSearch
 
-    search = MultiGameSearch(games, simulations=budget, seed=0, algorithm=algorithm)
+    search = MultiGameSearch(games, SearchParams(simulations=budget, algorithm=algorithm), seed=0)
     batch = search.new_batch()
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:

@@ -181,55 +181,52 @@ def run(args: argparse.Namespace) -> None:
 
     from alphazero.config import apply_overrides, for_gpus, get_preset
     from alphazero.rundir import RunDir
-    from selfplay.driver import _RayFeed, _start_actors, connect_ray, start_sink
+    from selfplay.driver import connect_ray
+    from selfplay.fleet import SelfPlayFleet
     from selfplay.worker import lane_games, uses_overlap
 
     if args.actors < 1 or args.seconds <= 0 or args.gpus < 0:
         raise UserError("--actors must be at least 1, --seconds positive and --gpus at least 0")
     overrides = [*args.overrides, *([f"selfplay.transport={args.transport}"] if args.transport else [])]
     config = for_gpus(apply_overrides(get_preset(args.preset), overrides), args.gpus)
-    inference = args.inference or (config.selfplay.inference if args.gpus > 0 else "local")
-    servers_wanted = max(1, int(args.gpus)) if inference == "server" else 0
     before: dict[str, Any] = {}
     sink_after = None
     with tempfile.TemporaryDirectory(prefix="alphazero-bench-") as folder:
         run_dir, config = RunDir.create_or_open(folder, config)
-        started = connect_ray(None, num_cpus=args.actors + servers_wanted, num_gpus=args.gpus or None)
-        feed = _RayFeed(run_dir, config, start_sink(run_dir)) if config.selfplay.transport == "ray" else None
-        handles, servers = _start_actors(run_dir, config, args.actors, args.gpus, inference, servers_wanted, None,
-                                         feed=feed)
-
+        fleet = SelfPlayFleet(run_dir, config, actors=args.actors, gpus=args.gpus, inference=args.inference)
+        started = connect_ray(None, num_cpus=fleet.cpus, num_gpus=args.gpus or None)
         busy = DeviceBusy(math.ceil(args.gpus)) if args.gpus > 0 else None
-
-        def snapshot() -> None:  # after the warm-up
-            before["served"] = [ray.get(server.stats.remote()) for server in servers]
-            before["sink"] = ray.get(feed.sink.stats.remote()) if feed is not None else None
-            before["cpu"] = _cpu_seconds()
-            if busy is not None:
-                busy.start()
-
         try:
-            stats, wall = _measure(handles, args.seconds, snapshot)
-            if busy is not None:
-                busy.stop()
-            driver_cpu = _cpu_seconds() - before["cpu"]
-            served_before = before["served"]
-            if feed is not None:
-                sink_after = ray.get(feed.sink.stats.remote())
-                idle = _idle_cpu(feed.sink, IDLE_SECONDS)
-            served = [ray.get(server.stats.remote()) for server in servers]
-            passes = sum(a["passes"] - b["passes"] for a, b in zip(served, served_before))
-            positions = sum(a["positions"] - b["positions"] for a, b in zip(served, served_before))
-            evaluations, batches = sum(s.evaluations for s in stats), max(sum(s.batches for s in stats), 1)
-            # The network alone at self-play's batch: a server's passes, else an actor's requests.
-            batch = positions / passes if passes else evaluations / batches
-            alone = ray.get(handles[0].network_rate.remote(min(args.seconds, 10.0), round(batch)))
+            with fleet:
+                handles, servers, sink = fleet.actors, fleet.servers, fleet.sink
+
+                def snapshot() -> None:  # after the warm-up
+                    before["served"] = [ray.get(server.stats.remote()) for server in servers]
+                    before["sink"] = ray.get(sink.stats.remote()) if sink is not None else None
+                    before["cpu"] = _cpu_seconds()
+                    if busy is not None:
+                        busy.start()
+
+                stats, wall = _measure(handles, args.seconds, snapshot)
+                if busy is not None:
+                    busy.stop()
+                driver_cpu = _cpu_seconds() - before["cpu"]
+                served_before = before["served"]
+                if sink is not None:
+                    sink_after = ray.get(sink.stats.remote())
+                    idle = _idle_cpu(sink, IDLE_SECONDS)
+                served = [ray.get(server.stats.remote()) for server in servers]
+                passes = sum(a["passes"] - b["passes"] for a, b in zip(served, served_before))
+                positions = sum(a["positions"] - b["positions"] for a, b in zip(served, served_before))
+                evaluations, batches = sum(s.evaluations for s in stats), max(sum(s.batches for s in stats), 1)
+                # The network alone at self-play's batch: a server's passes, else an actor's requests.
+                batch = positions / passes if passes else evaluations / batches
+                alone = ray.get(handles[0].network_rate.remote(min(args.seconds, 10.0), round(batch)))
         finally:
-            for handle in [*handles, *servers, *([feed.sink] if feed is not None else [])]:
-                ray.kill(handle)
             if started:
                 ray.shutdown()
         stored = _stored(run_dir, config)
+    inference, servers_wanted = fleet.inference, fleet.server_count
     gpu_seconds = sum(a["gpu_seconds"] - b["gpu_seconds"] for a, b in zip(served, served_before)) if servers \
         else sum(s.gpu_seconds for s in stats)
     sink_before = before["sink"]

@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> None:
     from rich.table import Table
 
     from alphazero.bench.network import measure_batch
-    from eval.network_agents import NetworkSource, load_network
+    from alphazero.sources import NetworkSource, load_network
     from eval.uci import OPTIONS, UciEngine
 
     if args.seconds <= 0 or args.threads < 0:

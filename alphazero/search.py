@@ -1,0 +1,79 @@
+"""The one way into the search: a run's SearchConfig and a mode become one SearchParams.
+
+Every MultiGameSearch of the project is built from a mcts_ext.params.SearchParams.
+Self-play, the evaluation agents and the UCI engine get theirs here, from the
+run's ``search`` section and what the mode needs:
+
+- ``SELFPLAY``: every field of the config (PUCT or Gumbel, noise, temperature,
+  resignation, playout cap), with the resignation threshold in force
+  (alphazero.resign.threshold_for_actors) instead of search.resign_threshold,
+  which only the 'fixed' mode uses.
+- ``ANALYSIS`` (the search agents of matches and evaluation): the algorithm and
+  its constants, no noise of any kind (Dirichlet off, Gumbel scale 0: the
+  search is deterministic), no game-length limit, one leaf per game.
+- ``UCI`` (the engine): analysis with ``leaves_per_game`` leaves per network
+  call and the solver (proven mates are played and reported).
+
+The run's config is checked the same way when it is read (SearchConfig builds
+its self-play parameters), so a setting the search cannot honour is refused
+before any actor starts.
+
+>>> from alphazero.config import SearchConfig
+>>> params = search_params(SearchConfig(algorithm="gumbel"), ANALYSIS, simulations=64)
+>>> (params.algorithm, params.simulations, params.gumbel_scale, params.autoplay)
+('gumbel', 64, 0.0, False)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Literal
+
+from mcts_ext.params import SearchParams
+
+if TYPE_CHECKING:
+    from alphazero.config import SearchConfig
+
+SearchMode = Literal["selfplay", "analysis", "uci"]
+SELFPLAY: SearchMode = "selfplay"
+ANALYSIS: SearchMode = "analysis"
+UCI: SearchMode = "uci"
+MODES: tuple[SearchMode, ...] = (SELFPLAY, ANALYSIS, UCI)
+
+_CONSTANTS = ("c_init", "c_base", "fpu_mode", "fpu_value", "gumbel_considered", "gumbel_c_visit", "gumbel_c_scale",
+              "gumbel_q_normalisation")
+"""The fields analysis takes from the run's config: the algorithm's constants (no noise, no game rules)."""
+
+
+def search_params(config: SearchConfig, mode: SearchMode, *, algorithm: str | None = None,
+                  simulations: int | None = None, leaves_per_game: int | None = None,
+                  resign_threshold: float | None = None) -> SearchParams:
+    """Gets the parameters of a search in ``mode`` for a run whose search section is ``config``.
+
+    ``algorithm`` and ``simulations`` replace the config's (an agent's
+    ``search:64,algorithm=puct``); ``leaves_per_game`` is the UCI engine's
+    LeavesPerBatch (analysis takes one); ``resign_threshold`` is self-play's
+    threshold in force (None: nobody resigns).
+
+    Raises:
+        ValueError: an unknown mode, or parameters the search refuses (mcts_ext.params.SearchParams).
+    """
+    if mode not in MODES:
+        raise ValueError(f"the search mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode == SELFPLAY:
+        fields = dataclasses.asdict(config)
+        for name in config.CALIBRATION_FIELDS:
+            del fields[name]
+        fields["resign_threshold"] = resign_threshold
+    else:
+        fields = {name: getattr(config, name) for name in _CONSTANTS}
+        fields.update(autoplay=False, add_noise=False, gumbel_scale=0.0, ply_limit=None, algorithm=config.algorithm)
+        if mode == UCI:
+            fields["solver"] = True
+    if algorithm is not None:
+        fields["algorithm"] = algorithm
+    if simulations is not None:
+        fields["simulations"] = simulations
+    if leaves_per_game is not None:
+        fields["leaves_per_game"] = leaves_per_game
+    return SearchParams(**fields)

@@ -1,0 +1,246 @@
+"""Helpers shared by the test modules (test modules import this, never each other).
+
+Stockfish, synthetic shards and game records, fast run configs, evaluators
+for the search, random network inputs, damaged files. Fixtures live in
+conftest.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import chess
+import numpy as np
+import pytest
+import torch
+
+from alphazero.config import get_preset
+from alphazero.moves import legal_move_indices
+from alphazero.planes import COMPACT_PLANES, NUM_SCALARS, compact_to_torch
+from alphazero.rundir import RunDir
+from alphazero.shards import NUM_MOVES, Shard, read_shard, shard_from_records, shard_name, write_shard
+from alphazero.stockfish import INSTALL_HINT, find_stockfish
+from mcts_ext.driver import run, uniform_evaluator
+from mcts_ext.search import MultiGameSearch
+
+ROOT = Path(__file__).resolve().parent.parent
+"""The repository's root."""
+
+
+def repo_env() -> dict[str, str]:
+    """Gets this process's environment with the repository first on PYTHONPATH, for a subprocess."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+
+
+# --- Stockfish ------------------------------------------------------------------------------------
+
+REQUIRE_ENV = "ALPHAZERO_REQUIRE_STOCKFISH"
+
+
+def stockfish_or_skip(find: Callable[[], str | None] = find_stockfish) -> str:
+    """Returns Stockfish's path; skips the test without it, or FAILS it when CI requires it."""
+    path = find()
+    if path is None:
+        if os.environ.get(REQUIRE_ENV, "") not in ("", "0"):
+            pytest.fail(f"Stockfish is required ({REQUIRE_ENV}=1) but was not found; {INSTALL_HINT}")
+        pytest.skip(f"Stockfish not found; {INSTALL_HINT}")
+    return path
+
+
+# --- files that fail ------------------------------------------------------------------------------
+
+
+def fail_writes_under(monkeypatch: pytest.MonkeyPatch, module: object, folder: Path) -> None:
+    """Makes ``module``'s atomic_write_text fail for files under ``folder``, as a disk gone read-only would."""
+    import errno
+
+    from alphazero.rundir import atomic_write_text
+
+    def write(path, text):
+        if Path(path).resolve().is_relative_to(folder.resolve()):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        atomic_write_text(path, text)
+
+    monkeypatch.setattr(module, "atomic_write_text", write)
+
+
+def overwrite_inside(path: Path, tensor: torch.Tensor, size: int = 4096) -> None:
+    """Overwrites ``size`` bytes in the middle of ``tensor``'s data in a torch file, as a bad disk block would."""
+    import zipfile
+
+    data = tensor.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+    assert len(data) > size
+    with zipfile.ZipFile(path) as archive:
+        entries = [info for info in archive.infolist() if archive.read(info) == data]
+    assert len(entries) == 1, "the tensor is stored once, uncompressed"
+    raw = bytearray(path.read_bytes())
+    header = entries[0].header_offset
+    name_length, extra_length = int.from_bytes(raw[header + 26:header + 28], "little"), \
+        int.from_bytes(raw[header + 28:header + 30], "little")
+    start = header + 30 + name_length + extra_length + (len(data) - size) // 2
+    assert raw[start:start + size] == data[(len(data) - size) // 2:][:size]
+    raw[start:start + size] = np.random.default_rng(0).integers(0, 256, size, dtype=np.uint8).tobytes()
+    path.write_bytes(bytes(raw))
+
+
+# --- runs -----------------------------------------------------------------------------------------
+
+SELFPLAY_FAST = ["search.simulations=8", "search.ply_limit=40", "selfplay.games_per_actor=2", "selfplay.shard_games=1",
+                 "selfplay.weights_poll_seconds=0.1"]
+"""Overrides for quick self-play: short, cheap games, a shard per game."""
+
+TRAIN_FAST = ["search.simulations=8", "search.ply_limit=30", "selfplay.games_per_actor=4", "selfplay.shard_games=2",
+              "selfplay.weights_poll_seconds=1", "learner.batch_size=32", "learner.min_window_positions=64",
+              "learner.window_positions=5000", "learner.checkpoint_every=5", "learner.log_every=5",
+              "learner.max_sample_reuse=50"]
+"""Overrides for a quick `alphazero train`: self-play as SELFPLAY_FAST, a learner that starts at once."""
+
+
+def fast_run(path: Path, *extra: str) -> tuple[RunDir, object]:
+    """Creates (or opens) a tiny-preset run with SELFPLAY_FAST and ``extra`` overrides."""
+    return RunDir.create_or_open(path, get_preset("tiny"), [*SELFPLAY_FAST, *extra])
+
+
+def check_shard_invariants(path: Path) -> None:
+    shard = read_shard(path)
+    assert shard.planes.shape == (len(shard), 112) and shard.scalars.shape == (len(shard), 7)
+    for game_number, game in enumerate(shard.games):
+        rows = np.flatnonzero(shard.game == game_number)
+        board = chess.Board(game["start_fen"])
+        for row, uci in zip(rows, game["moves"]):
+            assert shard.ply[row] == board.ply()
+            start, end = shard.policy_offsets[row], shard.policy_offsets[row + 1]
+            # The visit distribution covers exactly the legal moves and sums to 1.
+            assert sorted(shard.policy_indices[start:end]) == sorted(legal_move_indices(board))
+            assert shard.policy_probs[start:end].sum() == pytest.approx(1.0, abs=1e-5)
+            board.push_uci(uci)
+        results = shard.results[rows]
+        assert set(results.tolist()) <= {-1, 0, 1}
+        if game["winner"] is None:
+            assert not results.any()
+        else:
+            assert np.all(results[:-1] == -results[1:])  # alternate with the mover
+            assert results[-1] == 1 or game["termination"] == "resignation"
+
+
+# --- search ---------------------------------------------------------------------------------------
+
+
+def play_games(search: MultiGameSearch, evaluate=uniform_evaluator) -> list[dict]:
+    records: list[dict] = []
+    run(search, evaluate, on_step=lambda rows: records.extend(r for _, r in search.take_finished()))
+    return records
+
+
+def material_evaluator(planes: np.ndarray, scalars: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Uniform priors; value = material balance for the side to move (P1 N3 B3 R5 Q9), squashed."""
+    worth = np.array([1, 3, 3, 5, 9, 0], dtype=np.float64)
+    counts = np.array([[bin(int(b)).count("1") for b in row[:12]] for row in planes], dtype=np.float64)
+    balance = counts[:, :6] @ worth - counts[:, 6:12] @ worth
+    return np.zeros((len(planes), NUM_MOVES), np.float32), np.tanh(balance / 5).astype(np.float32)
+
+
+# --- synthetic shards and game records ------------------------------------------------------------
+
+LEGAL_MOVES = 20
+PER_GAME = 10
+
+
+def make_shard(ids: range, seed: int = 0, legal: int = LEGAL_MOVES) -> Shard:
+    """Builds a shard of synthetic positions whose scalars[:, 1] (the move number) is the position's id.
+
+    Each position has ``legal`` random legal moves and a random visit share over them.
+    """
+    rng = np.random.default_rng([seed, ids.start])
+    n = len(ids)
+    scalars = rng.random((n, 7), dtype=np.float32)
+    scalars[:, 1] = np.asarray(ids, dtype=np.float32)
+    indices = np.concatenate([rng.choice(NUM_MOVES, legal, replace=False) for _ in range(n)]).astype(np.int16)
+    probs = rng.dirichlet(np.full(legal, 0.5), size=n).astype(np.float32).reshape(-1)
+    return Shard(
+        planes=rng.integers(0, np.iinfo(np.uint64).max, size=(n, 112), dtype=np.uint64, endpoint=True),
+        scalars=scalars,
+        policy_offsets=np.arange(n + 1, dtype=np.int64) * legal,
+        policy_indices=indices,
+        policy_probs=probs,
+        results=rng.integers(-1, 2, n).astype(np.int8),
+        game=np.zeros(n, np.int32),
+        ply=np.arange(n, dtype=np.int16),
+        root_values=rng.uniform(-1, 1, n).astype(np.float32),
+        games=[{"samples": n}],
+    )
+
+
+def add_shard(directory: Path, ids: range, seed: int = 0) -> Path:
+    """Writes a synthetic shard of positions ``ids`` into ``directory``; returns its path (names sort by age)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / shard_name("test")
+    write_shard(path, make_shard(ids, seed))
+    return path
+
+
+def games_shard(first_game: int, games: int, *, ids: bool = True) -> Shard:
+    """A shard of ``games`` games of PER_GAME positions; position id // PER_GAME is the game's number."""
+    shard = make_shard(range(first_game * PER_GAME, (first_game + games) * PER_GAME))
+    return dataclasses.replace(
+        shard, game=np.repeat(np.arange(games), PER_GAME).astype(np.int32),
+        games=[{"samples": PER_GAME, **({"game_id": f"game-{first_game + i}"} if ids else {})}
+               for i in range(games)])
+
+
+def add_games(directory: Path, first_game: int, games: int, *, ids: bool = True) -> Path:
+    """Writes a games_shard; without ids under a fixed old name, so the split of its games is fixed too."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / (shard_name("test") if ids else f"{first_game:020d}-old-shard.npz")
+    write_shard(path, games_shard(first_game, games, ids=ids))
+    return path
+
+
+WHITE_START = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
+
+
+def game_record(white: float, black: float, winner: str | None, *, threshold: float | None = None,
+                enabled: bool = False) -> dict:
+    """A minimal finished-game record with one training sample and the calibration's keys."""
+    return {
+        "start_fen": WHITE_START, "moves": ["e2e4"], "result": "1/2-1/2", "winner": winner, "termination": "x",
+        "plies": 1, "resign_enabled": enabled, "resign_threshold": threshold, "resign_consecutive": 3,
+        "resign_values": {"white": white, "black": black},
+        "planes": np.zeros((1, 112), np.uint64), "scalars": np.zeros((1, 7), np.float32),
+        "plies_of_samples": np.zeros(1, np.int16), "root_values": np.zeros(1, np.float32),
+        "policy_offsets": np.array([0, 1], np.int32), "policy_indices": np.array([7], np.int16),
+        "policy_probs": np.ones(1, np.float32), "results": np.zeros(1, np.int8),
+    }
+
+
+def write_games(run: RunDir, records: list[dict]) -> Path:
+    path = run.selfplay / shard_name("test")
+    write_shard(path, shard_from_records(records))
+    return path
+
+
+# --- network inputs and weights -------------------------------------------------------------------
+
+
+def random_compact(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Gets ``n`` random compact inputs (planes uint64 [n, 112], scalars float32 [n, 7]): not positions, but
+    the network takes any bits."""
+    rng = np.random.default_rng(seed)
+    planes = rng.integers(0, np.iinfo(np.uint64).max, size=(n, COMPACT_PLANES), dtype=np.uint64, endpoint=True)
+    scalars = rng.integers(0, 100, size=(n, NUM_SCALARS)).astype(np.float32)
+    return planes, scalars
+
+
+def trained_a_little(model: torch.nn.Module) -> torch.nn.Module:
+    """Moves weights, batch-norm statistics and zero-initialized scales off their defaults, so outputs differ;
+    returns the model in eval mode."""
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.1)
+    model.train()
+    model(*compact_to_torch(*random_compact(8, seed=3), "cpu"))
+    return model.eval()

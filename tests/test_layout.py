@@ -1,0 +1,93 @@
+"""The layout the README promises: which folder imports which, and what stays private."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from tests.helpers import ROOT
+
+PACKAGES = ("mcts_ext", "alphazero", "selfplay", "learner", "eval")
+MAY_IMPORT = {
+    "mcts_ext": set(),
+    "alphazero": {"mcts_ext"},
+    "selfplay": {"alphazero", "mcts_ext"},
+    "learner": {"alphazero", "mcts_ext"},
+    "eval": {"alphazero", "mcts_ext"},
+}
+"""The README's layout table: the project's packages each folder may import."""
+
+COMMAND_LINE = ("alphazero/cli.py", "alphazero/train.py", "alphazero/bench/")
+"""The command line, which brings the packages together (it imports them where a subcommand runs)."""
+
+
+def _sources(folder: str, suffixes: tuple[str, ...] = (".py",)) -> Iterator[Path]:
+    for path in sorted((ROOT / folder).rglob("*")):
+        if path.suffix in suffixes and "build" not in path.relative_to(ROOT).parts:
+            yield path
+
+
+def _imported(path: Path) -> Iterator[tuple[str, list[str]]]:
+    """Yields (module, names imported from it) for every absolute import in a Python or Cython file."""
+    if path.suffix in (".pyx", ".pxd"):  # Cython: read its Python-style import lines
+        for line in path.read_text().splitlines():
+            words = line.replace(",", " ").split()
+            if len(words) >= 2 and words[0] in ("import", "from", "cimport"):
+                yield words[1], words[3:] if words[0] == "from" else []
+        return
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, []
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module, [alias.name for alias in node.names]
+
+
+def test_each_folder_imports_only_what_the_layout_allows() -> None:
+    wrong = []
+    for package in PACKAGES:
+        for path in _sources(package, (".py", ".pyx", ".pxd")):
+            name = path.relative_to(ROOT).as_posix()
+            if name.startswith(COMMAND_LINE):
+                continue
+            for module, _ in _imported(path):
+                top = module.split(".")[0]
+                if top in PACKAGES and top != package and top not in MAY_IMPORT[package]:
+                    wrong.append(f"{name} imports {module}")
+    assert not wrong
+
+
+def test_the_chess_core_needs_numpy_alone() -> None:
+    outside = {module for path in _sources("mcts_ext", (".py", ".pyx", ".pxd")) for module, _ in _imported(path)
+               if module.split(".")[0] not in {*sys.stdlib_module_names, "mcts_ext", "numpy", "libc", "cython"}}
+    assert not outside
+
+
+def test_no_module_outside_selfplay_reaches_for_its_private_names() -> None:
+    wrong = []
+    for folder in (*PACKAGES, "tests"):
+        if folder == "selfplay":
+            continue
+        for path in _sources(folder):
+            tree = ast.parse(path.read_text())
+            selfplay_modules = set()  # names bound to selfplay modules in this file
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "selfplay":
+                    for alias in node.names:
+                        if alias.name.startswith("_"):
+                            wrong.append(f"{path.name}: from {node.module} import {alias.name}")
+                        selfplay_modules.add(alias.asname or alias.name)
+            for node in ast.walk(tree):
+                if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                        and node.value.id in selfplay_modules and node.attr.startswith("_")
+                        and not node.attr.startswith("__")):
+                    wrong.append(f"{path.name}: {node.value.id}.{node.attr}")
+    assert not wrong
+
+
+def test_no_test_module_imports_another() -> None:
+    wrong = [f"{path.name} imports {module}" for path in _sources("tests") for module, _ in _imported(path)
+             if module.startswith("tests.test_")]
+    assert not wrong  # shared helpers live in tests/helpers.py and tests/conftest.py
