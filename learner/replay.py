@@ -87,9 +87,11 @@ class Batch:
 
 def concatenate_batches(first: Batch, second: Batch) -> Batch:
     """Joins two batches, rows of ``first`` first (root values kept when both have them)."""
+    def joined(name: str) -> np.ndarray:
+        return np.concatenate([getattr(first, name), getattr(second, name)])
+
     q = None if first.q is None or second.q is None else np.concatenate([first.q, second.q])
-    return Batch(*(np.concatenate([getattr(first, name), getattr(second, name)])
-                   for name in ("planes", "scalars", "policy", "legal", "z")), q)
+    return Batch(joined("planes"), joined("scalars"), joined("policy"), joined("legal"), joined("z"), q)
 
 
 def is_validation_game(game_id: str, share: float) -> bool:
