@@ -40,6 +40,12 @@ ANALYSIS: SearchMode = "analysis"
 UCI: SearchMode = "uci"
 MODES: tuple[SearchMode, ...] = (SELFPLAY, ANALYSIS, UCI)
 
+UCI_VISITS_PER_LEAF = 32.0
+"""The engine's batch grows with its tree: at most (root visits / this) leaves a network call, up to
+LeavesPerBatch (mcts_ext.params.SearchParams.visits_per_leaf). Equal-time matches of LeavesPerBatch 32
+against 1 at 5+0.05 s, 92 games each (EXPERIMENTS.md, issue 24): a full batch from the first call scored
+10% (62 games), 8 visits a leaf 40%, 32 visits a leaf 55%."""
+
 _CONSTANTS = ("c_init", "c_base", "fpu_mode", "fpu_value", "gumbel_considered", "gumbel_c_visit", "gumbel_c_scale",
               "gumbel_q_normalisation")
 """The fields analysis takes from the run's config: the algorithm's constants (no noise, no game rules)."""
@@ -70,6 +76,7 @@ def search_params(config: SearchConfig, mode: SearchMode, *, algorithm: str | No
         fields.update(autoplay=False, add_noise=False, gumbel_scale=0.0, ply_limit=None, algorithm=config.algorithm)
         if mode == UCI:
             fields["solver"] = True
+            fields["visits_per_leaf"] = UCI_VISITS_PER_LEAF
     if algorithm is not None:
         fields["algorithm"] = algorithm
     if simulations is not None:

@@ -98,9 +98,9 @@ MIN_BUDGET_MS = 1.0
 """The least time budget: the search always expands the root and plays something."""
 
 DEFAULT_LEAVES_PER_BATCH = 32
-"""Leaves gathered per network call (virtual loss). Chosen from short `alphazero bench uci` runs: on the
-2-core CPU the built-in network's throughput at 32 is 2.5-3x its batch-1 figure and near its best; an
-equal-time match against LeavesPerBatch 1 is to confirm it (EXPERIMENTS.md, "Benchmarks": the `bench uci` row)."""
+"""The most leaves gathered per network call (virtual loss); a call takes fewer while the tree is small
+(alphazero.search.UCI_VISITS_PER_LEAF). With that growth, 32 scored 55% against LeavesPerBatch 1 at equal
+time (5+0.05 s, 92 games; EXPERIMENTS.md, "Issue 24"); without it, 10%."""
 
 INFINITE_NODES = 50_000_000
 """The node cap of `go infinite`, `go ponder` and timed searches (bounds the tree's memory)."""

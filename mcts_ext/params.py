@@ -76,6 +76,8 @@ class SearchParams:
     temperature: float = 1.0
     leaves_per_game: int = 1                # leaves gathered per game and step; >1 uses virtual loss
     virtual_loss: float = 1.0
+    visits_per_leaf: float = 0.0            # >0: leaves per game and step at most root visits / this (a batch
+                                            # that grows with the tree); 0: always leaves_per_game
     tree_reuse: bool = False                # keep the played move's subtree as the next root
     ply_limit: int | None = 512             # game length (plies) that ends in a draw; None: none
     autoplay: bool = True                   # self-play: choose, play and record moves; False: analysis
@@ -106,6 +108,8 @@ class SearchParams:
             raise ValueError(f"simulations must be at least 1, got {self.simulations}")
         if self.leaves_per_game < 1:
             raise ValueError(f"leaves_per_game must be at least 1, got {self.leaves_per_game}")
+        if not self.visits_per_leaf >= 0.0:
+            raise ValueError(f"visits_per_leaf must be at least 0, got {self.visits_per_leaf}")
         if not 0.0 <= self.playout_cap_fraction <= 1.0 or self.playout_cap_simulations < 1:
             raise ValueError(f"need 0 <= playout_cap_fraction <= 1 and playout_cap_simulations >= 1, "
                              f"got {self.playout_cap_fraction} and {self.playout_cap_simulations}")

@@ -94,6 +94,7 @@ ctypedef struct Options:
     GumbelParams gumbel
     int simulations                  # budget per move (full search)
     int leaves_per_game              # leaves gathered per game and step; >1 uses virtual loss
+    float visits_per_leaf            # >0: a game's leaves per step are at most its root's visits / this
     bint add_noise                   # Dirichlet noise at the root of full searches
     float dirichlet_alpha
     float noise_weight
@@ -402,6 +403,25 @@ cdef int expand_proven(Slot* s, int32_t node) noexcept nogil:
     return 0
 
 
+cdef int leaf_limit(Slot* s, const Options* o) noexcept nogil:
+    """The most leaves a game gathers in this step: leaves_per_game, or with visits_per_leaf its root's
+    visits over visits_per_leaf (at least 1) when that is fewer.
+
+    Virtual loss sends a batch's descents to moves the search would not have
+    tried yet; in a tree of a few hundred visits a batch of 32 is a tenth of
+    the search and turns it breadth-first (in equal-time matches the engine
+    with 32 leaves a call lost most games to one leaf a call). Growing the
+    batch with the tree keeps that share small.
+    """
+    cdef double allowed
+    if o.visits_per_leaf <= 0.0 or o.leaves_per_game == 1:
+        return o.leaves_per_game
+    allowed = s.tree.visits[ROOT] / o.visits_per_leaf
+    if allowed < 1.0:
+        return 1
+    return o.leaves_per_game if allowed >= o.leaves_per_game else <int>allowed
+
+
 cdef int32_t choose_edge(Slot* s, const Options* o) noexcept nogil:
     """The root edge to play: a solved root's best (best_edge); Gumbel's Sequential Halving choice;
     PUCT's sampled by visits^(1/T) early in the game, else the best (best_edge)."""
@@ -667,6 +687,7 @@ cdef class MultiGameSearch:
         o.puct.virtual_loss = params.virtual_loss
         o.simulations = params.simulations
         o.leaves_per_game = params.leaves_per_game
+        o.visits_per_leaf = params.visits_per_leaf
         o.add_noise = (autoplay and o.algorithm == PUCT) if params.add_noise is None else params.add_noise
         o.dirichlet_alpha = params.dirichlet_alpha
         o.noise_weight = params.noise_weight
@@ -936,7 +957,7 @@ cdef class MultiGameSearch:
         collisions never count as visits.
         """
         cdef Move moves[MAX_MOVES]
-        cdef int rows = 0, g, added, scored, collisions, outcome, count, i, turn
+        cdef int rows = 0, g, added, scored, collisions, outcome, count, i, turn, limit
         cdef int32_t leaf
         cdef Slot* s
         cdef Options* o = &self.options
@@ -945,6 +966,7 @@ cdef class MultiGameSearch:
             added = 0
             scored = 0
             collisions = 0
+            limit = leaf_limit(s, o)
             while s.state == SEARCHING:
                 if s.done >= s.budget:
                     if s.in_flight > 0:
@@ -953,7 +975,7 @@ cdef class MultiGameSearch:
                         out_of_memory[0] = True
                         break
                     continue
-                if (added == o.leaves_per_game or s.done + s.in_flight >= s.budget or scored == MAX_SCORED_DESCENTS
+                if (added == limit or s.done + s.in_flight >= s.budget or scored == MAX_SCORED_DESCENTS
                         or collisions == o.leaves_per_game):
                     break
                 outcome = descend(s, o, moves, &count, &leaf)

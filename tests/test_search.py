@@ -223,6 +223,25 @@ def test_several_leaves_per_game_with_virtual_loss():
     assert sum(s[2] for s in stats) == 200
 
 
+def test_a_batch_grows_with_the_tree_under_visits_per_leaf():
+    # visits_per_leaf 8: a call gathers at most max(1, root visits / 8) leaves, up to leaves_per_game.
+    search = MultiGameSearch(1, SearchParams(simulations=600, leaves_per_game=16, visits_per_leaf=8.0,
+                                             autoplay=False))
+    search.set_position(0, Board())
+    batch = search.new_batch()
+    sizes = []
+    while search.searching():
+        visits = sum(s[2] for s in search.root_stats(0)) if sizes else -1
+        rows = search.gather(*batch)
+        assert 1 <= rows <= max(1, min(16, (visits + 1) // 8)), (visits, rows)  # + the root's own evaluation
+        sizes.append(rows)
+        search.backup(*[np.ascontiguousarray(a) for a in uniform_evaluator(batch[0][:rows], batch[1][:rows])])
+    assert sizes[:8] == [1] * 8 and max(sizes) == 16
+    assert sum(s[2] for s in search.root_stats(0)) == 600
+    with pytest.raises(ValueError, match="visits_per_leaf"):
+        SearchParams(visits_per_leaf=-1.0)
+
+
 def _step_checking_the_batch(search: MultiGameSearch, batch: tuple, evaluate=uniform_evaluator) -> int:
     """One gather and backup, checking that the batch's leaves are distinct nodes, none below another,
     and that virtual loss is charged for exactly them and taken back by backup()."""
