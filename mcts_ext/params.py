@@ -76,8 +76,8 @@ class SearchParams:
     temperature: float = 1.0
     leaves_per_game: int = 1                # leaves gathered per game and step; >1 uses virtual loss
     virtual_loss: float = 1.0
-    visits_per_leaf: float = 0.0            # >0: leaves per game and step at most root visits / this (a batch
-                                            # that grows with the tree); 0: always leaves_per_game
+    visits_per_leaf: float = 0.0            # >0 (PUCT): leaves per game and step at most root visits / this (a
+                                            # batch that grows with the tree); 0: always leaves_per_game
     tree_reuse: bool = False                # keep the played move's subtree as the next root
     ply_limit: int | None = 512             # game length (plies) that ends in a draw; None: none
     autoplay: bool = True                   # self-play: choose, play and record moves; False: analysis

@@ -404,8 +404,8 @@ cdef int expand_proven(Slot* s, int32_t node) noexcept nogil:
 
 
 cdef int leaf_limit(Slot* s, const Options* o) noexcept nogil:
-    """The most leaves a game gathers in this step: leaves_per_game, or with visits_per_leaf its root's
-    visits over visits_per_leaf (at least 1) when that is fewer.
+    """The most leaves a game gathers in this step: leaves_per_game, or with visits_per_leaf (PUCT) its
+    root's visits over visits_per_leaf (at least 1) when that is fewer.
 
     Virtual loss sends a batch's descents to moves the search would not have
     tried yet; in a tree of a few hundred visits a batch of 32 is a tenth of
@@ -414,8 +414,8 @@ cdef int leaf_limit(Slot* s, const Options* o) noexcept nogil:
     batch with the tree keeps that share small.
     """
     cdef double allowed
-    if o.visits_per_leaf <= 0.0 or o.leaves_per_game == 1:
-        return o.leaves_per_game
+    if o.visits_per_leaf <= 0.0 or o.leaves_per_game == 1 or o.algorithm == GUMBEL:
+        return o.leaves_per_game  # Gumbel's batches follow its Sequential Halving phases instead
     allowed = s.tree.visits[ROOT] / o.visits_per_leaf
     if allowed < 1.0:
         return 1
