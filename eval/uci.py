@@ -100,7 +100,7 @@ MIN_BUDGET_MS = 1.0
 DEFAULT_LEAVES_PER_BATCH = 32
 """The most leaves gathered per network call (virtual loss); a call takes fewer while the tree is small
 (alphazero.search.UCI_VISITS_PER_LEAF). With that growth, 32 scored 55% against LeavesPerBatch 1 at equal
-time (5+0.05 s, 92 games; EXPERIMENTS.md, "Issue 24"); without it, 10%."""
+time at 5+0.05 s and 50% at 10+0.1 s (92 games each; EXPERIMENTS.md, "Issue 24"); without it, 10%."""
 
 INFINITE_NODES = 50_000_000
 """The node cap of `go infinite`, `go ponder` and timed searches (bounds the tree's memory)."""

@@ -957,7 +957,7 @@ cdef class MultiGameSearch:
         collisions never count as visits.
         """
         cdef Move moves[MAX_MOVES]
-        cdef int rows = 0, g, added, scored, collisions, outcome, count, i, turn, limit
+        cdef int rows = 0, g, added, scored, collisions, outcome, count, i, turn
         cdef int32_t leaf
         cdef Slot* s
         cdef Options* o = &self.options
@@ -966,7 +966,6 @@ cdef class MultiGameSearch:
             added = 0
             scored = 0
             collisions = 0
-            limit = leaf_limit(s, o)
             while s.state == SEARCHING:
                 if s.done >= s.budget:
                     if s.in_flight > 0:
@@ -975,7 +974,7 @@ cdef class MultiGameSearch:
                         out_of_memory[0] = True
                         break
                     continue
-                if (added == limit or s.done + s.in_flight >= s.budget or scored == MAX_SCORED_DESCENTS
+                if (added >= leaf_limit(s, o) or s.done + s.in_flight >= s.budget or scored == MAX_SCORED_DESCENTS
                         or collisions == o.leaves_per_game):
                     break
                 outcome = descend(s, o, moves, &count, &leaf)
