@@ -6,7 +6,8 @@ isready, ucinewgame, setoption, position startpos|fen ... [moves ...], go,
 stop, ponderhit, quit (debug and register are accepted and ignored).
 
 The search runs on a background thread, so `stop`, `ponderhit` and
-`isready` are answered while it runs; the search hears `stop` and its
+`isready` are answered while it runs (one thread, for the engine's life, runs
+every network call: see _NetworkThread); the search hears `stop` and its
 deadline within a few milliseconds whatever the tree holds. A malformed or
 unknown line, or a bad option value, is answered with `info string ...` and
 otherwise ignored (an option keeps its previous value); a position without
@@ -63,13 +64,16 @@ LeavesPerBatch start from an empty tree.
 
 from __future__ import annotations
 
+import queue
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent import futures
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 import torch
 
@@ -99,8 +103,9 @@ MIN_BUDGET_MS = 1.0
 
 DEFAULT_LEAVES_PER_BATCH = 32
 """The most leaves gathered per network call (virtual loss); a call takes fewer while the tree is small
-(alphazero.search.UCI_VISITS_PER_LEAF). With that growth, 32 scored 55% against LeavesPerBatch 1 at equal
-time at 5+0.05 s and 50% at 10+0.1 s (92 games each; EXPERIMENTS.md, "Issue 24"); without it, 10%."""
+(alphazero.search.UCI_VISITS_PER_LEAF). With that growth, 32 scored 67% against LeavesPerBatch 1 at equal
+time at 10+0.1 s with 2 threads each (92 games, +126 Elo), 55% at 5+0.05 s and 50% at 10+0.1 s on one thread
+each (EXPERIMENTS.md, "Issue 24"); without the growth, 10%."""
 
 INFINITE_NODES = 50_000_000
 """The node cap of `go infinite`, `go ponder` and timed searches (bounds the tree's memory)."""
@@ -414,6 +419,60 @@ def _lenient(stream: TextIO) -> TextIO:
 # --- the engine -------------------------------------------------------------------------------
 
 
+_Result = TypeVar("_Result")
+
+
+class _NetworkThread:
+    """One daemon thread that runs, in order, every call of the engine that touches torch: loading the
+    network, setting its threads, and the searches.
+
+    Why one, and why not the main thread: torch's CPU threads come from OpenMP (libgomp), which keeps a
+    pool of worker threads for each thread that ever ran a parallel operation, for that thread's life.
+    Once the process holds more pool threads than cores, libgomp stops spinning between operations and
+    every operation waits to wake its workers. With the network loaded on the main thread and searched on
+    a fresh thread per `go`, the built-in network's passes ran at 40% of their speed on the 2-core
+    machine (335 against 861 evaluations/s at batch 1, 2 threads; EXPERIMENTS.md, "Issue 24"). Kept to
+    one thread, the engine keeps one pool.
+    """
+
+    def __init__(self) -> None:
+        self._tasks: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None] = \
+            queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, function: Callable[..., _Result], *args: Any) -> Future[_Result]:
+        """Queues ``function(*args)``; its future holds the result or the exception."""
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._serve, name="uci-network", daemon=True)
+            self._thread.start()
+        future: Future[_Result] = Future()
+        self._tasks.put((future, function, args))
+        return future
+
+    def call(self, function: Callable[..., _Result], *args: Any) -> _Result:
+        """Runs ``function(*args)`` on the thread and waits for it (at once when already on it)."""
+        if threading.current_thread() is self._thread:
+            return function(*args)
+        return self.submit(function, *args).result()
+
+    def close(self) -> None:
+        """Ends the thread once the queued calls are done (a later submit starts a new one)."""
+        if self._thread is not None and self._thread.is_alive():
+            self._tasks.put(None)
+            self._thread.join()
+        self._thread = None
+
+    def _serve(self) -> None:
+        while (task := self._tasks.get()) is not None:
+            future, function, args = task
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(function(*args))
+            except BaseException as error:  # handed to whoever waits on the future
+                future.set_exception(error)
+
+
 class UciEngine:
     """The engine's state and command handlers; `run()` is the loop over the input stream.
 
@@ -450,6 +509,7 @@ class UciEngine:
         self.values: dict[str, Any] = {option.name: option.default for option in OPTIONS}
         self.values["Weights"] = str(weights) if weights is not None else ""
         self.values["Device"] = device
+        self._network_thread = _NetworkThread()
         try:
             if nodes is not None:
                 self.values["Nodes"] = _OPTIONS_BY_NAME["nodes"].parse(str(nodes))
@@ -463,9 +523,9 @@ class UciEngine:
         self._loaded_key: tuple[NetworkSource, str] | None = None
         self._board = Board(ply_limit=None)
         self._job: _Job | None = None
-        self._thread: threading.Thread | None = None
+        self._search_done: Future[None] | None = None  # the running (or last) search, on the network thread
         # The search and its tree, kept between moves for reuse, and the arrays it gathers
-        # leaves into; only the search thread touches them while a search runs. Rebuilt
+        # leaves into; only the network thread touches them while a search runs. Rebuilt
         # when the network, LeavesPerBatch or the algorithm changes.
         self._search: MultiGameSearch | None = None
         self._batch: tuple[Any, ...] = ()
@@ -484,6 +544,12 @@ class UciEngine:
                     break
         finally:
             self.stop_search()
+            self._network_thread.close()
+
+    def on_network_thread(self, function: Callable[..., _Result], *args: Any) -> _Result:
+        """Runs ``function(*args)`` on the thread that runs the engine's network, and returns its result
+        (a benchmark times the network alone there, as the engine runs it: see _NetworkThread)."""
+        return self._network_thread.call(function, *args)
 
     def handle(self, line: str) -> bool:
         """Handles one input line; returns False after `quit`. Never raises for bad input."""
@@ -530,7 +596,7 @@ class UciEngine:
 
     def _isready(self, args: list[str]) -> None:
         if not self.searching():
-            self._ensure_network()
+            self._network_thread.call(self._ensure_network)
         self._out.line("readyok")
 
     def _ucinewgame(self, args: list[str]) -> None:
@@ -572,10 +638,15 @@ class UciEngine:
                 self.info_string(f"ignored {option.name}, kept {_quoted(str(old))}: {error}")
 
     def _set_threads(self, threads: int) -> None:
-        """Sets torch's CPU threads for the network (process-wide, so the search thread's passes use
-        them too); 0 restores torch's default, the machine's cores."""
+        """Sets torch's CPU threads for the network; 0 restores torch's default, the machine's cores.
+
+        torch keeps the count per thread once a thread has used it, so it is set here (for threads
+        to come) and queued on the network thread (after a running search, whose passes keep theirs).
+        """
         self.values["Threads"] = threads
-        torch.set_num_threads(threads if threads > 0 else DEFAULT_THREADS)
+        count = threads if threads > 0 else DEFAULT_THREADS
+        torch.set_num_threads(count)
+        self._network_thread.submit(torch.set_num_threads, count)
 
     def _position(self, args: list[str]) -> None:
         if not args or args[0] not in ("startpos", "fen"):
@@ -608,15 +679,13 @@ class UciEngine:
             self.info_string(f"no legal moves ({board.termination()})")
             self._out.line("bestmove 0000")
             return
-        network = self._ensure_network()
+        network = self._network_thread.call(self._ensure_network)
         if network is None:
             self.info_string("no network could be loaded; see the error above")
             self._out.line("bestmove 0000")
             return
         self._job = self._make_job(go, board)
-        self._thread = threading.Thread(target=self._search_thread, args=(self._job, network), name="uci-search",
-                                        daemon=True)
-        self._thread.start()
+        self._search_done = self._network_thread.submit(self._search_job, self._job, network)
 
     def _report_unsupported(self, go: GoCommand) -> None:
         for problem in go.problems:
@@ -654,7 +723,7 @@ class UciEngine:
         job.pondering = False
         job.wake.set()
 
-    # -- the search thread --
+    # -- the search (on the network thread) --
 
     def _algorithm_for(self, network: Network, job: _Job) -> str:
         """The search algorithm of ``job``: the SearchAlgorithm option, or for ``auto`` the network's
@@ -678,7 +747,7 @@ class UciEngine:
             self._search_key = key
         return self._search
 
-    def _search_thread(self, job: _Job, network: Network) -> None:
+    def _search_job(self, job: _Job, network: Network) -> None:
         best, ponder = "0000", None
         try:
             search = self._search_for(network, job)
@@ -745,11 +814,11 @@ class UciEngine:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Waits for the running search (if any) to finish; returns False on timeout."""
-        if self._thread is not None:
-            self._thread.join(timeout)
-            if self._thread.is_alive():
+        if self._search_done is not None:
+            finished, _ = futures.wait([self._search_done], timeout)
+            if not finished:
                 return False
-            self._thread = None
+            self._search_done = None
         return True
 
     def stop_search(self) -> None:

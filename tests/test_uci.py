@@ -20,6 +20,7 @@ import chess.engine
 import pytest
 import torch
 
+import eval.uci as uci_module
 from alphazero.checkpoint import save_model
 from alphazero.config import get_preset
 from alphazero.errors import UserError
@@ -503,6 +504,39 @@ def test_threads_sets_torchs_threads_and_0_restores_its_default() -> None:
         assert torch.get_num_threads() == DEFAULT_THREADS  # torch's own choice when eval.uci was imported
     finally:
         torch.set_num_threads(default)
+
+
+def test_the_network_is_loaded_and_run_on_one_thread_for_the_engines_life(
+        weights: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch's OpenMP keeps a pool of workers per thread that ran it: loading on the main thread and
+    searching on a new thread per `go` made every pass 2.5 times slower on 2 cores (_NetworkThread)."""
+    used: list[tuple[str, int]] = []
+    real_load = uci_module.load_network
+
+    def load_network(*args: object, **kwargs: object) -> object:
+        used.append(("load", threading.get_ident()))
+        network = real_load(*args, **kwargs)  # type: ignore[arg-type]
+        evaluate = network.evaluator.evaluate_legal
+
+        def evaluate_legal(*arrays: object) -> object:
+            used.append(("evaluate", threading.get_ident()))
+            return evaluate(*arrays)
+
+        network.evaluator.evaluate_legal = evaluate_legal  # type: ignore[method-assign]
+        return network
+
+    monkeypatch.setattr(uci_module, "load_network", load_network)
+    engine, out = _in_process(weights)
+    engine.handle("isready")
+    for moves in ("", " moves e2e4", " moves e2e4 e7e5"):
+        engine.handle(f"position startpos{moves}")
+        engine.handle("go nodes 40")
+        engine.wait()
+    engine.handle("quit")
+    assert [kind for kind, _ in used[:2]] == ["load", "evaluate"] and len(used) > 3
+    assert len({ident for _, ident in used}) == 1
+    assert used[0][1] != threading.get_ident()
+    assert out.getvalue().count("bestmove") == 3
 
 
 # --- the `uci` player: our engine in matches, by movetime and on a clock --------------------------

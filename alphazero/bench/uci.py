@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> None:
     from rich.table import Table
 
     from alphazero.bench.network import measure_batch
-    from alphazero.sources import NetworkSource, load_network
+    from alphazero.sources import Network, NetworkSource, load_network
     from eval.uci import OPTIONS, UciEngine
 
     if args.seconds <= 0 or args.threads < 0:
@@ -119,14 +119,20 @@ def run(args: argparse.Namespace) -> None:
     engine.handle("isready")
     if "info string error" in out.getvalue():
         raise UserError(out.getvalue().strip())
-    network = load_network(NetworkSource(Path("."), weights=Path(args.weights)), device=args.device,
-                           warn=sys.stderr)
-    network.evaluator.fold_batch_norm()  # as the engine runs it
+
+    def load_folded() -> Network:
+        loaded = load_network(NetworkSource(Path("."), weights=Path(args.weights)), device=args.device,
+                              warn=sys.stderr)
+        loaded.evaluator.fold_batch_norm()  # as the engine runs it
+        return loaded
+
+    # The network alone runs on the engine's network thread, as the engine runs it (eval.uci._NetworkThread).
+    network = engine.on_network_thread(load_folded)
     rng = np.random.default_rng(0)
     rows = []
     for size in leaves:
         nodes, seconds, batches, evaluated = _engine_point(engine, out, size, args.seconds)
-        point = measure_batch(network.evaluator, size, args.seconds, rng)
+        point = engine.on_network_thread(measure_batch, network.evaluator, size, args.seconds, rng)
         rows.append(Row(size, nodes, seconds, batches, evaluated, point.evals_per_second))
     engine.stop_search()
     best = max(rows, key=lambda row: row.network)
