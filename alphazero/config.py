@@ -280,7 +280,8 @@ class LearnerConfig(_Section):
     """The training loop over the replay window."""
 
     SECTION: ClassVar[str] = "learner"
-    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"optimizer": ("sgd", "adam", "adamw", "nadam")}
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"optimizer": ("sgd", "adam", "adamw", "nadam"),
+                                                     "trainable": ("all", "policy_head")}
     MINIMUM: ClassVar[dict[str, float]] = {
         "batch_size": 1, "momentum": 0.0, "weight_decay": 0.0, "training_steps": 0,
         "window_positions": 1, "min_window_positions": 1, "max_sample_reuse": 0.0,
@@ -338,6 +339,8 @@ class LearnerConfig(_Section):
     freeze_batch_norm: bool = _field(False, "keep the batch-norm running statistics the weights came with (and "
                                             "normalise training batches with them) instead of re-estimating them "
                                             "on the training data: for fine-tuning a pretrained network")
+    trainable: str = _field("all", "what learns: 'all' the network, or 'policy_head' alone (the tower and the "
+                                   "value head keep the weights they came with; needs freeze_batch_norm)")
     seed: int = _field(0, "seed of the learner's sampling and initial weights")
 
     def _check(self) -> None:
@@ -352,6 +355,9 @@ class LearnerConfig(_Section):
         for name in ("value_target_q_weight", "validation_share", "mix_share"):
             if getattr(self, name) > 1.0:
                 raise UserError(f"learner.{name} must lie in [0, 1], got {getattr(self, name)}")
+        if self.trainable != "all" and not self.freeze_batch_norm:
+            raise UserError(f"learner.trainable = {self.trainable!r} keeps the rest of the network as it came, "
+                            f"batch-norm statistics included: set learner.freeze_batch_norm=true as well")
         if self.min_window_positions > self.window_positions:
             raise UserError(f"learner.min_window_positions ({self.min_window_positions}) exceeds "
                             f"learner.window_positions ({self.window_positions})")

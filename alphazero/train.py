@@ -194,7 +194,7 @@ def init_defaults(init: Weights, preset: str | None, overrides: Sequence[str]) -
     schedule_keys = ("learner.learning_rates", "learner.lr_boundaries", "learner.scale_lr", "learner.warmup_steps")
     if any(item.split("=", 1)[0].strip() in schedule_keys for item in overrides):
         return defaults
-    base = apply_overrides(get_preset(preset or DEFAULT_PRESET), overrides)
+    base = apply_overrides(get_preset(preset or DEFAULT_PRESET), [*defaults, *overrides])  # a --set may need them
     rate = init.final_learning_rate(base.learner.batch_size)
     if rate is not None and rate > 0:
         defaults += [f"learner.learning_rates={rate:.6g}", "learner.lr_boundaries=", "learner.scale_lr=false",

@@ -264,14 +264,26 @@ def _decoupled_decay_groups(model: nn.Module, weight_decay: float) -> list[dict[
     # (vectors, and what the model names in no_weight_decay) keep their scale.
     # A Chessformer names its gains; a method nn.Module's typing cannot see.
     skip = model.no_weight_decay() if hasattr(model, "no_weight_decay") else set()  # type: ignore[operator]
-    named = list(model.named_parameters())
+    named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
     decay = [p for name, p in named if p.ndim >= 2 and name not in skip]
     rest = [p for name, p in named if not (p.ndim >= 2 and name not in skip)]
     return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
 
 
+POLICY_HEAD_PREFIX = "policy"
+"""Parameter names of the policy head start with it: the resnet's policy_conv and policy_out, the
+Chessformer's policy_embedding and policy."""
+
+
+def set_trainable(model: nn.Module, trainable: str) -> None:
+    """Lets the parameters ``trainable`` names learn ('all', or 'policy_head') and freezes the rest."""
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad_(trainable == "all" or name.startswith(POLICY_HEAD_PREFIX))
+
+
 def build_optimizer(model: nn.Module, config: LearnerConfig) -> torch.optim.Optimizer:
-    """Builds the configured optimiser over the model's parameters (weight decay 2c: see the module docstring)."""
+    """Builds the configured optimiser over the model's trainable parameters (weight decay 2c: see the
+    module docstring); frozen ones are left out, so weight decay does not move them either."""
     rate = config.learning_rate(0)
     decay = 2.0 * config.weight_decay
     betas = (config.momentum, config.beta2)
@@ -282,8 +294,12 @@ def build_optimizer(model: nn.Module, config: LearnerConfig) -> torch.optim.Opti
         groups = _decoupled_decay_groups(model, config.weight_decay)
         return torch.optim.NAdam(groups, lr=rate, betas=betas, eps=config.epsilon, decoupled_weight_decay=True)
     if config.optimizer == "adam":
-        return torch.optim.Adam(model.parameters(), lr=rate, betas=betas, eps=config.epsilon, weight_decay=decay)
-    return torch.optim.SGD(model.parameters(), lr=rate, momentum=config.momentum, weight_decay=decay)
+        return torch.optim.Adam(_learning(model), lr=rate, betas=betas, eps=config.epsilon, weight_decay=decay)
+    return torch.optim.SGD(_learning(model), lr=rate, momentum=config.momentum, weight_decay=decay)
+
+
+def _learning(model: nn.Module) -> list[nn.Parameter]:
+    return [parameter for parameter in model.parameters() if parameter.requires_grad]
 
 
 def weight_decay_term(model: nn.Module, config: LearnerConfig) -> float:
@@ -344,6 +360,7 @@ class Trainer:
         if device.type == "cuda":
             self.model = self.model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # (stubs)
         training_mode(self.model, freeze_batch_norm=config.freeze_batch_norm)
+        set_trainable(self.model, config.trainable)
         self.optimizer = build_optimizer(self.model, config)
         self.clip_grad_norm = clip_grad_norm
         self.autocast = bf16 and device.type == "cuda"

@@ -162,6 +162,8 @@ def test_init_takes_fine_tuning_defaults_and_the_learning_rate_its_weights_ended
     assert f"learner.learning_rates={ended * 512 / trained.batch_size:.6g}" in init_defaults(
         builtin, None, ["learner.batch_size=512"])  # the same step per sample at another batch size
     assert init_defaults(builtin, None, ["learner.learning_rates=0.01"]) == list(INIT_DEFAULTS)
+    # A --set that is only valid beside the defaults (it needs frozen batch norm) is read beside them.
+    assert init_defaults(builtin, None, ["learner.trainable=policy_head"])[:len(INIT_DEFAULTS)] == list(INIT_DEFAULTS)
     args = argparse.Namespace(run=tmp_path / "run", preset=None,
                               overrides=["search.simulations=100", "learner.freeze_batch_norm=false"])
     _, config = open_run_from_args(args, builtin.overrides(), defaults=defaults, announce=False)

@@ -273,6 +273,25 @@ def test_frozen_batch_norm_keeps_the_statistics_and_still_trains_the_weights() -
         assert trainer.model.training
 
 
+def test_policy_head_training_moves_the_policy_head_alone() -> None:
+    """learner.trainable=policy_head: the tower, the value head and every batch-norm buffer stay bit-for-bit,
+    so the search's values are the start's; the policy head learns."""
+    torch.manual_seed(0)
+    batch = fixed_batch()
+    config = small_config("learner.learning_rates=[0.05]", "learner.freeze_batch_norm=true",
+                          "learner.trainable=policy_head")
+    trainer = Trainer(AlphaZeroNet(config.network), config.learner, torch.device("cpu"))
+    before = copy.deepcopy(trainer.model.state_dict())
+    losses = [float(trainer.step(batch, step).policy) for step in range(10)]
+    after = trainer.model.state_dict()
+    moved = {name for name in after if not torch.equal(before[name], after[name])}
+    assert moved and all(name.startswith(("policy_conv.", "policy_out.")) for name in moved), moved
+    assert {"policy_out.weight", "policy_conv.0.weight"} <= moved
+    assert losses[-1] < losses[0]
+    with pytest.raises(UserError, match="freeze_batch_norm"):
+        small_config("learner.trainable=policy_head", "learner.freeze_batch_norm=false")
+
+
 def test_the_anchor_pulls_towards_the_start_and_is_zero_there() -> None:
     from learner.trainer import anchor_loss
 
