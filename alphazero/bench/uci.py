@@ -9,8 +9,11 @@ timed as `alphazero bench network` times it (random positions, the legal
 moves' logits out, the fastest of several rounds) but run as the engine
 runs it (batch norms folded into the convolutions), and the ratios: the
 engine over the network at that batch, and over the network's best batch of
-the run. With the engine's defaults, the last line says how close the engine
-comes to the network's best throughput.
+the run. With the engine's defaults, the last lines say how close the engine
+comes to the network's best throughput: from an empty tree, and in a game,
+where the engine plays itself with `go movetime` and keeps the tree of the
+moves played between moves, as it does under a clock (the nodes counted are
+each move's new simulations; the kept ones are not counted again).
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ POSITIONS = (
     "8/5pk1/6p1/3R4/1r5P/6P1/5PK1/8 b - - 0 40",
 )
 """Positions each point searches, one after another: an opening, a middlegame and a rook endgame."""
+
+GAME_PLIES = 24
+GAME_MOVETIME_MS = 300
 
 
 @dataclass
@@ -69,6 +75,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="cpu (default), auto, cuda or cuda:N")
     parser.add_argument("--threads", type=int, default=0,
                         help="torch CPU threads, the engine's Threads option (default 0: torch's default)")
+    parser.add_argument("--game-plies", type=int, default=GAME_PLIES,
+                        help=f"plies of the game the engine plays itself with its defaults (default {GAME_PLIES}; "
+                             "0: none)")
+    parser.add_argument("--game-movetime", type=int, default=GAME_MOVETIME_MS, metavar="MS",
+                        help=f"movetime of each of those moves in milliseconds (default {GAME_MOVETIME_MS}, about "
+                             "a move's time at 10+0.1 s)")
     parser.add_argument("--seconds", type=float, default=3.0,
                         help=f"engine seconds per point, split over {len(POSITIONS)} positions; as long again "
                              "for the network alone (default 3)")
@@ -98,6 +110,29 @@ def _engine_point(engine: object, out: io.StringIO, leaves: int, seconds: float)
     return int(total[0]), float(total[1]), int(total[2]), int(total[3])
 
 
+def _game_point(engine: object, out: io.StringIO, plies: int, movetime_ms: int) -> tuple[int, float, int, int]:
+    """Lets the engine (at its defaults) play itself from the start for ``plies`` plies of ``movetime_ms``,
+    keeping its tree between moves; returns nodes, seconds, calls and leaves over the moves."""
+    from eval.uci import UciEngine
+
+    assert isinstance(engine, UciEngine)
+    engine.handle("ucinewgame")
+    moves: list[str] = []
+    total = [0, 0.0, 0, 0]
+    for _ in range(plies):
+        engine.handle("position startpos" + (" moves " + " ".join(moves) if moves else ""))
+        engine.handle(f"go movetime {movetime_ms}")
+        engine.wait()
+        report = engine.last_report
+        best = out.getvalue().rstrip().rsplit("bestmove ", 1)[-1].split()[0]
+        if report is None or best == "0000":
+            break  # the game ended
+        for i, value in enumerate((report.nodes, report.seconds, report.batches, report.leaves)):
+            total[i] += value
+        moves.append(best)
+    return int(total[0]), float(total[1]), int(total[2]), int(total[3])
+
+
 def run(args: argparse.Namespace) -> None:
     import numpy as np
     import torch
@@ -108,8 +143,8 @@ def run(args: argparse.Namespace) -> None:
     from alphazero.sources import Network, NetworkSource, load_network
     from eval.uci import OPTIONS, UciEngine
 
-    if args.seconds <= 0 or args.threads < 0:
-        raise UserError("--seconds must be positive and --threads at least 0")
+    if args.seconds <= 0 or args.threads < 0 or args.game_plies < 0 or args.game_movetime < 1:
+        raise UserError("--seconds and --game-movetime must be positive, --threads and --game-plies at least 0")
     default = next(int(option.default) for option in OPTIONS if option.name == "LeavesPerBatch")
     leaves = sorted(set(args.leaves) | {default})
     out = io.StringIO()
@@ -134,6 +169,8 @@ def run(args: argparse.Namespace) -> None:
         nodes, seconds, batches, evaluated = _engine_point(engine, out, size, args.seconds)
         point = engine.on_network_thread(measure_batch, network.evaluator, size, args.seconds, rng)
         rows.append(Row(size, nodes, seconds, batches, evaluated, point.evals_per_second))
+    engine.handle(f"setoption name LeavesPerBatch value {default}")
+    game = _game_point(engine, out, args.game_plies, args.game_movetime) if args.game_plies else None
     engine.stop_search()
     best = max(rows, key=lambda row: row.network)
     device = network.evaluator.device
@@ -155,3 +192,10 @@ def run(args: argparse.Namespace) -> None:
     share = chosen.nodes_per_second / best.network if best.network > 0 else 0.0
     print(f"network's best: {rate(best.network)} evals/s at batch {best.leaves}; the engine's default "
           f"(LeavesPerBatch {default}): {rate(chosen.nodes_per_second)} nodes/s = {100 * share:.0f}% of it")
+    if game is not None and game[1] > 0:
+        game_nodes, game_seconds, game_calls, game_leaves = game
+        speed = game_nodes / game_seconds
+        print(f"in a game (the engine against itself, {args.game_plies} plies at movetime {args.game_movetime} ms, "
+              f"the tree kept between moves): {rate(speed)} nodes/s at {game_leaves / max(game_calls, 1):.1f} "
+              f"leaves a call "
+              f"= {100 * speed / best.network:.0f}% of the network's best")
