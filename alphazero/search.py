@@ -46,18 +46,18 @@ LeavesPerBatch (mcts_ext.params.SearchParams.visits_per_leaf). Equal-time matche
 against 1 at 5+0.05 s, 92 games each (EXPERIMENTS.md, issue 24): a full batch from the first call scored
 10% (62 games), 8 visits a leaf 40%, 32 visits a leaf 55%."""
 
-_CONSTANTS = ("c_init", "c_base", "fpu_mode", "fpu_value", "gumbel_considered", "gumbel_c_visit", "gumbel_c_scale",
-              "gumbel_q_normalisation")
+_CONSTANTS = ("c_init", "c_base", "fpu_mode", "fpu_value", "policy_temperature", "gumbel_considered",
+              "gumbel_c_visit", "gumbel_c_scale", "gumbel_q_normalisation")
 """The fields analysis takes from the run's config: the algorithm's constants (no noise, no game rules)."""
 
 
 def search_params(config: SearchConfig, mode: SearchMode, *, algorithm: str | None = None,
                   simulations: int | None = None, leaves_per_game: int | None = None,
-                  resign_threshold: float | None = None) -> SearchParams:
+                  resign_threshold: float | None = None, policy_temperature: float | None = None) -> SearchParams:
     """Gets the parameters of a search in ``mode`` for a run whose search section is ``config``.
 
-    ``algorithm`` and ``simulations`` replace the config's (an agent's
-    ``search:64,algorithm=puct``); ``leaves_per_game`` is the UCI engine's
+    ``algorithm``, ``simulations`` and ``policy_temperature`` replace the
+    config's (an agent's ``search:64,algorithm=puct,ptemp=2``); ``leaves_per_game`` is the UCI engine's
     LeavesPerBatch (analysis takes one); ``resign_threshold`` is self-play's
     threshold in force (None: nobody resigns).
 
@@ -83,4 +83,6 @@ def search_params(config: SearchConfig, mode: SearchMode, *, algorithm: str | No
         fields["simulations"] = simulations
     if leaves_per_game is not None:
         fields["leaves_per_game"] = leaves_per_game
+    if policy_temperature is not None:
+        fields["policy_temperature"] = policy_temperature
     return SearchParams(**fields)

@@ -239,7 +239,8 @@ class SearchAgent(NetworkAgent):
     Raises UserError if simulations < 1 or the algorithm is unknown.
     """
 
-    def __init__(self, network: Network, simulations: int, name: str, *, algorithm: str | None = None) -> None:
+    def __init__(self, network: Network, simulations: int, name: str, *, algorithm: str | None = None,
+                 policy_temperature: float | None = None) -> None:
         if simulations < 1:
             raise UserError(f"search needs at least 1 simulation, got {simulations}")
         if algorithm is not None and algorithm not in SEARCH_ALGORITHMS:
@@ -247,6 +248,7 @@ class SearchAgent(NetworkAgent):
         super().__init__(network, name)
         self.simulations = simulations
         self.algorithm = algorithm or network.search_config.algorithm
+        self.policy_temperature = policy_temperature  # None: the run's search.policy_temperature
         self._search: MultiGameSearch | None = None
         self._batch: tuple | None = None
 
@@ -255,7 +257,7 @@ class SearchAgent(NetworkAgent):
         # on a GPU, are kept); rebuilt when more games come.
         if self._search is None or self._search.games < games:
             params = search_params(self.network.search_config, ANALYSIS, algorithm=self.algorithm,
-                                   simulations=self.simulations)
+                                   simulations=self.simulations, policy_temperature=self.policy_temperature)
             self._search = MultiGameSearch(games, params)
             self._batch = self.network.evaluator.pin(self._search.new_batch())
         for slot in range(games, self._search.games):
@@ -352,9 +354,25 @@ def _make_search(options: dict[str, str], context: Mapping[str, Any], kind: str 
     algorithm = "gumbel" if kind == "gumbel" else (options.get("algorithm", "").lower() or None)
     if algorithm is not None and algorithm not in SEARCH_ALGORITHMS:
         raise UserError(f"option algorithm={algorithm!r} must be one of {', '.join(SEARCH_ALGORITHMS)}")
+    policy_temperature = _policy_temperature(options)
     network = network_for(options, context)
-    tag = f"{algorithm or kind}:{simulations}"
-    return SearchAgent(network, simulations, _display_name(tag, network), algorithm=algorithm)
+    tag = f"{algorithm or kind}:{simulations}" + (f",ptemp={options['ptemp']}" if policy_temperature else "")
+    return SearchAgent(network, simulations, _display_name(tag, network), algorithm=algorithm,
+                       policy_temperature=policy_temperature)
+
+
+def _policy_temperature(options: Mapping[str, str]) -> float | None:
+    """Reads the `ptemp` option (None when absent). Raises UserError unless it is a positive, finite number."""
+    if "ptemp" not in options:
+        return None
+    try:
+        value = float(options["ptemp"])
+    except ValueError:
+        value = math.nan
+    if not 0.0 < value < math.inf:
+        raise UserError(f"option ptemp={options['ptemp']!r} must be a positive number (the prior's softmax "
+                        f"temperature, e.g. 2)")
+    return value
 
 
 def _make_gumbel(options: dict[str, str], context: Mapping[str, Any]) -> Agent:
@@ -385,7 +403,9 @@ def register_network_players(*, replace: bool = False) -> None:
         _make_search,
         help="the network with the run's search (search.algorithm: PUCT or Gumbel), search:400 = 400 simulations",
         options={"sims": f"simulations a move (default {DEFAULT_SIMULATIONS})",
-                 "algorithm": "puct or gumbel (default: the run's search.algorithm)", **_NETWORK_OPTIONS},
+                 "algorithm": "puct or gumbel (default: the run's search.algorithm)",
+                 "ptemp": "softmax temperature of the prior (default: the run's search.policy_temperature)",
+                 **_NETWORK_OPTIONS},
         positional="sims",
         replace=replace,
     )
@@ -393,7 +413,9 @@ def register_network_players(*, replace: bool = False) -> None:
         "gumbel",
         _make_gumbel,
         help="the network with Gumbel AlphaZero's search, no noise (gumbel:64 = 64 simulations)",
-        options={"sims": f"simulations a move (default {DEFAULT_SIMULATIONS})", **_NETWORK_OPTIONS},
+        options={"sims": f"simulations a move (default {DEFAULT_SIMULATIONS})",
+                 "ptemp": "softmax temperature of the prior (default: the run's search.policy_temperature)",
+                 **_NETWORK_OPTIONS},
         positional="sims",
         replace=replace,
     )

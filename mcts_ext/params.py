@@ -67,6 +67,7 @@ class SearchParams:
     c_base: float = 19652.0
     fpu_mode: str = "reduction"             # see FPU_MODES
     fpu_value: float = 0.25
+    policy_temperature: float = 1.0         # priors = softmax(logits / this) (lc0's PolicyTemperature)
     # Dirichlet noise at the root of full searches (PUCT)
     dirichlet_alpha: float = 0.3
     noise_weight: float = 0.25
@@ -128,6 +129,8 @@ class SearchParams:
         if not 0.0 <= self.noise_weight <= 1.0 or self.dirichlet_alpha <= 0:
             raise ValueError(f"need 0 <= noise_weight <= 1 and dirichlet_alpha > 0, "
                              f"got {self.noise_weight} and {self.dirichlet_alpha}")
+        if not 0.0 < self.policy_temperature < math.inf:
+            raise ValueError(f"policy_temperature must be positive and finite, got {self.policy_temperature}")
         if self.temperature < 0 or self.temperature_plies < 0:
             raise ValueError(f"temperature and temperature_plies must be >= 0, got {self.temperature}, "
                              f"{self.temperature_plies}")

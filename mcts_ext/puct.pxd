@@ -122,8 +122,10 @@ cdef inline bint logits_finite(const float* logits, const int32_t* indices, int 
     return True
 
 
-cdef inline void set_priors(Tree* tree, int32_t node, const float* logits, const int32_t* indices) noexcept nogil:
-    """Softmax of the legal moves' logits (see legal_logit; the rest are masked out) into the node's edge priors."""
+cdef inline void set_priors(Tree* tree, int32_t node, const float* logits, const int32_t* indices,
+                            float inverse_temperature) noexcept nogil:
+    """Softmax of the legal moves' logits times inverse_temperature (see legal_logit; the rest are masked out)
+    into the node's edge priors."""
     cdef int32_t first = tree.first_edge[node], count = tree.edge_count[node], i
     cdef float top = -1e30, total = 0.0, p, logit
     for i in range(count):
@@ -132,7 +134,7 @@ cdef inline void set_priors(Tree* tree, int32_t node, const float* logits, const
             top = logit
     for i in range(count):
         # Subtracting the maximum keeps exp() from overflowing; the result is unchanged.
-        p = exp(legal_logit(logits, indices, i) - top)
+        p = exp((legal_logit(logits, indices, i) - top) * inverse_temperature)
         tree.prior[first + i] = p
         total += p
     for i in range(count):

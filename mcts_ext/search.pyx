@@ -95,6 +95,7 @@ ctypedef struct Options:
     int simulations                  # budget per move (full search)
     int leaves_per_game              # leaves gathered per game and step; >1 uses virtual loss
     float visits_per_leaf            # >0: a game's leaves per step are at most its root's visits / this
+    float inverse_policy_temperature # priors = softmax(logits * this)
     bint add_noise                   # Dirichlet noise at the root of full searches
     float dirichlet_alpha
     float noise_weight
@@ -688,6 +689,7 @@ cdef class MultiGameSearch:
         o.simulations = params.simulations
         o.leaves_per_game = params.leaves_per_game
         o.visits_per_leaf = params.visits_per_leaf
+        o.inverse_policy_temperature = 1.0 / params.policy_temperature
         o.add_noise = (autoplay and o.algorithm == PUCT) if params.add_noise is None else params.add_noise
         o.dirichlet_alpha = params.dirichlet_alpha
         o.noise_weight = params.noise_weight
@@ -1125,7 +1127,8 @@ cdef class MultiGameSearch:
         for b in range(rows):
             s = &self.slots[self.leaf_slot[b]]
             node = self.leaf_node[b]
-            set_priors(&s.tree, node, logits + <size_t>b * width, NULL if compact else &self.leaf_indices[b * MAX_MOVES])
+            set_priors(&s.tree, node, logits + <size_t>b * width, NULL if compact else &self.leaf_indices[b * MAX_MOVES],
+                       o.inverse_policy_temperature)
             s.tree.pending[node] = 0
             if o.leaves_per_game > 1:
                 add_in_flight(&s.tree, node, -1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import random
@@ -19,6 +20,7 @@ from alphazero.checkpoint import save_checkpoint, save_model
 from alphazero.config import Config, get_preset
 from alphazero.errors import UserError
 from alphazero.forward import Evaluator
+from alphazero.moves import move_to_index as policy_index
 from alphazero.network import AlphaZeroNet
 from alphazero.rundir import DEFAULT_RUN_DIR, RunDir
 from alphazero.sources import (
@@ -245,6 +247,39 @@ def test_search_agent_finds_mate_in_one(network: Network) -> None:
     board = chess.Board("6k1/5ppp/8/8/8/8/5PPP/R5K1 w - - 0 1")
     [choice] = SearchAgent(network, 200, "search:200").choose([board])
     assert choice.move == chess.Move.from_uci("a1a8")
+
+
+def _legal_softmax(network: Network, board: chess.Board, temperature: float) -> dict[str, float]:
+    """The oracle's priors: python-chess's legal moves, numpy's softmax of the network's logits / T."""
+    logits, _ = network.evaluate_boards([to_mcts_board(board)])
+    legal = list(board.legal_moves)
+    scaled = np.array([logits[0, policy_index(move, board.turn)] for move in legal], np.float64) / temperature
+    weights = np.exp(scaled - scaled.max())
+    return dict(zip([move.uci() for move in legal], weights / weights.sum(), strict=True))
+
+
+@pytest.mark.parametrize("run_temperature, option, used", [(1.0, None, 1.0), (1.5, None, 1.5), (1.5, 3.0, 3.0)])
+def test_the_search_agents_prior_takes_the_runs_policy_temperature_or_its_option(
+        network: Network, run_temperature: float, option: float | None, used: float) -> None:
+    config = dataclasses.replace(TINY, search=dataclasses.replace(TINY.search, policy_temperature=run_temperature))
+    agent = SearchAgent(dataclasses.replace(network, config=config), 4, "search:4", policy_temperature=option)
+    board = chess.Board("r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3")
+    agent.choose([board])
+    assert agent._search is not None
+    priors, expected = agent._search.priors(0), _legal_softmax(network, board, used)
+    assert sorted(priors) == sorted(expected)
+    np.testing.assert_allclose([priors[uci] for uci in expected], list(expected.values()), rtol=1e-4, atol=1e-6)
+
+
+def test_the_ptemp_option_sets_the_search_players_policy_temperature(run_dir: Path) -> None:
+    context = {"run": run_dir, "device": "cpu", "networks": NetworkCache()}
+    agent = parse_player("search:8,ptemp=2", **context)
+    assert isinstance(agent, SearchAgent) and agent.policy_temperature == 2.0 and "ptemp=2" in agent.name
+    assert parse_player("gumbel:8,ptemp=1.5", **context).policy_temperature == 1.5  # type: ignore[attr-defined]
+    assert parse_player("search:8", **context).policy_temperature is None  # type: ignore[attr-defined]
+    for bad in ("0", "-1", "inf", "warm"):
+        with pytest.raises(UserError, match="ptemp"):
+            parse_player(f"search:8,ptemp={bad}", **context)
 
 
 def test_boards_are_rebuilt_with_their_history() -> None:

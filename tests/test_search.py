@@ -531,3 +531,32 @@ def test_run_takes_a_legal_evaluator_and_gives_the_same_search():
     assert compact.root_stats(0) == full.root_stats(0)
     with pytest.raises(TypeError):
         run(compact, uniform_evaluator, evaluate_legal=uniform_legal_evaluator)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.5, 2.0])
+def test_priors_are_the_softmax_of_the_legal_logits_at_the_policy_temperature(temperature):
+    # The oracle: python-chess's legal moves, this project's move index, numpy's softmax of logits / T.
+    logits = np.random.default_rng(3).normal(0.0, 2.0, NUM_MOVES).astype(np.float32)
+
+    def fixed_logits(planes: np.ndarray, scalars: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rows = planes.shape[0]
+        return np.tile(logits, (rows, 1)), np.zeros(rows, np.float32)
+
+    moves = "e2e4 c7c5 g1f3 d7d6".split()
+    search = analyse(Board.from_moves(moves), fixed_logits, 1, policy_temperature=temperature)
+    board = chess.Board()
+    for uci in moves:
+        board.push_uci(uci)
+    legal = sorted(board.legal_moves, key=chess.Move.uci)
+    scaled = np.array([logits[move_to_index(move, board.turn)] for move in legal], np.float64) / temperature
+    expected = np.exp(scaled - scaled.max())
+    expected /= expected.sum()
+    priors = search.priors(0)
+    assert sorted(priors) == [move.uci() for move in legal]
+    np.testing.assert_allclose([priors[move.uci()] for move in legal], expected, rtol=1e-5, atol=1e-7)
+
+
+def test_a_policy_temperature_that_is_not_positive_and_finite_is_refused():
+    for temperature in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="policy_temperature"):
+            SearchParams(policy_temperature=temperature)
