@@ -27,6 +27,7 @@ before any actor starts.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import TYPE_CHECKING, Literal
 
 from mcts_ext.params import SearchParams
@@ -49,6 +50,21 @@ against 1 at 5+0.05 s, 92 games each (EXPERIMENTS.md, issue 24): a full batch fr
 _CONSTANTS = ("c_init", "c_base", "fpu_mode", "fpu_value", "policy_temperature", "gumbel_considered",
               "gumbel_c_visit", "gumbel_c_scale", "gumbel_q_normalisation")
 """The fields analysis takes from the run's config: the algorithm's constants (no noise, no game rules)."""
+
+
+def parse_policy_temperature(text: str) -> float:
+    """Reads a softmax temperature of the prior (a player's ``ptemp``, the engine's PolicyTemperature).
+
+    Raises:
+        ValueError: not a positive, finite number; the message quotes it.
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0.0 < value < math.inf:
+        raise ValueError(f"the prior's softmax temperature must be a positive number (e.g. 2), got {text!r}")
+    return value
 
 
 def search_params(config: SearchConfig, mode: SearchMode, *, algorithm: str | None = None,

@@ -27,6 +27,7 @@ import chess
 import chess.engine
 
 from alphazero.errors import UserError
+from alphazero.search import parse_policy_temperature
 from alphazero.stockfish import require_stockfish
 from eval.scores import score_to_value
 
@@ -564,6 +565,19 @@ def int_option(options: Mapping[str, str], key: str, default: int | None = None)
         raise UserError(f"option {key}={options[key]!r} must be an integer") from None
 
 
+def ptemp_option(options: Mapping[str, str]) -> float | None:
+    """Reads the `ptemp` option, the prior's softmax temperature; None when absent.
+
+    Raises UserError quoting the value unless it is a positive, finite number.
+    """
+    if "ptemp" not in options:
+        return None
+    try:
+        return parse_policy_temperature(options["ptemp"])
+    except ValueError as error:
+        raise UserError(f"option ptemp: {error}") from None
+
+
 def _make_random(options: dict[str, str], context: Mapping[str, Any]) -> Agent:
     seed = int_option(options, "seed", int(context.get("seed", 0)))
     return RandomAgent(0 if seed is None else seed)
@@ -609,8 +623,11 @@ UCI_AGENT_OPTIONS = {
     "overhead": "MoveOverhead",
     "movestogo": "MovesToGo",
     "algorithm": "SearchAlgorithm",
+    "ptemp": "PolicyTemperature",
 }
 """The `uci` player's options that set the engine's UCI options: spec key -> UCI name (eval.uci.OPTIONS)."""
+_UCI_TEXT_OPTIONS = ("algorithm", "ptemp")
+"""Those passed on as text (the rest are integers)."""
 
 
 def _make_uci(options: dict[str, str], context: Mapping[str, Any]) -> Agent:
@@ -623,7 +640,8 @@ def _make_uci(options: dict[str, str], context: Mapping[str, Any]) -> Agent:
     for key, uci_name in UCI_AGENT_OPTIONS.items():
         if key in options:
             value = options[key]
-            uci_options[uci_name] = value if key == "algorithm" else int_option(options, key) or 0
+            uci_options[uci_name] = value if key in _UCI_TEXT_OPTIONS else int_option(options, key) or 0
+    ptemp_option(options)  # checked here, not by the engine at its first search
     movetime, nodes = int_option(options, "movetime"), int_option(options, "nodes")
     for key, limit_value in (("movetime", movetime), ("nodes", nodes)):
         if limit_value is not None and limit_value < 1:

@@ -43,7 +43,7 @@ from alphazero.errors import UserError
 from alphazero.rundir import DEFAULT_RUN_DIR, RunDir
 from alphazero.search import ANALYSIS, search_params
 from alphazero.sources import Network, NetworkCache, NetworkSource, load_network
-from eval.agents import Agent, Choice, int_option, register_player
+from eval.agents import Agent, Choice, int_option, ptemp_option, register_player
 from mcts_ext import Board, ChessError
 from mcts_ext.driver import run as run_search
 from mcts_ext.encode import legal_move_indices
@@ -354,25 +354,11 @@ def _make_search(options: dict[str, str], context: Mapping[str, Any], kind: str 
     algorithm = "gumbel" if kind == "gumbel" else (options.get("algorithm", "").lower() or None)
     if algorithm is not None and algorithm not in SEARCH_ALGORITHMS:
         raise UserError(f"option algorithm={algorithm!r} must be one of {', '.join(SEARCH_ALGORITHMS)}")
-    policy_temperature = _policy_temperature(options)
+    policy_temperature = ptemp_option(options)
     network = network_for(options, context)
     tag = f"{algorithm or kind}:{simulations}" + (f",ptemp={options['ptemp']}" if policy_temperature else "")
     return SearchAgent(network, simulations, _display_name(tag, network), algorithm=algorithm,
                        policy_temperature=policy_temperature)
-
-
-def _policy_temperature(options: Mapping[str, str]) -> float | None:
-    """Reads the `ptemp` option (None when absent). Raises UserError unless it is a positive, finite number."""
-    if "ptemp" not in options:
-        return None
-    try:
-        value = float(options["ptemp"])
-    except ValueError:
-        value = math.nan
-    if not 0.0 < value < math.inf:
-        raise UserError(f"option ptemp={options['ptemp']!r} must be a positive number (the prior's softmax "
-                        f"temperature, e.g. 2)")
-    return value
 
 
 def _make_gumbel(options: dict[str, str], context: Mapping[str, Any]) -> Agent:

@@ -82,7 +82,7 @@ from alphazero.builtin import BUILTIN
 from alphazero.errors import UserError
 from alphazero.network import pick_device
 from alphazero.rundir import DEFAULT_RUN_DIR, RunDir
-from alphazero.search import UCI, search_params
+from alphazero.search import UCI, parse_policy_temperature, search_params
 from alphazero.sources import FRESH, Network, NetworkSource, load_network, resolve_source
 from eval.scores import value_to_centipawns, value_to_wdl
 from mcts_ext import STARTING_FEN, Board, ChessError
@@ -137,6 +137,7 @@ class UciOption:
     min: int | None = None
     max: int | None = None
     choices: tuple[str, ...] = ()  # the values of a combo
+    check: Callable[[str], object] | None = None  # a string's check: raises ValueError saying what is expected
 
     def declaration(self) -> str:
         """Returns the `option name ... type ...` line sent in answer to `uci`."""
@@ -169,7 +170,10 @@ class UciOption:
             if text.lower() not in self.choices:
                 raise ValueError(f"{self.name} takes one of {', '.join(self.choices)}, got {text!r}")
             return text.lower()
-        return "" if text == "<empty>" else text
+        text = "" if text == "<empty>" else text
+        if self.check is not None and text:
+            self.check(text)
+        return text
 
 
 OPTIONS: tuple[UciOption, ...] = (
@@ -184,6 +188,8 @@ OPTIONS: tuple[UciOption, ...] = (
     UciOption("MovesToGo", "spin", 30, "moves assumed left when the GUI sends a clock without movestogo", 1, 1000),
     UciOption("LeavesPerBatch", "spin", DEFAULT_LEAVES_PER_BATCH, "leaves per network call, gathered with virtual "
               "loss (more nodes a second, each a little less informed)", 1, 256),
+    UciOption("PolicyTemperature", "string", "", "softmax temperature of the network's prior (> 1 flattens it, "
+              "as lc0's); empty: the network's own search.policy_temperature", check=parse_policy_temperature),
     UciOption("MultiPV", "spin", 1, "root moves reported, each with its own score and line (multipv k)",
               1, MAX_MULTIPV),
     UciOption("UCI_ShowWDL", "check", False, "add `wdl W D L` (per mille) to the scores"),
@@ -735,11 +741,17 @@ class UciEngine:
             return chosen
         return "puct" if job.nodes >= INFINITE_NODES else network.search_config.algorithm
 
+    def _policy_temperature(self) -> float | None:
+        """PolicyTemperature as a number, or None (empty) for the network's own."""
+        text = str(self.values["PolicyTemperature"]).strip()
+        return parse_policy_temperature(text) if text else None
+
     def _search_for(self, network: Network, job: _Job) -> MultiGameSearch:
         """The engine's search (tree kept from the last move), rebuilt if the network, batch size or
         algorithm changed."""
         params = search_params(network.search_config, UCI, algorithm=self._algorithm_for(network, job),
-                               simulations=INFINITE_NODES, leaves_per_game=int(self.values["LeavesPerBatch"]))
+                               simulations=INFINITE_NODES, leaves_per_game=int(self.values["LeavesPerBatch"]),
+                               policy_temperature=self._policy_temperature())
         key = (network, params)
         if self._search is None or self._search_key != key:
             self._search = MultiGameSearch(1, params)

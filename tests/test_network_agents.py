@@ -280,6 +280,8 @@ def test_the_ptemp_option_sets_the_search_players_policy_temperature(run_dir: Pa
     for bad in ("0", "-1", "inf", "warm"):
         with pytest.raises(UserError, match="ptemp"):
             parse_player(f"search:8,ptemp={bad}", **context)
+        with pytest.raises(UserError, match="ptemp"):
+            parse_player(f"uci:weights=builtin,ptemp={bad}", **context)
 
 
 def test_boards_are_rebuilt_with_their_history() -> None:

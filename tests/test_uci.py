@@ -6,6 +6,7 @@ import ast
 import dataclasses
 import io
 import json
+import math
 import queue
 import random
 import subprocess
@@ -477,6 +478,32 @@ def test_a_batched_engine_mates_in_one_and_takes_a_hanging_queen(leaves: int) ->
     engine.handle("go nodes 400")
     engine.wait()
     assert out.getvalue().rstrip().split("\n")[-1].startswith("bestmove d2d5")
+
+
+def test_policy_temperature_flattens_the_engines_prior_and_refuses_what_is_not_a_temperature() -> None:
+    engine, out = _in_process("builtin")
+    engine.handle("position startpos moves e2e4 c7c5")
+
+    def root_priors() -> dict[str, float]:
+        engine.handle("go nodes 2")
+        engine.wait()
+        assert engine._search is not None
+        return engine._search.priors(0)
+
+    sharp = root_priors()
+    engine.handle("setoption name PolicyTemperature value 2")
+    flat = root_priors()
+    # softmax(l / 2) is the renormalised square root of softmax(l).
+    roots = {uci: math.sqrt(p) for uci, p in sharp.items()}
+    total = sum(roots.values())
+    assert flat.keys() == sharp.keys()
+    assert flat == pytest.approx({uci: r / total for uci, r in roots.items()}, rel=1e-4, abs=1e-7)
+    for bad in ("0", "-1", "hot"):
+        engine.handle(f"setoption name PolicyTemperature value {bad}")
+        assert "info string ignored" in out.getvalue().splitlines()[-1]
+    assert root_priors() == pytest.approx(flat, rel=1e-6)
+    engine.handle("setoption name PolicyTemperature value <empty>")
+    assert root_priors() == pytest.approx(sharp, rel=1e-6)
 
 
 def test_nps_counts_the_nodes_of_the_whole_search_over_its_whole_time(weights: Path) -> None:
