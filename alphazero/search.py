@@ -69,13 +69,16 @@ def parse_policy_temperature(text: str) -> float:
 
 def search_params(config: SearchConfig, mode: SearchMode, *, algorithm: str | None = None,
                   simulations: int | None = None, leaves_per_game: int | None = None,
-                  resign_threshold: float | None = None, policy_temperature: float | None = None) -> SearchParams:
+                  resign_threshold: float | None = None, policy_temperature: float | None = None,
+                  visits_per_leaf: float | None = None) -> SearchParams:
     """Gets the parameters of a search in ``mode`` for a run whose search section is ``config``.
 
     ``algorithm``, ``simulations`` and ``policy_temperature`` replace the
-    config's (an agent's ``search:64,algorithm=puct,ptemp=2``); ``leaves_per_game`` is the UCI engine's
-    LeavesPerBatch (analysis takes one); ``resign_threshold`` is self-play's
-    threshold in force (None: nobody resigns).
+    config's (an agent's ``search:64,algorithm=puct,ptemp=2``);
+    ``leaves_per_game`` and ``visits_per_leaf`` are the UCI engine's
+    LeavesPerBatch and VisitsPerLeaf (analysis takes one leaf);
+    ``resign_threshold`` is self-play's threshold in force (None: nobody
+    resigns).
 
     Raises:
         ValueError: an unknown mode, or parameters the search refuses (mcts_ext.params.SearchParams).
@@ -99,6 +102,8 @@ def search_params(config: SearchConfig, mode: SearchMode, *, algorithm: str | No
         fields["simulations"] = simulations
     if leaves_per_game is not None:
         fields["leaves_per_game"] = leaves_per_game
+    if visits_per_leaf is not None:
+        fields["visits_per_leaf"] = visits_per_leaf
     if policy_temperature is not None:
         fields["policy_temperature"] = policy_temperature
     return SearchParams(**fields)

@@ -623,6 +623,7 @@ UCI_AGENT_OPTIONS = {
     "overhead": "MoveOverhead",
     "movestogo": "MovesToGo",
     "algorithm": "SearchAlgorithm",
+    "vpl": "VisitsPerLeaf",
     "ptemp": "PolicyTemperature",
 }
 """The `uci` player's options that set the engine's UCI options: spec key -> UCI name (eval.uci.OPTIONS)."""

@@ -82,7 +82,7 @@ from alphazero.builtin import BUILTIN
 from alphazero.errors import UserError
 from alphazero.network import pick_device
 from alphazero.rundir import DEFAULT_RUN_DIR, RunDir
-from alphazero.search import UCI, parse_policy_temperature, search_params
+from alphazero.search import UCI, UCI_VISITS_PER_LEAF, parse_policy_temperature, search_params
 from alphazero.sources import FRESH, Network, NetworkSource, load_network, resolve_source
 from eval.scores import value_to_centipawns, value_to_wdl
 from mcts_ext import STARTING_FEN, Board, ChessError
@@ -188,6 +188,9 @@ OPTIONS: tuple[UciOption, ...] = (
     UciOption("MovesToGo", "spin", 30, "moves assumed left when the GUI sends a clock without movestogo", 1, 1000),
     UciOption("LeavesPerBatch", "spin", DEFAULT_LEAVES_PER_BATCH, "leaves per network call, gathered with virtual "
               "loss (more nodes a second, each a little less informed)", 1, 256),
+    UciOption("VisitsPerLeaf", "spin", round(UCI_VISITS_PER_LEAF), "the batch grows with the tree: a network "
+              "call takes at most the root's visits / this leaves, up to LeavesPerBatch; 0: full batches from the "
+              "first call", 0, 1_000_000),
     UciOption("PolicyTemperature", "string", "", "softmax temperature of the network's prior (> 1 flattens it, "
               "as lc0's); empty: the network's own search.policy_temperature", check=parse_policy_temperature),
     UciOption("MultiPV", "spin", 1, "root moves reported, each with its own score and line (multipv k)",
@@ -751,6 +754,7 @@ class UciEngine:
         algorithm changed."""
         params = search_params(network.search_config, UCI, algorithm=self._algorithm_for(network, job),
                                simulations=INFINITE_NODES, leaves_per_game=int(self.values["LeavesPerBatch"]),
+                               visits_per_leaf=float(self.values["VisitsPerLeaf"]),
                                policy_temperature=self._policy_temperature())
         key = (network, params)
         if self._search is None or self._search_key != key:

@@ -100,14 +100,15 @@ def test_bench_uci_prints_the_engine_beside_the_network_at_each_leaves_per_batch
     threads = torch.get_num_threads()
     try:
         args = ["bench", "uci", "--weights", str(tmp_path / "net.pt"), "--leaves", "1,4", "--seconds", "0.3",
-                "--threads", "1", "--game-plies", "4", "--game-movetime", "50"]
+                "--threads", "1", "--game-plies", "4", "--game-movetime", "50", "--visits-per-leaf", "8"]
         assert cli.main(args) == 0
     finally:
         torch.set_num_threads(threads)
     out = capsys.readouterr().out
     assert all(column in out for column in ("engine nodes/s", "network evals/s", "engine / network"))
     assert re.search(r"│ +1 │ .*│ +1\.0 │", out) and "(default)" in out
-    assert re.search(r"network's best: [\d.]+k? evals/s at batch \d+; the engine's default \(LeavesPerBatch \d+\): "
+    assert re.search(r"network's best: [\d.]+k? evals/s at batch \d+; the engine's default \(LeavesPerBatch \d+, "
+                     r"VisitsPerLeaf 8\): "
                      r"[\d.]+k? nodes/s = \d+% of it", out)
     assert re.search(r"in a game \(the engine against itself, \d+ plies at movetime \d+ ms, the tree kept between "
                      r"moves\): [\d.]+k? nodes/s at [\d.]+ leaves a call = \d+% of the network's best", out)

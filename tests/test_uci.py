@@ -467,6 +467,19 @@ def test_the_default_gathers_many_leaves_per_network_call(weights: Path) -> None
     assert engine.last_report is not None and engine.last_report.leaves_per_batch == 1
 
 
+def test_visits_per_leaf_sets_how_fast_the_batch_grows(weights: Path) -> None:
+    def leaves_per_call(visits_per_leaf: int) -> float:
+        engine, _ = _in_process(weights, f"VisitsPerLeaf value {visits_per_leaf}")
+        engine.handle("position startpos")
+        engine.handle("go nodes 256")
+        engine.wait()
+        assert engine.last_report is not None and engine.last_report.nodes == 256
+        return engine.last_report.leaves_per_batch
+
+    # 256 visits at 32 a leaf allow at most 8 leaves a call; 0 takes LeavesPerBatch (32) from the first call.
+    assert leaves_per_call(32) <= 8 < leaves_per_call(0)
+
+
 @pytest.mark.parametrize("leaves", [8, 64])
 def test_a_batched_engine_mates_in_one_and_takes_a_hanging_queen(leaves: int) -> None:
     engine, out = _in_process("builtin", f"LeavesPerBatch value {leaves}")

@@ -81,6 +81,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--game-movetime", type=int, default=GAME_MOVETIME_MS, metavar="MS",
                         help=f"movetime of each of those moves in milliseconds (default {GAME_MOVETIME_MS}, about "
                              "a move's time at 10+0.1 s)")
+    parser.add_argument("--visits-per-leaf", type=int, default=None, metavar="V",
+                        help="the engine's VisitsPerLeaf (its batch grows as root visits / V; 0: full batches "
+                             "from the first call; default: the engine's)")
     parser.add_argument("--seconds", type=float, default=3.0,
                         help=f"engine seconds per point, split over {len(POSITIONS)} positions; as long again "
                              "for the network alone (default 3)")
@@ -151,8 +154,10 @@ def run(args: argparse.Namespace) -> None:
     engine = UciEngine(None, args.weights, args.device, stdin=io.StringIO(""), stdout=out, stderr=sys.stderr,
                        threads=args.threads)
     engine.handle("setoption name MoveOverhead value 0")
+    if args.visits_per_leaf is not None:
+        engine.handle(f"setoption name VisitsPerLeaf value {args.visits_per_leaf}")
     engine.handle("isready")
-    if "info string error" in out.getvalue():
+    if "info string error" in out.getvalue() or "info string ignored" in out.getvalue():
         raise UserError(out.getvalue().strip())
 
     def load_folded() -> Network:
@@ -190,8 +195,10 @@ def run(args: argparse.Namespace) -> None:
     Console(width=max(Console().width, 150)).print(table)
     chosen = next(row for row in rows if row.leaves == default)
     share = chosen.nodes_per_second / best.network if best.network > 0 else 0.0
+    growth = engine.values["VisitsPerLeaf"]
     print(f"network's best: {rate(best.network)} evals/s at batch {best.leaves}; the engine's default "
-          f"(LeavesPerBatch {default}): {rate(chosen.nodes_per_second)} nodes/s = {100 * share:.0f}% of it")
+          f"(LeavesPerBatch {default}, VisitsPerLeaf {growth}): {rate(chosen.nodes_per_second)} nodes/s = "
+          f"{100 * share:.0f}% of it")
     if game is not None and game[1] > 0:
         game_nodes, game_seconds, game_calls, game_leaves = game
         speed = game_nodes / game_seconds
