@@ -233,6 +233,8 @@ class SearchAgent(NetworkAgent):
     (`search.algorithm`), whose `search` section also gives the constants
     (else AlphaZero's defaults). One MultiGameSearch slot per board; every
     step evaluates the leaves of all boards in one network call.
+    `policy_temperature` T makes the priors softmax(logits / T); None takes
+    the run config's (`search.policy_temperature`).
     Choice.value is the root's value for the mover; info holds nodes, the
     principal variation, the move's visits and Q.
 
@@ -369,6 +371,9 @@ NETWORK_PLAYERS = ("policy", "value", "search", "gumbel")
 """The player kinds this module registers."""
 
 
+_PTEMP_HELP = "softmax temperature of the prior (default: the run's search.policy_temperature)"
+
+
 def register_network_players(*, replace: bool = False) -> None:
     """Registers `policy`, `value`, `search` and `gumbel` in the player registry (done once at import).
 
@@ -390,7 +395,7 @@ def register_network_players(*, replace: bool = False) -> None:
         help="the network with the run's search (search.algorithm: PUCT or Gumbel), search:400 = 400 simulations",
         options={"sims": f"simulations a move (default {DEFAULT_SIMULATIONS})",
                  "algorithm": "puct or gumbel (default: the run's search.algorithm)",
-                 "ptemp": "softmax temperature of the prior (default: the run's search.policy_temperature)",
+                 "ptemp": _PTEMP_HELP,
                  **_NETWORK_OPTIONS},
         positional="sims",
         replace=replace,
@@ -400,7 +405,7 @@ def register_network_players(*, replace: bool = False) -> None:
         _make_gumbel,
         help="the network with Gumbel AlphaZero's search, no noise (gumbel:64 = 64 simulations)",
         options={"sims": f"simulations a move (default {DEFAULT_SIMULATIONS})",
-                 "ptemp": "softmax temperature of the prior (default: the run's search.policy_temperature)",
+                 "ptemp": _PTEMP_HELP,
                  **_NETWORK_OPTIONS},
         positional="sims",
         replace=replace,
