@@ -358,7 +358,9 @@ def _make_search(options: dict[str, str], context: Mapping[str, Any], kind: str 
         raise UserError(f"option algorithm={algorithm!r} must be one of {', '.join(SEARCH_ALGORITHMS)}")
     policy_temperature = ptemp_option(options)
     network = network_for(options, context)
-    tag = f"{algorithm or kind}:{simulations}" + (f",ptemp={options['ptemp']}" if policy_temperature else "")
+    tag = f"{algorithm or kind}:{simulations}"
+    if policy_temperature is not None:
+        tag += f",ptemp={options['ptemp']}"
     return SearchAgent(network, simulations, _display_name(tag, network), algorithm=algorithm,
                        policy_temperature=policy_temperature)
 
