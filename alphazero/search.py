@@ -41,11 +41,12 @@ ANALYSIS: SearchMode = "analysis"
 UCI: SearchMode = "uci"
 MODES: tuple[SearchMode, ...] = (SELFPLAY, ANALYSIS, UCI)
 
-UCI_VISITS_PER_LEAF = 32.0
+UCI_VISITS_PER_LEAF = 8.0
 """The engine's batch grows with its tree: at most (root visits / this) leaves a network call, up to
-LeavesPerBatch (mcts_ext.params.SearchParams.visits_per_leaf). Equal-time matches of LeavesPerBatch 32
-against 1 at 5+0.05 s, 92 games each (EXPERIMENTS.md, issue 24): a full batch from the first call scored
-10% (62 games), 8 visits a leaf 40%, 32 visits a leaf 55%."""
+LeavesPerBatch (mcts_ext.params.SearchParams.visits_per_leaf). At 10+0.1 s with two threads each, 92 games
+a match (EXPERIMENTS.md, "Issue 24"): 16 beat 32 by +118 Elo and 8 beat 16 by +89 Elo; 8 gives 77-88% of the
+network's best throughput on 2 cores, 32 gave 59-73%. A full batch from the first call lost 52 of 62 games to
+one leaf a call (one thread, 5+0.05 s): virtual loss spreads a large batch over moves a small tree would not try."""
 
 _CONSTANTS = ("c_init", "c_base", "fpu_mode", "fpu_value", "policy_temperature", "gumbel_considered",
               "gumbel_c_visit", "gumbel_c_scale", "gumbel_q_normalisation")
