@@ -254,10 +254,13 @@ class SelfPlayConfig(_Section):
     overlap: str = _field("auto", "two batches in flight per actor (each half of its games searched while the "
                                   "other is in the network): 'auto' (on for a GPU or a server), 'on', 'off'")
     # On one H100 (EXPERIMENTS.md, "GPU") 6x64 ran fastest as a CUDA graph up to batch 1024 (1.06M evals/s
-    # against 622k compiled) and compiled at 4096 (2.29M); 20x256 ran fastest compiled (164k against 126k at
-    # 1024). Graphs are the default, the alphazero preset compiles; try 'compile' for a server's big passes.
+    # against 622k compiled) and compiled at 4096 (2.29M). On one H200 (EXPERIMENTS.md, "Issue 37") 20x256 ran
+    # faster compiled than as graphs at 1024, but 15 self-play actors each compiling their buckets at start
+    # had not finished when the bench's time ran out: graphs everywhere; 'compile' is for one long-lived
+    # process that can wait minutes (an inference server).
     cuda_forward: str = _field("graphs", "how a CUDA pass runs: 'graphs' (a CUDA graph per batch-size bucket), "
-                                         "'compile' (torch.compile reduce-overhead per bucket) or 'eager'; a bucket "
+                                         "'compile' (torch.compile reduce-overhead per bucket; minutes at start in "
+                                         "each actor or server) or 'eager'; a bucket "
                                          "whose capture or compilation fails runs eager (one warning)")
     # The parity check, after lc0's `check` backend: the fast pass (bf16, graphs or compiled) against float32 eager.
     # bf16 moved the builtin 6x64 network's values by at most 0.015 and its legal-move probabilities by 0.011
@@ -600,7 +603,8 @@ def _small() -> Config:
         # 1024 games per actor gave 465k evals/s against 214k at 256 and 60.8k
         # at 64, and a CUDA graph of this net ran fastest at batch 1024 (1.06M/s).
         # With overlap an actor's games make two batches: 2048 games keep each
-        # at 1024. Unmeasured on a GPU since (docs/cluster.md).
+        # at 1024. On one H200 (EXPERIMENTS.md, "Issue 37") 15 actors at 2048 ran 1.3x
+        # the network alone at batch 1024, the GPU 97% busy.
         selfplay=SelfPlayConfig(games_per_actor=64, shard_games=32, gpu_games_per_actor=2048),
         learner=LearnerConfig(batch_size=1024, lr_boundaries=(40_000, 120_000, 200_000), training_steps=280_000,
                               window_positions=1_000_000, min_window_positions=20_000, max_sample_reuse=2.0,
@@ -616,13 +620,13 @@ def _alphazero() -> Config:
     # form); 20M positions keep the last ~200k games in ~20 GB.
     # Inference: on one H100 (EXPERIMENTS.md, "GPU") each actor running the network itself gave
     # 54.5k evals/s against 35.8k through an inference server (128 games per
-    # actor), so 'local' is the default. 512 games per actor gave 87.4k with the
-    # actors all of their time in the network (one batch of 512 each); with
-    # overlap 1024 games keep each of an actor's two batches at 512. 20x256 is
-    # compute-bound there: compiled code beat CUDA graphs at batch 1024 (164k/s
-    # against 126k), so it is compiled. Unmeasured on a GPU since (docs/cluster.md).
+    # actor), so 'local' is the default. On one H200 (EXPERIMENTS.md, "Issue 37")
+    # 15 actors with 1024 games each (two lanes of 512) replaying CUDA graphs ran
+    # above the network alone at that batch, and 2048 games gained nothing. The
+    # net alone is faster compiled, but 15 actors compiling their buckets at start
+    # ran past the bench's limit, so graphs.
     return Config(preset="alphazero", selfplay=SelfPlayConfig(inference="local", games_per_actor=128,
-                                                              gpu_games_per_actor=1024, cuda_forward="compile"))
+                                                              gpu_games_per_actor=1024, cuda_forward="graphs"))
 
 
 # The Chessformer presets train with NAdam (beta 0.9/0.98, epsilon 1e-7, decoupled

@@ -26,20 +26,22 @@ ELLIPSIS = "…"
 
 
 def compact_number(value: float, *, exact_below: float = 100_000) -> str:
-    """Formats a count or rate in a few characters: 45.6, 950, 12,345, 123.5k, 98.8M, 1.2G.
+    """Formats a count or rate in a few characters: 45.6, 950, 12,345, 123.5k, 98.8M, 1.2G, 460.7T.
 
     Values below ``exact_below`` are written out (thousands separated); the
     benchmarks' tables pass 1,000, so that 12,345 is '12.3k' there.
 
     >>> compact_number(12_345), compact_number(12_345, exact_below=1_000), compact_number(999_999)
     ('12,345', '12.3k', '1.0M')
+    >>> compact_number(5.13e13), compact_number(4.607e14)   # a GPU's FLOP/s: 51,287 G is 51.3T
+    ('51.3T', '460.7T')
     """
     if abs(value) < exact_below:
         return f"{value:,.0f}" if abs(value) >= 100 or float(value).is_integer() else f"{value:.1f}"
-    for divisor, suffix in ((1e3, "k"), (1e6, "M")):
+    for divisor, suffix in ((1e3, "k"), (1e6, "M"), (1e9, "G")):
         if abs(round(value / divisor, 1)) < 1000:  # 999,999 is 1.0M, not 1000.0k
             return f"{value / divisor:.1f}{suffix}"
-    return f"{value / 1e9:.1f}G"
+    return f"{value / 1e12:.1f}T"
 
 
 def fit_line(parts: Sequence[str], width: int | None, *, separator: str = SEPARATOR) -> str:

@@ -51,6 +51,7 @@ import functools
 import logging
 import random
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -161,7 +162,7 @@ def capture_graph(forward: Forward, planes: torch.Tensor, scalars: torch.Tensor)
 
 @contextlib.contextmanager
 def _compile_settings() -> Iterator[None]:
-    """Raises Dynamo's recompile limit (a dozen buckets) and compiles with this process's torch threads.
+    """Raises Dynamo's recompile limit (a dozen buckets), compiles with this process's torch threads, quietly.
 
     An actor runs torch on one thread (one actor per core); Inductor's own
     default is a compile worker per core, in every actor at once.
@@ -169,7 +170,10 @@ def _compile_settings() -> Iterator[None]:
     import torch._inductor.config as inductor_config
 
     with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT), \
-            inductor_config.patch(compile_threads=max(1, torch.get_num_threads())):
+            inductor_config.patch(compile_threads=max(1, torch.get_num_threads())), warnings.catch_warnings():
+        # Inductor suggests TF32 for the float32 matrix products: those are the heads' last layers, kept in
+        # float32 on purpose (priors and values not rounded). Every actor printed it (EXPERIMENTS.md, "Issue 37").
+        warnings.filterwarnings("ignore", message="TensorFloat32 tensor cores")
         yield
 
 

@@ -138,6 +138,9 @@ def _learn_and_play(args: argparse.Namespace, run_dir: RunDir, config: Config, i
         raise failure[0]
     print(f"train: {totals.games} games, {totals.moves:,} positions; learner at step {learner.step:,}; "
           f"run in {run_dir.root} (tensorboard --logdir {run_dir.tb})")
+    waiting = learner.waiting_text()
+    if waiting:  # with many games in flight (GPU presets) the first ones finish late: say so, not just "step 0"
+        print(f"train: the learner is {waiting}")
     print(f"train: {totals.resign_status}")
     if learner.validation:
         print(f"train: validation at {learner.validation_text()}")

@@ -645,6 +645,13 @@ class Learner:
             batch = concatenate_batches(batch, extra)
         return batch, waited
 
+    def waiting_text(self) -> str:
+        """Says why the learner could not take its next batch now ('' when it could): the window's size against
+        learner.min_window_positions, or the reuse cap."""
+        size = self.settings.batch_size - (self.settings.mix_rows(self.step) if self.mix is not None else 0)
+        self.window.refresh(force=True)
+        return self._waiting_text(size) if self.window.waiting_reason(size) is not None else ""
+
     def _waiting_text(self, size: int) -> str:
         window = self.window
         if window.waiting_reason(size) == WAIT_POSITIONS:

@@ -207,6 +207,28 @@ def test_compile_uses_the_processs_torch_threads(model: AlphaZeroNet):
     torch._dynamo.reset()
 
 
+def test_compiling_keeps_inductors_tf32_advice_to_itself(model: AlphaZeroNet):
+    # Issue 37: on an H200 Inductor advised TF32 (for the heads' float32 layers, float32 on purpose) once per
+    # actor, 15 times in a bench's output. The advice is raised inside the compilation: a backend stands in.
+    import warnings
+
+    def backend(graph: torch.fx.GraphModule, inputs: list[torch.Tensor]):
+        warnings.warn("TensorFloat32 tensor cores for float32 matrix multiplication available but not enabled.",
+                      UserWarning, stacklevel=1)
+        warnings.warn("another warning", UserWarning, stacklevel=1)
+        return graph.forward
+
+    torch._dynamo.reset()
+    make = compile_per_bucket(model, backend=backend)
+    planes, scalars = positions(2, seed=0)
+    with warnings.catch_warnings(record=True) as caught, torch.inference_mode():
+        warnings.simplefilter("always")
+        make(planes.clone(), scalars.clone())()
+    messages = [str(warning.message) for warning in caught]
+    assert "another warning" in messages and not any("TensorFloat32" in text for text in messages)
+    torch._dynamo.reset()
+
+
 def test_pyproject_asks_for_a_torch_with_what_the_code_calls():
     # Issue 23, defect 10: the floor (2.3) was below torch._dynamo.config.recompile_limit (2.7) and nn.RMSNorm (2.4).
     import re

@@ -524,6 +524,15 @@ def test_an_empty_run_waits_for_self_play_and_saves_step_zero(tmp_path: Path) ->
     assert (rundir.checkpoints / checkpoint_name(0)).is_file()
 
 
+def test_the_learner_says_why_it_waits(tmp_path: Path) -> None:
+    # `train` prints this when its learner is still waiting at the end (a GPU run's first games finish late).
+    rundir, config = RunDir.create_or_open(tmp_path / "run", small_config())
+    with Learner(rundir, config) as learner:
+        assert learner.waiting_text().startswith("waiting for self-play: 0 of 50 positions")
+        add_shard(rundir.selfplay, range(200))
+        assert learner.waiting_text() == ""  # the shard came: it could train now
+
+
 def test_a_full_disk_is_a_user_error(run: tuple[RunDir, Config], monkeypatch: pytest.MonkeyPatch) -> None:
     rundir, config = run
 

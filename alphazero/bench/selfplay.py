@@ -243,6 +243,8 @@ def run(args: argparse.Namespace) -> None:
     if passes:
         batch_text += f", {positions / passes:.1f} per server pass"
     print(f"  network evaluations: {rate(evaluations / wall)}/s, {batch_text}")
+    games = args.actors * config.selfplay.games_per_actor
+    print(f"  {latency_text(games, moves / wall, evaluations / wall, config.search.simulations)}")
     print(f"  GPU busy (the device's own utilisation, sampled): {_busy_text(busy, args.gpus)}")
     if args.gpus > 0:
         # Each actor times its own passes; passes of actors sharing a GPU interleave, so the sum may pass 100%.
@@ -293,6 +295,31 @@ def _print_transport_load(actors: int, stats: list[Any], wall: float, driver_cpu
     positions = sum(s.samples for s in stats)  # the recorded positions of the games finished in the window
     print(f"  per actor: {positions / wall / actors:.1f} recorded positions/s, {games / wall / actors:.3f} games/s "
           f"stored, {size / wall / actors / 1e3:.2f} kB/s to the sink")
+
+
+LATENCY_PLIES = 100  # the game length the latency line is given for
+
+
+def latency_text(games: int, positions_per_second: float, evaluations_per_second: float, simulations: int) -> str:
+    """Says how often each game in flight makes a move, and how long a game of LATENCY_PLIES plies then takes:
+    about how late the learner gets its first games (every game waits for its whole lane's batch).
+
+    With no move played in the window, the pace is estimated from the evaluations (``simulations`` a move).
+
+    >>> latency_text(30720, 4400.0, 905800.0, 200)
+    'games in flight: 30,720; each moves every 7.0 s, so a game of 100 plies takes 12 min'
+    >>> latency_text(15360, 0.0, 122300.0, 800)
+    'games in flight: 15,360; each moves every ~100 s (estimated: no move done), so a game of 100 plies takes 2.8 h'
+    """
+    estimated = positions_per_second <= 0
+    rate = evaluations_per_second / max(simulations, 1) if estimated else positions_per_second
+    if rate <= 0:
+        return f"games in flight: {games:,}; no move and no evaluation in the measured time"
+    every = games / rate
+    game = every * LATENCY_PLIES
+    length = f"{game / 3600:.1f} h" if game >= 7200 else f"{game / 60:.0f} min" if game >= 120 else f"{game:.0f} s"
+    pace = f"~{every:.0f} s (estimated: no move done)" if estimated else f"{every:.1f} s"
+    return f"games in flight: {games:,}; each moves every {pace}, so a game of {LATENCY_PLIES} plies takes {length}"
 
 
 def _busy_text(busy: DeviceBusy | None, gpus: float) -> str:
