@@ -59,6 +59,7 @@ FIXED_FIELDS = ("network.*", "learner.optimizer")
 FORWARD_MODES = ("eager", "graphs", "compile")
 # When the Evaluator checks a fast pass against float32 eager (alphazero.parity): here for the same reason.
 PARITY_MODES = ("auto", "always", "off")
+PRECISIONS = ("auto", "bf16", "float32")  # alphazero.precision: on a CPU 'auto' is bf16 where native and faster
 
 
 @functools.cache
@@ -222,7 +223,8 @@ class SelfPlayConfig(_Section):
                                                      "overlap": ("auto", "on", "off"),
                                                      "cuda_forward": FORWARD_MODES,
                                                      "transport": ("disk", "ray"),
-                                                     "parity_check": PARITY_MODES}
+                                                     "parity_check": PARITY_MODES,
+                                                     "cpu_precision": PRECISIONS}
     MINIMUM: ClassVar[dict[str, float]] = {"actors": 0, "games_per_actor": 1, "shard_games": 1, "sink_window": 1,
                                            "server_batch_size": 0, "server_wait_ms": 0.0,
                                            "weights_poll_seconds": 0.0, "max_games": 0,
@@ -262,6 +264,9 @@ class SelfPlayConfig(_Section):
                                          "'compile' (torch.compile reduce-overhead per bucket; minutes at start in "
                                          "each actor or server) or 'eager'; a bucket "
                                          "whose capture or compilation fails runs eager (one warning)")
+    cpu_precision: str = _field("auto", "the network's precision on a CPU (actors, a CPU server): 'auto' (bf16 "
+                                        "autocast where the processor has native bf16, AVX512-BF16 or AMX, and a "
+                                        "pass timed at start is faster; else float32), 'bf16' or 'float32'")
     # The parity check, after lc0's `check` backend: the fast pass (bf16, graphs or compiled) against float32 eager.
     # bf16 moved the builtin 6x64 network's values by at most 0.015 and its legal-move probabilities by 0.011
     # on 255 self-play leaves (CPU autocast, the heads' last layers in bf16); the tolerances leave room for deeper nets.
@@ -286,7 +291,8 @@ class LearnerConfig(_Section):
 
     SECTION: ClassVar[str] = "learner"
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"optimizer": ("sgd", "adam", "adamw", "nadam"),
-                                                     "trainable": ("all", "policy_head")}
+                                                     "trainable": ("all", "policy_head"),
+                                                     "cpu_precision": PRECISIONS}
     MINIMUM: ClassVar[dict[str, float]] = {
         "batch_size": 1, "momentum": 0.0, "weight_decay": 0.0, "training_steps": 0,
         "window_positions": 1, "min_window_positions": 1, "max_sample_reuse": 0.0,
@@ -340,6 +346,9 @@ class LearnerConfig(_Section):
     validation_positions: int = _field(50_000, "the newest held-out positions kept as the validation set")
     validate_every: int = _field(1000, "steps between validation/* figures on the held-out games; 0 = never")
     device: str = _field("auto", "training device: auto, cpu, cuda or cuda:N")
+    cpu_precision: str = _field("auto", "training precision on a CPU (learn, train, pretrain): 'auto' (bf16 "
+                                        "autocast with float32 weights and optimiser where the processor has native "
+                                        "bf16 and a step timed at start is faster; else float32), 'bf16' or 'float32'")
     compile: bool = _field(False, "torch.compile the network for training")
     freeze_batch_norm: bool = _field(False, "keep the batch-norm running statistics the weights came with (and "
                                             "normalise training batches with them) instead of re-estimating them "

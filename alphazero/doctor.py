@@ -4,7 +4,7 @@ The GPU path (bf16 autocast, CUDA graphs or torch.compile per batch-size
 bucket, the legal logits gathered on the device) was written on machines
 without a GPU, so it is checked where it runs. The doctor prints the device,
 torch and CUDA versions, then for each forward mode the device supports
-(CUDA: eager bf16, graphs, compile; and always the CPU path) and a few batch
+(CUDA: eager bf16, graphs, compile; and always the CPU in float32 and bf16) and a few batch
 sizes: evaluations per second through ``Evaluator.evaluate_legal`` (the path
 self-play uses) and the largest differences from plain float32 eager on the
 same batch and device: of a value, and of a legal move's probability (the
@@ -48,12 +48,12 @@ class Mode:
 
     device: str
     forward: str = "eager"
-    bf16: bool = False
+    precision: str = "float32"  # 'bf16' or 'float32' (alphazero.precision)
     runner_maker: RunnerMaker | None = None
 
     @property
     def label(self) -> str:
-        return f"{self.device} {self.forward} ({'bf16' if self.bf16 else 'float32'})"
+        return f"{self.device} {self.forward} ({self.precision})"
 
 
 @dataclass
@@ -102,11 +102,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def supported_modes(cuda: bool) -> list[Mode]:
-    """Gets the modes checked: with CUDA eager, graphs and compile in bf16, then the CPU path; without, the CPU."""
+    """Gets the modes checked: with CUDA eager, graphs and compile in bf16; then the CPU in float32 and bf16."""
     from alphazero.config import FORWARD_MODES
 
-    cuda_modes = [Mode("cuda", forward, bf16=True) for forward in FORWARD_MODES] if cuda else []
-    return [*cuda_modes, Mode("cpu")]
+    cuda_modes = [Mode("cuda", forward, "bf16") for forward in FORWARD_MODES] if cuda else []
+    return [*cuda_modes, Mode("cpu"), Mode("cpu", precision="bf16")]
 
 
 def _batch_sizes(text: str) -> list[int]:
@@ -169,7 +169,7 @@ def _evaluator(mode: Mode, config: Any, state: dict[str, Any], max_batch: int, s
 
     model = build_network(config)
     load_weights(model, state, "the network checked")
-    return Evaluator(model, mode.device, bf16=mode.bf16, forward=mode.forward, max_batch=max_batch,
+    return Evaluator(model, mode.device, precision=mode.precision, forward=mode.forward, max_batch=max_batch,
                      parity=dataclasses.replace(settings, mode="off"), runner_maker=mode.runner_maker)
 
 
@@ -219,6 +219,8 @@ def _header(cuda: bool) -> list[str]:
     import numpy
     import torch
 
+    from alphazero.precision import native_bf16
+
     lines = [f"alphazero {__version__}, Python {platform.python_version()}, torch {torch.__version__}, "
              f"numpy {numpy.__version__}",
              f"CUDA: torch built for {torch.version.cuda or 'no CUDA'}"]
@@ -229,8 +231,23 @@ def _header(cuda: bool) -> list[str]:
                       f"{torch.cuda.device_count()} device(s)), cuDNN {torch.backends.cudnn.version()}")
     else:
         lines[-1] += "; CUDA is not available here: the GPU was not checked"
-    lines.append(f"CPU: {platform.machine()}, torch threads {torch.get_num_threads()}")
+    lines.append(f"CPU: {platform.machine()}, torch threads {torch.get_num_threads()}, native bf16: "
+                 f"{native_bf16() or 'none (neither AVX512-BF16 nor AMX)'}")
     return lines
+
+
+def _cpu_auto_line(config: Any, state: dict[str, Any]) -> str:
+    """Says what precision 'auto' takes on this CPU for the network checked (selfplay.cpu_precision, the UCI
+    option Precision), as self-play and the engine decide it at start."""
+    import torch
+
+    from alphazero.forward import Evaluator
+    from alphazero.network import build_network, load_weights
+
+    model = build_network(config)
+    load_weights(model, state, "the network checked")
+    choice = Evaluator(model, torch.device("cpu"), precision="auto").precision_choice
+    return f"on this CPU precision 'auto' runs {choice.reason}"
 
 
 def _table_header() -> str:
@@ -269,6 +286,7 @@ def run(args: argparse.Namespace) -> int:
     for line in _header(cuda):
         print(line)
     print(f"network: {described}; {max(batches)} self-play leaves")
+    print(_cpu_auto_line(config, state))
     print(f"a mode passes when every value and legal-move probability lies within {settings.atol:g} + "
           f"{settings.rtol:g} x |float32 eager's| (selfplay.parity_atol, parity_rtol) and no bucket fell back\n",
           flush=True)
@@ -280,7 +298,8 @@ def run(args: argparse.Namespace) -> int:
     failed = [report.mode.label for report in reports if not report.passed]
     if failed:
         print(f"\ndoctor: {', '.join(failed)} did not pass; self-play falls back to eager (then float32) on such "
-              f"a mismatch by itself, or set selfplay.cuda_forward to a mode that passed")
+              f"a mismatch by itself, or set selfplay.cuda_forward (on a CPU selfplay.cpu_precision) to a mode "
+              f"that passed")
         return 1
     checked = "every mode" if cuda else "the CPU path (the GPU was not checked: CUDA is not available here)"
     print(f"\ndoctor: ok: {checked} agrees with float32 eager")

@@ -47,6 +47,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import logging
 import random
@@ -58,10 +59,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from alphazero.config import FORWARD_MODES, NetworkConfig
+from alphazero.config import FORWARD_MODES, NetworkConfig, architecture_hash
 from alphazero.network import POLICY_SIZE, fold_batch_norm, load_weights, model_config
 from alphazero.parity import ParityErrors, ParitySettings, compare_legal
 from alphazero.planes import COMPACT_PLANES, NUM_SCALARS, check_compact_numpy, compact_to_torch, make_device_constants
+from alphazero.precision import choose_precision
 
 log = logging.getLogger(__name__)
 
@@ -450,10 +452,13 @@ class Evaluator:
     """Runs a model for search: numpy in, float32 numpy out, no gradients.
 
     The model itself is moved to ``device`` (default: where its weights are),
-    put in eval mode and, on CUDA, into channels_last memory format; it then
-    runs under bf16 autocast (``bf16=False`` turns that off; the heads' last
-    layers stay float32) and outputs are float32. ``compile=True`` wraps the
-    model in torch.compile; the first batches of each new size are then slow.
+    put in eval mode and into channels_last memory format where it runs bf16;
+    ``precision`` ('auto', 'bf16', 'float32': alphazero.precision) says whether
+    it runs under bf16 autocast: on CUDA 'auto' is bf16, on a CPU bf16 where the
+    processor has native bf16 and a pass timed at start was faster
+    (``precision_choice.reason`` says which and why). The heads' last layers
+    stay float32 and outputs are float32. ``compile=True`` wraps the model in
+    torch.compile; the first batches of each new size are then slow.
 
     ``forward`` picks how a CUDA pass runs (alphazero.forward.FORWARD_MODES):
     'eager', 'graphs' (a CUDA graph per batch-size bucket) or 'compile'
@@ -464,8 +469,10 @@ class Evaluator:
     replaces the mode's own way to make a bucket's pass (a fake fast pass:
     tests reach the fast path's code on the CPU with it).
 
-    A fast pass (bf16, graphs or compiled) checks itself against float32
-    eager on the same batch (alphazero.parity; ``parity`` says when): on a
+    A fast pass (bf16 on any device, graphs or compiled) checks itself against
+    float32 eager on the same batch (alphazero.parity; ``parity`` says when: the
+    first pass of each batch size or bucket, the first after each weight update,
+    a share of the others): on a
     mismatch it logs one warning with the largest errors, hands the search
     eager's results for that batch, and runs plainer from then on (graphs or
     compile -> eager; bf16 eager -> float32). ``fallbacks`` lists those
@@ -490,7 +497,7 @@ class Evaluator:
     """
 
     def __init__(self, model: torch.nn.Module, device: torch.device | str | None = None, *,
-                 compile: bool = False, bf16: bool = True, forward: str = "eager",
+                 compile: bool = False, precision: str = "auto", forward: str = "eager",
                  max_batch: int | None = None, parity: ParitySettings | None = None,
                  runner_maker: RunnerMaker | None = None) -> None:
         if forward not in FORWARD_MODES:
@@ -498,9 +505,12 @@ class Evaluator:
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         self.model = model.to(self.device).eval()
         self.use_cuda = self.device.type == "cuda"
-        if self.use_cuda:
-            self.model = self.model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # (stubs)
-        self.autocast = bf16 and self.use_cuda
+        self.precision_choice = choose_precision(
+            precision, self.device, key=(architecture_hash(model_config(self.model)), "forward"),
+            timer=functools.partial(time_forward, self.model, self.device))
+        self.autocast = self.precision_choice.bf16
+        if self.use_cuda or self.autocast:
+            self.model = _channels_last(self.model)
         self._eager: Any = torch.compile(self.model) if compile else self.model
         self._forward: Any = self._eager
         self.forward_mode = forward if self.use_cuda or runner_maker is not None else "eager"
@@ -511,7 +521,7 @@ class Evaluator:
             self._forward = self._bucketed
         self.parity = parity or ParitySettings()
         self._check_passes = self._fast()
-        self._checked: set[int] = set()  # buckets (0: an unbucketed pass) checked since the last weight update
+        self._checked: set[int] = set()  # buckets (unbucketed: batch sizes) checked since the last weight update
         self._parity_draw = random.Random(0)  # which of the other passes are checked
         self.fallbacks: list[str] = []
         self._lanes: dict[int, tuple[_HostOutput, tuple[Any, Any] | None]] = {}
@@ -531,6 +541,12 @@ class Evaluator:
         """Gets how a pass runs now: 'graphs, bf16', 'eager, float32', ..."""
         return f"{self.forward_mode}, {'bf16' if self.autocast else 'float32'}"
 
+    def precision_text(self) -> str:
+        """Says what the passes run in and why: the start's choice (precision_choice.reason), or the fallback."""
+        if self.autocast or not self.precision_choice.bf16:
+            return self.precision_choice.reason
+        return "float32 (bf16 differed from float32 eager: the parity check fell back)"
+
     def _runner_maker(self, mode: str) -> RunnerMaker:
         if mode == "graphs":
             return functools.partial(capture_graph, self.model)
@@ -541,10 +557,7 @@ class Evaluator:
         return self.parity.mode != "off" and (self.forward_mode != "eager" or self.autocast)
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
-        if self.autocast:
-            # No weight-cast cache: a CUDA graph must redo the casts it captured on every replay.
-            return torch.autocast(device_type="cuda", dtype=torch.bfloat16, cache_enabled=False)
-        return contextlib.nullcontext()
+        return bf16_autocast(self.device) if self.autocast else contextlib.nullcontext()
 
     def warm_up(self) -> None:
         """Captures or compiles the fast pass's start buckets now (alphazero.forward.start_buckets), so that
@@ -646,8 +659,8 @@ class Evaluator:
     # -- the parity check -----------------------------------------------------------
 
     def _parity_key(self, rows: int) -> int | None:
-        """Gets the bucket to note when this pass is to be checked (0 for an unbucketed pass), else None."""
-        key = 0
+        """Gets the bucket (an unbucketed pass: the batch size) to note when this pass is to be checked, else None."""
+        key = rows
         if self._bucketed is not None and self._forward is self._bucketed:
             key = self._bucketed.bucket_of(rows)
         if self.parity.mode == "always" or key not in self._checked \
@@ -759,9 +772,13 @@ class Evaluator:
         """
         if self.use_cuda or self._forward is not self.model:
             return False
-        self._forward = fold_batch_norm(self.model)
+        self._forward = self._folded()
         self.folded = True
         return True
+
+    def _folded(self) -> torch.nn.Module:
+        folded = fold_batch_norm(self.model)
+        return _channels_last(folded) if self.autocast else folded
 
     def set_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Replaces the model's weights in place (no rebuild, no recompile, captured graphs stay valid); the
@@ -773,9 +790,39 @@ class Evaluator:
         load_weights(self.model, state_dict, "new weights")
         self._checked.clear()
         if self.folded:
-            self._forward = fold_batch_norm(self.model)
+            self._forward = self._folded()
 
     load_state_dict = set_weights
+
+
+def bf16_autocast(device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """Gets bf16 autocast on ``device``'s type, without the weight-cast cache: a CUDA graph must redo the casts it
+    captured on every replay, and a CPU pass's autocast context lasts one pass anyway."""
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, cache_enabled=False)
+
+
+def _channels_last(model: torch.nn.Module) -> torch.nn.Module:
+    return model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # (stubs)
+
+
+TIMING_ROWS = 16  # the batch the start-up timing of a CPU's precision runs (alphazero.precision)
+
+
+def time_forward(model: torch.nn.Module, device: torch.device, bf16: bool, rows: int = TIMING_ROWS) -> float:
+    """Times one eval-mode pass of ``model`` on ``rows`` random positions, after one untimed (oneDNN makes its
+    kernels on a first pass): seconds, in bf16 autocast and channels_last (True) or float32 as it is (False)."""
+    generator = torch.Generator().manual_seed(0)
+    planes = torch.randint(0, 2 ** 62, (rows, COMPACT_PLANES), generator=generator, dtype=torch.int64).to(device)
+    scalars = torch.rand(rows, NUM_SCALARS, generator=generator).to(device)
+    candidate = copy.deepcopy(model).eval()
+    if bf16:
+        candidate = _channels_last(candidate)
+    context = bf16_autocast(device) if bf16 else contextlib.nullcontext()
+    with torch.inference_mode(), context:
+        candidate(planes, scalars)
+        start = time.perf_counter()
+        candidate(planes, scalars)
+        return time.perf_counter() - start
 
 
 def _ignore_stage(name: str) -> None:

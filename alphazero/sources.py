@@ -272,8 +272,10 @@ def load_network(
     *,
     device: str | torch.device = "auto",
     warn: TextIO | None = None,
+    precision: str = "auto",
 ) -> Network:
-    """Loads the network a source names onto `device` ('auto' picks CUDA when present).
+    """Loads the network a source names onto `device` ('auto' picks CUDA when present), to run in `precision`
+    ('auto', 'bf16', 'float32': alphazero.precision); on a CPU, what it runs in is said on `warn`.
 
     A run with no checkpoint yet gives the built-in network (source.fallback
     'builtin', when this installation has one) or freshly initialised weights
@@ -285,8 +287,9 @@ def load_network(
     """
     resolved = resolve_source(source)
     torch_device = device if isinstance(device, torch.device) else pick_device(device)
+    precision = _checked_precision(precision)
     if resolved.path is None:
-        return _fresh_network(source.run, resolved.config, torch_device, warn)
+        return _fresh_network(source.run, resolved.config, torch_device, warn, precision)
     expected = resolved.config.network if resolved.from_run and resolved.config is not None else None
     model, extra = load_model(resolved.path, torch_device, expected=expected)
     step = extra.get("step") if isinstance(extra.get("step"), int) else resolved.step
@@ -299,10 +302,30 @@ def load_network(
         label, tag = f"step {step}", f"step{step}"
     else:
         label, tag = f"weights {resolved.path.name}", resolved.path.stem
-    return Network(Evaluator(model, torch_device), label, tag, step, resolved.path, False, config)
+    return _said(Network(Evaluator(model, torch_device, precision=precision), label, tag, step, resolved.path, False,
+                         config), warn)
 
 
-def _fresh_network(run: Path, config: Config | None, device: torch.device, warn: TextIO | None) -> Network:
+def _checked_precision(precision: str) -> str:
+    from alphazero.precision import check_precision
+
+    try:
+        return check_precision(precision)
+    except ValueError as error:
+        raise UserError(str(error)) from None
+
+
+def _said(network: Network, warn: TextIO | None) -> Network:
+    """Says once, on `warn` (default stderr), what a network on the CPU runs in (bf16 or float32, and why)."""
+    evaluator = network.evaluator
+    if not evaluator.use_cuda:
+        print(f"note: the network ({network.label}) runs on the CPU in {evaluator.precision_text()}",
+              file=warn if warn is not None else sys.stderr, flush=True)
+    return network
+
+
+def _fresh_network(run: Path, config: Config | None, device: torch.device, warn: TextIO | None,
+                   precision: str = "auto") -> Network:
     out = warn if warn is not None else sys.stderr
     if config is None:
         config = get_preset(DEFAULT_PRESET)
@@ -314,7 +337,8 @@ def _fresh_network(run: Path, config: Config | None, device: torch.device, warn:
     print(f"warning: {where}; playing with freshly initialised weights ({what}, seed "
           f"{config.learner.seed}), i.e. about as strong as random", file=out, flush=True)
     model = _fresh_model(config)
-    return Network(Evaluator(model, device), "fresh weights", "fresh", 0, None, True, config)
+    return _said(Network(Evaluator(model, device, precision=precision), "fresh weights", "fresh", 0, None, True,
+                         config), warn)
 
 
 class NetworkCache:
@@ -325,14 +349,14 @@ class NetworkCache:
     """
 
     def __init__(self, *, warn: TextIO | None = None) -> None:
-        self._networks: dict[tuple[NetworkSource, str], Network] = {}
+        self._networks: dict[tuple[NetworkSource, str, str], Network] = {}
         self._warn = warn
 
-    def get(self, source: NetworkSource, device: str = "auto") -> Network:
-        """Returns the cached network for (source, device), loading it the first time (see load_network)."""
-        key = (source, device)
+    def get(self, source: NetworkSource, device: str = "auto", precision: str = "auto") -> Network:
+        """Returns the cached network for (source, device, precision), loading it the first time (load_network)."""
+        key = (source, device, precision)
         if key not in self._networks:
-            self._networks[key] = load_network(source, device=device, warn=self._warn)
+            self._networks[key] = load_network(source, device=device, warn=self._warn, precision=precision)
         return self._networks[key]
 
 

@@ -106,6 +106,7 @@ def _learn_and_play(args: argparse.Namespace, run_dir: RunDir, config: Config, i
     # One thread: the cores belong to the self-play actors.
     learner = Learner(run_dir, config, device=args.device, on_checkpoint=hooks, progress=False, threads=1)
     learner.resume(args.from_checkpoint)
+    print(f"train: learner {learner.precision_text()}", flush=True)
     for note in learner.resume_notes:
         print(f"train: learner {note}", flush=True)
     if learner.resumed_from is None:

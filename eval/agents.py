@@ -625,9 +625,10 @@ UCI_AGENT_OPTIONS = {
     "algorithm": "SearchAlgorithm",
     "vpl": "VisitsPerLeaf",
     "ptemp": "PolicyTemperature",
+    "precision": "Precision",
 }
 """The `uci` player's options that set the engine's UCI options: spec key -> UCI name (eval.uci.OPTIONS)."""
-_UCI_TEXT_OPTIONS = ("algorithm", "ptemp")
+_UCI_TEXT_OPTIONS = ("algorithm", "ptemp", "precision")
 """Those passed on as text (the rest are integers)."""
 
 

@@ -58,6 +58,7 @@ _NETWORK_OPTIONS = {
                "network that ships",
     "run": "the run directory (default: the caller's, else runs/default)",
     "device": "auto, cpu, cuda or cuda:N (default auto)",
+    "precision": "auto, bf16 or float32 (default auto: on a CPU bf16 where native and measured faster)",
 }
 
 
@@ -316,14 +317,15 @@ def network_for(options: Mapping[str, str], context: Mapping[str, Any]) -> Netwo
     """
     names_source = any(options.get(key) for key in ("checkpoint", "weights", "run"))
     given = context.get("network")
-    if given is not None and not names_source and "device" not in options:
+    if given is not None and not names_source and "device" not in options and "precision" not in options:
         return given
     source = _source_from(options, context)
     device = options.get("device") or context.get("device") or "auto"
+    precision = options.get("precision") or "auto"
     cache = context.get("networks")
     if isinstance(cache, NetworkCache):
-        return cache.get(source, str(device))
-    return load_network(source, device=str(device))
+        return cache.get(source, str(device), precision)
+    return load_network(source, device=str(device), precision=precision)
 
 
 def _display_name(base: str, network: Network) -> str:

@@ -79,6 +79,7 @@ import torch
 
 from alphazero import __version__
 from alphazero.builtin import BUILTIN
+from alphazero.config import PRECISIONS
 from alphazero.errors import UserError
 from alphazero.network import pick_device
 from alphazero.rundir import DEFAULT_RUN_DIR, RunDir
@@ -181,6 +182,8 @@ OPTIONS: tuple[UciOption, ...] = (
               1, INFINITE_NODES),
     UciOption("Weights", "string", "", "a model file or learner checkpoint; empty: the run's latest checkpoint"),
     UciOption("Device", "string", "auto", "where the network runs: auto, cpu, cuda or cuda:N"),
+    UciOption("Precision", "combo", "auto", "the network's precision on a CPU: auto (bf16 where the processor has "
+              "native bf16 and a pass timed at load is faster), bf16 or float32", choices=PRECISIONS),
     UciOption("Threads", "spin", 0, "torch CPU threads for the network; 0: torch's default, the machine's cores",
               0, 1024),
     UciOption("MoveOverhead", "spin", 100, "milliseconds kept back each move for the GUI, the network and lag",
@@ -529,7 +532,7 @@ class UciEngine:
         self._check_source()  # fail now, with a clear message, not at the first `go`
         pick_device(device)
         self._network: Network | None = None
-        self._loaded_key: tuple[NetworkSource, str] | None = None
+        self._loaded_key: tuple[NetworkSource, str, str] | None = None
         self._board = Board(ply_limit=None)
         self._job: _Job | None = None
         self._search_done: Future[None] | None = None  # the running (or last) search, on the network thread
@@ -871,12 +874,12 @@ class UciEngine:
 
     def _ensure_network(self) -> Network | None:
         """Loads the network when the options changed (or at first use); reports errors as info strings."""
-        key = (self._source(), str(self.values["Device"]))
+        key = (self._source(), str(self.values["Device"]), str(self.values["Precision"]))
         if self._network is not None and self._loaded_key == key:
             return self._network
         try:
             self._check_source()
-            network = load_network(key[0], device=key[1], warn=self._err)
+            network = load_network(key[0], device=key[1], warn=self._err, precision=key[2])
         except UserError as error:
             self.info_string(f"error: {error}")
             return self._network
@@ -892,7 +895,7 @@ class UciEngine:
         device = network.evaluator.device
         count = torch.get_num_threads()
         threads = f" ({count} thread{'s' if count != 1 else ''})" if device.type == "cpu" else ""
-        self.info_string(f"network: {network.label} on {device}{threads}")
+        self.info_string(f"network: {network.label} on {device}{threads}, {network.evaluator.precision_text()}")
         return network
 
 

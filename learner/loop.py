@@ -290,6 +290,7 @@ class Learner:
         self.resume_notes: list[str] = []  # what resume() said (callers without progress output print it)
         self._start_step = 0  # TensorBoard hides events a killed learner wrote from here on
         self._progress = _Progress(progress)
+        self._progress.message(f"learner: {self.precision_text()}")
         self.mix = self._mix_window()
         self._running = _Running()
         self._writer: Any = None
@@ -644,6 +645,10 @@ class Learner:
             assert extra is not None  # no reuse cap, and never empty (checked when opened)
             batch = concatenate_batches(batch, extra)
         return batch, waited
+
+    def precision_text(self) -> str:
+        """Says where and in what precision the learner trains, and why ('trains on cpu in bf16 (...)')."""
+        return f"trains on {self.device} in {self.trainer.precision_choice.reason}"
 
     def waiting_text(self) -> str:
         """Says why the learner could not take its next batch now ('' when it could): the window's size against

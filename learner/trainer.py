@@ -69,6 +69,9 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -78,10 +81,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from alphazero.config import LearnerConfig
+from alphazero.config import LearnerConfig, architecture_hash
 from alphazero.errors import UserError
 from alphazero.network import NetOutput, model_config
-from alphazero.planes import compact_to_torch
+from alphazero.planes import COMPACT_PLANES, NUM_SCALARS, compact_to_torch
+from alphazero.precision import choose_precision
 from alphazero.shards import DRAW_BAND
 from learner.replay import Batch
 
@@ -337,33 +341,71 @@ def eval_mode(model: nn.Module) -> Iterator[None]:
             module.training = training
 
 
+TIMING_ROWS = 64  # the batch of the training step timed at start to choose the CPU's precision
+
+
+def time_training_step(model: nn.Module, config: LearnerConfig, device: torch.device, bf16: bool,
+                       rows: int = TIMING_ROWS) -> float:
+    """Times one forward and backward pass of a copy of ``model`` in training mode on ``rows`` random positions,
+    after one untimed (oneDNN makes its kernels then): seconds, under bf16 autocast in channels_last (True) or in
+    float32 (False). The loss stands in for the real one: a log-sum-exp of the logits and the squared value."""
+    generator = torch.Generator().manual_seed(0)
+    planes = torch.randint(0, 2 ** 62, (rows, COMPACT_PLANES), generator=generator, dtype=torch.int64).to(device)
+    scalars = torch.rand(rows, NUM_SCALARS, generator=generator).to(device)
+    candidate = copy.deepcopy(model).to(device)
+    if bf16:
+        candidate = candidate.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # (stubs)
+    training_mode(candidate, freeze_batch_norm=config.freeze_batch_norm)
+    set_trainable(candidate, config.trainable)
+
+    def step() -> None:
+        context = torch.autocast(device_type=device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+        with context:
+            out = candidate(planes, scalars)
+        loss = out.policy_logits.float().logsumexp(1).mean() + out.value.float().square().mean()
+        loss.backward()
+
+    step()
+    start = time.perf_counter()
+    step()
+    return time.perf_counter() - start
+
+
 class Trainer:
     """A network, its optimiser and one training step.
 
-    The model is moved to ``device`` (channels_last on CUDA) and kept in
-    training mode; ``compile`` wraps it in torch.compile for the steps.
+    The model is moved to ``device`` (channels_last where it trains in bf16)
+    and kept in training mode; ``compile`` wraps it in torch.compile for the
+    steps. bf16 is autocast: the weights and the optimiser's state stay
+    float32, the losses are computed in float32 and the heads' last layers run
+    in float32 (alphazero.network.float32_head).
 
     Args:
         model: the network to train (its weights are updated in place).
         config: learning rates, optimiser, weight decay, value loss weight.
         device: where to train.
         clip_grad_norm: clip the gradient's global norm to this; None measures only.
-        bf16: use bf16 autocast on CUDA.
+        precision: 'auto', 'bf16' or 'float32' (alphazero.precision; None: config.cpu_precision on a CPU,
+            'auto' on CUDA, which is bf16 there); ``precision_choice.reason`` says what was taken and why.
         compile: torch.compile the forward pass.
     """
 
     def __init__(self, model: nn.Module, config: LearnerConfig, device: torch.device, *,
-                 clip_grad_norm: float | None = None, bf16: bool = True, compile: bool = False) -> None:
+                 clip_grad_norm: float | None = None, precision: str | None = None, compile: bool = False) -> None:
         self.device = device
         self.config = config
         self.model = model.to(device)
-        if device.type == "cuda":
+        setting = precision if precision is not None else config.cpu_precision if device.type == "cpu" else "auto"
+        self.precision_choice = choose_precision(
+            setting, device, key=(architecture_hash(model_config(self.model)), "train", config.trainable),
+            timer=functools.partial(time_training_step, self.model, config, device))
+        self.autocast = self.precision_choice.bf16
+        if self.autocast:
             self.model = self.model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # (stubs)
         training_mode(self.model, freeze_batch_norm=config.freeze_batch_norm)
         set_trainable(self.model, config.trainable)
         self.optimizer = build_optimizer(self.model, config)
         self.clip_grad_norm = clip_grad_norm
-        self.autocast = bf16 and device.type == "cuda"
         self._forward: nn.Module = torch.compile(self.model) if compile else self.model  # type: ignore[assignment]
         self.auxiliary = config.soft_policy_loss_weight > 0 or config.q_loss_weight > 0
         if self.auxiliary and not hasattr(self.model, "forward_with_aux"):
@@ -387,7 +429,7 @@ class Trainer:
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.autocast:
-            return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
     def to_device(self, batch: Batch) -> tuple[torch.Tensor, ...]:

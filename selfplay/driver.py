@@ -266,6 +266,13 @@ class _Reporter:
                 self.writer.add_scalar(tag, value, totals.games)
             self.writer.flush()
 
+    def note(self, text: str) -> None:
+        """Prints a line that stays: above the live line, or plainly without one."""
+        if self.display.live:
+            self.display.message(text)
+        else:
+            print(text, flush=True)
+
     def close(self) -> None:
         self.display.stop()
         self.writer.close()
@@ -348,6 +355,7 @@ def _play(fleet: SelfPlayFleet, resign: _ResignFollower, totals: Totals, reporte
 
     pending: dict[Any, int] = {handle.play.remote(chunk_seconds): i for i, handle in enumerate(handles)}
     idle: set[int] = set()
+    precisions: set[str] = set()  # what the actors' networks run in (bf16, float32), each said once
     try:
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
@@ -358,6 +366,10 @@ def _play(fleet: SelfPlayFleet, resign: _ResignFollower, totals: Totals, reporte
                     continue
                 if stats is not None:
                     fleet.played(index, stats)
+                    precision = stats.precision.split(" ", 1)[0]  # 'bf16' or 'float32': each actor timed its own
+                    if precision and precision not in precisions:
+                        precisions.add(precision)
+                        reporter.note(f"self-play: the network runs {stats.precision}")
                 elif fleet.lost(index):
                     # Transport 'ray': Ray restarted it with fresh weights (the newest went first, before its
                     # next play()) and the threshold it was created with.

@@ -82,6 +82,7 @@ class InferenceServer:
         self.max_batch = max_batch or server_batch_size(config, actors)
         self.evaluator = Evaluator(build_network(config.network), pick_device(device or config.selfplay.device),
                                    forward=config.selfplay.cuda_forward, max_batch=self.max_batch,
+                                   precision=config.selfplay.cpu_precision,
                                    parity=ParitySettings.from_config(config.selfplay))
         self.wait_s = (wait_ms if wait_ms is not None else config.selfplay.server_wait_ms) / 1000
         self.poll_s = config.selfplay.weights_poll_seconds

@@ -68,6 +68,7 @@ class PlayStats:
     weights_step: int = -1            # -1: freshly initialised weights
     sink_wait_seconds: float = 0.0    # transport 'ray': waiting for the sink's acknowledgements
     gpu_seconds: float = 0.0          # GPU time of the local passes (CUDA events; 0 on the CPU or with a server)
+    precision: str = ""               # what the local network runs in, and why ('' with a server)
 
 
 def _one_thread() -> None:
@@ -143,6 +144,7 @@ class SelfPlayWorker:
         if torch_device is not None:
             model = build_network(self.config.network)
             self.evaluator = Evaluator(model, torch_device, forward=selfplay.cuda_forward,
+                                       precision=selfplay.cpu_precision,
                                        max_batch=games[0] * self.config.search.leaves_per_game,
                                        parity=ParitySettings.from_config(selfplay))
             self._poll_weights(force=True)
@@ -287,6 +289,7 @@ class SelfPlayWorker:
         stats.weights_step = self.step
         if self.evaluator is not None:
             stats.gpu_seconds = self.evaluator.gpu_seconds - gpu_before
+            stats.precision = self.evaluator.precision_text()
         return stats
 
     def _step(self, lane: _Lane, stats: PlayStats, *, submit: bool) -> None:

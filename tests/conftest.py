@@ -11,6 +11,16 @@ import torch
 from alphazero.config import get_preset
 
 
+@pytest.fixture(autouse=True)
+def float32_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs this process's networks in float32 on the CPU whatever the processor has (precision 'auto' would
+    time both and pick by the clock, which a test must not depend on); tests of bf16 ask for it, or replace
+    the probe themselves (tests/test_precision.py). Subprocesses and Ray actors choose as users' do."""
+    import alphazero.precision as precision
+
+    monkeypatch.setattr(precision, "native_bf16", lambda: None)
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread() -> Iterator[None]:
     """Runs a test module's networks on one thread (the machine is shared), then restores torch's setting."""

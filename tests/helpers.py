@@ -23,6 +23,7 @@ from alphazero.planes import COMPACT_PLANES, NUM_SCALARS, compact_to_torch
 from alphazero.rundir import RunDir
 from alphazero.shards import NUM_MOVES, Shard, read_shard, shard_from_records, shard_name, write_shard
 from alphazero.stockfish import INSTALL_HINT, find_stockfish
+from learner.replay import Batch
 from mcts_ext.driver import run, uniform_evaluator
 from mcts_ext.search import MultiGameSearch
 
@@ -244,3 +245,17 @@ def trained_a_little(model: torch.nn.Module) -> torch.nn.Module:
     model.train()
     model(*compact_to_torch(*random_compact(8, seed=3), "cpu"))
     return model.eval()
+
+
+def fixed_batch(size: int = 48, seed: int = 0) -> Batch:
+    """Random positions, each with 10 legal moves and a peaked target over them."""
+    rng = np.random.default_rng(seed)
+    legal = np.zeros((size, 4672), dtype=bool)
+    policy = np.zeros((size, 4672), dtype=np.float32)
+    for row in range(size):
+        moves = rng.choice(4672, 10, replace=False)
+        legal[row, moves] = True
+        policy[row, moves] = rng.dirichlet(np.full(10, 0.3))
+    planes = rng.integers(0, np.iinfo(np.uint64).max, size=(size, 112), dtype=np.uint64, endpoint=True)
+    scalars = rng.random((size, 7), dtype=np.float32)
+    return Batch(planes, scalars, policy, legal, rng.integers(-1, 2, size).astype(np.float32))

@@ -48,7 +48,7 @@ from learner.trainer import (
     validation_sums,
     value_classes,
 )
-from tests.helpers import add_games, add_shard, overwrite_inside
+from tests.helpers import add_games, add_shard, fixed_batch, overwrite_inside
 
 SMALL_NET = ["network.blocks=1", "network.filters=16", "network.policy_filters=16", "network.value_filters=2",
              "network.value_hidden=16"]
@@ -92,20 +92,6 @@ class StopOn(logging.Handler):
 def momentum_buffers(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     return [optimizer.state[p]["momentum_buffer"].clone() for group in optimizer.param_groups
             for p in group["params"]]
-
-
-def fixed_batch(size: int = 48, seed: int = 0) -> Batch:
-    """Random positions, each with 10 legal moves and a peaked target over them."""
-    rng = np.random.default_rng(seed)
-    legal = np.zeros((size, 4672), dtype=bool)
-    policy = np.zeros((size, 4672), dtype=np.float32)
-    for row in range(size):
-        moves = rng.choice(4672, 10, replace=False)
-        legal[row, moves] = True
-        policy[row, moves] = rng.dirichlet(np.full(10, 0.3))
-    planes = rng.integers(0, np.iinfo(np.uint64).max, size=(size, 112), dtype=np.uint64, endpoint=True)
-    scalars = rng.random((size, 7), dtype=np.float32)
-    return Batch(planes, scalars, policy, legal, rng.integers(-1, 2, size).astype(np.float32))
 
 
 # --- the loss ---------------------------------------------------------------------------------------
@@ -192,7 +178,7 @@ def test_the_trainer_takes_the_root_values_from_the_batch_when_asked() -> None:
         config = small_config(f"learner.value_target_q_weight={weight}")
         model = AlphaZeroNet(config.network)
         model.load_state_dict(weights)
-        trainer = Trainer(model, config.learner, torch.device("cpu"))
+        trainer = Trainer(model, config.learner, torch.device("cpu"), precision="float32")  # as the reference
         stats = trainer.evaluate(batch)
         with torch.no_grad():
             value = model.eval()(*trainer.to_device(batch)[:2]).value.float()

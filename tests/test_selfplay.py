@@ -41,7 +41,12 @@ def local_ray():
 def test_selfplay_command_writes_shards_and_pgn(local_ray, tmp_path, capsys):
     args = ["selfplay", "--run", str(tmp_path / "run"), "--actors", "2", "--games", "4", "--quiet"]
     assert cli.main(args + [item for pair in (("--set", o) for o in SELFPLAY_FAST) for item in pair]) == 0
-    assert "freshly initialised weights" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "freshly initialised weights" in out
+    # Issue 32: what the actors' networks run in, said once each (every actor chooses as a user's does, 'auto',
+    # by its own timing: on a loaded machine one may take bf16 and the other float32)
+    said = [line.split()[4] for line in out.splitlines() if line.startswith("self-play: the network runs ")]
+    assert said and len(said) == len(set(said)) and set(said) <= {"bf16", "float32"}
     run = RunDir(tmp_path / "run")
     shards = list_shards(run.selfplay)
     assert len(shards) >= 4

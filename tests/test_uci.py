@@ -724,3 +724,20 @@ def test_the_uci_engine_does_not_import_the_cli() -> None:
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     assert not any(name and (name == "eval.cli" or name.startswith("alphazero.cli")) for name in imported)
+
+
+def test_the_precision_option_sets_what_the_network_runs_in(weights: Path) -> None:
+    # Issue 32: auto, bf16 or float32 on a CPU; the engine says which (and why) when it loads the network.
+    for value, said in (("float32", "float32 (forced)"), ("bf16", "bf16 (forced"), ("fp8", None)):
+        out = io.StringIO()
+        commands = f"uci\nsetoption name Precision value {value}\nisready\nposition startpos\ngo nodes 8\nquit\n"
+        UciEngine(None, weights, "cpu", stdin=io.StringIO(commands), stdout=out, stderr=io.StringIO(),
+                  threads=1).run()
+        lines = out.getvalue().splitlines()
+        network = [line for line in lines if line.startswith("info string network:")]
+        assert any(line.startswith("bestmove") for line in lines)
+        if said is None:  # refused with a message; the default (auto, float32 in tests) stays
+            assert any("Precision" in line and "fp8" in line for line in lines if line.startswith("info string"))
+            assert network and "float32" in network[0]
+        else:
+            assert network and said in network[0], network

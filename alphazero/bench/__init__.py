@@ -47,6 +47,16 @@ def rate(value: float) -> str:
     return compact_number(value, exact_below=1_000)
 
 
+def precision_list(text: str) -> list[str]:
+    """Parses a --precision value: comma-separated precisions, each auto, bf16 or float32 (argparse type)."""
+    from alphazero.config import PRECISIONS
+
+    names = [part.lower() for part in text.replace(" ", ",").split(",") if part]
+    if not names or any(name not in PRECISIONS for name in names):
+        raise argparse.ArgumentTypeError(f"precisions are {', '.join(PRECISIONS)}, comma-separated; got {text!r}")
+    return names
+
+
 def preset_list(text: str) -> list[str]:
     """Parses a --preset value: comma-separated preset names (argparse type)."""
     from alphazero.config import PRESET_NAMES

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from alphazero.bench import bench_devices, preset_list, rate, ratio
+from alphazero.bench import bench_devices, precision_list, preset_list, rate, ratio
 from alphazero.config import get_preset
 from alphazero.errors import UserError
 
@@ -73,6 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=float, default=2.0, help="timed seconds per figure (default: 2.0)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the network (slow first steps)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--precision", type=precision_list, default=precision_list("auto"), metavar="LIST",
+                        help="comma-separated precisions to measure each in: auto (bf16 on CUDA; on a CPU bf16 "
+                             "where native and faster), bf16, float32; e.g. float32,auto (default: auto)")
 
 
 def _batch_size(preset: str, device: torch.device, requested: int) -> int:
@@ -150,7 +153,7 @@ def _sampling_seconds(batch: int, seconds: float) -> float:
         return _fastest(lambda: window.sample(batch), seconds / 2, lambda: None)
 
 
-def _measure(preset: str, device: torch.device, args: argparse.Namespace) -> Point:
+def _measure(preset: str, device: torch.device, precision: str, args: argparse.Namespace) -> Point:
     import numpy as np
     import torch
 
@@ -159,27 +162,30 @@ def _measure(preset: str, device: torch.device, args: argparse.Namespace) -> Poi
     batch = synthetic_batch(batch_size, np.random.default_rng(0))
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     # One model at a time: each is freed when its function returns.
-    train_s, parameters = _training_seconds(config, batch, device, args, sync)
-    infer_s = _inference_seconds(config, batch, device, args, sync)
+    train_s, parameters, chosen = _training_seconds(config, batch, device, precision, args, sync)
+    infer_s = _inference_seconds(config, batch, device, precision, args, sync)
     sample_s = _sampling_seconds(batch_size, args.seconds)
-    return Point(preset, parameters, _device_label(device), batch_size, train_s, infer_s, sample_s)
+    return Point(preset, parameters, _device_label(device, chosen), batch_size, train_s, infer_s, sample_s)
 
 
-def _training_seconds(config: Any, batch: Any, device: torch.device, args: argparse.Namespace,
-                      sync: Callable[[], None]) -> tuple[float, int]:
-    """The fastest training step's seconds on ``batch``, and the model's trainable parameters."""
+def _training_seconds(config: Any, batch: Any, device: torch.device, precision: str, args: argparse.Namespace,
+                      sync: Callable[[], None]) -> tuple[float, int, str]:
+    """The fastest training step's seconds on ``batch``, the model's trainable parameters and the precision
+    the steps ran in ('bf16' or 'float32')."""
     import torch
 
     from alphazero.network import build_network, count_parameters
     from learner.trainer import Trainer
 
     torch.manual_seed(0)
-    trainer = Trainer(build_network(config.network), config.learner, device, compile=args.compile)
+    trainer = Trainer(build_network(config.network), config.learner, device, compile=args.compile,
+                      precision=precision)
     steps = iter(range(10**9))
-    return _fastest(lambda: trainer.step(batch, next(steps)), args.seconds, sync), count_parameters(trainer.model)
+    seconds = _fastest(lambda: trainer.step(batch, next(steps)), args.seconds, sync)
+    return seconds, count_parameters(trainer.model), trainer.precision_choice.name
 
 
-def _inference_seconds(config: Any, batch: Any, device: torch.device, args: argparse.Namespace,
+def _inference_seconds(config: Any, batch: Any, device: torch.device, precision: str, args: argparse.Namespace,
                        sync: Callable[[], None]) -> float:
     """The fastest inference pass's seconds on ``batch`` (evaluate: all 4672 logits)."""
     import torch
@@ -188,16 +194,16 @@ def _inference_seconds(config: Any, batch: Any, device: torch.device, args: argp
     from alphazero.network import build_network
 
     torch.manual_seed(0)
-    evaluator = Evaluator(build_network(config.network), device, compile=args.compile)
+    evaluator = Evaluator(build_network(config.network), device, compile=args.compile, precision=precision)
     return _fastest(lambda: evaluator.evaluate(batch.planes, batch.scalars), args.seconds, sync)
 
 
-def _device_label(device: torch.device) -> str:
+def _device_label(device: torch.device, precision: str) -> str:
     import torch
 
     if device.type == "cuda":
-        return f"{device} ({torch.cuda.get_device_name(device)}, bf16)"
-    return f"cpu ({torch.get_num_threads()} threads)"
+        return f"{device} ({torch.cuda.get_device_name(device)}, {precision})"
+    return f"cpu ({torch.get_num_threads()} threads, {precision})"
 
 
 def run(args: argparse.Namespace) -> None:
@@ -209,7 +215,8 @@ def run(args: argparse.Namespace) -> None:
         raise UserError("--seconds must be positive, --batch-size and --threads 0 or more")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    points = [_measure(name, device, args) for name in args.preset for device in bench_devices(args.device)]
+    points = [_measure(name, device, precision, args) for name in args.preset for device in bench_devices(args.device)
+              for precision in args.precision]
     table = Table(title="learner training samples/s (Trainer.step on numpy batches) vs inference at the same batch")
     for column in ("preset", "parameters", "device", "batch", "train samples/s", "ms/step",
                    "inference evals/s", "train vs inference"):

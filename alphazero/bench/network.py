@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from alphazero.bench import bench_devices, preset_list, rate, ratio
+from alphazero.bench import bench_devices, precision_list, preset_list, rate, ratio
 from alphazero.config import FORWARD_MODES, PRESET_NAMES, apply_overrides, get_preset
 from alphazero.errors import UserError
 
@@ -91,6 +91,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--forward", choices=FORWARD_MODES, default=None,
                         help="how a CUDA pass runs (default: the preset's selfplay.cuda_forward; the CPU runs eager)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--precision", type=precision_list, default=precision_list("auto"), metavar="LIST",
+                        help="comma-separated precisions to measure each in: auto (bf16 on CUDA; on a CPU bf16 "
+                             "where native and faster), bf16, float32; e.g. float32,auto (default: auto)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config field of every measured preset, e.g. --set network.filters=64 "
                              "(repeatable)")
@@ -181,12 +184,13 @@ def _measure_model(evaluator: Evaluator, batches: list[int], args: argparse.Name
     return points
 
 
-def _device_label(device: torch.device, forward: str) -> str:
+def _device_label(device: torch.device, forward: str, bf16: bool) -> str:
     import torch
 
+    precision = "bf16" if bf16 else "float32"
     if device.type == "cuda":
-        return f"{device} ({torch.cuda.get_device_name(device)}, bf16, {forward})"
-    return f"cpu ({torch.get_num_threads()} threads)"
+        return f"{device} ({torch.cuda.get_device_name(device)}, {precision}, {forward})"
+    return f"cpu ({torch.get_num_threads()} threads, {precision})"
 
 
 def run(args: argparse.Namespace) -> None:
@@ -211,17 +215,19 @@ def run(args: argparse.Namespace) -> None:
         table.add_column(column, justify="right")
     notes, best = [], []
     for name, config in configs.items():
-        for device in devices:
+        for device, precision in ((device, precision) for device in devices for precision in args.precision):
             torch.manual_seed(0)
             model = build_network(config)
             flops = flops_per_evaluation(model)
             forward = args.forward or get_preset(name).selfplay.cuda_forward
-            evaluator = Evaluator(model, device, compile=args.compile, forward=forward)
+            evaluator = Evaluator(model, device, compile=args.compile, forward=forward, precision=precision)
+            if device.type == "cpu":
+                notes.append(f"{name} on the CPU, precision {precision}: {evaluator.precision_text()}")
             points = _measure_model(evaluator, batches, args)
             baseline = points[0].evals_per_second
             for i, point in enumerate(points):
                 label = ((name, config.kind, f"{count_parameters(model) / 1e6:.2f}M", f"{flops / 1e6:.1f}",
-                          _device_label(device, evaluator.forward_mode)) if i == 0 else ("",) * 5)
+                          _device_label(device, evaluator.forward_mode, evaluator.autocast)) if i == 0 else ("",) * 5)
                 if point.skipped:
                     table.add_row(*label, str(point.batch), "skipped", point.skipped, "-", "-", "-", "-")
                 else:

@@ -177,6 +177,20 @@ def _stored(run_dir: Any, config: Any) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> None:
+    """Measures self-play as configured; on the CPU, when its network runs bf16, again in float32 beside it."""
+    if args.actors < 1 or args.seconds <= 0 or args.gpus < 0:
+        raise UserError("--actors must be at least 1, --seconds positive and --gpus at least 0")
+    evaluations, precision = _run_once(args, [])
+    if args.gpus == 0 and precision.startswith("bf16"):
+        print("\nthe same with --set selfplay.cpu_precision=float32, measured after it:")
+        float32, _ = _run_once(args, ["selfplay.cpu_precision=float32"])
+        print(f"precision: the network runs {precision}: {rate(evaluations)} evaluations/s, float32 "
+              f"{rate(float32)}: the default is {ratio(evaluations, float32)} float32")
+
+
+def _run_once(args: argparse.Namespace, extra: list[str]) -> tuple[float, str]:
+    """Measures and prints self-play once with ``extra`` overrides; returns its evaluations/s and what the actors'
+    networks ran in ('' with a server)."""
     import ray
 
     from alphazero.config import apply_overrides, for_gpus, get_preset
@@ -185,9 +199,7 @@ def run(args: argparse.Namespace) -> None:
     from selfplay.fleet import SelfPlayFleet
     from selfplay.worker import lane_games, uses_overlap
 
-    if args.actors < 1 or args.seconds <= 0 or args.gpus < 0:
-        raise UserError("--actors must be at least 1, --seconds positive and --gpus at least 0")
-    overrides = [*args.overrides, *([f"selfplay.transport={args.transport}"] if args.transport else [])]
+    overrides = [*args.overrides, *([f"selfplay.transport={args.transport}"] if args.transport else []), *extra]
     config = for_gpus(apply_overrides(get_preset(args.preset), overrides), args.gpus)
     before: dict[str, Any] = {}
     sink_after = None
@@ -261,6 +273,10 @@ def run(args: argparse.Namespace) -> None:
           f"self-play reaches {ratio(reached, alone)} of it ({whose})")
     if sink_before is not None and sink_after is not None:
         _print_transport_load(args.actors, stats, wall, driver_cpu, sink_before, sink_after, stored, idle)
+    precision = next((s.precision for s in stats if s.precision), "")
+    if precision:
+        print(f"  the actors' network runs {precision}")
+    return evaluations / wall, precision
 
 
 def _print_transport_load(actors: int, stats: list[Any], wall: float, driver_cpu: float,

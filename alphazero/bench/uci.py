@@ -13,7 +13,10 @@ the run. With the engine's defaults, the last lines say how close the engine
 comes to the network's best throughput: from an empty tree, and in a game,
 where the engine plays itself with `go movetime` and keeps the tree of the
 moves played between moves, as it does under a clock (the nodes counted are
-each move's new simulations; the kept ones are not counted again).
+each move's new simulations; the kept ones are not counted again). Last, the
+precision the engine's network runs in (the UCI option Precision, 'auto': on
+a CPU bf16 where native and faster) against Precision float32 at the default
+LeavesPerBatch, measured one after the other in the same run.
 """
 
 from __future__ import annotations
@@ -113,6 +116,19 @@ def _engine_point(engine: object, out: io.StringIO, leaves: int, seconds: float)
     return int(total[0]), float(total[1]), int(total[2]), int(total[3])
 
 
+def _float32_point(engine: object, out: io.StringIO, leaves: int, seconds: float) -> float:
+    """The engine's nodes/s at ``leaves`` with Precision float32 (its network reloaded), then Precision back to
+    what it was."""
+    from eval.uci import UciEngine
+
+    assert isinstance(engine, UciEngine)
+    before = engine.values["Precision"]
+    engine.handle("setoption name Precision value float32")
+    nodes, elapsed, _, _ = _engine_point(engine, out, leaves, seconds)
+    engine.handle(f"setoption name Precision value {before}")
+    return nodes / elapsed if elapsed > 0 else 0.0
+
+
 def _game_point(engine: object, out: io.StringIO, plies: int, movetime_ms: int) -> tuple[int, float, int, int]:
     """Lets the engine (at its defaults) play itself from the start for ``plies`` plies of ``movetime_ms``,
     keeping its tree between moves; returns nodes, seconds, calls and leaves over the moves."""
@@ -176,6 +192,8 @@ def run(args: argparse.Namespace) -> None:
         rows.append(Row(size, nodes, seconds, batches, evaluated, point.evals_per_second))
     engine.handle(f"setoption name LeavesPerBatch value {default}")
     game = _game_point(engine, out, args.game_plies, args.game_movetime) if args.game_plies else None
+    chosen_precision = network.evaluator.precision_text()
+    float32 = _float32_point(engine, out, default, args.seconds)
     engine.stop_search()
     best = max(rows, key=lambda row: row.network)
     device = network.evaluator.device
@@ -206,3 +224,6 @@ def run(args: argparse.Namespace) -> None:
               f"the tree kept between moves): {rate(speed)} nodes/s at {game_leaves / max(game_calls, 1):.1f} "
               f"leaves a call "
               f"= {100 * speed / best.network:.0f}% of the network's best")
+    print(f"precision: the engine's default runs {chosen_precision}: {rate(chosen.nodes_per_second)} nodes/s; with "
+          f"Precision float32, measured after it: {rate(float32)} nodes/s; the default is "
+          f"{ratio(chosen.nodes_per_second, float32)} float32")
