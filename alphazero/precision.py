@@ -117,8 +117,8 @@ def _measure(timer: Timer, probe: Probe) -> PrecisionChoice:
     # Alternate the two so that a burst of load elsewhere slows both; keep each one's best.
     times: dict[bool, list[float]] = {False: [], True: []}
     for _ in range(TIMING_ROUNDS):
-        for bf16 in (False, True):
-            times[bf16].append(timer(bf16))
+        for use_bf16 in (False, True):
+            times[use_bf16].append(timer(use_bf16))
     float32, bf16 = min(times[False]), min(times[True])
     speedup = float32 / max(bf16, 1e-9)
     if speedup >= MIN_SPEEDUP:
