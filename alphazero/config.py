@@ -57,6 +57,7 @@ DEFAULT_PRESET = "tiny"
 FIXED_FIELDS = ("network.*", "learner.optimizer")
 # How a CUDA forward pass runs (alphazero.forward): here so that the CLI lists them without loading torch.
 FORWARD_MODES = ("eager", "graphs", "compile")
+CPU_FORWARD_MODES = ("eager", "compile")  # a CPU has no CUDA graphs
 # When the Evaluator checks a fast pass against float32 eager (alphazero.parity): here for the same reason.
 PARITY_MODES = ("auto", "always", "off")
 PRECISIONS = ("auto", "bf16", "float32")  # alphazero.precision: on a CPU 'auto' is bf16 where native and faster
@@ -224,7 +225,8 @@ class SelfPlayConfig(_Section):
                                                      "cuda_forward": FORWARD_MODES,
                                                      "transport": ("disk", "ray"),
                                                      "parity_check": PARITY_MODES,
-                                                     "cpu_precision": PRECISIONS}
+                                                     "cpu_precision": PRECISIONS,
+                                                     "cpu_forward": CPU_FORWARD_MODES}
     MINIMUM: ClassVar[dict[str, float]] = {"actors": 0, "games_per_actor": 1, "shard_games": 1, "sink_window": 1,
                                            "server_batch_size": 0, "server_wait_ms": 0.0,
                                            "weights_poll_seconds": 0.0, "max_games": 0,
@@ -267,6 +269,13 @@ class SelfPlayConfig(_Section):
     cpu_precision: str = _field("auto", "the network's precision on a CPU (actors, a CPU server): 'auto' (bf16 "
                                         "autocast where the processor has native bf16, AVX512-BF16 or AMX, and a "
                                         "pass timed at start is faster; else float32), 'bf16' or 'float32'")
+    # On the 2-core machine (EXPERIMENTS.md, "Issue 32") the tiny net at an actor's batch of 32 ran about 1.3x
+    # float32 in bf16 eagerly and about 1.7-2x compiled in bf16, after a compilation of seconds at start (less
+    # once Inductor's cache holds it): it pays in any run longer than a minute.
+    cpu_forward: str = _field("compile", "how an actor's (or a CPU server's) pass runs on a CPU: 'compile' "
+                                         "(torch.compile with Inductor's C++ kernels for the largest batch, made "
+                                         "when the actor starts; without a C++ compiler it runs eager, with one "
+                                         "warning) or 'eager'")
     # The parity check, after lc0's `check` backend: the fast pass (bf16, graphs or compiled) against float32 eager.
     # bf16 moved the builtin 6x64 network's values by at most 0.015 and its legal-move probabilities by 0.011
     # on 255 self-play leaves (CPU autocast, the heads' last layers in bf16); the tolerances leave room for deeper nets.

@@ -4,7 +4,7 @@ The GPU path (bf16 autocast, CUDA graphs or torch.compile per batch-size
 bucket, the legal logits gathered on the device) was written on machines
 without a GPU, so it is checked where it runs. The doctor prints the device,
 torch and CUDA versions, then for each forward mode the device supports
-(CUDA: eager bf16, graphs, compile; and always the CPU in float32 and bf16) and a few batch
+(CUDA: eager bf16, graphs, compile; and always the CPU: eager in float32 and bf16, compiled in bf16) and a few batch
 sizes: evaluations per second through ``Evaluator.evaluate_legal`` (the path
 self-play uses) and the largest differences from plain float32 eager on the
 same batch and device: of a value, and of a legal move's probability (the
@@ -102,11 +102,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def supported_modes(cuda: bool) -> list[Mode]:
-    """Gets the modes checked: with CUDA eager, graphs and compile in bf16; then the CPU in float32 and bf16."""
+    """Gets the modes checked: with CUDA eager, graphs and compile in bf16; then the CPU eager in float32 and bf16,
+    and compiled in bf16."""
     from alphazero.config import FORWARD_MODES
 
     cuda_modes = [Mode("cuda", forward, "bf16") for forward in FORWARD_MODES] if cuda else []
-    return [*cuda_modes, Mode("cpu"), Mode("cpu", precision="bf16")]
+    # Compiled, the CPU is checked as self-play's actors run it where bf16 pays (selfplay.cpu_forward): in bf16.
+    cpu_modes = [Mode("cpu"), Mode("cpu", precision="bf16"), Mode("cpu", "compile", "bf16")]
+    return [*cuda_modes, *cpu_modes]
 
 
 def _batch_sizes(text: str) -> list[int]:
@@ -169,7 +172,10 @@ def _evaluator(mode: Mode, config: Any, state: dict[str, Any], max_batch: int, s
 
     model = build_network(config)
     load_weights(model, state, "the network checked")
-    return Evaluator(model, mode.device, precision=mode.precision, forward=mode.forward, max_batch=max_batch,
+    # A CPU compiles one bucket, its max_batch (forward.Evaluator): here each batch size gets its own instead.
+    cpu_compiled = mode.device == "cpu" and mode.forward == "compile" and mode.runner_maker is None
+    return Evaluator(model, mode.device, precision=mode.precision, forward=mode.forward,
+                     max_batch=None if cpu_compiled else max_batch,
                      parity=dataclasses.replace(settings, mode="off"), runner_maker=mode.runner_maker)
 
 

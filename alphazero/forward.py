@@ -59,7 +59,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from alphazero.config import FORWARD_MODES, NetworkConfig, architecture_hash
+from alphazero.config import CPU_FORWARD_MODES, FORWARD_MODES, NetworkConfig, architecture_hash
 from alphazero.network import POLICY_SIZE, fold_batch_norm, load_weights, model_config
 from alphazero.parity import ParityErrors, ParitySettings, compare_legal
 from alphazero.planes import COMPACT_PLANES, NUM_SCALARS, check_compact_numpy, compact_to_torch, make_device_constants
@@ -179,18 +179,20 @@ def _compile_settings() -> Iterator[None]:
         yield
 
 
-def compile_per_bucket(model: torch.nn.Module, *, backend: str | Callable[..., object] = "inductor") -> RunnerMaker:
+def compile_per_bucket(model: torch.nn.Module, *, backend: str | Callable[..., object] = "inductor",
+                       cuda_graphs: bool = True) -> RunnerMaker:
     """Gets a RunnerMaker that compiles ``model`` for each bucket's fixed shape, when the bucket is made.
 
     Inductor compiles with ``mode="reduce-overhead"`` (its kernels replayed
-    from CUDA graphs); another ``backend`` (tests) compiles without a mode.
+    from CUDA graphs) unless ``cuda_graphs`` is False (the CPU: C++ kernels,
+    no graphs); another ``backend`` (tests) compiles without a mode.
     The maker calls the compiled model COMPILE_PASSES times, so a failure of
     the compilation or of its graph recording raises there, not mid-run.
     The caller makes the input expansion's constants first
     (planes.make_device_constants): made inside the first trace, they cost a
     second compilation.
     """
-    mode = "reduce-overhead" if backend == "inductor" else None
+    mode = "reduce-overhead" if backend == "inductor" and cuda_graphs else None
     compiled = torch.compile(model, dynamic=False, backend=backend, mode=mode)
 
     def make(planes: torch.Tensor, scalars: torch.Tensor) -> Runner:
@@ -236,13 +238,16 @@ class BucketedForward:
     """
 
     def __init__(self, eager: Forward, device: torch.device, *, mode: str = "eager",
-                 make: RunnerMaker | None = None, max_batch: int | None = None) -> None:
+                 make: RunnerMaker | None = None, max_batch: int | None = None,
+                 buckets: list[int] | None = None) -> None:
         self.eager = eager
         self.device = device
         self.mode = mode
         self.make = make
         self.max_batch = max_batch
-        self.buckets = start_buckets(max_batch, mode) if max_batch is not None else []
+        if buckets is None:
+            buckets = start_buckets(max_batch, mode) if max_batch is not None else []
+        self.buckets = sorted(buckets)
         self.inputs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # bucket -> (planes, scalars) buffers
         self.runners: dict[int, Runner | None] = {}  # bucket -> its runner, None: it runs eager
         self.failures: dict[int, str] = {}  # bucket -> why its runner could not be made
@@ -513,11 +518,16 @@ class Evaluator:
             self.model = _channels_last(self.model)
         self._eager: Any = torch.compile(self.model) if compile else self.model
         self._forward: Any = self._eager
-        self.forward_mode = forward if self.use_cuda or runner_maker is not None else "eager"
+        cpu_mode = forward if forward in CPU_FORWARD_MODES else "eager"  # no CUDA graphs on a CPU
+        self.forward_mode = forward if self.use_cuda or runner_maker is not None else cpu_mode
         self._bucketed: BucketedForward | None = None
         if self.forward_mode != "eager":
+            # A CPU pass costs its rows, not its launches: one compiled bucket, the largest batch, takes
+            # the smaller batches padded (self-play's batches are nearly all full) and compiles once.
+            buckets = [max_batch] if not self.use_cuda and runner_maker is None and max_batch else None
             self._bucketed = BucketedForward(self.model, self.device, mode=self.forward_mode, max_batch=max_batch,
-                                             make=runner_maker or self._runner_maker(self.forward_mode))
+                                             make=runner_maker or self._runner_maker(self.forward_mode),
+                                             buckets=buckets)
             self._forward = self._bucketed
         self.parity = parity or ParitySettings()
         self._check_passes = self._fast()
@@ -550,7 +560,7 @@ class Evaluator:
     def _runner_maker(self, mode: str) -> RunnerMaker:
         if mode == "graphs":
             return functools.partial(capture_graph, self.model)
-        return compile_per_bucket(self.model)
+        return compile_per_bucket(self.model, cuda_graphs=self.use_cuda)
 
     def _fast(self) -> bool:
         """Whether a pass differs from float32 eager, so that the parity check applies."""

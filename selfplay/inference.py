@@ -80,8 +80,10 @@ class InferenceServer:
         config = from_toml(config_toml)
         self.run = RunDir(run_path) if run_path is not None else None
         self.max_batch = max_batch or server_batch_size(config, actors)
-        self.evaluator = Evaluator(build_network(config.network), pick_device(device or config.selfplay.device),
-                                   forward=config.selfplay.cuda_forward, max_batch=self.max_batch,
+        torch_device = pick_device(device or config.selfplay.device)
+        forward = config.selfplay.cuda_forward if torch_device.type == "cuda" else config.selfplay.cpu_forward
+        self.evaluator = Evaluator(build_network(config.network), torch_device, forward=forward,
+                                   max_batch=self.max_batch,
                                    precision=config.selfplay.cpu_precision,
                                    parity=ParitySettings.from_config(config.selfplay))
         self.wait_s = (wait_ms if wait_ms is not None else config.selfplay.server_wait_ms) / 1000

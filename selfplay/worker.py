@@ -143,7 +143,8 @@ class SelfPlayWorker:
         self.evaluator: Evaluator | None = None
         if torch_device is not None:
             model = build_network(self.config.network)
-            self.evaluator = Evaluator(model, torch_device, forward=selfplay.cuda_forward,
+            forward = selfplay.cuda_forward if torch_device.type == "cuda" else selfplay.cpu_forward
+            self.evaluator = Evaluator(model, torch_device, forward=forward,
                                        precision=selfplay.cpu_precision,
                                        max_batch=games[0] * self.config.search.leaves_per_game,
                                        parity=ParitySettings.from_config(selfplay))

@@ -72,10 +72,10 @@ def test_graphs_need_cuda(model: AlphaZeroNet):
         capture_graph(model, planes, scalars)
 
 
-def test_forward_modes_leave_the_cpu_path_eager(model: AlphaZeroNet):
-    for mode in ("graphs", "compile"):
-        evaluator = Evaluator(model, "cpu", forward=mode, max_batch=64)
-        assert evaluator.forward_mode == "eager"
+def test_cuda_graphs_leave_the_cpu_path_eager(model: AlphaZeroNet):
+    # (compile runs on a CPU too, since issue 32: see test_a_cpu_pass_compiles_one_bucket_its_largest_batch)
+    evaluator = Evaluator(model, "cpu", forward="graphs", max_batch=64)
+    assert evaluator.forward_mode == "eager"
     with pytest.raises(ValueError, match="forward must be one of"):
         Evaluator(model, "cpu", forward="fast")
 
@@ -226,6 +226,40 @@ def test_compiling_keeps_inductors_tf32_advice_to_itself(model: AlphaZeroNet):
         make(planes.clone(), scalars.clone())()
     messages = [str(warning.message) for warning in caught]
     assert "another warning" in messages and not any("TensorFloat32" in text for text in messages)
+    torch._dynamo.reset()
+
+
+def test_a_cpu_pass_compiles_one_bucket_its_largest_batch(model: AlphaZeroNet, monkeypatch: pytest.MonkeyPatch):
+    # Issue 32: a CPU actor compiles once, at start, for its full batch (no CUDA graphs); smaller batches pad.
+    import alphazero.forward as forward_module
+
+    made: list[int] = []
+
+    def cpu_maker(compiled_model: torch.nn.Module, *, cuda_graphs: bool):
+        assert not cuda_graphs
+        maker = compile_per_bucket(compiled_model, backend="eager")  # Dynamo without Inductor: quick in a test
+
+        def make(planes: torch.Tensor, scalars: torch.Tensor):
+            made.append(planes.shape[0])
+            return maker(planes, scalars)
+
+        return make
+
+    monkeypatch.setattr(forward_module, "compile_per_bucket", cpu_maker)
+    torch._dynamo.reset()
+    evaluator = Evaluator(model, "cpu", forward="compile", precision="float32", max_batch=8)
+    evaluator.warm_up()
+    assert made == [8] and evaluator.describe_pass() == "compile, float32"
+    planes, scalars = random_compact(3, seed=5)
+    indices = np.tile(np.arange(20, dtype=np.int32), (3, 1))
+    counts = np.full(3, 20, dtype=np.int32)
+    logits, values = evaluator.evaluate_legal(planes, scalars, indices, counts)
+    with torch.inference_mode():
+        out = model(*compact_to_torch(planes, scalars, "cpu"))
+    np.testing.assert_allclose(values, out.value.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(logits, out.policy_logits[:, :20].numpy(), rtol=1e-5, atol=1e-5)
+    assert made == [8] and not evaluator.fallbacks  # padded into the one bucket, and checked: it agreed
+    assert not Evaluator(model, "cpu", forward="graphs", max_batch=8)._bucketed  # no graphs on a CPU: eager
     torch._dynamo.reset()
 
 
