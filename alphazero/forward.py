@@ -510,9 +510,10 @@ class Evaluator:
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         self.model = model.to(self.device).eval()
         self.use_cuda = self.device.type == "cuda"
+        rows = min(max_batch, MAX_TIMING_ROWS) if max_batch else TIMING_ROWS  # the batches it will run
         self.precision_choice = choose_precision(
-            precision, self.device, key=(architecture_hash(model_config(self.model)), "forward"),
-            timer=functools.partial(time_forward, self.model, self.device))
+            precision, self.device, key=(architecture_hash(model_config(self.model)), "forward", rows),
+            timer=functools.partial(time_forward, self.model, self.device, rows=rows))
         self.autocast = self.precision_choice.bf16
         if self.use_cuda or self.autocast:
             self.model = _channels_last(self.model)
@@ -815,12 +816,15 @@ def _channels_last(model: torch.nn.Module) -> torch.nn.Module:
     return model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # (stubs)
 
 
-TIMING_ROWS = 16  # the batch the start-up timing of a CPU's precision runs (alphazero.precision)
+TIMING_ROWS = 32  # the batch the start-up timing of a CPU's precision runs when the caller's is not known
+MAX_TIMING_ROWS = 64  # and at most this many rows when it is (alphazero.precision)
+TIMING_SECONDS = 0.02  # each timing repeats the pass for at least this long
 
 
 def time_forward(model: torch.nn.Module, device: torch.device, bf16: bool, rows: int = TIMING_ROWS) -> float:
-    """Times one eval-mode pass of ``model`` on ``rows`` random positions, after one untimed (oneDNN makes its
-    kernels on a first pass): seconds, in bf16 autocast and channels_last (True) or float32 as it is (False)."""
+    """Times eval-mode passes of ``model`` on ``rows`` random positions, after one untimed (oneDNN makes its
+    kernels on a first pass), for at least TIMING_SECONDS: seconds per pass, in bf16 autocast and channels_last
+    (True) or float32 as it is (False)."""
     generator = torch.Generator().manual_seed(0)
     planes = torch.randint(0, 2 ** 62, (rows, COMPACT_PLANES), generator=generator, dtype=torch.int64).to(device)
     scalars = torch.rand(rows, NUM_SCALARS, generator=generator).to(device)
@@ -830,9 +834,11 @@ def time_forward(model: torch.nn.Module, device: torch.device, bf16: bool, rows:
     context = bf16_autocast(device) if bf16 else contextlib.nullcontext()
     with torch.inference_mode(), context:
         candidate(planes, scalars)
-        start = time.perf_counter()
-        candidate(planes, scalars)
-        return time.perf_counter() - start
+        passes, start = 0, time.perf_counter()
+        while passes == 0 or time.perf_counter() - start < TIMING_SECONDS:
+            candidate(planes, scalars)
+            passes += 1
+        return (time.perf_counter() - start) / passes
 
 
 def _ignore_stage(name: str) -> None:

@@ -176,16 +176,22 @@ def _stored(run_dir: Any, config: Any) -> dict[str, float]:
             "bytes": size, "calibration_seconds": time.perf_counter() - start}
 
 
+FLOAT32_EAGER = ["selfplay.cpu_precision=float32", "selfplay.cpu_forward=eager"]
+"""The baseline on a CPU: the pass self-play ran before issue 32."""
+
+
 def run(args: argparse.Namespace) -> None:
-    """Measures self-play as configured; on the CPU, when its network runs bf16, again in float32 beside it."""
+    """Measures self-play as configured; on the CPU, when its network runs bf16, again in float32 eagerly (the
+    pass before issue 32) beside it."""
     if args.actors < 1 or args.seconds <= 0 or args.gpus < 0:
         raise UserError("--actors must be at least 1, --seconds positive and --gpus at least 0")
     evaluations, precision = _run_once(args, [])
     if args.gpus == 0 and precision.startswith("bf16"):
-        print("\nthe same with --set selfplay.cpu_precision=float32, measured after it:")
-        float32, _ = _run_once(args, ["selfplay.cpu_precision=float32"])
-        print(f"precision: the network runs {precision}: {rate(evaluations)} evaluations/s, float32 "
-              f"{rate(float32)}: the default is {ratio(evaluations, float32)} float32")
+        print(f"\nthe same as before bf16 and compiling on the CPU (--set {' --set '.join(FLOAT32_EAGER)}), "
+              f"measured after it:")
+        float32, _ = _run_once(args, FLOAT32_EAGER)
+        print(f"precision: the network runs {precision}: {rate(evaluations)} evaluations/s; float32, eager: "
+              f"{rate(float32)}; the default is {ratio(evaluations, float32)} that")
 
 
 def _run_once(args: argparse.Namespace, extra: list[str]) -> tuple[float, str]:
