@@ -469,8 +469,11 @@ class Evaluator:
     'eager', 'graphs' (a CUDA graph per batch-size bucket) or 'compile'
     (torch.compile(mode='reduce-overhead') per bucket); ``max_batch`` is the
     largest batch the caller sends (a bucket of its own, and with it the
-    buckets warm_up() makes at start). On the CPU both are ignored: the pass
-    is eager, as there is no launch overhead to save. ``runner_maker``
+    buckets warm_up() makes at start). On the CPU there are no graphs
+    ('graphs' runs eager) and 'compile' makes one bucket, ``max_batch``, into
+    which smaller batches are padded: a CPU pass costs its rows, not its
+    launches, and one compilation is what a self-play actor can afford at
+    start (EXPERIMENTS.md, "Issue 32"). ``runner_maker``
     replaces the mode's own way to make a bucket's pass (a fake fast pass:
     tests reach the fast path's code on the CPU with it).
 
