@@ -241,14 +241,15 @@ class _Reporter:
     """The progress line on the terminal and the scalars in run/tb/selfplay."""
 
     def __init__(self, run: RunDir, progress: bool, every_s: float = 10.0,
-                 extra_scalars: Callable[[], dict[str, float]] | None = None) -> None:
+                 extra_scalars: Callable[[], dict[str, float]] | None = None,
+                 starting: str = "self-play: starting actors...") -> None:
         from torch.utils.tensorboard import SummaryWriter
 
         self.extra_scalars = extra_scalars
         self.writer = SummaryWriter(str(run.tb / "selfplay"))
         self.every_s = every_s
         self.last = 0.0
-        self.display = LiveDisplay(enabled=progress, text="self-play: starting actors...", refresh_per_second=2).start()
+        self.display = LiveDisplay(enabled=progress, text=starting, refresh_per_second=2).start()
 
     def update(self, totals: Totals, alive: int, actors: int, force: bool = False,
                suffix: Callable[[int | None], str] | None = None) -> None:
@@ -318,12 +319,21 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
     try:
         with fleet:
             return _play(fleet, resign, Totals(weights_step=step if step is not None else -1),
-                         _Reporter(run, progress, extra_scalars=resign.calibrator.scalars),
+                         _Reporter(run, progress, extra_scalars=resign.calibrator.scalars,
+                                   starting=_starting_text(config)),
                          _Until(games, time.monotonic() + minutes * 60 if minutes else None, stop),
                          chunk_seconds=chunk_seconds, on_update=on_update, status_suffix=status_suffix)
     finally:
         if started_ray:
             ray.shutdown()
+
+
+def _starting_text(config: Config) -> str:
+    """The live line until the actors' first results: on a CPU that compiles, why the start takes seconds."""
+    if config.selfplay.device == "cpu" and config.selfplay.cpu_forward == "compile":
+        return ("self-play: starting actors; each compiles its network first (seconds, fewer once cached; "
+                "selfplay.cpu_forward)...")
+    return "self-play: starting actors..."
 
 
 @dataclass
