@@ -63,7 +63,7 @@ from alphazero.config import CPU_FORWARD_MODES, FORWARD_MODES, NetworkConfig, ar
 from alphazero.network import POLICY_SIZE, fold_batch_norm, load_weights, model_config
 from alphazero.parity import ParityErrors, ParitySettings, compare_legal
 from alphazero.planes import COMPACT_PLANES, NUM_SCALARS, check_compact_numpy, compact_to_torch, make_device_constants
-from alphazero.precision import choose_precision
+from alphazero.precision import choose_precision, random_positions, seconds_per_call
 
 log = logging.getLogger(__name__)
 
@@ -821,27 +821,18 @@ def _channels_last(model: torch.nn.Module) -> torch.nn.Module:
 
 TIMING_ROWS = 32  # the batch the start-up timing of a CPU's precision runs when the caller's is not known
 MAX_TIMING_ROWS = 64  # and at most this many rows when it is (alphazero.precision)
-TIMING_SECONDS = 0.02  # each timing repeats the pass for at least this long
 
 
 def time_forward(model: torch.nn.Module, device: torch.device, bf16: bool, rows: int = TIMING_ROWS) -> float:
-    """Times eval-mode passes of ``model`` on ``rows`` random positions, after one untimed (oneDNN makes its
-    kernels on a first pass), for at least TIMING_SECONDS: seconds per pass, in bf16 autocast and channels_last
-    (True) or float32 as it is (False)."""
-    generator = torch.Generator().manual_seed(0)
-    planes = torch.randint(0, 2 ** 62, (rows, COMPACT_PLANES), generator=generator, dtype=torch.int64).to(device)
-    scalars = torch.rand(rows, NUM_SCALARS, generator=generator).to(device)
+    """Times eval-mode passes of a copy of ``model`` on ``rows`` random positions (precision.seconds_per_call):
+    seconds per pass, in bf16 autocast and channels_last (True) or float32 as it is (False)."""
+    planes, scalars = random_positions(rows, device)
     candidate = copy.deepcopy(model).eval()
     if bf16:
         candidate = _channels_last(candidate)
     context = bf16_autocast(device) if bf16 else contextlib.nullcontext()
     with torch.inference_mode(), context:
-        candidate(planes, scalars)
-        passes, start = 0, time.perf_counter()
-        while passes == 0 or time.perf_counter() - start < TIMING_SECONDS:
-            candidate(planes, scalars)
-            passes += 1
-        return (time.perf_counter() - start) / passes
+        return seconds_per_call(lambda: candidate(planes, scalars))
 
 
 def _ignore_stage(name: str) -> None:

@@ -25,6 +25,7 @@ Example::
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
@@ -126,10 +127,33 @@ def _measure(timer: Timer, probe: Probe) -> PrecisionChoice:
     return PrecisionChoice(False, f"float32 ({native}, but bf16 measured {speedup:.2f}x float32 at start)", speedup)
 
 
+TIMING_SECONDS = 0.02  # a timer repeats its pass (or step) for at least this long
+
+
+def random_positions(rows: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gets ``rows`` seeded random compact positions (int64 planes, float32 scalars) on ``device``: a timer's input."""
+    from alphazero.planes import COMPACT_PLANES, NUM_SCALARS
+
+    generator = torch.Generator().manual_seed(0)
+    planes = torch.randint(0, 2 ** 62, (rows, COMPACT_PLANES), generator=generator, dtype=torch.int64)
+    return planes.to(device), torch.rand(rows, NUM_SCALARS, generator=generator).to(device)
+
+
+def seconds_per_call(call: Callable[[], object]) -> float:
+    """Runs ``call`` once untimed (oneDNN makes its kernels on a first pass), then repeats it for at least
+    TIMING_SECONDS; returns the seconds per call."""
+    call()
+    calls, start = 0, time.perf_counter()
+    while calls == 0 or time.perf_counter() - start < TIMING_SECONDS:
+        call()
+        calls += 1
+    return (time.perf_counter() - start) / calls
+
+
 def forget_choices() -> None:
     """Forgets the measured choices (tests; a process whose load changed for good)."""
     _CHOSEN.clear()
 
 
 __all__ = ["MIN_SPEEDUP", "PRECISIONS", "TIMING_ROUNDS", "PrecisionChoice", "check_precision", "choose_precision",
-           "forget_choices", "native_bf16"]
+           "forget_choices", "native_bf16", "random_positions", "seconds_per_call"]

@@ -71,7 +71,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -84,8 +83,8 @@ from torch import nn
 from alphazero.config import LearnerConfig, architecture_hash
 from alphazero.errors import UserError
 from alphazero.network import NetOutput, model_config
-from alphazero.planes import COMPACT_PLANES, NUM_SCALARS, compact_to_torch
-from alphazero.precision import choose_precision
+from alphazero.planes import compact_to_torch
+from alphazero.precision import choose_precision, random_positions, seconds_per_call
 from alphazero.shards import DRAW_BAND
 from learner.replay import Batch
 
@@ -346,12 +345,10 @@ TIMING_ROWS = 64  # the batch of the training step timed at start to choose the 
 
 def time_training_step(model: nn.Module, config: LearnerConfig, device: torch.device, bf16: bool,
                        rows: int = TIMING_ROWS) -> float:
-    """Times one forward and backward pass of a copy of ``model`` in training mode on ``rows`` random positions,
-    after one untimed (oneDNN makes its kernels then): seconds, under bf16 autocast in channels_last (True) or in
-    float32 (False). The loss stands in for the real one: a log-sum-exp of the logits and the squared value."""
-    generator = torch.Generator().manual_seed(0)
-    planes = torch.randint(0, 2 ** 62, (rows, COMPACT_PLANES), generator=generator, dtype=torch.int64).to(device)
-    scalars = torch.rand(rows, NUM_SCALARS, generator=generator).to(device)
+    """Times forward and backward passes of a copy of ``model`` in training mode on ``rows`` random positions
+    (precision.seconds_per_call): seconds per step, under bf16 autocast in channels_last (True) or in float32
+    (False). The loss stands in for the real one: a log-sum-exp of the logits and the squared value."""
+    planes, scalars = random_positions(rows, device)
     candidate = copy.deepcopy(model).to(device)
     if bf16:
         candidate = candidate.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # (stubs)
@@ -362,19 +359,15 @@ def time_training_step(model: nn.Module, config: LearnerConfig, device: torch.de
         context = torch.autocast(device_type=device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
         with context:
             out = candidate(planes, scalars)
-        loss = out.policy_logits.float().logsumexp(1).mean() + out.value.float().square().mean()
-        loss.backward()
+        (out.policy_logits.float().logsumexp(1).mean() + out.value.float().square().mean()).backward()
 
-    step()
-    start = time.perf_counter()
-    step()
-    return time.perf_counter() - start
+    return seconds_per_call(step)
 
 
 class Trainer:
     """A network, its optimiser and one training step.
 
-    The model is moved to ``device`` (channels_last where it trains in bf16)
+    The model is moved to ``device`` (channels_last on CUDA and in bf16)
     and kept in training mode; ``compile`` wraps it in torch.compile for the
     steps. bf16 is autocast: the weights and the optimiser's state stay
     float32, the losses are computed in float32 and the heads' last layers run
@@ -400,7 +393,7 @@ class Trainer:
             setting, device, key=(architecture_hash(model_config(self.model)), "train", config.trainable),
             timer=functools.partial(time_training_step, self.model, config, device))
         self.autocast = self.precision_choice.bf16
-        if self.autocast:
+        if device.type == "cuda" or self.autocast:  # as the Evaluator: channels_last on CUDA, and in bf16
             self.model = self.model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # (stubs)
         training_mode(self.model, freeze_batch_norm=config.freeze_batch_norm)
         set_trainable(self.model, config.trainable)
