@@ -71,6 +71,7 @@ FORMAT_VERSION = 1
 MODEL_FORMAT = "alphazero-model"  # the "format" entry of files written by save_model
 MODEL_VERSION = 1
 LATEST_NAME = "LATEST"
+KEPT_NAME = "KEPT"  # steps kept whatever the thinning: one per learner.keep_every_minutes of the run
 CHECKSUM_ALGORITHM = "sha256"
 _CHECKED_PARTS = ("model", "optimizer")  # the parts with their own checksum; "other" holds the rest
 _STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
@@ -259,13 +260,33 @@ def save_model(path: str | os.PathLike[str], model: nn.Module, **extra: Any) -> 
     atomic_write_bytes(path, buffer.getvalue())
 
 
+def kept_steps(directory: str | os.PathLike[str]) -> set[int]:
+    """Reads the steps the KEPT file of a checkpoints folder names (kept by time: keep_step)."""
+    try:
+        text = (Path(directory) / KEPT_NAME).read_text(encoding="utf-8")
+    except OSError:
+        return set()
+    return {int(line) for line in text.split() if line.isdigit()}
+
+
+def keep_step(directory: str | os.PathLike[str], step: int) -> None:
+    """Adds ``step`` to the folder's KEPT file, whose checkpoints thin_checkpoints never deletes.
+
+    Raises:
+        OSError: the file cannot be written.
+    """
+    steps = kept_steps(directory) | {step}
+    atomic_write_text(Path(directory) / KEPT_NAME, "".join(f"{s}\n" for s in sorted(steps)))
+
+
 def thin_checkpoints(directory: str | os.PathLike[str], keep: int, *, keep_every: int = 0) -> list[Path]:
     """Deletes old step files in ``directory``; returns the deleted paths.
 
     Keeps the newest ``keep``, every older one whose step is a multiple of
-    ``keep_every`` (when > 0), step 0 (the run's start, which evaluations
-    compare with), and the one LATEST names. Also removes temporaries left for
-    over an hour by killed writers.
+    ``keep_every`` (when > 0) or that the KEPT file names (keep_step: one per
+    learner.keep_every_minutes of the run), step 0 (the run's start, which
+    evaluations compare with), and the one LATEST names. Also removes
+    temporaries left for over an hour by killed writers.
 
     Raises:
         ValueError: ``keep`` < 1.
@@ -276,9 +297,10 @@ def thin_checkpoints(directory: str | os.PathLike[str], keep: int, *, keep_every
     latest = _read_latest_name(directory)
     found = sorted((step_of(p), p) for p in complete_files(directory, "step_*.pt") if step_of(p) is not None)
     deleted = []
+    kept = kept_steps(directory)
     for step, path in found[:-keep]:
         assert step is not None
-        if step == 0 or (keep_every > 0 and step % keep_every == 0) or path.name == latest:
+        if step == 0 or (keep_every > 0 and step % keep_every == 0) or path.name == latest or step in kept:
             continue
         path.unlink(missing_ok=True)
         deleted.append(path)

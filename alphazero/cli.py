@@ -137,7 +137,13 @@ def _add_doctor(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_eval_commands(sub: argparse._SubParsersAction) -> None:
-    from eval.cli import add_eval_arguments, add_match_arguments, add_uci_arguments
+    from eval.cli import (
+        add_curve_arguments,
+        add_eval_arguments,
+        add_match_arguments,
+        add_probe_arguments,
+        add_uci_arguments,
+    )
 
     p = sub.add_parser("eval", help="rate a checkpoint's policy, value and search agents against Stockfish (Elo)")
     add_eval_arguments(p)
@@ -145,6 +151,14 @@ def _add_eval_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("match", help="play a match: alphazero match [A] vs B (e.g. vs stockfish --elo 1500)")
     add_match_arguments(p)
     p.set_defaults(func=_lazy("eval.cli", "run_match"))
+    p = sub.add_parser("curve", help="the run's Elo over its training: checkpoints against each other, the start, "
+                                     "random and Stockfish, one fit, a table and curve.png")
+    add_curve_arguments(p)
+    p.set_defaults(func=_lazy("eval.curve", "run_curve_command"))
+    p = sub.add_parser("probe", help="what a run's checkpoints know: policy agreement, regret, value error and "
+                                     "entropy on Stockfish-labelled positions")
+    add_probe_arguments(p)
+    p.set_defaults(func=_lazy("eval.probe", "run_probe"))
     p = sub.add_parser("uci", help="a UCI engine on the run's latest network, for chess GUIs and lichess-bot")
     add_uci_arguments(p)
     p.set_defaults(func=_lazy("eval.cli", "run_uci_command"))

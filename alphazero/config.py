@@ -305,8 +305,8 @@ class LearnerConfig(_Section):
     MINIMUM: ClassVar[dict[str, float]] = {
         "batch_size": 1, "momentum": 0.0, "weight_decay": 0.0, "training_steps": 0,
         "window_positions": 1, "min_window_positions": 1, "max_sample_reuse": 0.0,
-        "checkpoint_every": 1, "keep_checkpoints": 1, "keep_every_steps": 0, "log_every": 1,
-        "value_loss_weight": 0.0, "value_target_q_weight": 0.0, "validation_share": 0.0,
+        "checkpoint_every": 1, "keep_checkpoints": 1, "keep_every_steps": 0, "keep_every_minutes": 0.0,
+        "log_every": 1, "value_loss_weight": 0.0, "value_target_q_weight": 0.0, "validation_share": 0.0,
         "validation_positions": 1, "validate_every": 0, "beta2": 0.0, "epsilon": 0.0, "warmup_steps": 0,
         "soft_policy_loss_weight": 0.0, "soft_policy_temperature": 1.0, "q_loss_weight": 0.0,
         "start_anchor_weight": 0.0, "mix_share": 0.0, "mix_decay_steps": 0,
@@ -349,6 +349,8 @@ class LearnerConfig(_Section):
     checkpoint_every: int = _field(1000, "steps between checkpoints (actors pick up new weights from them)")
     keep_checkpoints: int = _field(5, "newest checkpoints kept")
     keep_every_steps: int = _field(50_000, "also keep older checkpoints at multiples of this step; 0 = none")
+    keep_every_minutes: float = _field(20.0, "also keep the first checkpoint after every this many minutes of the "
+                                             "run (its points on `alphazero curve`); 0 = none")
     log_every: int = _field(100, "steps between TensorBoard scalars")
     validation_share: float = _field(0.02, "share of games (by a hash of the game id) held out of training "
                                            "for validation")
@@ -427,6 +429,9 @@ class EvalConfig(_Section):
                                   "twin match at this size and the search's at 16 games; 0 = none")
     fall_margin: float = _field(100.0, "Elo below the start at which an evaluated agent is reported as fallen "
                                        "(when its whole 95% interval is below the start)")
+    probe_data: str = _field("", "a folder of Stockfish labels (alphazero pretrain --data-only), relative to the "
+                                 "run or absolute: every checkpoint the periodic evaluation rates is also probed "
+                                 "on it (eval.probe: TensorBoard probe/*); '' = off")
 
     def _check(self) -> None:
         if not 0.0 < self.time_share <= 1.0:

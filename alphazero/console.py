@@ -44,6 +44,18 @@ def compact_number(value: float, *, exact_below: float = 100_000) -> str:
     return f"{value / 1e12:.1f}T"
 
 
+def clock_text(seconds: float) -> str:
+    """Formats a duration as a clock does: m:ss below an hour, h:mm:ss from one; negatives read 0:00.
+
+    >>> clock_text(125.9), clock_text(3601), clock_text(-5)
+    ('2:05', '1:00:01', '0:00')
+    """
+    whole = max(0, int(seconds))
+    if whole >= 3600:
+        return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
+    return f"{whole // 60}:{whole % 60:02d}"
+
+
 def fit_line(parts: Sequence[str], width: int | None, *, separator: str = SEPARATOR) -> str:
     """Joins ``parts`` (most important first) with ``separator`` into at most ``width`` characters.
 

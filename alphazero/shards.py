@@ -19,7 +19,13 @@ ply                int16     [S]         the sample's ply in its game
 root_values        float32   [S]         the search's value of the position for its mover
 games              uint8     [bytes]     JSON list, one object per game (see GAME_KEYS)
 meta               uint8     [bytes]     JSON object: writer, created_at, ...
+policy_wins        float32   [P]         optional: the mover's win probability after each move
 =================  ========  ==========  ==============================================
+
+``policy_wins`` (added within version 1) is written by Stockfish labels
+(learner.labels): Stockfish's win probability for the mover after each legal
+move, NaN where it scored none. It is what a policy's regret is measured
+against (eval.probe); self-play shards and older labels lack it.
 
 Each game's JSON object holds GAME_KEYS. Added within version 1 (older
 shards lack them, and readers take that): ``game_id`` (a uuid stamped by the
@@ -61,6 +67,7 @@ from alphazero.rundir import atomic_write_bytes, complete_files
 SHARD_VERSION = 1
 SHARD_SUFFIX = ".npz"
 NUM_MOVES = 4672
+LAB_KIND = "stockfish"  # meta["kind"] of Stockfish-labelled shards (learner.labels)
 VALUE_FROM_ROOT = "root_values"  # meta["value_target"] of shards whose value target is root_values
 DRAW_BAND = 1.0 / 3.0
 """A value within this of 0 has the result class "draw" (the nearest of 1, 0, -1): labels' results, and the
@@ -86,7 +93,8 @@ GAME_KEYS = ("start_fen", "moves", "result", "winner", "termination", "plies", "
 # Record keys that are not game metadata: the sample arrays, and per-move
 # arrays the metadata summarises (move_values -> resign_values).
 _RECORD_ARRAYS = {"planes", "scalars", "plies_of_samples", "root_values", "policy_offsets", "policy_indices",
-                  "policy_probs", "results", "full_search", "move_values"}
+                  "policy_probs", "policy_wins", "results", "full_search", "move_values"}
+POLICY_WINS = "policy_wins"
 
 
 class ShardError(ValueError):
@@ -108,6 +116,7 @@ class Shard:
     root_values: np.ndarray
     games: list[dict[str, Any]]
     meta: dict[str, Any] = field(default_factory=dict)
+    policy_wins: np.ndarray | None = None  # float32 [P], see the module docstring
 
     def __len__(self) -> int:
         return len(self.results)
@@ -175,6 +184,8 @@ def shard_from_records(records: Sequence[Mapping[str, Any]], meta: Mapping[str, 
         root_values=join("root_values", np.dtype(np.float32)),
         games=games,
         meta=dict(meta or {}),
+        policy_wins=join("policy_wins", np.dtype(np.float32))
+        if records and all("policy_wins" in r for r in records) else None,
     )
 
 
@@ -195,6 +206,8 @@ def encode_shard(shard: Shard) -> bytes:
         "games": np.frombuffer(json.dumps(shard.games).encode(), dtype=np.uint8),
         "meta": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
     }
+    if shard.policy_wins is not None:
+        arrays[POLICY_WINS] = shard.policy_wins
     buffer = io.BytesIO()
     np.savez_compressed(buffer, **arrays)
     return buffer.getvalue()
@@ -249,7 +262,7 @@ def read_shard(path: str | os.PathLike[str]) -> Shard:
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ShardError(f"{path}: unreadable metadata ({error})") from None
     shard = Shard(**{name: arrays[name] for name in (*SAMPLE_ARRAYS, *POLICY_ARRAYS, "policy_offsets")},
-                  games=games, meta=meta)
+                  games=games, meta=meta, policy_wins=arrays.get(POLICY_WINS))
     validate(shard, str(path))
     return shard
 
@@ -336,6 +349,9 @@ def validate(shard: Shard, source: str = "shard") -> None:
         array = getattr(shard, name)
         if array.dtype != dtype or array.shape != (entries,):
             raise ShardError(f"{source}: {name} is {array.dtype}{list(array.shape)}, expected {dtype}[{entries}]")
+    wins = shard.policy_wins
+    if wins is not None and (wins.dtype != np.float32 or wins.shape != (entries,)):
+        raise ShardError(f"{source}: {POLICY_WINS} is {wins.dtype}{list(wins.shape)}, expected float32[{entries}]")
     if entries and (shard.policy_indices.min() < 0 or shard.policy_indices.max() >= NUM_MOVES):
         raise ShardError(f"{source}: a policy index lies outside 0..{NUM_MOVES - 1}")
     if samples:
@@ -349,7 +365,14 @@ def validate(shard: Shard, source: str = "shard") -> None:
 
 
 def concatenate(shards: Iterable[Shard]) -> Shard:
-    """One shard holding the samples and games of several (game indices renumbered)."""
+    """One shard holding the samples and games of several (game indices renumbered).
+
+    Its meta keeps ``value_target`` when every shard has the same (so value_targets reads the joined
+    shard as it reads each part).
+
+    Raises:
+        ShardError: the shards have different value targets (join their value_targets instead).
+    """
     shards = list(shards)
     games: list[dict[str, Any]] = []
     offsets = [np.zeros(1, dtype=np.int64)]
@@ -366,9 +389,16 @@ def concatenate(shards: Iterable[Shard]) -> Shard:
         return np.concatenate(parts) if parts else np.zeros((0, *width), dtype=dtype)
 
     arrays: dict[str, Any] = {name: join(name) for name in (*SAMPLE_ARRAYS, *POLICY_ARRAYS) if name != "game"}
+    wins = [s.policy_wins for s in shards if s.policy_wins is not None]
+    targets = {s.meta.get("value_target") for s in shards}
+    if len(targets) > 1:
+        raise ShardError(f"cannot join shards with different value targets: {sorted(map(str, targets))}")
+    meta = {"value_target": targets.pop()} if targets and None not in targets else {}
     return Shard(
         **arrays,
         game=np.concatenate(game_columns) if game_columns else np.zeros(0, np.int32),
         policy_offsets=np.concatenate(offsets),
         games=games,
+        policy_wins=np.concatenate(wins) if wins and len(wins) == len(shards) else None,
+        meta=meta,
     )

@@ -133,6 +133,7 @@ def _learn_and_play(args: argparse.Namespace, run_dir: RunDir, config: Config, i
                                                            f"{fit_line([hooks.evaluation.status()], width)}"))
     finally:
         stop.set()
+        hooks.evaluation.stopping.set()  # the deadline ends the evaluation too: no new one for the last checkpoint
         thread.join()
         learner.close()
     if failure:

@@ -205,6 +205,59 @@ def run_eval(args: argparse.Namespace) -> None:
     )
 
 
+# --- alphazero curve ---------------------------------------------------------------------------
+
+
+def add_curve_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds the arguments of `alphazero curve --run DIR [--per-hour K | --hours LIST | --every N | --steps LIST]`."""
+    parser.add_argument("--run", type=Path, default=DEFAULT_RUN_DIR, help=f"run directory (default {DEFAULT_RUN_DIR})")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--per-hour", type=float, default=None, metavar="K",
+                       help="K checkpoints per hour of the run (default 1); the start and the latest always")
+    which.add_argument("--hours", default=None, metavar="LIST",
+                       help="the checkpoint nearest to each of these hours of the run, e.g. 0.33,1,3")
+    which.add_argument("--every", type=int, default=None, metavar="N", help="every Nth checkpoint")
+    which.add_argument("--steps", default=None, metavar="LIST", help="these steps, e.g. 0,400,1200")
+    parser.add_argument("--games", type=int, default=20,
+                        help="games of each pairing (default 20; a rerun with more adds the difference)")
+    parser.add_argument("--simulations", type=int, default=64,
+                        help="simulations of the checkpoints' search (default 64, the quick evaluation's, "
+                             "whose games then join the fit)")
+    parser.add_argument("--stockfish-elos", default=None, metavar="E1,E2,...",
+                        help="Stockfish UCI_Elo levels as anchors (default: the lowest of eval.stockfish_elos "
+                             "when Stockfish is installed; '' for none: the start is then 0)")
+    parser.add_argument("--stockfish-depth", type=int, default=None,
+                        help="search depth of the Stockfish levels (default: Elo-calibrated)")
+    parser.add_argument("--no-random", action="store_true", help="leave the random agent out")
+    parser.add_argument("--ply-limit", type=int, default=200, help="plies after which a game is drawn (default 200)")
+    parser.add_argument("--concurrency", type=int, default=16, help="games of a pairing played at once (default 16)")
+    parser.add_argument("--no-play", action="store_true", help="fit and draw the games on disk, play none")
+    parser.add_argument("--device", default="auto", help="network device: auto, cpu, cuda or cuda:N")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+# --- alphazero probe ---------------------------------------------------------------------------
+
+PROBE_POSITIONS = 8192
+"""The default size of a probe set (eval.probe.DEFAULT_PROBE_POSITIONS; here so that --help loads no torch)."""
+
+
+def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds the arguments of `alphazero probe --run DIR --data DIR [--steps LIST] [--weights FILE ...]`."""
+    parser.add_argument("--run", type=Path, default=DEFAULT_RUN_DIR, help=f"run directory (default {DEFAULT_RUN_DIR})")
+    parser.add_argument("--data", metavar="DIR", default=None,
+                        help="a folder of Stockfish labels (`alphazero pretrain --data-only` writes RUN/pretrain/) "
+                             "or a run that holds one (default: the run's eval.probe_data)")
+    parser.add_argument("--steps", metavar="LIST", default="all",
+                        help="the run's checkpoints to probe: 'all' (default), 'latest', or steps such as 0,400,1000")
+    parser.add_argument("--weights", nargs="*", default=[], metavar="FILE",
+                        help="also probe these networks: model files, checkpoints, runs or 'builtin'")
+    parser.add_argument("--positions", type=int, default=PROBE_POSITIONS, metavar="N",
+                        help=f"the first N positions of the set (default {PROBE_POSITIONS:,}; 0 = all)")
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda or auto")
+    parser.add_argument("--json", type=Path, default=None, metavar="OUT", help="write the figures to this JSON file")
+
+
 # --- alphazero uci -----------------------------------------------------------------------------
 
 

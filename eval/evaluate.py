@@ -48,7 +48,6 @@ import dataclasses
 import json
 import math
 import os
-import re
 import sys
 import tempfile
 import threading
@@ -73,8 +72,9 @@ from alphazero.sources import FRESH, Network, NetworkSource, load_network
 from alphazero.stockfish import INSTALL_HINT, find_stockfish
 from eval.agents import Agent, RandomAgent, StockfishAgent
 from eval.elo import Rating, Ratings, Summary, fit_ratings
-from eval.match import MatchResult, play_match
+from eval.match import MatchResult, match_id_of, play_match
 from eval.network_agents import PolicyAgent, SearchAgent, ValueAgent
+from eval.probe import ProbeFigures, ProbeSet, probe_network, write_probe_tensorboard
 
 QUICK_GAMES_PER_PAIR = 4
 QUICK_START_SEARCH_GAMES = 16  # enough to show a collapse; the policy's twin match shows 100 Elo
@@ -85,6 +85,8 @@ RANDOM_ANCHOR_ELO = 0.0
 """The rating of `random` when no Stockfish level is played (ratings are then relative to it)."""
 
 RATINGS_FORMAT = "alphazero-ratings"
+SETTINGS_FILE = "settings.json"
+"""In each step's folder of match records (run/eval/step_S/): the EvalSettings its games were played with."""
 START_PREFIX = "start:"
 """Names the step-0 network's agents: `start:policy` is the start's policy agent."""
 
@@ -255,12 +257,8 @@ def _build_agents(network: Network, settings: EvalSettings, start: Network | Non
     return pairing
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._=+-]+", "-", text).strip("-.")
-
-
 def _play_pair(a: Agent, b: Agent, games: int, run: RunDir, step: int, settings: EvalSettings,
-               progress: bool) -> MatchResult:
+               progress: bool, stop: threading.Event | None = None) -> MatchResult:
     """Plays one match of ``games`` games (rounded up to even); JSON lines go to run/eval/step_S/, the PGN
     to run/games/eval/step_S/."""
     folder = checkpoint_name(step).removesuffix(".pt")
@@ -270,7 +268,7 @@ def _play_pair(a: Agent, b: Agent, games: int, run: RunDir, step: int, settings:
     result = play_match(
         a, b, games=games, concurrency=min(settings.concurrency, games),
         ply_limit=settings.ply_limit, out_dir=jsonl_dir, pgn_dir=pgn_dir, progress=progress, seed=settings.seed,
-        match_id=f"{_slug(a.name)}-vs-{_slug(b.name)}",
+        match_id=match_id_of(a.name, b.name), stop=stop,
     )
     return result
 
@@ -289,6 +287,15 @@ def _scores(games: Sequence[tuple[str, str, float]]) -> dict[str, float]:
         played[a] += 1
         played[b] += 1
     return {p: points[p] / played[p] for p in played}
+
+
+class EvaluationStopped(Exception):
+    """An evaluation ended by its stop event before its last game: the games it finished are on disk
+    (``folder``), no ratings were fitted."""
+
+    def __init__(self, step: int, games: int, folder: Path) -> None:
+        super().__init__(f"the evaluation of step {step:,} stopped after {games} games (kept in {folder})")
+        self.step, self.games, self.folder = step, games, folder
 
 
 class CheckpointRatings(Ratings):
@@ -459,6 +466,7 @@ def evaluate_checkpoint(
     progress: bool = True,
     report: bool = True,
     console: Console | None = None,
+    stop: threading.Event | None = None,
 ) -> CheckpointRatings:
     """Rates a checkpoint's policy, value and search agents; writes JSON, TensorBoard and games.
 
@@ -478,6 +486,10 @@ def evaluate_checkpoint(
     read-only), the games and the ratings go to a temporary folder that a
     warning on stderr names, and missing TensorBoard events are only warned of.
 
+    A ``stop`` event (a run's deadline) ends the evaluation after the move
+    in progress: its finished games stay in the match files, and
+    EvaluationStopped is raised instead of fitting ratings.
+
     Raises UserError for a missing checkpoint or Stockfish, bad settings, or an
     output folder that cannot be written; whatever an agent raises.
     """
@@ -489,6 +501,7 @@ def evaluate_checkpoint(
     network = _network(run, config, step, model, device)
     step = network.step if network.step is not None else (step or 0)
     _check_outputs(run, step)
+    _write_settings(run.eval / checkpoint_name(step).removesuffix(".pt") / SETTINGS_FILE, settings)
     start = _start_network(run, step, device) if _plays_start(settings) else None
     pairing = _build_agents(network, settings, start)
     try:
@@ -497,9 +510,18 @@ def evaluate_checkpoint(
             console.print(f"Evaluating {network.label}: {len(pairing.pairs) - len(pairing.twins)} matches of "
                           f"{settings.games_per_pair + settings.games_per_pair % 2} games{twins}, "
                           f"search:{settings.simulations}, ply limit {settings.ply_limit}")
-        results = [_play_pair(a, b, games, run, step, settings, progress) for a, b, games in pairing.pairs]
+        results, stopped = [], False
+        for a, b, count in pairing.pairs:
+            stopped = stop is not None and stop.is_set()
+            if stopped:
+                break
+            results.append(_play_pair(a, b, count, run, step, settings, progress, stop))
+            stopped = len(results[-1].games) < count + count % 2
     finally:
         pairing.close()
+    if stopped:
+        raise EvaluationStopped(step, sum(len(r.games) for r in results),
+                                run.eval / checkpoint_name(step).removesuffix(".pt"))
     games = _games(results)
     ratings = CheckpointRatings(fit_ratings(games, pairing.anchors),
                                 _versus_start(results[len(results) - len(pairing.twins):]), settings.fall_margin)
@@ -536,6 +558,16 @@ def _check_outputs(run: RunDir, step: int) -> None:
     check_writable_directory(run.eval / folder, "the match records")
     check_writable_directory(run.games / "eval" / folder, "the games")
     check_writable_directory(run.tb / "eval", "TensorBoard events")
+
+
+def _write_settings(path: Path, settings: EvalSettings) -> None:
+    """Writes what the games are played with beside them (`alphazero curve` takes in the games that fit its
+    own); a folder that takes no file only loses the curve those games, so it is warned of, not raised."""
+    try:
+        atomic_write_text(path, json.dumps(dataclasses.asdict(settings)) + "\n")
+    except OSError as error:
+        print(f"warning: cannot write {path} ({error.strerror or error}): `alphazero curve` will not use these "
+              f"games", file=sys.stderr, flush=True)
 
 
 def _write_ratings(path: Path, text: str) -> Path:
@@ -578,6 +610,7 @@ def _override(settings: EvalSettings, games_per_pair: int | None, simulations: i
 __all__ = [
     "CheckpointRatings",
     "EvalSettings",
+    "EvaluationStopped",
     "evaluate_checkpoint",
     "load_ratings",
     "ratings_path",
@@ -600,7 +633,11 @@ class PeriodicEvaluation:
     skipped. Without Stockfish the curve is off, and it says so once. Failures
     are printed, never raised into the learner. A checkpoint that fell below
     the start is printed on stderr when its evaluation ends and stays on the
-    live line (status) until a later one did not fall.
+    live line (status) until a later one did not fall. With eval.probe_data
+    set, each rated checkpoint is first probed on it (eval.probe: TensorBoard
+    ``probe/*``, and the live line). ``close()`` is the run's end: the
+    evaluation in progress stops after its current move (so ``--minutes``
+    means minutes), its finished games kept for `alphazero curve`.
     """
 
     def __init__(self, run: RunDir, config: Config, every_steps: int, *, device: str = "cpu",
@@ -613,6 +650,9 @@ class PeriodicEvaluation:
         self.next_start = -float("inf")  # clock time before which no evaluation starts
         self.running_step: int | None = None
         self.last: tuple[int, CheckpointRatings] | None = None  # the last step rated and its ratings
+        self.last_probe: tuple[int, ProbeFigures] | None = None  # the last step probed and its figures
+        self.stopping = threading.Event()  # set by close(): the evaluation in progress ends after its move
+        self._probe_set: ProbeSet | None = None
         self.off_reason = self._off_reason()
         if self.off_reason is not None and every_steps > 0:
             print(f"Elo curve off: {self.off_reason}", file=sys.stderr, flush=True)
@@ -627,7 +667,8 @@ class PeriodicEvaluation:
         return None
 
     def __call__(self, step: int, path: Path) -> None:
-        if self.off_reason is not None or step < self.every_steps or step // self.every_steps == self.last_due:
+        if self.off_reason is not None or step < self.every_steps or step // self.every_steps == self.last_due \
+                or self.stopping.is_set():
             return
         if self.thread is not None and self.thread.is_alive() or self.clock() < self.next_start:
             return
@@ -639,17 +680,32 @@ class PeriodicEvaluation:
     def _evaluate(self, step: int) -> None:
         started = self.clock()
         try:
+            self._probe(step)
             ratings = evaluate_checkpoint(self.run, self.config, step, settings=EvalSettings.quick(self.config.eval),
-                                          device=self.device, progress=False, report=False)
+                                          device=self.device, progress=False, report=False, stop=self.stopping)
             if ratings is not None:
                 self.last = (step, ratings)
                 for line in ratings.fall_warnings():
                     print(f"warning: step {step:,}: {line}", file=sys.stderr, flush=True)
+        except EvaluationStopped as stopped:
+            print(f"{stopped}: the run ended", file=sys.stderr, flush=True)
         except Exception as error:  # noqa: BLE001 - an evaluation must not stop training
             print(f"evaluation of step {step} failed: {error}", file=sys.stderr, flush=True)
         finally:
             self.next_start = started + (self.clock() - started) / self.time_share
             self.running_step = None
+
+    def _probe(self, step: int) -> None:
+        """Probes checkpoint ``step`` on eval.probe_data (when set) and writes its TensorBoard figures."""
+        if not self.config.eval.probe_data:
+            return
+        if self._probe_set is None:
+            folder = Path(self.config.eval.probe_data).expanduser()
+            self._probe_set = ProbeSet.load(folder if folder.is_absolute() else self.run.root / folder)
+        network = load_network(NetworkSource(self.run.root, str(step)), device=self.device, precision="float32")
+        figures = probe_network(network.evaluator.model, self._probe_set)
+        write_probe_tensorboard(self.run, step, figures)
+        self.last_probe = (step, figures)
 
     def status(self) -> str:
         """Says what the Elo curve is doing, for a live line: off and why, running, or the last ratings."""
@@ -662,8 +718,11 @@ class PeriodicEvaluation:
         after = f" and in {wait / 60:.1f} min" if wait > 0 else ""
         due = max(self.every_steps * (self.last_due + 1), self.every_steps)
         next_text = f"next at step >= {due:,}{after} ({share})"
+        probe = ""
+        if self.last_probe is not None:
+            probe = f"; probe (step {self.last_probe[0]:,}): {self.last_probe[1].text()}"
         if self.last is None:
-            return f"elo: {next_text}"
+            return f"elo: {next_text}{probe}"
         step, ratings = self.last
         agents = ", ".join(f"{name} {rating.elo:.0f}" for name, rating in
                            sorted(ratings.items(), key=lambda item: -item[1].elo)
@@ -671,9 +730,20 @@ class PeriodicEvaluation:
         start = f"; {ratings.start_text()}" if ratings.vs_start else ""
         fallen = ratings.fallen()
         warning = f"; FELL BELOW THE START: {', '.join(fallen)}" if fallen else ""
-        return f"elo (step {step:,}): {agents}{start}{warning}; {next_text}"
+        return f"elo (step {step:,}): {agents}{start}{warning}; {next_text}{probe}"
+
+    def wait(self) -> None:
+        """Waits for the evaluation in progress to end by itself."""
+        if self.thread is not None:
+            self.thread.join()
 
     def close(self) -> None:
-        """Waits for an evaluation in progress."""
-        if self.thread is not None:
+        """Ends the evaluation in progress after its current move (a run's end is its deadline: ``--minutes``
+        means minutes) and waits for it; its finished games stay on disk."""
+        self.stopping.set()
+        step = self.running_step
+        if self.thread is not None and self.thread.is_alive():
+            if step is not None:
+                print(f"stopping the evaluation of step {step:,}: its finished games are kept",
+                      file=sys.stderr, flush=True)
             self.thread.join()

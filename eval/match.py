@@ -39,6 +39,7 @@ import math
 import re
 import sys
 import tempfile
+import threading
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -469,13 +470,18 @@ class _GameFiles:
         self.pgn_path, self.jsonl_path = pgn_path, jsonl_path
 
 
-def _slug(name: str) -> str:
+def slug(name: str) -> str:
+    """Makes a player's name safe in a file name: 'stockfish:elo=1500' stays, 'a/b c' becomes 'a_b_c'."""
     return re.sub(r"[^A-Za-z0-9._=+-]+", "_", name).strip("_.") or "agent"
 
 
+def match_id_of(a: str, b: str, suffix: str = "") -> str:
+    """Names a match's files after its players: 'search_64-vs-random' plus ``suffix``."""
+    return f"{slug(a)}-vs-{slug(b)}{suffix}"
+
+
 def _default_match_id(a: Agent, b: Agent) -> str:
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    return f"{_slug(a.name)}-vs-{_slug(b.name)}-{stamp}"
+    return match_id_of(a.name, b.name, datetime.now(UTC).strftime("-%Y%m%dT%H%M%SZ"))
 
 
 # --- the runner ------------------------------------------------------------------------
@@ -533,6 +539,7 @@ def play_match(
     seed: int = 0,
     match_id: str | None = None,
     clock: Clock | None = None,
+    stop: threading.Event | None = None,
 ) -> MatchResult:
     """Plays a match of `games` games (rounded up to even) between two agents.
 
@@ -552,7 +559,9 @@ def play_match(
     value never resign.
 
     `ply_limit` (None for none) ends a game as a draw after that many plies,
-    opening included. `match_id` (default `<a>-vs-<b>-<UTC time>`) names the
+    opening included. A `stop` event, once set, ends the match after the
+    current move: the games in flight are dropped, the finished ones kept
+    (in the result and the files). `match_id` (default `<a>-vs-<b>-<UTC time>`) names the
     files and is the PGN Event: `out_dir/<match_id>.jsonl` and
     `pgn_dir/<match_id>.pgn` (pgn_dir defaults to out_dir). Both folders are
     checked for writing before the first game; should writing fail later, the
@@ -582,7 +591,7 @@ def play_match(
     agents = [agent_a] if agent_a is agent_b else [agent_a, agent_b]
     running: list[_Game] = []
     with _progress_bar(progress, agent_a, agent_b, len(pending)) as bar:
-        while pending or running:
+        while (pending or running) and not (stop is not None and stop.is_set()):
             while pending and len(running) < concurrency:
                 running.append(_start_game(*pending.popleft(), agents, rules, clock))
             for agent in agents:

@@ -13,6 +13,8 @@ over every legal move (``pretrain.multipv``, 0 = all):
   (MATE_HORIZON - N) more logits (and being mated in N as many fewer), so the
   policy learns to finish a won game, not to wander among winning moves until
   a repetition or a stalemate ends it;
+- w itself for every legal move (NaN where Stockfish scored none), stored as
+  the shard's ``policy_wins``: what eval.probe measures a policy's regret by;
 - the value target, the best move's w mapped to [-1, 1] (``2 w - 1``), stored as
   the shard's ``root_values`` with ``meta["value_target"] = "root_values"``
   (alphazero.shards.value_targets); ``results`` hold its nearest result class.
@@ -76,6 +78,7 @@ from alphazero.config import PretrainConfig
 from alphazero.errors import UserError
 from alphazero.pgn_reader import READ_ERRORS, PgnGame, open_text, read_games
 from alphazero.shards import (
+    LAB_KIND,
     VALUE_FROM_ROOT,
     ShardError,
     list_shards,
@@ -94,7 +97,6 @@ __all__ = [
     "mate_bonus", "policy_target", "win_probability",
 ]
 
-LAB_KIND = "stockfish"  # meta["kind"] of labelled shards
 WIN_SLOPE = 0.00368208  # Lichess's centipawn-to-win-probability slope
 MATE_HORIZON = 10  # mates in this many moves or more count as plain wins in the policy target
 _INFO = chess.engine.INFO_SCORE | chess.engine.INFO_PV  # all a label needs from Stockfish's output
@@ -251,10 +253,11 @@ class Labeller:
         with contextlib.suppress(chess.engine.EngineError, OSError, TimeoutError, RuntimeError):
             self.engine.quit()
 
-    def label(self, board: chess.Board, legal: Sequence[str]) -> tuple[np.ndarray, float]:
+    def label(self, board: chess.Board, legal: Sequence[str]) -> tuple[np.ndarray, float, np.ndarray]:
         """Scores ``board`` (whose legal moves are ``legal``, UCI, in the order of the result).
 
-        Returns (policy over ``legal`` float32, value in [-1, 1] for the mover).
+        Returns (policy over ``legal`` float32, value in [-1, 1] for the mover, the mover's win
+        probability after each move of ``legal``, float32, NaN where Stockfish scored none).
 
         Raises:
             UserError: Stockfish died or answered nothing usable (the message names the FEN).
@@ -283,7 +286,8 @@ class Labeller:
             raise UserError(f"Stockfish scored no move of {board.fen()} at {self.settings.nodes} nodes")
         pretrain = self.settings.pretrain
         bonus = mate_bonus(mates, pretrain.mate_preference)
-        return policy_target(wins, scored, pretrain.temperature, bonus), 2.0 * float(wins[scored].max()) - 1.0
+        policy = policy_target(wins, scored, pretrain.temperature, bonus)
+        return policy, 2.0 * float(wins[scored].max()) - 1.0, np.where(scored, wins, np.nan).astype(np.float32)
 
 
 # --- games and chunks ----------------------------------------------------------------------------------
@@ -301,7 +305,8 @@ class _GameLabels:
     start_fen: str
     history: list[str]  # moves before the first labelled position
     played: list[str] = field(default_factory=list)
-    rows: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]] = field(default_factory=list)
+    # (planes, scalars, policy indices, policy, value, each move's win probability) per position
+    rows: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float, np.ndarray]] = field(default_factory=list)
     termination: str = "label"
 
     def record(self) -> dict[str, Any]:
@@ -323,6 +328,7 @@ class _GameLabels:
             "policy_offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
             "policy_indices": np.concatenate([row[2] for row in self.rows]).astype(np.int16),
             "policy_probs": np.concatenate([row[3] for row in self.rows]),
+            "policy_wins": np.concatenate([row[5] for row in self.rows]),
             "results": nearest_results(values),
         }
 
@@ -350,10 +356,10 @@ def _label_game(labeller: Labeller, game: _GameLabels, choose: Chooser, room: in
         if termination is not None and (draw_rules_end or not legal):
             game.termination = termination
             return
-        policy, value = labeller.label(py_board, legal)
+        policy, value, wins = labeller.label(py_board, legal)
         planes, scalars = new_batch(1)
         encode_board(board, planes, scalars)
-        game.rows.append((planes, scalars, legal_move_indices(board), policy, value))
+        game.rows.append((planes, scalars, legal_move_indices(board), policy, value, wins))
         on_position()
         move = choose(board, legal, policy)
         if move is None:

@@ -61,8 +61,10 @@ import numpy as np
 import torch
 
 from alphazero.checkpoint import (
+    KEPT_NAME,
     checkpoint_name,
     checkpoint_steps,
+    keep_step,
     latest_checkpoint,
     load_checkpoint,
     restore_checkpoint,
@@ -285,6 +287,11 @@ class Learner:
                                    validation_share=self.settings.validation_share,
                                    validation_positions=self.settings.validation_positions)
         self.step = 0
+        # The run's wall time at the sitting's start (from the resumed checkpoint) and when this sitting
+        # began: each checkpoint stores their sum as run_seconds, the x axis of `alphazero curve`.
+        self._run_seconds_before = 0.0
+        self._sitting_started = time.monotonic()
+        self._kept_mark = 0  # the stretches of keep_every_minutes whose first checkpoint is kept
         self.saved_step: int | None = None
         self.resumed_from: Path | None = None  # the checkpoint resume() loaded
         self.resume_notes: list[str] = []  # what resume() said (callers without progress output print it)
@@ -354,6 +361,10 @@ class Learner:
                 payload = load_checkpoint(path, "cpu", expected=self.config.network)
                 self.step = restore_checkpoint(payload, self.model, self.optimizer)
                 self.window.restore(payload.get("replay") or {})
+                before = payload.get("run_seconds")
+                self._run_seconds_before = float(before) if isinstance(before, (int, float)) else 0.0
+                if self.settings.keep_every_minutes > 0:
+                    self._kept_mark = int(self._run_seconds_before // (60.0 * self.settings.keep_every_minutes))
             except (UserError, ValueError) as error:
                 raise UserError(f"cannot resume the learner: {error}. {self._earlier_checkpoints_hint(path)}") from None
             self.saved_step = self._start_step = self.step
@@ -405,11 +416,12 @@ class Learner:
         self._check_finite()
         try:
             path = save_checkpoint(self.run, self.model, self.optimizer, self.step, self.config,
-                                   replay=self.window.state())
+                                   replay=self.window.state(), run_seconds=self.run_seconds)
         except UserError as error:
             last = f"step {self.saved_step:,}" if self.saved_step is not None else "the start"
             raise UserError(f"{error}; the learner stopped at step {self.step:,}, and a restart resumes from "
                             f"{last}") from None
+        self._keep_by_time(self.step)
         thin_checkpoints(self.run.checkpoints, self.settings.keep_checkpoints,
                          keep_every=self.settings.keep_every_steps)
         self.saved_step = self.step
@@ -418,6 +430,25 @@ class Learner:
         if self.on_checkpoint is not None:
             self.on_checkpoint(self.step, path)
         return path
+
+    def _keep_by_time(self, step: int) -> None:
+        """Marks the first checkpoint after each learner.keep_every_minutes of the run as kept (KEPT), so that
+        `alphazero curve` finds one per stretch of the run however many steps it made."""
+        minutes = self.settings.keep_every_minutes
+        if minutes <= 0:
+            return
+        mark = int(self.run_seconds // (60.0 * minutes))
+        if mark > self._kept_mark:
+            try:
+                keep_step(self.run.checkpoints, step)
+            except OSError as error:
+                raise UserError(f"cannot write {self.run.checkpoints / KEPT_NAME}: {error.strerror or error}") from None
+            self._kept_mark = mark
+
+    @property
+    def run_seconds(self) -> float:
+        """The run's wall time so far: every sitting's, from its learner's start (waits for games included)."""
+        return self._run_seconds_before + time.monotonic() - self._sitting_started
 
     def _probe_text(self) -> str:
         return probe_report(self.model, self.device, _encoded=self._probes)

@@ -33,7 +33,7 @@ from typing import Any
 
 from alphazero.checkpoint import latest_checkpoint, load_checkpoint
 from alphazero.config import Config, for_gpus
-from alphazero.console import LiveDisplay, compact_number, fit_line
+from alphazero.console import LiveDisplay, clock_text, compact_number, fit_line
 from alphazero.errors import UserError
 from alphazero.resign import ResignCalibrator
 from alphazero.rundir import RunDir, remove_stale_temporaries
@@ -349,6 +349,10 @@ class _Until:
                     or (self.deadline and time.monotonic() >= self.deadline)
                     or (self.stop is not None and self.stop.is_set()))
 
+    def left_text(self) -> str:
+        """What is left before the deadline, for the live line ('ends in 12:05'); '' without one."""
+        return f"ends in {clock_text(self.deadline - time.monotonic())}" if self.deadline else ""
+
 
 def _play(fleet: SelfPlayFleet, resign: _ResignFollower, totals: Totals, reporter: _Reporter, until: _Until, *,
           chunk_seconds: float, on_update: Callable[[Totals], None] | None,
@@ -359,7 +363,8 @@ def _play(fleet: SelfPlayFleet, resign: _ResignFollower, totals: Totals, reporte
     handles, actors = fleet.actors, fleet.count
 
     def suffix(width: int | None) -> str:
-        lines = [fit_line([resign.calibrator.status()], width),
+        left = until.left_text()
+        lines = [fit_line([*([left] if left else []), resign.calibrator.status()], width),
                  *([status_suffix(width)] if status_suffix is not None else [])]
         return "\n".join(lines)
 

@@ -148,11 +148,12 @@ def test_periodic_evaluation_rates_every_kth_checkpoint_one_at_a_time(tmp_path, 
     periodic(100, Path("x"))  # due: starts
     periodic(200, Path("x"))  # due, but one is running: skipped
     release.set()
-    periodic.close()
+    periodic.wait()
     periodic(250, Path("x"))  # step 200's slot was skipped, 250 is in the same slot: runs now
-    periodic.close()
+    periodic.wait()
     periodic(300, Path("x"))  # fails on its thread; the caller is not disturbed
     periodic.close()
+    periodic(400, Path("x"))  # the run has ended: no new evaluation
     assert calls == [100, 250, 300]
     assert "evaluation of step 300 failed: stockfish vanished" in capsys.readouterr().err
     off = evaluate_module.PeriodicEvaluation(run, config, every_steps=0)
@@ -273,16 +274,54 @@ def test_periodic_evaluation_keeps_to_its_share_of_the_time(tmp_path, monkeypatc
     periodic = evaluate_module.PeriodicEvaluation(run, config, every_steps=10, time_share=0.1, clock=lambda: now[0])
     assert "next at step >= 10" in periodic.status()
     periodic(10, Path("x"))
-    periodic.close()
+    periodic.wait()
     # A minute of evaluation at a 10% share: the next may start 10 minutes after the last one started.
     assert "next at step >= 20 and in 9.0 min (at most 10% of the time)" in periodic.status()
     now[0] += 8 * 60.0
     periodic(20, Path("x"))  # due by step, but too soon
-    periodic.close()
+    periodic.wait()
     now[0] += 60.0
     periodic(21, Path("x"))  # the same slot of steps, now on time
     periodic.close()
     assert calls == [10, 21]
+
+
+def test_the_end_of_a_run_stops_the_evaluation_in_progress_and_keeps_its_games(run: RunDir, monkeypatch,
+                                                                              capsys) -> None:
+    import threading
+
+    import eval.evaluate as evaluate_module
+
+    model = AlphaZeroNet(TINY.network)
+    for step in (0, 100):
+        save_checkpoint(run.root, model, None, step, TINY)
+    # A stop set while the first match plays (as a run's deadline would): the evaluation ends there.
+    stop = threading.Event()
+    original = evaluate_module.play_match
+
+    def stopped_during_the_first_match(*args, **kwargs):
+        stop.set()
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(evaluate_module, "play_match", stopped_during_the_first_match)
+    with pytest.raises(evaluate_module.EvaluationStopped, match="stopped after 0 games") as stopped:
+        evaluate_checkpoint(run, TINY, 100, settings=NO_STOCKFISH, device="cpu", progress=False, stop=stop)
+    assert json.loads((stopped.value.folder / evaluate_module.SETTINGS_FILE).read_text())["simulations"] == 4
+    assert not ratings_path(run, 100).exists()
+    # The periodic evaluation: close() (the run's end) stops the one in progress instead of waiting for it.
+    seen: list[bool] = []
+
+    def waits_for_its_stop(run, config, step, **kwargs):
+        seen.append(kwargs["stop"].wait(30))
+        raise evaluate_module.EvaluationStopped(step, 3, run.eval)
+
+    monkeypatch.setattr(evaluate_module, "evaluate_checkpoint", waits_for_its_stop)
+    monkeypatch.setattr(evaluate_module, "find_stockfish", lambda: "/usr/games/stockfish")
+    periodic = evaluate_module.PeriodicEvaluation(run, TINY, every_steps=100, time_share=1.0)
+    periodic(100, run.checkpoints / "x")
+    periodic.close()
+    assert seen == [True]
+    assert "stopped after 3 games" in capsys.readouterr().err
 
 
 def test_without_stockfish_the_elo_curve_is_off_and_says_why_once(tmp_path, monkeypatch, capsys):

@@ -22,12 +22,14 @@ import pytest
 import torch
 
 from alphazero.checkpoint import (
+    KEPT_NAME,
     LATEST_NAME,
     checkpoint_name,
     checkpoint_steps,
     latest_checkpoint,
     load_checkpoint,
     load_model,
+    read_payload,
     step_of,
 )
 from alphazero.config import Config, apply_overrides, get_preset
@@ -381,6 +383,26 @@ def test_run_learner_checkpoints_publishes_and_logs(run: tuple[RunDir, Config]) 
     assert "probes" in str(events.Tags()["tensors"])
 
 
+def test_the_first_checkpoint_after_each_stretch_of_the_runs_time_is_kept(run: tuple[RunDir, Config]) -> None:
+    rundir, _ = run
+    config = apply_overrides(run[1], ["learner.keep_checkpoints=1", "learner.keep_every_steps=0",
+                                      "learner.keep_every_minutes=1"])
+    with Learner(rundir, config) as learner:
+        learner.resume()
+        learner.train(5)  # steps 0 and 5 in the run's first minute
+        learner._run_seconds_before = 65.0  # as if a minute had passed: the next checkpoint is kept
+        learner.train(10)  # steps 10 (kept) and 15
+        learner._run_seconds_before = 200.0  # the fourth minute
+        learner.train(5)  # step 20 (kept)
+    assert checkpoint_steps(rundir) == [0, 10, 20]  # the start, the kept ones (15 is thinned: keep 1)
+    assert (rundir.checkpoints / KEPT_NAME).read_text().split() == ["10", "20"]
+    with Learner(rundir, config) as resumed:  # a resumed run knows which minutes already have theirs
+        resumed.resume()
+        resumed.train(5)
+    assert checkpoint_steps(rundir) == [0, 10, 20, 25]
+    assert (rundir.checkpoints / KEPT_NAME).read_text().split() == ["10", "20"]
+
+
 def test_a_restart_resumes_where_a_clean_stop_saved(run: tuple[RunDir, Config]) -> None:
     rundir, config = run
     with Learner(rundir, config) as first:
@@ -391,6 +413,9 @@ def test_a_restart_resumes_where_a_clean_stop_saved(run: tuple[RunDir, Config]) 
         drawn = first.window.samples_drawn
     saved = sorted(p.name for p in rundir.checkpoints.glob("step_*.pt"))
     assert saved == [checkpoint_name(s) for s in (0, 5, 7)]
+    # Each checkpoint keeps the run's wall time so far (the curve's hours), growing from one to the next.
+    times = [read_payload(rundir.checkpoints / checkpoint_name(s))["run_seconds"] for s in (0, 5, 7)]
+    assert 0 <= times[0] <= times[1] <= times[2]
 
     with Learner(rundir, config) as second:
         assert second.resume() == 7
@@ -399,8 +424,10 @@ def test_a_restart_resumes_where_a_clean_stop_saved(run: tuple[RunDir, Config]) 
         for key, value in weights.items():
             torch.testing.assert_close(second.model.state_dict()[key], value, rtol=0, atol=0)
         assert second.window.samples_drawn == drawn and second.window.positions_added == 200
+        assert second.run_seconds >= times[2]  # a resumed run's time goes on from its checkpoint's
         assert second.train(3) == 10
         resumed = copy.deepcopy(second.model.state_dict())
+    assert read_payload(rundir.checkpoints / checkpoint_name(10))["run_seconds"] >= times[2]
     assert sorted(p.name for p in rundir.checkpoints.glob("step_*.pt")) == sorted(saved + [checkpoint_name(10)])
 
     # The same ten steps without the restart reach the same weights: nothing was lost or repeated.

@@ -373,6 +373,14 @@ def test_labels_are_deterministic_for_a_seed(tmp_path: Path) -> None:
     sums = np.add.reduceat(shard.policy_probs, shard.policy_offsets[:-1])
     np.testing.assert_allclose(sums, 1.0, rtol=1e-5)
     assert np.all(np.abs(shard.root_values) <= 1.0)
+    # Each move's win probability (the probe's regret): the best of them is the value, and the move with
+    # the largest policy share has it.
+    assert shard.policy_wins is not None
+    starts = shard.policy_offsets[:-1]
+    np.testing.assert_allclose(2 * np.fmax.reduceat(shard.policy_wins, starts) - 1, shard.root_values, atol=1e-6)
+    for first, last in zip(starts, shard.policy_offsets[1:], strict=True):
+        favourite = first + int(np.argmax(shard.policy_probs[first:last]))
+        assert shard.policy_wins[favourite] == np.nanmax(shard.policy_wins[first:last])
 
 
 def test_labelled_positions_are_the_encoder_s_and_stockfish_s(tmp_path: Path) -> None:

@@ -558,3 +558,4 @@ def test_the_devices_own_busy_share_is_sampled_and_averaged(monkeypatch):
     time.sleep(0.05)
     failing.stop()
     assert bench._busy_text(failing, 1) == "unavailable (cannot read GPU 0's utilisation: no nvidia-smi)"
+

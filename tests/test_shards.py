@@ -9,6 +9,7 @@ from alphazero.shards import (
     POLICY_ARRAYS,
     SAMPLE_ARRAYS,
     SHARD_VERSION,
+    VALUE_FROM_ROOT,
     ShardError,
     concatenate,
     encode_shard,
@@ -18,6 +19,7 @@ from alphazero.shards import (
     read_shard_games,
     shard_from_records,
     shard_name,
+    value_targets,
     write_shard,
 )
 from mcts_ext.driver import run, uniform_evaluator
@@ -79,6 +81,12 @@ def test_concatenate_renumbers_games(records):
     assert both.game.max() == len(records) - 1
     np.testing.assert_array_equal(both.dense_policy(np.arange(len(both))),
                                   shard_from_records(records).dense_policy(np.arange(len(both))))
+    # Stockfish labels joined stay labels: their value target is still the root values, not the results.
+    labels = [shard_from_records(part, {"value_target": VALUE_FROM_ROOT}) for part in (records[:1], records[1:])]
+    joined = concatenate(labels)
+    np.testing.assert_array_equal(value_targets(joined), np.concatenate([value_targets(s) for s in labels]))
+    with pytest.raises(ShardError, match="different value targets"):
+        concatenate([labels[0], two])
 
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage", "empty", "other_version"])

@@ -1,0 +1,515 @@
+"""`alphazero curve --run R`: the run's Elo over its training, as in the AlphaZero paper's Figure 1.
+
+Chosen checkpoints of the run play as search agents (``search:N`` with the
+run's own search settings, its policy temperature included: the start plays
+exactly as the trained networks do, so a gain is the training's) against
+each other and against fixed anchors:
+
+- each checkpoint against the one chosen before it, and against the run's
+  start (its step-0 checkpoint: the ``--init`` weights or fresh ones);
+- each checkpoint, the start included, against ``random`` and against
+  Stockfish at fixed UCI_Elo levels (``stockfish:elo=E``).
+
+All games go into one fit (eval.elo.fit_ratings): with Stockfish levels the
+scale is theirs (each level anchored at its UCI_Elo), else the start is
+anchored at 0. Checkpoints are chosen by the run's wall time (``run_seconds``
+in each checkpoint: every sitting's time, from its learner's start), one per
+hour by default (the nearest to each hour; the learner keeps one checkpoint
+per ``learner.keep_every_minutes`` of the run for this), the start and the
+latest always included.
+
+Games are kept: ``RUN/curve/games/<a>-vs-<b>-<first opening>.jsonl`` (and
+``RUN/games/curve/`` for the PGN), written after each game, so Ctrl-C keeps
+every finished game and a rerun plays only what is missing, with new
+checkpoints' games added to the old ones. The periodic evaluation's games
+(``RUN/eval/step_*/``) join the fit where they were played with the same
+settings (the quick evaluation's: search:64, 200-ply games), including those
+of an evaluation a run's deadline stopped.
+
+Outputs: a table (step, hours of the run, games, Elo, 95% interval), the
+points in ``RUN/curve/curve.json``, the picture ``RUN/curve/curve.png`` (Elo
+against hours, intervals drawn, anchors as lines) and TensorBoard scalars
+``curve/elo`` (``_low``, ``_high``) at each checkpoint's step under
+``RUN/tb/curve/`` (their wall time is the run's time, so TensorBoard's
+"relative" axis reads the run's hours).
+
+Example::
+
+    points = run_curve(RunDir("runs/init"), config, CurveSettings(games=40), per_hour=1.0)
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from alphazero.checkpoint import checkpoint_name, checkpoint_steps, read_payload
+from alphazero.errors import UserError
+from alphazero.rundir import RunDir, atomic_write_text, check_writable_directory
+from alphazero.sources import Network, NetworkSource, load_network
+from eval.agents import Agent, RandomAgent, StockfishAgent
+from eval.elo import Ratings, fit_ratings
+from eval.evaluate import QUICK_PLY_LIMIT, QUICK_SIMULATIONS, SETTINGS_FILE, stockfish_name
+from eval.match import match_id_of, play_match
+
+CURVE_SIMULATIONS = QUICK_SIMULATIONS  # the quick evaluation's settings, so that its games join the fit
+CURVE_PLY_LIMIT = QUICK_PLY_LIMIT
+CURVE_FORMAT = "alphazero-curve"
+RANDOM = "random"
+
+
+@dataclass(frozen=True)
+class CurveSettings:
+    """How the curve's games are played: ``games`` per pairing (rounded up to even), the search agents'
+    ``simulations``, the anchors (``stockfish_elos``, ``include_random``), ``ply_limit`` and
+    ``concurrency``; ``stockfish_depth`` replaces the Elo-calibrated limit (tests)."""
+
+    games: int = 20
+    simulations: int = CURVE_SIMULATIONS
+    stockfish_elos: tuple[int, ...] = ()
+    include_random: bool = True
+    ply_limit: int = CURVE_PLY_LIMIT
+    concurrency: int = 16
+    stockfish_depth: int | None = None
+
+    def check(self) -> None:
+        """Raises UserError on a value out of range."""
+        if self.games < 1 or self.simulations < 1 or self.ply_limit < 1 or self.concurrency < 1:
+            raise UserError("games, simulations, the ply limit and concurrency must each be at least 1")
+        if len(set(self.stockfish_elos)) != len(self.stockfish_elos):
+            raise UserError(f"Stockfish levels repeat: {list(self.stockfish_elos)}")
+
+    def matches(self, played: dict[str, Any]) -> bool:
+        """Whether games played with ``played`` settings (a settings.json) may join this curve's fit."""
+        return (played.get("simulations") == self.simulations and played.get("ply_limit") == self.ply_limit
+                and played.get("stockfish_depth") == self.stockfish_depth)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint of the run: its step, the run's hours when it was written, and whether those hours were
+    read from the checkpoint (``run_seconds``) or guessed from the files' times (older runs)."""
+
+    step: int
+    hours: float
+    exact: bool = True
+
+
+def checkpoint_name_of(step: int, simulations: int) -> str:
+    """The curve's name of a checkpoint's search agent: 'step1200:search:64'."""
+    return f"step{step}:search:{simulations}"
+
+
+# --- choosing checkpoints ------------------------------------------------------------------------
+
+
+def run_checkpoints(run: RunDir) -> list[Checkpoint]:
+    """Lists the run's checkpoints with their hours, oldest first.
+
+    Raises:
+        UserError: the run has no checkpoints, or one cannot be read.
+    """
+    steps = checkpoint_steps(run)
+    if not steps:
+        raise UserError(f"run {run.root} has no checkpoints: train it first (alphazero train --run {run.root})")
+    first_mtime = (run.checkpoints / checkpoint_name(steps[0])).stat().st_mtime
+    points = []
+    for step in steps:
+        path = run.checkpoints / checkpoint_name(step)
+        seconds = read_payload(path).get("run_seconds")
+        if isinstance(seconds, (int, float)):
+            points.append(Checkpoint(step, float(seconds) / 3600.0))
+        else:  # written before checkpoints kept the run's time: the file times (sittings' gaps included)
+            points.append(Checkpoint(step, (path.stat().st_mtime - first_mtime) / 3600.0, exact=False))
+    return points
+
+
+def choose_checkpoints(points: Sequence[Checkpoint], *, every: int | None = None, per_hour: float | None = None,
+                       hours: Sequence[float] | None = None, steps: Sequence[int] | None = None) -> list[Checkpoint]:
+    """Chooses the curve's checkpoints (at most one way may be given; default one per hour).
+
+    ``every``: every Nth checkpoint; ``per_hour``: the checkpoint nearest to
+    each 1/per_hour hours of the run (up to its end); ``hours``: the one
+    nearest to each of these hours; ``steps``: these steps. The first
+    checkpoint (the start) and the latest are always chosen. (The learner
+    keeps one checkpoint per learner.keep_every_minutes for this.)
+
+    Raises:
+        UserError: more than one way given, a bad value, or a step the run does not have.
+    """
+    if sum(option is not None for option in (every, per_hour, hours, steps)) > 1:
+        raise UserError("choose checkpoints one way: --every, --per-hour, --hours or --steps")
+    chosen: list[Checkpoint] = []
+    if steps is not None:
+        by_step = {point.step: point for point in points}
+        missing = [step for step in steps if step not in by_step]
+        if missing:
+            raise UserError(f"the run has no checkpoint at step {missing[0]} "
+                            f"(its checkpoints: {', '.join(str(p.step) for p in points)})")
+        chosen = [by_step[step] for step in steps]
+    elif every is not None:
+        if every < 1:
+            raise UserError(f"--every takes 1 or more, got {every}")
+        chosen = list(points[::every])
+    else:
+        if hours is None:
+            rate = 1.0 if per_hour is None else per_hour
+            if not rate > 0:
+                raise UserError(f"--per-hour must be positive, got {per_hour}")
+            last = points[-1].hours
+            hours = [k / rate for k in range(1, int(math.floor(last * rate + 1e-9)) + 1)]
+        for mark in hours:
+            if not mark >= 0:
+                raise UserError(f"hours must be 0 or more, got {mark}")
+            chosen.append(min(points, key=lambda point: (abs(point.hours - mark), point.hours)))
+    chosen = [points[0], *chosen, points[-1]]
+    return sorted({point.step: point for point in chosen}.values(), key=lambda point: point.step)
+
+
+# --- the games -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """Two players of the curve and the games they should have played."""
+
+    a: str
+    b: str
+    games: int
+
+
+def pairings(chosen: Sequence[Checkpoint], settings: CurveSettings) -> list[Pairing]:
+    """Gets every pairing the curve needs (see the module docstring)."""
+    names = [checkpoint_name_of(point.step, settings.simulations) for point in chosen]
+    games = settings.games + settings.games % 2
+    pairs = []
+    for index, name in enumerate(names[1:], start=1):
+        pairs.append(Pairing(name, names[index - 1], games))
+        if index > 1:
+            pairs.append(Pairing(name, names[0], games))
+    anchors = [RANDOM] if settings.include_random else []
+    anchors += [stockfish_name(elo) for elo in settings.stockfish_elos]
+    pairs += [Pairing(name, anchor, games) for name in names for anchor in anchors]
+    return pairs
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    records = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut by a crash: the game is played again
+        if isinstance(record, dict) and {"agent_a", "agent_b", "score_a"} <= record.keys():
+            records.append(record)
+    return records
+
+
+def _eval_games(run: RunDir, settings: CurveSettings) -> list[tuple[str, str, float]]:
+    """Gets the periodic evaluation's games that fit the curve: its search agent's games against the
+    start's, random and Stockfish levels, from folders played with the curve's settings."""
+    games = []
+    search = f"search:{settings.simulations}"
+    for folder in sorted(run.eval.glob("step_*")) if run.eval.is_dir() else []:
+        try:
+            played = json.loads((folder / SETTINGS_FILE).read_text(encoding="utf-8"))
+            step = int(folder.name.removeprefix("step_"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(played, dict) or not settings.matches(played):
+            continue
+        names = {search: checkpoint_name_of(step, settings.simulations),
+                 f"start:{search}": checkpoint_name_of(0, settings.simulations), RANDOM: RANDOM}
+        names.update({stockfish_name(elo): stockfish_name(elo) for elo in settings.stockfish_elos})
+        for path in sorted(folder.glob("*.jsonl")):
+            for record in _read_jsonl(path):
+                a, b = names.get(record["agent_a"]), names.get(record["agent_b"])
+                if a is not None and b is not None and a != b:
+                    games.append((a, b, float(record["score_a"])))
+    return games
+
+
+def curve_games(run: RunDir, settings: CurveSettings) -> list[tuple[str, str, float]]:
+    """Gets every game the curve can use: its own (RUN/curve/games/) and the periodic evaluation's."""
+    games = []
+    folder = run.root / "curve" / "games"
+    for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
+        games += [(r["agent_a"], r["agent_b"], float(r["score_a"])) for r in _read_jsonl(path)]
+    return games + _eval_games(run, settings)
+
+
+def _played(games: Iterable[tuple[str, str, float]]) -> dict[frozenset[str], int]:
+    counts: dict[frozenset[str], int] = defaultdict(int)
+    for a, b, _ in games:
+        counts[frozenset((a, b))] += 1
+    return counts
+
+
+class _Players:
+    """Makes the curve's agents on first use and closes them at the end."""
+
+    def __init__(self, run: RunDir, settings: CurveSettings, device: str) -> None:
+        self.run, self.settings, self.device = run, settings, device
+        self.networks: dict[int, Network] = {}
+        self.agents: dict[str, Agent] = {}
+
+    def get(self, name: str) -> Agent:
+        if name not in self.agents:
+            self.agents[name] = self._make(name)
+        return self.agents[name]
+
+    def _make(self, name: str) -> Agent:
+        from eval.network_agents import SearchAgent
+
+        if name == RANDOM:
+            return RandomAgent(0, name=RANDOM)
+        if name.startswith("stockfish:elo="):
+            return StockfishAgent(elo=int(name.split("=", 1)[1]), depth=self.settings.stockfish_depth, name=name)
+        step = int(name.removeprefix("step").split(":", 1)[0])
+        if step not in self.networks:
+            self.networks[step] = load_network(NetworkSource(self.run.root, str(step)), device=self.device)
+        return SearchAgent(self.networks[step], self.settings.simulations, name)
+
+    def close(self) -> None:
+        for agent in self.agents.values():
+            agent.close()
+
+
+def play_curve_games(run: RunDir, pairs: Sequence[Pairing], settings: CurveSettings, *, device: str = "auto",
+                     progress: bool = True) -> int:
+    """Plays what each pairing still misses (games already on disk count); returns the games played.
+
+    Each pairing's new games start at the suite's next unplayed opening. The
+    files are written after every game, so an interruption (Ctrl-C, raised
+    here) keeps every finished game.
+    """
+    have = _played(curve_games(run, settings))
+    todo = [(pair, pair.games - have[frozenset((pair.a, pair.b))]) for pair in pairs]
+    todo = [(pair, missing + missing % 2) for pair, missing in todo if missing > 0]
+    if not todo:
+        return 0
+    games_dir, pgn_dir = run.root / "curve" / "games", run.games / "curve"
+    check_writable_directory(games_dir, "the curve's games")
+    check_writable_directory(pgn_dir, "the curve's PGN")
+    total = sum(missing for _, missing in todo)
+    if progress:
+        print(f"curve: {total} games to play in {len(todo)} pairings "
+              f"({sum(have.values())} on disk already)", flush=True)
+    players = _Players(run, settings, device)
+    played = 0
+    try:
+        for number, (pair, missing) in enumerate(todo, start=1):
+            first = (have[frozenset((pair.a, pair.b))] + 1) // 2  # the next opening of the suite
+            while (games_dir / f"{match_id_of(pair.a, pair.b, f'-{first:04d}')}.jsonl").exists():
+                first += 1  # never overwrite kept games
+            if progress:
+                print(f"curve: pairing {number} of {len(todo)}: {pair.a} vs {pair.b}, {missing} games", flush=True)
+            result = play_match(players.get(pair.a), players.get(pair.b), games=missing,
+                                concurrency=min(settings.concurrency, missing), ply_limit=settings.ply_limit,
+                                out_dir=games_dir, pgn_dir=pgn_dir, progress=progress, seed=first,
+                                match_id=match_id_of(pair.a, pair.b, f"-{first:04d}"))
+            played += len(result.games)
+    finally:
+        players.close()
+    return played
+
+
+# --- the fit and its outputs ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    """A checkpoint's place on the curve."""
+
+    step: int
+    hours: float
+    exact_hours: bool
+    games: int
+    elo: float
+    low: float
+    high: float
+
+
+def fit_curve(games: Sequence[tuple[str, str, float]], chosen: Sequence[Checkpoint],
+              settings: CurveSettings) -> tuple[list[CurvePoint], Ratings, dict[str, float]]:
+    """Fits every game at once: (the chosen checkpoints' points, every rating, the anchors).
+
+    Raises:
+        UserError: no game yet links the checkpoints to an anchor.
+    """
+    names = {checkpoint_name_of(point.step, settings.simulations) for point in chosen}
+    anchors: dict[str, float] = {stockfish_name(elo): float(elo) for elo in settings.stockfish_elos}
+    if not anchors:
+        anchors = {checkpoint_name_of(chosen[0].step, settings.simulations): 0.0}
+    wanted = names | set(anchors) | ({RANDOM} if settings.include_random else set())
+    used = [(a, b, score) for a, b, score in games if a in wanted and b in wanted]
+    try:
+        ratings = fit_ratings(used, anchors)
+    except ValueError as error:
+        raise UserError(f"the curve cannot be fitted yet: {error}; play its games first") from None
+    points = []
+    for point in chosen:
+        rating = ratings.get(checkpoint_name_of(point.step, settings.simulations))
+        if rating is not None:
+            points.append(CurvePoint(point.step, point.hours, point.exact, rating.games, rating.elo, rating.low,
+                                     rating.high))
+    return points, ratings, anchors
+
+
+def curve_table(points: Sequence[CurvePoint], ratings: Ratings, anchors: dict[str, float], title: str) -> Any:
+    """The rich table: step, hours, games, Elo, 95% interval; then the anchors and random."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    for column in ("checkpoint", "hours", "games", "Elo", "95% interval"):
+        table.add_column(column, justify="left" if column == "checkpoint" else "right")
+    for point in points:
+        hours = f"{point.hours:.2f}" + ("" if point.exact_hours else " ~")
+        anchored = point.low == point.high and any(name.startswith(f"step{point.step}:") for name in anchors)
+        table.add_row(f"step {point.step:,}", hours, str(point.games), f"{point.elo:.0f}",
+                      "anchor" if anchored else f"{point.low:.0f}..{point.high:.0f}")
+    for name, rating in sorted(ratings.items(), key=lambda item: -item[1].elo):
+        if name == RANDOM or name in anchors and not name.startswith("step"):
+            interval = "anchor" if name in anchors else f"{rating.low:.0f}..{rating.high:.0f}"
+            table.add_row(name, "", str(rating.games), f"{rating.elo:.0f}", interval)
+    return table
+
+
+def write_curve_json(path: Path, points: Sequence[CurvePoint], ratings: Ratings, anchors: dict[str, float],
+                     settings: CurveSettings) -> None:
+    payload = {
+        "format": CURVE_FORMAT, "version": 1, "settings": dataclasses.asdict(settings), "anchors": anchors,
+        "draw_elo": ratings.draw_elo, "points": [dataclasses.asdict(point) for point in points],
+        "ratings": {name: dataclasses.asdict(rating) for name, rating in ratings.items()},
+    }
+    atomic_write_text(path, json.dumps(payload, indent=2) + "\n")
+
+
+def draw_curve(path: Path, points: Sequence[CurvePoint], ratings: Ratings, anchors: dict[str, float],
+               title: str) -> None:
+    """Draws Elo against the run's hours, 95% intervals as error bars, the anchors and random as lines."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")  # no screen: render to a file
+    from matplotlib import pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    try:
+        hours = [point.hours for point in points]
+        elos = [point.elo for point in points]
+        errors = [[point.elo - point.low for point in points], [point.high - point.elo for point in points]]
+        axes.errorbar(hours, elos, yerr=errors, marker="o", capsize=3, label="the run's search")
+        for name, rating in ratings.items():
+            if (name in anchors and not name.startswith("step")) or name == RANDOM:
+                axes.axhline(rating.elo, linestyle="--", linewidth=0.8, color="grey")
+                axes.annotate(name, (0, rating.elo), textcoords="offset points", xytext=(2, 3), fontsize=8,
+                              color="grey")
+        axes.set_xlabel("hours of the run")
+        axes.set_ylabel("Elo" + (" (the start = 0)" if all(n.startswith("step") for n in anchors) else ""))
+        axes.set_title(title, fontsize=10)
+        axes.grid(alpha=0.3)
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
+    finally:
+        plt.close(figure)
+    from alphazero.rundir import atomic_write_bytes
+
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def write_curve_tensorboard(run: RunDir, points: Sequence[CurvePoint]) -> None:
+    """Writes curve/elo (and _low, _high) at each point's step, its wall time the run's seconds."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(log_dir=str(run.tb / "curve"))
+    try:
+        for point in points:
+            for suffix, value in (("", point.elo), ("_low", point.low), ("_high", point.high)):
+                if math.isfinite(value):
+                    writer.add_scalar(f"curve/elo{suffix}", value, point.step, walltime=point.hours * 3600.0)
+    finally:
+        writer.close()
+
+
+# --- the command ------------------------------------------------------------------------------
+
+
+def _number_list(text: str | None, kind: type, option: str) -> list[Any] | None:
+    if text is None:
+        return None
+    try:
+        return [kind(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UserError(f"{option} takes numbers separated by commas, got {text!r}") from None
+
+
+def run_curve_command(args: argparse.Namespace) -> None:
+    """Runs `alphazero curve`: plays what is missing, fits, prints, writes curve.json, curve.png, TensorBoard."""
+    from rich.console import Console
+
+    from alphazero.stockfish import find_stockfish
+
+    run, config = RunDir.open(args.run, [])
+    elos = _number_list(args.stockfish_elos, int, "--stockfish-elos")
+    if elos is None:
+        elos = [min(config.eval.stockfish_elos)] if config.eval.stockfish_elos and find_stockfish() else []
+    settings = CurveSettings(games=args.games, simulations=args.simulations, stockfish_elos=tuple(elos),
+                             include_random=not args.no_random, ply_limit=args.ply_limit,
+                             concurrency=args.concurrency, stockfish_depth=args.stockfish_depth)
+    settings.check()
+    chosen = choose_checkpoints(run_checkpoints(run), every=args.every, per_hour=args.per_hour,
+                                hours=_number_list(args.hours, float, "--hours"),
+                                steps=_number_list(args.steps, int, "--steps"))
+    interrupted = False
+    try:
+        if not args.no_play:
+            play_curve_games(run, pairings(chosen, settings), settings, device=args.device,
+                             progress=not args.no_progress)
+    except KeyboardInterrupt:
+        interrupted = True
+        print("curve: interrupted; the finished games are kept, and a rerun plays the rest", file=sys.stderr)
+    report_curve(run, chosen, settings, Console())
+    if interrupted:
+        raise KeyboardInterrupt
+
+
+def report_curve(run: RunDir, chosen: Sequence[Checkpoint], settings: CurveSettings,
+                 console: Any) -> list[CurvePoint]:
+    """Fits the games on disk and writes the table, curve.json, curve.png and TensorBoard; returns the points."""
+    points, ratings, anchors = fit_curve(curve_games(run, settings), chosen, settings)
+    title = f"{run.root}: Elo of search:{settings.simulations} over the run"
+    console.print(curve_table(points, ratings, anchors, title))
+    folder = run.root / "curve"
+    check_writable_directory(folder, "the curve")
+    write_curve_json(folder / "curve.json", points, ratings, anchors, settings)
+    draw_curve(folder / "curve.png", points, ratings, anchors, title)
+    try:
+        write_curve_tensorboard(run, points)
+    except OSError as error:
+        print(f"warning: cannot write TensorBoard events in {run.tb / 'curve'}: {error.strerror or error}",
+              file=sys.stderr)
+    console.print(f"curve written to {folder / 'curve.png'} and {folder / 'curve.json'}")
+    if not all(point.exact_hours for point in points):
+        console.print("hours marked ~ come from the checkpoint files' times (written before checkpoints kept the "
+                      "run's time): they include the gaps between sittings")
+    return points
+
+
+__all__ = [
+    "Checkpoint", "CurvePoint", "CurveSettings", "choose_checkpoints", "curve_games", "fit_curve", "pairings",
+    "play_curve_games", "report_curve", "run_checkpoints", "run_curve_command",
+]

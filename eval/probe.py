@@ -1,0 +1,301 @@
+"""`alphazero probe`: what a network knows, measured on positions Stockfish labelled.
+
+The probe set is a folder of Stockfish labels, as ``alphazero pretrain
+--data-only`` writes them to ``RUN/pretrain/`` (learner.labels): for every
+position, Stockfish's policy over the legal moves, the mover's win
+probability after each move (``policy_wins``) and the value of the best one.
+Keep it out of the training data of the networks it probes (a run of its own,
+with its own ``pretrain.seed``).
+
+Each network is read in eval mode, float32, as the search reads it (the
+prior at temperature 1: the raw network), and measured on every position:
+
+- ``top1``: the share of positions whose most likely legal move under the
+  network is one of Stockfish's best (the largest label share);
+- ``regret``: the win probability the network's most likely move loses
+  against Stockfish's best, averaged (0 = always a best move; a move Stockfish
+  left unscored counts as its worst scored one);
+- ``value_mse``: the squared error of the value against Stockfish's
+  (``2 w - 1`` of its best move's win probability w, the mover's view);
+- ``entropy``: the prior's entropy over the legal moves, in nats (a prior that
+  grows sharp narrows a search: EXPERIMENTS.md, "Issue 22", part 7);
+- ``cross_entropy``: of the prior against Stockfish's policy.
+
+The same figures go to TensorBoard as ``probe/<figure>`` under
+``RUN/tb/probe/`` at each checkpoint's step: ``alphazero probe`` writes them
+for the checkpoints it measures, and the run's periodic evaluation for every
+checkpoint it rates when ``eval.probe_data`` names a probe set.
+
+Example::
+
+    data = ProbeSet.load("runs/sfprobe/pretrain")
+    figures = probe_network(load_network(NetworkSource(weights=Path("builtin")), device="cpu").evaluator.model, data)
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from alphazero.errors import UserError
+from alphazero.planes import compact_to_torch
+from alphazero.rundir import RunDir, atomic_write_text
+from alphazero.shards import LAB_KIND, ShardError, concatenate, list_shards, read_shard, value_targets
+from eval.cli import PROBE_POSITIONS as DEFAULT_PROBE_POSITIONS
+
+PROBE_FIGURES = ("top1", "regret", "value_mse", "entropy", "cross_entropy")
+PROBE_BATCH = 256
+TB_SUBDIR = "probe"
+
+
+@dataclass(frozen=True)
+class ProbeSet:
+    """The labelled positions a probe measures on: compact inputs, each position's legal moves (flat
+    entries with offsets), Stockfish's policy share and win probability of each, and its value."""
+
+    planes: np.ndarray  # uint64 [N, 112]
+    scalars: np.ndarray  # float32 [N, 7]
+    offsets: np.ndarray  # int64 [N + 1]: position i's moves are entries offsets[i]:offsets[i + 1]
+    indices: np.ndarray  # int64 [E] move index of each entry
+    label_policy: np.ndarray  # float64 [E]
+    wins: np.ndarray | None  # float64 [E], NaN where unscored; None for labels made before policy_wins
+    values: np.ndarray  # float64 [N] in [-1, 1]
+    source: Path
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike[str], positions: int | None = DEFAULT_PROBE_POSITIONS) -> ProbeSet:
+        """Reads the first ``positions`` positions (None: all) of a folder of Stockfish labels, in the order
+        of their chunks.
+
+        Raises:
+            UserError: no such folder, no shards, an unreadable shard, or shards that are not labels.
+        """
+        folder = Path(directory).expanduser()
+        if (folder / "pretrain").is_dir() and not list_shards(folder):
+            folder = folder / "pretrain"  # a run directory: its labels
+        paths = list_shards(folder)
+        if not paths:
+            raise UserError(f"{folder} holds no shards: give a folder of Stockfish labels, such as the pretrain/ "
+                            f"folder that `alphazero pretrain --run R --stockfish NODES --positions P --data-only` "
+                            f"writes")
+        try:
+            shards = [read_shard(path) for path in paths]
+        except ShardError as error:
+            raise UserError(f"cannot read the probe set: {error}") from None
+        if any(shard.meta.get("kind") != LAB_KIND for shard in shards):
+            raise UserError(f"{folder} holds shards that are not Stockfish labels (self-play games?): the probe "
+                            f"measures against Stockfish's labels, from `alphazero pretrain --data-only`")
+        shards.sort(key=lambda shard: (int(shard.meta.get("chunk", 0)), shard.meta.get("created_at", 0)))
+        shard = concatenate(shards)
+        count = len(shard) if positions is None else min(positions, len(shard))
+        end = int(shard.policy_offsets[count])
+        wins = shard.policy_wins
+        return cls(shard.planes[:count], shard.scalars[:count], shard.policy_offsets[:count + 1].copy(),
+                   shard.policy_indices[:end].astype(np.int64), shard.policy_probs[:end].astype(np.float64),
+                   None if wins is None else wins[:end].astype(np.float64),
+                   value_targets(shard)[:count].astype(np.float64), folder)
+
+
+@dataclass(frozen=True)
+class ProbeFigures:
+    """One network's figures on a probe set (see the module docstring); regret is NaN without win
+    probabilities in the labels."""
+
+    top1: float
+    regret: float
+    value_mse: float
+    entropy: float
+    cross_entropy: float
+    positions: int
+
+    def as_dict(self) -> dict[str, float | None]:
+        """The figures for JSON: NaN (no regret) as None."""
+        return {name: None if isinstance(value, float) and math.isnan(value) else value
+                for name, value in dataclasses.asdict(self).items()}
+
+    def text(self) -> str:
+        """One line: 'top-1 30.3%, regret 4.36%, value MSE 0.116, entropy 2.76 nats'."""
+        regret = "n/a" if math.isnan(self.regret) else f"{100 * self.regret:.2f}%"
+        return (f"top-1 {100 * self.top1:.1f}%, regret {regret}, value MSE {self.value_mse:.4f}, "
+                f"entropy {self.entropy:.2f} nats, cross-entropy {self.cross_entropy:.3f}")
+
+
+def _segment_ids(offsets: np.ndarray) -> np.ndarray:
+    return np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+
+
+def _first_max(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Gets the entry index of each segment's largest value (the first, on ties)."""
+    starts = offsets[:-1]
+    largest = np.maximum.reduceat(values, starts)
+    is_max = values >= np.repeat(largest, np.diff(offsets))
+    hits = np.flatnonzero(is_max)
+    _, first = np.unique(_segment_ids(offsets)[hits], return_index=True)
+    return hits[first]
+
+
+@torch.no_grad()
+def _logits_and_values(model: torch.nn.Module, data: ProbeSet, device: torch.device) -> tuple[np.ndarray, np.ndarray]:
+    """Runs the model over the probe set: (each entry's policy logit float64 [E], each value float64 [N])."""
+    logits = np.empty(len(data.indices), dtype=np.float64)
+    values = np.empty(len(data), dtype=np.float64)
+    was_training = model.training
+    model.eval()
+    try:
+        for start in range(0, len(data), PROBE_BATCH):
+            end = min(start + PROBE_BATCH, len(data))
+            planes, scalars = compact_to_torch(data.planes[start:end], data.scalars[start:end], device)
+            out = model(planes, scalars)
+            first, last = int(data.offsets[start]), int(data.offsets[end])
+            rows = torch.from_numpy(_segment_ids(data.offsets[start:end + 1] - first)).to(device)
+            moves = torch.from_numpy(data.indices[first:last]).to(device)
+            logits[first:last] = out.policy_logits.float()[rows, moves].double().cpu().numpy()
+            values[start:end] = out.value.float().double().cpu().numpy()
+    finally:
+        model.train(was_training)
+    return logits, values
+
+
+def probe_network(model: torch.nn.Module, data: ProbeSet, device: str | torch.device | None = None) -> ProbeFigures:
+    """Measures one network on the probe set (see the module docstring); the model is left as it was."""
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    logits, values = _logits_and_values(model, data, device)
+    offsets, starts, lengths = data.offsets, data.offsets[:-1], np.diff(data.offsets)
+    shifted = logits - np.repeat(np.maximum.reduceat(logits, starts), lengths)
+    log_p = shifted - np.repeat(np.log(np.add.reduceat(np.exp(shifted), starts)), lengths)
+    p = np.exp(log_p)
+    chosen = _first_max(logits, offsets)
+    best_share = np.repeat(np.maximum.reduceat(data.label_policy, starts), lengths)
+    top1 = float(np.mean(data.label_policy[chosen] >= best_share[chosen]))
+    regret = math.nan
+    if data.wins is not None:
+        wins = data.wins
+        best = np.fmax.reduceat(wins, starts)  # fmax and fmin skip NaN: moves Stockfish did not score
+        worst = np.fmin.reduceat(wins, starts)
+        played = np.where(np.isnan(wins[chosen]), worst, wins[chosen])
+        regret = float(np.mean(best - played))
+    entropy = float(np.mean(-np.add.reduceat(p * log_p, starts)))
+    cross_entropy = float(np.mean(-np.add.reduceat(data.label_policy * log_p, starts)))
+    value_mse = float(np.mean((values - data.values) ** 2))
+    return ProbeFigures(top1, regret, value_mse, entropy, cross_entropy, len(data))
+
+
+def write_probe_tensorboard(run: RunDir, step: int, figures: ProbeFigures) -> None:
+    """Adds ``probe/<figure>`` scalars at ``step`` under run/tb/probe/ (regret as a share, NaN left out).
+
+    Raises:
+        OSError: the events cannot be written.
+    """
+    from torch.utils.tensorboard import SummaryWriter  # slow to import; only needed here
+
+    writer = SummaryWriter(log_dir=str(run.tb / TB_SUBDIR))
+    try:
+        for name in PROBE_FIGURES:
+            value = getattr(figures, name)
+            if math.isfinite(value):
+                writer.add_scalar(f"probe/{name}", value, step)
+    finally:
+        writer.close()
+
+
+# --- the command -------------------------------------------------------------------------------
+
+
+def _steps(text: str, available: Sequence[int]) -> list[int]:
+    """Reads --steps against the run's checkpoints. Raises UserError on an unknown step or a bad list."""
+    text = text.strip()
+    if text == "all":
+        return list(available)
+    if text == "latest":
+        return list(available[-1:])
+    try:
+        steps = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UserError(f"--steps takes 'all', 'latest' or steps such as 0,400,1000; got {text!r}") from None
+    missing = [step for step in steps if step not in available]
+    if missing:
+        have = ", ".join(str(step) for step in available) or "none"
+        raise UserError(f"the run has no checkpoint at step {missing[0]} (its checkpoints: {have})")
+    return steps
+
+
+def run_probe(args: argparse.Namespace) -> None:
+    """Probes the chosen networks, prints a table, writes TensorBoard for the run's checkpoints and --json."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from alphazero.checkpoint import checkpoint_steps
+    from alphazero.sources import NetworkSource, load_network
+
+    if args.positions < 0:
+        raise UserError(f"--positions must be 0 or more, got {args.positions}")
+    run = RunDir(args.run)
+    config = run.read_config() if run.exists() else None
+    data_dir = args.data or (config.eval.probe_data if config is not None else "")
+    if not data_dir:
+        raise UserError("no probe set: give --data DIR (a folder of Stockfish labels from `alphazero pretrain "
+                        "--data-only`), or set eval.probe_data in the run's config")
+    data_path = Path(data_dir).expanduser()
+    if not data_path.is_absolute() and not data_path.exists() and run.exists():
+        data_path = run.root / data_path  # eval.probe_data may be relative to the run
+    data = ProbeSet.load(data_path, args.positions or None)
+    available = checkpoint_steps(run) if run.exists() else []
+    steps = _steps(args.steps, available) if available or args.steps not in ("all", "latest") else []
+    if not steps and not args.weights:
+        raise UserError(f"nothing to probe: {run.root} has no checkpoints; give --run with a run that has, or "
+                        f"--weights FILE")
+    console = Console()
+    console.print(f"probe set: {len(data):,} positions of {data.source}"
+                  + ("" if data.wins is not None else " (labels without win probabilities: no regret; "
+                                                       "relabel with this version to measure it)"))
+    rows: list[tuple[str, int | None, ProbeFigures]] = []
+    sources: list[tuple[str, int | None, NetworkSource]]
+    sources = [(f"step {step:,}", step, NetworkSource(run.root, str(step))) for step in steps]
+    sources += [(spec, None, NetworkSource(run.root, weights=Path(spec))) for spec in args.weights]
+    for label, step, source in sources:
+        network = load_network(source, device=args.device, precision="float32", warn=sys.stderr)
+        figures = probe_network(network.evaluator.model, data)
+        rows.append((label, step, figures))
+        console.print(f"{label}: {figures.text()}")
+        if step is not None:
+            try:
+                write_probe_tensorboard(run, step, figures)
+            except OSError as error:
+                print(f"warning: cannot write TensorBoard events in {run.tb / TB_SUBDIR}: "
+                      f"{error.strerror or error}", file=sys.stderr)
+    table = Table(title=f"What the networks know: {len(data):,} positions of {data.source}")
+    for column in ("network", "top-1", "regret", "value MSE", "entropy (nats)", "cross-entropy"):
+        table.add_column(column, justify="left" if column == "network" else "right")
+    for label, _, f in rows:
+        regret = "n/a" if math.isnan(f.regret) else f"{100 * f.regret:.2f}%"
+        table.add_row(label, f"{100 * f.top1:.1f}%", regret, f"{f.value_mse:.4f}", f"{f.entropy:.3f}",
+                      f"{f.cross_entropy:.3f}")
+    console.print(table)
+    if args.json is not None:
+        payload = {"data": str(data.source), "positions": len(data),
+                   "networks": [{"network": label, "step": step, **f.as_dict()} for label, step, f in rows]}
+        text = json.dumps(payload, indent=2)
+        try:
+            atomic_write_text(args.json, text + "\n")
+        except OSError as error:
+            raise UserError(f"cannot write {args.json}: {error.strerror or error}") from None
+        console.print(f"figures written to {args.json}")
+
+
+__all__ = [
+    "DEFAULT_PROBE_POSITIONS", "PROBE_FIGURES", "ProbeFigures", "ProbeSet", "probe_network", "run_probe",
+    "write_probe_tensorboard",
+]

@@ -1,0 +1,132 @@
+"""`alphazero curve`: a run's checkpoints against each other and fixed anchors, one fit, a table and a picture."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import eval.curve as curve_module
+from alphazero.checkpoint import save_checkpoint
+from alphazero.cli import main
+from alphazero.config import get_preset
+from alphazero.errors import UserError
+from alphazero.network import AlphaZeroNet
+from alphazero.rundir import RunDir
+from eval.curve import Checkpoint, CurveSettings, choose_checkpoints, curve_games, fit_curve, pairings
+from eval.evaluate import SETTINGS_FILE
+
+TINY = get_preset("tiny")
+# A curve small enough for a CPU test: 2 games a pairing, 2 simulations, games cut at 12 plies.
+FAST = ["--games", "2", "--simulations", "2", "--ply-limit", "12", "--stockfish-elos", "", "--no-progress"]
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _run_with_checkpoints(root: Path, hours: tuple[float, ...] = (0.0, 0.5, 1.0)) -> RunDir:
+    run, _ = RunDir.create_or_open(root, TINY)
+    torch.manual_seed(0)
+    for index, hour in enumerate(hours):
+        save_checkpoint(run.root, AlphaZeroNet(TINY.network), None, 10 * index, TINY, run_seconds=3600.0 * hour)
+    return run
+
+
+def test_checkpoints_are_chosen_by_the_runs_hours_with_the_start_and_the_latest() -> None:
+    points = [Checkpoint(step, hours) for step, hours in ((0, 0.0), (100, 0.3), (200, 0.9), (300, 1.2),
+                                                         (400, 2.05), (500, 2.5))]
+    steps = lambda chosen: [point.step for point in chosen]  # noqa: E731
+    assert steps(choose_checkpoints(points)) == [0, 200, 400, 500]  # one per hour: the nearest
+    assert steps(choose_checkpoints(points, per_hour=2)) == [0, 100, 200, 300, 400, 500]
+    assert steps(choose_checkpoints(points, hours=[0.33, 1])) == [0, 100, 200, 500]
+    assert steps(choose_checkpoints(points, every=2)) == [0, 200, 400, 500]
+    assert steps(choose_checkpoints(points, steps=[300])) == [0, 300, 500]
+    with pytest.raises(UserError, match="no checkpoint at step 7"):
+        choose_checkpoints(points, steps=[7])
+    with pytest.raises(UserError, match="one way"):
+        choose_checkpoints(points, every=2, per_hour=1)
+
+
+def test_pairings_link_each_checkpoint_to_the_one_before_the_start_and_the_anchors() -> None:
+    chosen = [Checkpoint(0, 0.0), Checkpoint(10, 1.0), Checkpoint(20, 2.0)]
+    settings = CurveSettings(games=3, simulations=8, stockfish_elos=(1350,))
+    pairs = {(pair.a, pair.b): pair.games for pair in pairings(chosen, settings)}
+    s0, s10, s20 = "step0:search:8", "step10:search:8", "step20:search:8"
+    assert set(pairs) == {(s10, s0), (s20, s10), (s20, s0), *((s, a) for s in (s0, s10, s20)
+                                                              for a in ("random", "stockfish:elo=1350"))}
+    assert set(pairs.values()) == {4}  # rounded up to even: each opening with both colours
+
+
+def test_the_fit_puts_the_stronger_checkpoint_above_on_the_anchors_scale() -> None:
+    chosen = [Checkpoint(0, 0.0), Checkpoint(10, 1.0)]
+    settings = CurveSettings(simulations=8, stockfish_elos=(1400,), include_random=False)
+    s0, s10, fish = "step0:search:8", "step10:search:8", "stockfish:elo=1400"
+    games = [(s10, s0, 1.0)] * 30 + [(s10, s0, 0.0)] * 10 + [(s0, fish, 0.5)] * 40 + [(s10, fish, 0.5)] * 40
+    games += [("step99:search:8", s0, 1.0)]  # not chosen: left out of the fit
+    points, ratings, anchors = fit_curve(games, chosen, settings)
+    assert anchors == {fish: 1400.0} and "step99:search:8" not in ratings
+    start, later = points
+    assert later.low > start.elo and later.elo > start.elo and later.games == 80
+
+
+def test_the_curve_plays_fits_draws_and_reuses_its_games(tmp_path: Path, capsys) -> None:
+    run = _run_with_checkpoints(tmp_path / "run")
+    assert main(["curve", "--run", str(run.root), *FAST]) == 0
+    out = capsys.readouterr().out
+    assert "step 20" in out and "1.00" in out and "anchor" in out  # the start anchors the scale at 0
+    folder = run.root / "curve"
+    assert (folder / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    payload = json.loads((folder / "curve.json").read_text())
+    assert [point["step"] for point in payload["points"]] == [0, 20]  # one per hour: the start and hour 1
+    settings = CurveSettings(games=2, simulations=2, ply_limit=12)
+    assert len(curve_games(run, settings)) == 2 * 3  # step 20 against the start; each against random
+    # A rerun plays nothing new; one with more games adds only the difference, from the next openings.
+    assert main(["curve", "--run", str(run.root), *FAST]) == 0
+    assert len(curve_games(run, settings)) == 6
+    assert main(["curve", "--run", str(run.root), *FAST[2:], "--games", "4"]) == 0
+    assert len(curve_games(run, settings)) == 12
+    assert sorted(path.name for path in (folder / "games").glob("step20*step0*")) == [
+        "step20_search_2-vs-step0_search_2-0000.jsonl", "step20_search_2-vs-step0_search_2-0001.jsonl"]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run.tb / "curve"))
+    events.Reload()
+    assert {event.step for event in events.Scalars("curve/elo")} == {0, 20}
+
+
+def test_the_periodic_evaluations_games_join_when_played_alike(tmp_path: Path) -> None:
+    run = _run_with_checkpoints(tmp_path / "run")
+    settings = CurveSettings(games=2, simulations=64, ply_limit=200)
+    for step, played in ((10, {"simulations": 64, "ply_limit": 200, "stockfish_depth": None}),
+                         (20, {"simulations": 16, "ply_limit": 200, "stockfish_depth": None})):
+        folder = run.eval / f"step_{step:09d}"
+        folder.mkdir(parents=True)
+        (folder / SETTINGS_FILE).write_text(json.dumps(played))
+        records = [{"agent_a": "search:64", "agent_b": "start:search:64", "score_a": 1.0},
+                   {"agent_a": "policy", "agent_b": "start:policy", "score_a": 1.0}]
+        (folder / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records) + '{"cut')
+    # Only step 10's search game counts: step 20 searched with 16 simulations, and policies are not curves.
+    assert curve_games(run, settings) == [("step10:search:64", "step0:search:64", 1.0)]
+
+
+def test_a_run_without_checkpoints_is_a_clear_error_and_ctrl_c_keeps_the_games(tmp_path: Path, monkeypatch,
+                                                                               capsys) -> None:
+    empty, _ = RunDir.create_or_open(tmp_path / "empty", TINY)
+    assert main(["curve", "--run", str(empty.root), *FAST]) == 2
+    assert "has no checkpoints" in capsys.readouterr().err
+    run = _run_with_checkpoints(tmp_path / "run")
+    original = curve_module.play_match
+    calls = []
+
+    def interrupted_after_one_pairing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > 1:
+            raise KeyboardInterrupt
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(curve_module, "play_match", interrupted_after_one_pairing)
+    assert main(["curve", "--run", str(run.root), *FAST]) == 130
+    captured = capsys.readouterr()
+    assert "finished games are kept" in captured.err and "step 20" in captured.out  # fitted what was played
+    assert len(curve_games(run, CurveSettings(games=2, simulations=2, ply_limit=12))) == 2
