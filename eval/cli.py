@@ -53,9 +53,20 @@ def add_match_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ply-limit", type=int, default=512, help="plies after which a game is drawn (default 512)")
     parser.add_argument("--resign", type=float, default=None, metavar="VALUE",
                         help="resign when both sides' values agree below VALUE, e.g. -0.9 (default: never)")
-    parser.add_argument("--seed", type=int, default=0, help="first opening of the suite, and random's seed")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="first opening of the book (or the shuffle's seed), and random's seed")
+    add_openings_arguments(parser)
     parser.add_argument("--match-id", default=None, help="names the output files (default: players and time)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def add_openings_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds --openings FILE and --openings-order: the book a match plays from (eval.openings)."""
+    parser.add_argument("--openings", default=None, metavar="FILE",
+                        help="opening book: an EPD file (a position a line) or a PGN file (each game's line), "
+                             "each played twice, colours swapped (default: the suite of eval/openings.txt)")
+    parser.add_argument("--openings-order", choices=("sequential", "random"), default="sequential",
+                        help="play the book as written (from --seed's opening) or shuffled by --seed")
 
 
 def parse_versus(tokens: list[str], default_a: str) -> tuple[str, str]:
@@ -105,6 +116,7 @@ def run_match(args: argparse.Namespace) -> None:
     from alphazero.sources import NetworkCache
     from eval.agents import parse_player
     from eval.match import Clock, format_summary, play_match
+    from eval.openings import load_openings, ordered_openings
 
     run = RunDir(args.run)
     if run.root.exists() and not run.root.is_dir():
@@ -118,6 +130,8 @@ def run_match(args: argparse.Namespace) -> None:
     concurrency = args.concurrency if args.concurrency is not None else (1 if clock is not None else 8)
     spec_a, spec_b = parse_versus(args.players, f"search:{simulations}")
     spec_a, spec_b = _apply_elo([spec_a, spec_b], args.elo)
+    openings = ordered_openings(load_openings(args.openings), args.openings_order, args.seed)
+    start = args.seed if args.openings_order == "sequential" else 0
     check_writable_directory(run.eval, "the match's records")
     check_writable_directory(run.games, "the match's games")
     if games % 2:
@@ -127,8 +141,8 @@ def run_match(args: argparse.Namespace) -> None:
     with parse_player(spec_a, **context) as agent_a, parse_player(spec_b, **context) as agent_b:
         result = play_match(agent_a, agent_b, games=games, concurrency=concurrency, ply_limit=args.ply_limit,
                             resign_threshold=args.resign, out_dir=run.eval, pgn_dir=run.games,
-                            progress=not args.no_progress,
-                            seed=args.seed, match_id=args.match_id, clock=clock)
+                            progress=not args.no_progress, openings=openings,
+                            seed=start, match_id=args.match_id, clock=clock)
     print(format_summary(result))
     if result.pgn_path is not None:
         print(f"games: {result.pgn_path}\nrecords: {result.jsonl_path}")
@@ -164,6 +178,8 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ply-limit", type=int, default=None, help="plies after which a game is drawn")
     parser.add_argument("--concurrency", type=int, default=16, help="games of a match played at once (default 16)")
     parser.add_argument("--no-random", action="store_true", help="leave the random agent out")
+    parser.add_argument("--seed", type=int, default=0, help="first opening of the book (or the shuffle's seed)")
+    add_openings_arguments(parser)
     parser.add_argument("--device", default="auto", help="network device: auto, cpu, cuda or cuda:N")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars or table")
 
@@ -194,7 +210,8 @@ def run_eval(args: argparse.Namespace) -> None:
     run, config = RunDir.open(args.run, args.overrides)
     size = args.size or ("full" if pick_device(args.device).type == "cuda" else "quick")
     settings = EvalSettings.full(config.eval) if size == "full" else EvalSettings.quick(config.eval)
-    changes: dict[str, Any] = {"include_random": not args.no_random, "concurrency": args.concurrency}
+    changes: dict[str, Any] = {"include_random": not args.no_random, "concurrency": args.concurrency,
+                               "seed": args.seed, "openings": args.openings, "openings_order": args.openings_order}
     if args.ply_limit is not None:
         changes["ply_limit"] = args.ply_limit
     settings = dataclasses.replace(settings, **changes)
@@ -232,6 +249,9 @@ def add_curve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ply-limit", type=int, default=200, help="plies after which a game is drawn (default 200)")
     parser.add_argument("--concurrency", type=int, default=16, help="games of a pairing played at once (default 16)")
     parser.add_argument("--no-play", action="store_true", help="fit and draw the games on disk, play none")
+    parser.add_argument("--openings", default=None, metavar="FILE",
+                        help="opening book (EPD or PGN) for the curve's games (default: the suite); each pairing "
+                             "plays it in order, going on where its last games ended")
     parser.add_argument("--device", default="auto", help="network device: auto, cpu, cuda or cuda:N")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 

@@ -59,6 +59,7 @@ from eval.agents import Agent, RandomAgent, StockfishAgent
 from eval.elo import Ratings, fit_ratings
 from eval.evaluate import QUICK_PLY_LIMIT, QUICK_SIMULATIONS, SETTINGS_FILE, stockfish_name
 from eval.match import match_id_of, play_match
+from eval.openings import load_openings
 
 CURVE_SIMULATIONS = QUICK_SIMULATIONS  # the quick evaluation's settings, so that its games join the fit
 CURVE_PLY_LIMIT = QUICK_PLY_LIMIT
@@ -70,7 +71,8 @@ RANDOM = "random"
 class CurveSettings:
     """How the curve's games are played: ``games`` per pairing (rounded up to even), the search agents'
     ``simulations``, the anchors (``stockfish_elos``, ``include_random``), ``ply_limit`` and
-    ``concurrency``; ``stockfish_depth`` replaces the Elo-calibrated limit (tests)."""
+    ``concurrency``; ``stockfish_depth`` replaces the Elo-calibrated limit (tests); ``openings`` names a
+    book (eval.openings: the suite's 46 lines allow 92 distinct games a pairing, a book more)."""
 
     games: int = 20
     simulations: int = CURVE_SIMULATIONS
@@ -79,6 +81,7 @@ class CurveSettings:
     ply_limit: int = CURVE_PLY_LIMIT
     concurrency: int = 16
     stockfish_depth: int | None = None
+    openings: str | None = None  # an opening book (EPD, PGN or the suite's format); None: the suite
 
     def check(self) -> None:
         """Raises UserError on a value out of range."""
@@ -307,6 +310,7 @@ def play_curve_games(run: RunDir, pairs: Sequence[Pairing], settings: CurveSetti
     if progress:
         print(f"curve: {total} games to play in {len(todo)} pairings "
               f"({sum(have.values())} on disk already)", flush=True)
+    openings = load_openings(settings.openings)
     players = _Players(run, settings, device)
     played = 0
     try:
@@ -318,7 +322,8 @@ def play_curve_games(run: RunDir, pairs: Sequence[Pairing], settings: CurveSetti
                 print(f"curve: pairing {number} of {len(todo)}: {pair.a} vs {pair.b}, {missing} games", flush=True)
             result = play_match(players.get(pair.a), players.get(pair.b), games=missing,
                                 concurrency=min(settings.concurrency, missing), ply_limit=settings.ply_limit,
-                                out_dir=games_dir, pgn_dir=pgn_dir, progress=progress, seed=first,
+                                out_dir=games_dir, pgn_dir=pgn_dir, progress=progress, openings=openings,
+                                seed=first,
                                 match_id=match_id_of(pair.a, pair.b, f"-{first:04d}"))
             played += len(result.games)
     finally:
@@ -469,7 +474,8 @@ def run_curve_command(args: argparse.Namespace) -> None:
         elos = [min(config.eval.stockfish_elos)] if config.eval.stockfish_elos and find_stockfish() else []
     settings = CurveSettings(games=args.games, simulations=args.simulations, stockfish_elos=tuple(elos),
                              include_random=not args.no_random, ply_limit=args.ply_limit,
-                             concurrency=args.concurrency, stockfish_depth=args.stockfish_depth)
+                             concurrency=args.concurrency, stockfish_depth=args.stockfish_depth,
+                             openings=args.openings)
     settings.check()
     chosen = choose_checkpoints(run_checkpoints(run), every=args.every, per_hour=args.per_hour,
                                 hours=_number_list(args.hours, float, "--hours"),

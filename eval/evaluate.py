@@ -74,6 +74,7 @@ from eval.agents import Agent, RandomAgent, StockfishAgent
 from eval.elo import Rating, Ratings, Summary, fit_ratings
 from eval.match import MatchResult, match_id_of, play_match
 from eval.network_agents import PolicyAgent, SearchAgent, ValueAgent
+from eval.openings import Opening, load_openings, ordered_openings
 from eval.probe import ProbeFigures, ProbeSet, probe_network, write_probe_tensorboard
 
 QUICK_GAMES_PER_PAIR = 4
@@ -115,6 +116,8 @@ class EvalSettings:
     start_value_games: int = 0
     start_search_games: int = 0
     fall_margin: float = 100.0
+    openings: str | None = None  # an opening book (EPD, PGN or the suite's format); None: the suite
+    openings_order: str = "sequential"
 
     @classmethod
     def full(cls, config: EvalConfig) -> EvalSettings:
@@ -258,7 +261,8 @@ def _build_agents(network: Network, settings: EvalSettings, start: Network | Non
 
 
 def _play_pair(a: Agent, b: Agent, games: int, run: RunDir, step: int, settings: EvalSettings,
-               progress: bool, stop: threading.Event | None = None) -> MatchResult:
+               progress: bool, stop: threading.Event | None = None,
+               openings: Sequence[Opening] | None = None) -> MatchResult:
     """Plays one match of ``games`` games (rounded up to even); JSON lines go to run/eval/step_S/, the PGN
     to run/games/eval/step_S/."""
     folder = checkpoint_name(step).removesuffix(".pt")
@@ -267,7 +271,8 @@ def _play_pair(a: Agent, b: Agent, games: int, run: RunDir, step: int, settings:
     games += games % 2
     result = play_match(
         a, b, games=games, concurrency=min(settings.concurrency, games),
-        ply_limit=settings.ply_limit, out_dir=jsonl_dir, pgn_dir=pgn_dir, progress=progress, seed=settings.seed,
+        ply_limit=settings.ply_limit, out_dir=jsonl_dir, pgn_dir=pgn_dir, progress=progress, openings=openings,
+        seed=settings.seed if settings.openings_order == "sequential" else 0,
         match_id=match_id_of(a.name, b.name), stop=stop,
     )
     return result
@@ -502,6 +507,7 @@ def evaluate_checkpoint(
     step = network.step if network.step is not None else (step or 0)
     _check_outputs(run, step)
     _write_settings(run.eval / checkpoint_name(step).removesuffix(".pt") / SETTINGS_FILE, settings)
+    openings = ordered_openings(load_openings(settings.openings), settings.openings_order, settings.seed)
     start = _start_network(run, step, device) if _plays_start(settings) else None
     pairing = _build_agents(network, settings, start)
     try:
@@ -515,7 +521,7 @@ def evaluate_checkpoint(
             stopped = stop is not None and stop.is_set()
             if stopped:
                 break
-            results.append(_play_pair(a, b, count, run, step, settings, progress, stop))
+            results.append(_play_pair(a, b, count, run, step, settings, progress, stop, openings))
             stopped = len(results[-1].games) < count + count % 2
     finally:
         pairing.close()

@@ -136,6 +136,7 @@ class GameRecord:
     seconds: list[float | None] = field(default_factory=list)  # clocked games: each move's time, else empty
     clocks: list[float | None] = field(default_factory=list)  # ... and the mover's clock after it
     time_control: str | None = None  # the clock, e.g. '10+0.1'
+    start_fen: str = chess.STARTING_FEN  # where `moves` start: an EPD or PGN book's position, else the initial one
 
     @property
     def plies(self) -> int:
@@ -169,11 +170,14 @@ class GameRecord:
             "finished": self.finished,
             **({"time_control": self.time_control, "seconds": self.seconds, "clocks": self.clocks}
                if self.time_control is not None else {}),
+            **({"start_fen": self.start_fen} if self.start_fen != chess.STARTING_FEN else {}),
         }
 
     def to_pgn(self) -> chess.pgn.Game:
         """Returns the game as a python-chess PGN game with the match headers."""
         game = chess.pgn.Game()
+        if self.start_fen != chess.STARTING_FEN:
+            game.setup(self.start_fen)  # the FEN and SetUp headers
         game.headers.update(
             {
                 "Event": self.match_id,
@@ -398,6 +402,7 @@ class _Game:
             seconds=opening + self.seconds if clock is not None else [],
             clocks=opening + self.clocks if clock is not None else [],
             time_control=str(clock) if clock is not None else None,
+            start_fen=self.opening.start_fen,
         )
 
 

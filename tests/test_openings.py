@@ -74,3 +74,80 @@ def test_parse_opening() -> None:
     assert opening.name == "Petrov"
     assert parse_opening("Petrov | 1. e4 e5 2. Nf3 Nf6").moves == opening.moves
     assert opening.fen_after == "rnbqkb1r/pppp1ppp/5n2/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3"
+
+
+# An EPD book: a position a line, named by `id` or by its line number.
+EPD_BOOK = (
+    'rnbqkbnr/pppp1ppp/8/4p3/4P3/8/PPPP1PPP/RNBQKBNR w KQkq - id "Open game";\n'
+    "\n"
+    "r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq -\n"
+)
+PGN_BOOK = (
+    '[Event "book"]\n[Opening "Italian"]\n\n1. e4 e5 2. Nf3 Nc6 3. Bc4 *\n\n'
+    '[Event "book"]\n[FEN "4k3/8/8/8/8/8/4P3/4K3 w - - 0 1"]\n[SetUp "1"]\n\n1. Kd2 Kd7 *\n'
+)
+
+
+def test_an_epd_book_starts_games_from_its_positions(tmp_path: Path) -> None:
+    path = tmp_path / "book.epd"
+    path.write_text(EPD_BOOK)
+    book = load_openings(path)
+    assert [o.name for o in book] == ["Open game", "EPD line 3"]
+    for opening, line in zip(book, [line for line in EPD_BOOK.splitlines() if line], strict=True):
+        expected, _ = chess.Board.from_epd(line)  # python-chess as the oracle
+        assert opening.board().fen() == expected.fen() == opening.start_fen and opening.moves == []
+    path.write_text(EPD_BOOK + "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - id \"Open game\";\n")
+    with pytest.raises(OpeningError, match=r"line 4: .*same name as line 1"):
+        load_openings(path)
+    path.write_text(EPD_BOOK + "not a position at all\n")
+    with pytest.raises(OpeningError, match="line 4"):
+        load_openings(path)
+
+
+def test_a_pgn_book_gives_each_games_line_from_its_start(tmp_path: Path) -> None:
+    path = tmp_path / "book.pgn"
+    path.write_text(PGN_BOOK)
+    italian, ending = load_openings(path)
+    assert italian.name == "Italian #1" and [m.uci() for m in italian.moves] == ["e2e4", "e7e5", "g1f3", "b8c6",
+                                                                                  "f1c4"]
+    assert ending.start_fen == "4k3/8/8/8/8/8/4P3/4K3 w - - 0 1" and ending.board().fen() == ending.fen_after
+    assert [m.uci() for m in ending.board().move_stack] == ["e1d2", "e8d7"]
+    path.write_text(PGN_BOOK + '\n[Event "book"]\n\n1. e4 e5 2. Ke3 *\n')
+    with pytest.raises(OpeningError, match="game 3"):
+        load_openings(path)
+
+
+def test_a_random_order_is_a_seeded_shuffle_of_the_book() -> None:
+    from eval.openings import ordered_openings
+
+    suite = load_openings()
+    shuffled = ordered_openings(suite, "random", 7)
+    assert shuffled == ordered_openings(suite, "random", 7) != suite
+    assert sorted(o.name for o in shuffled) == sorted(o.name for o in suite)
+    assert ordered_openings(suite, "sequential", 7) == suite
+    with pytest.raises(UserError, match="order"):
+        ordered_openings(suite, "backwards", 0)
+
+
+def test_a_match_from_an_epd_book_records_the_start_in_json_and_pgn(tmp_path: Path, capsys) -> None:
+    import json
+
+    import chess.pgn
+
+    from alphazero.cli import main
+
+    book = tmp_path / "book.epd"
+    book.write_text(EPD_BOOK)
+    run = tmp_path / "run"
+    assert main(["match", "random", "vs", "random:seed=1", "--games", "4", "--run", str(run), "--openings",
+                 str(book), "--ply-limit", "12", "--no-progress"]) == 0
+    records = [json.loads(line) for path in (run / "eval").glob("*.jsonl") for line in path.read_text().splitlines()]
+    assert sorted(r["opening"] for r in records) == ["EPD line 3", "EPD line 3", "Open game", "Open game"]
+    with next((run / "games").glob("*.pgn")).open() as handle:
+        for record in records:
+            game = chess.pgn.read_game(handle)
+            assert game is not None and not game.errors
+            assert game.board().fen() == record["start_fen"]  # python-chess replays it from the book's position
+            assert [m.uci() for m in game.mainline_moves()] == record["moves"]
+    assert main(["match", "random", "vs", "random", "--run", str(run), "--openings", str(tmp_path / "no.epd")]) == 2
+    assert "cannot read the opening file" in capsys.readouterr().err
