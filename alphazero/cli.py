@@ -139,9 +139,11 @@ def _add_doctor(sub: argparse._SubParsersAction) -> None:
 def _add_eval_commands(sub: argparse._SubParsersAction) -> None:
     from eval.cli import (
         add_curve_arguments,
+        add_epd_arguments,
         add_eval_arguments,
         add_match_arguments,
         add_probe_arguments,
+        add_puzzles_arguments,
         add_uci_arguments,
     )
 
@@ -159,6 +161,12 @@ def _add_eval_commands(sub: argparse._SubParsersAction) -> None:
                                      "entropy on Stockfish-labelled positions")
     add_probe_arguments(p)
     p.set_defaults(func=_lazy("eval.probe", "run_probe"))
+    p = sub.add_parser("puzzles", help="accuracy on Lichess puzzles by rating, as ChessBench measures it")
+    add_puzzles_arguments(p)
+    p.set_defaults(func=_lazy("eval.cli", "run_puzzles"))
+    p = sub.add_parser("epd", help="an EPD test suite: bm/am found, STS points, per theme")
+    add_epd_arguments(p)
+    p.set_defaults(func=_lazy("eval.cli", "run_epd"))
     p = sub.add_parser("uci", help="a UCI engine on the run's latest network, for chess GUIs and lichess-bot")
     add_uci_arguments(p)
     p.set_defaults(func=_lazy("eval.cli", "run_uci_command"))

@@ -526,6 +526,37 @@ def _collect_options(spec: str, name: str, kind: PlayerKind, items: list[tuple[s
     return options
 
 
+_BUDGETS = {"search": {"nodes": "sims"}, "gumbel": {"nodes": "sims"},
+            "stockfish": {"nodes": "nodes", "movetime": "movetime"}, "uci": {"nodes": "nodes", "movetime": "movetime"}}
+"""For each player kind, the option that takes a node or time budget (`with_budget`)."""
+
+
+def with_budget(spec: str, *, nodes: int | None = None, movetime: int | None = None) -> str:
+    """Gives a player spec a budget a move: ``nodes`` (simulations of a network search, Stockfish's or the
+    engine's nodes) or ``movetime`` (milliseconds, for Stockfish and the engine).
+
+    >>> with_budget("search", nodes=64), with_budget("stockfish:elo=1500", movetime=100)
+    ('search:sims=64', 'stockfish:elo=1500,movetime=100')
+
+    Raises:
+        UserError: the player takes no such budget, or the spec already sets it.
+    """
+    if nodes is None and movetime is None:
+        return spec
+    name, items = split_spec(spec)
+    kind, value = ("nodes", nodes) if nodes is not None else ("movetime", movetime)
+    if value is None or value < 1:
+        raise UserError(f"--{kind} must be at least 1, got {value}")
+    key = _BUDGETS.get(name, {}).get(kind)
+    if key is None:
+        takers = ", ".join(sorted(n for n, budgets in _BUDGETS.items() if kind in budgets))
+        raise UserError(f"{name!r} takes no --{kind} budget (players that do: {takers})")
+    positional = PLAYERS[name].positional if name in PLAYERS else None
+    if any(k == key or (k is None and positional == key) for k, _ in items):
+        raise UserError(f"{spec!r} already sets its {key}: give the budget once")
+    return f"{spec}{',' if items else ':'}{key}={value}"
+
+
 def parse_player(spec: str, **context: Any) -> Agent:
     """Builds an agent from a player spec: `NAME[:key=value,...]`.
 

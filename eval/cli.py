@@ -222,6 +222,138 @@ def run_eval(args: argparse.Namespace) -> None:
     )
 
 
+# --- alphazero puzzles and alphazero epd: the papers' yardsticks --------------------------------------
+
+
+def _add_yardstick_arguments(parser: argparse.ArgumentParser, what: str) -> None:
+    """The options `puzzles` and `epd` share: the player, its budget, how many items, the outputs."""
+    parser.add_argument("file", type=Path, help=what)
+    parser.add_argument("--player", default=None, metavar="SPEC",
+                        help="who answers: search:400, policy, value, uci:..., stockfish:... (default: the run's "
+                             "network with 400 simulations)")
+    parser.add_argument("--run", type=Path, default=DEFAULT_RUN_DIR,
+                        help=f"run whose network plays (default {DEFAULT_RUN_DIR}; the built-in network without one)")
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument("--nodes", type=int, default=None, metavar="N",
+                        help="nodes a move: a network search's simulations, Stockfish's or the engine's nodes")
+    budget.add_argument("--movetime", type=int, default=None, metavar="MS", help="milliseconds a move (stockfish, uci)")
+    parser.add_argument("--limit", type=int, default=None, metavar="K", help="only the first K items")
+    parser.add_argument("--concurrency", type=int, default=16, help="items answered in one call (default 16)")
+    parser.add_argument("--json", type=Path, default=None, metavar="OUT", help="write the summary to this JSON file")
+    parser.add_argument("--device", default="auto", help="network device: auto, cpu, cuda or cuda:N")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def add_puzzles_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds the arguments of `alphazero puzzles FILE [--player SPEC] [--rating-range LO-HI] ...`."""
+    _add_yardstick_arguments(parser, "a Lichess puzzle CSV (PuzzleId,FEN,Moves,Rating,...); a sample ships as "
+                                     "eval/data/lichess_puzzles_sample.csv")
+    parser.add_argument("--rating-range", default=None, metavar="LO-HI", help="only puzzles rated LO..HI")
+    parser.add_argument("--bucket-width", type=int, default=200, help="rating points a bucket (default 200)")
+
+
+def add_epd_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds the arguments of `alphazero epd FILE [--player SPEC] [--nodes N | --movetime MS] ...`."""
+    _add_yardstick_arguments(parser, "an EPD test suite (bm, am, STS points in c0 or c8/c9); the Strategic Test "
+                                     "Suite ships as eval/data/sts.epd")
+
+
+def _yardstick_player(args: argparse.Namespace) -> Any:
+    """Builds the --player agent with its --nodes or --movetime budget."""
+    from alphazero.errors import UserError
+    from alphazero.sources import NetworkCache
+    from eval.agents import parse_player, with_budget
+
+    if args.limit is not None and args.limit < 1:
+        raise UserError(f"--limit must be at least 1, got {args.limit}")
+    if args.concurrency < 1:
+        raise UserError(f"--concurrency must be at least 1, got {args.concurrency}")
+    spec = with_budget(args.player or "search", nodes=args.nodes, movetime=args.movetime)
+    context: dict[str, Any] = {"run": args.run, "device": args.device, "simulations": 400,
+                               "networks": NetworkCache(), "seed": 0}
+    return parse_player(spec, **context)
+
+
+def _write_json(path: Path | None, payload: dict[str, Any]) -> None:
+    import json
+
+    from alphazero.errors import UserError
+    from alphazero.rundir import atomic_write_text
+
+    if path is None:
+        return
+    try:
+        atomic_write_text(path, json.dumps(payload, indent=2) + "\n")
+    except OSError as error:
+        raise UserError(f"cannot write {path}: {error.strerror or error}") from None
+    print(f"summary written to {path}")
+
+
+def _rating_range(text: str | None) -> tuple[int, int] | None:
+    from alphazero.errors import UserError
+
+    if text is None:
+        return None
+    low, _, high = text.partition("-")
+    try:
+        return int(low), int(high)
+    except ValueError:
+        raise UserError(f"--rating-range takes LO-HI, e.g. 1000-1600; got {text!r}") from None
+
+
+def run_puzzles(args: argparse.Namespace) -> None:
+    """Runs `alphazero puzzles`: the player solves the puzzles; accuracy per rating bucket and in all."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from alphazero.console import LiveDisplay
+    from alphazero.errors import UserError
+    from eval.puzzles import read_puzzles, solve_puzzles
+
+    if args.bucket_width < 1:
+        raise UserError(f"--bucket-width must be at least 1, got {args.bucket_width}")
+    puzzles = read_puzzles(args.file, limit=args.limit, rating_range=_rating_range(args.rating_range))
+    with _yardstick_player(args) as player, LiveDisplay(enabled=not args.no_progress, label="puzzles",
+                                                        bar=("label", "bar", "count", "elapsed", "remaining"),
+                                                        total=len(puzzles), stderr=False) as bar:
+        report = solve_puzzles(player, puzzles, concurrency=args.concurrency,
+                               on_done=lambda result: bar.update(advance=1))
+    report.bucket_width = args.bucket_width
+    table = Table(title=f"{report.player} on {len(puzzles):,} puzzles of {args.file}")
+    for column in ("rating", "puzzles", "solved", "accuracy"):
+        table.add_column(column, justify="right")
+    for bucket in report.buckets():
+        table.add_row(f"{bucket.low}-{bucket.high - 1}", str(bucket.total), str(bucket.solved),
+                      f"{100 * bucket.accuracy:.1f}%")
+    table.add_row("all", str(report.total), str(report.solved), f"{100 * report.accuracy:.1f}%")
+    Console().print(table)
+    _write_json(args.json, {"file": str(args.file), **report.to_json()})
+
+
+def run_epd(args: argparse.Namespace) -> None:
+    """Runs `alphazero epd`: the player answers each position; points and found moves per theme and in all."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from alphazero.console import LiveDisplay
+    from eval.epd import read_epd, score_epd
+
+    positions = read_epd(args.file, limit=args.limit)
+    with _yardstick_player(args) as player, LiveDisplay(enabled=not args.no_progress, label="positions",
+                                                        bar=("label", "bar", "count", "elapsed", "remaining"),
+                                                        total=len(positions), stderr=False) as bar:
+        report = score_epd(player, positions, concurrency=args.concurrency,
+                           on_done=lambda result: bar.update(advance=1))
+    table = Table(title=f"{report.player} on {len(positions):,} positions of {args.file}")
+    for column in ("theme", "positions", "found", "points", "of"):
+        table.add_column(column, justify="left" if column == "theme" else "right")
+    for tally in report.themes():
+        table.add_row(tally.name, str(tally.total), str(tally.found), str(tally.points), str(tally.max_points))
+    table.add_row("all", str(report.total), str(report.found), str(report.points), str(report.max_points))
+    Console().print(table)
+    _write_json(args.json, {"file": str(args.file), **report.to_json()})
+
+
 # --- alphazero curve ---------------------------------------------------------------------------
 
 

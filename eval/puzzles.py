@@ -1,0 +1,231 @@
+"""`alphazero puzzles FILE`: accuracy on Lichess puzzles, by puzzle rating, as ChessBench measures it.
+
+The file is the Lichess puzzle database's CSV (https://database.lichess.org/#puzzles,
+CC0) or any part of it: a header naming at least ``PuzzleId``, ``FEN``,
+``Moves`` and ``Rating``, one puzzle a row. ``FEN`` is the position before
+the opponent's move; ``Moves`` is the solution in UCI, its first move the
+opponent's, then the solver's and the opponent's replies in turn.
+
+Any player (eval.agents: ``search:400``, ``policy``, ``uci:...``,
+``stockfish:...``) plays the solver's side. A puzzle is solved only if the
+player finds every one of its moves (ChessBench's rule); a move that mates
+counts wherever the solution mates, as on Lichess, since a mate in one may
+have several. Puzzles are played many at once (``concurrency``): each step
+asks the player for the move of every puzzle waiting for one in one call,
+which is how a network player batches them.
+
+Example::
+
+    puzzles = read_puzzles("eval/data/lichess_puzzles_sample.csv", limit=100)
+    with parse_player("search:400", run=run_dir) as player:
+        report = solve_puzzles(player, puzzles)
+    print(report.accuracy)
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import chess
+
+from alphazero.errors import UserError
+from eval.agents import Agent
+
+REQUIRED_COLUMNS = ("PuzzleId", "FEN", "Moves", "Rating")
+DEFAULT_BUCKET_WIDTH = 200  # ChessBench's puzzle figure groups ratings in 200-point bins
+
+
+@dataclass(frozen=True)
+class Puzzle:
+    """One puzzle: its id, rating, start position and solution (UCI, the opponent's move first)."""
+
+    puzzle_id: str
+    rating: int
+    fen: str
+    moves: tuple[str, ...]
+
+    def start(self) -> chess.Board:
+        """The board after the opponent's first move: the solver to move."""
+        board = chess.Board(self.fen)
+        board.push_uci(self.moves[0])
+        return board
+
+
+def _check_puzzle(puzzle: Puzzle) -> None:
+    """Raises ValueError unless the FEN is legal and every move of the solution is legal in turn."""
+    try:
+        board = chess.Board(puzzle.fen)
+    except ValueError as error:
+        raise ValueError(f"bad FEN {puzzle.fen!r} ({error})") from None
+    if len(puzzle.moves) < 2:
+        raise ValueError("the solution needs the opponent's move and at least one of the solver's")
+    for ply, uci in enumerate(puzzle.moves, start=1):
+        try:
+            move = chess.Move.from_uci(uci)
+        except ValueError:
+            raise ValueError(f"move {ply} {uci!r} is not a UCI move") from None
+        if not board.is_legal(move):
+            raise ValueError(f"move {ply} {uci!r} is illegal in {board.fen()}")
+        board.push(move)
+
+
+def read_puzzles(path: str | Path, *, limit: int | None = None,
+                 rating_range: tuple[int, int] | None = None) -> list[Puzzle]:
+    """Reads a Lichess puzzle CSV: the first ``limit`` puzzles (after the rating filter, lo..hi inclusive).
+
+    Raises:
+        UserError: the file cannot be read, its header lacks a required
+            column, or a row is malformed or has an illegal move (the
+            message names the line and the puzzle).
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise UserError(f"cannot read the puzzle file {str(path)!r}: {error.strerror or error}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not a text file (a compressed .zst? decompress it first)") from None
+    reader = csv.DictReader(io.StringIO(text))
+    missing = [column for column in REQUIRED_COLUMNS if column not in (reader.fieldnames or [])]
+    if missing:
+        raise UserError(f"{path}: the header lacks {', '.join(missing)}; a Lichess puzzle CSV starts with "
+                        f"'PuzzleId,FEN,Moves,Rating,...' (got {','.join(reader.fieldnames or [])!r})")
+    puzzles: list[Puzzle] = []
+    for row in reader:
+        line = reader.line_num
+        try:
+            puzzle = Puzzle(row["PuzzleId"].strip(), int(row["Rating"]), row["FEN"].strip(),
+                            tuple((row["Moves"] or "").split()))
+            _check_puzzle(puzzle)
+        except (ValueError, TypeError, AttributeError) as error:
+            raise UserError(f"{path}, line {line} (puzzle {row.get('PuzzleId')!r}): {error}") from None
+        if rating_range is not None and not rating_range[0] <= puzzle.rating <= rating_range[1]:
+            continue
+        puzzles.append(puzzle)
+        if limit is not None and len(puzzles) >= limit:
+            break
+    if not puzzles:
+        raise UserError(f"{path} holds no puzzles" + (" in the rating range" if rating_range else ""))
+    return puzzles
+
+
+@dataclass
+class PuzzleResult:
+    """How one puzzle went: solved or not, and the solver's moves played (its wrong move last)."""
+
+    puzzle_id: str
+    rating: int
+    solved: bool
+    played: list[str]
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """The puzzles whose rating lies in [low, high): solved of total."""
+
+    low: int
+    high: int
+    solved: int
+    total: int
+
+    @property
+    def accuracy(self) -> float:
+        return self.solved / self.total if self.total else math.nan
+
+
+@dataclass
+class PuzzleReport:
+    """Every puzzle's result, and the accuracy in all and per rating bucket."""
+
+    player: str
+    results: list[PuzzleResult]
+    bucket_width: int = DEFAULT_BUCKET_WIDTH
+
+    @property
+    def solved(self) -> int:
+        return sum(result.solved for result in self.results)
+
+    @property
+    def total(self) -> int:
+        return len(self.results)
+
+    @property
+    def accuracy(self) -> float:
+        return self.solved / self.total if self.total else math.nan
+
+    def buckets(self) -> list[Bucket]:
+        """The rating buckets that hold puzzles, lowest first."""
+        counts: dict[int, list[int]] = {}
+        for result in self.results:
+            low = result.rating // self.bucket_width * self.bucket_width
+            counts.setdefault(low, [0, 0])
+            counts[low][0] += result.solved
+            counts[low][1] += 1
+        return [Bucket(low, low + self.bucket_width, solved, total) for low, (solved, total) in sorted(counts.items())]
+
+    def to_json(self) -> dict[str, object]:
+        return {"player": self.player, "solved": self.solved, "total": self.total, "accuracy": self.accuracy,
+                "buckets": [{**dataclasses.asdict(bucket), "accuracy": bucket.accuracy} for bucket in self.buckets()],
+                "puzzles": [dataclasses.asdict(result) for result in self.results]}
+
+
+class _Attempt:
+    """A puzzle being solved: its board and how far into the solution it is."""
+
+    def __init__(self, puzzle: Puzzle) -> None:
+        self.puzzle = puzzle
+        self.board = puzzle.start()
+        self.next = 1  # the index in puzzle.moves of the solver's next move
+        self.result = PuzzleResult(puzzle.puzzle_id, puzzle.rating, False, [])
+
+    def answer(self, move: chess.Move) -> bool:
+        """Plays the solver's move; returns True when the puzzle is over (solved or failed)."""
+        expected = chess.Move.from_uci(self.puzzle.moves[self.next])
+        self.result.played.append(move.uci())
+        if not self.board.is_legal(move):
+            return True  # an illegal answer fails the puzzle (match play would call it a bug)
+        self.board.push(move)
+        if self.board.is_checkmate():  # any mate solves, wherever the solution mates (Lichess's rule)
+            self.result.solved = True
+            return True
+        if move != expected:
+            return True
+        self.next += 2
+        if self.next >= len(self.puzzle.moves):
+            self.result.solved = True
+            return True
+        self.board.push_uci(self.puzzle.moves[self.next - 1])  # the opponent's reply
+        return False
+
+
+def solve_puzzles(player: Agent, puzzles: Sequence[Puzzle], *, concurrency: int = 16,
+                  on_done: Callable[[PuzzleResult], object] | None = None) -> PuzzleReport:
+    """Lets ``player`` solve ``puzzles`` (``concurrency`` at a time); returns the report in file order.
+
+    ``on_done``, when given, is called with each finished PuzzleResult (a progress bar).
+    """
+    if concurrency < 1:
+        raise UserError(f"concurrency must be at least 1, got {concurrency}")
+    pending = list(reversed(list(enumerate(puzzles))))
+    running: list[tuple[int, _Attempt]] = []
+    finished: dict[int, PuzzleResult] = {}
+    while pending or running:
+        while pending and len(running) < concurrency:
+            index, puzzle = pending.pop()
+            running.append((index, _Attempt(puzzle)))
+        choices = player.choose([attempt.board.copy() for _, attempt in running])
+        still = []
+        for (index, attempt), choice in zip(running, choices, strict=True):
+            if attempt.answer(choice.move):
+                finished[index] = attempt.result
+                if on_done is not None:
+                    on_done(attempt.result)
+            else:
+                still.append((index, attempt))
+        running = still
+    return PuzzleReport(player.name, [finished[index] for index in range(len(puzzles))])

@@ -1,0 +1,142 @@
+"""`alphazero puzzles` and `alphazero epd`: Lichess puzzles and EPD test suites, checked with python-chess."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import chess
+import pytest
+
+from alphazero.cli import main
+from alphazero.errors import UserError
+from eval.agents import Agent, Choice
+from eval.epd import read_epd, score_epd
+from eval.puzzles import read_puzzles, solve_puzzles
+
+HEADER = "PuzzleId,FEN,Moves,Rating,RatingDeviation,Popularity,NbPlays,Themes,GameUrl,OpeningTags\n"
+# Black's a7a6, then White mates on the back rank: Rd8 (the solution) and Re8 both mate.
+MATE_IN_ONE = "m1,6k1/p4ppp/8/8/8/8/8/3RR1K1 b - - 0 1,a7a6 d1d8,900,75,90,100,mateIn1,,\n"
+# The opponent's move, then the solver's, the opponent's reply and the solver's again.
+THREE_MOVES = f"t3,{chess.STARTING_FEN},e2e4 e7e5 g1f3 b8c6,1650,75,90,100,opening,,\n"
+
+
+class Scripted(Agent):
+    """Plays the move its script gives for a position (by FEN), else the first legal one."""
+
+    def __init__(self, script: dict[str, str]) -> None:
+        super().__init__("scripted")
+        self.script = script
+
+    def choose(self, boards: Sequence[chess.Board]) -> list[Choice]:
+        return [Choice(chess.Move.from_uci(self.script[b.fen()]) if b.fen() in self.script
+                       else next(iter(b.legal_moves)), None) for b in boards]
+
+
+def _fen_after(fen: str, *moves: str) -> str:
+    board = chess.Board(fen)
+    for move in moves:
+        board.push_uci(move)
+    return board.fen()
+
+
+def test_any_mate_solves_a_mate_in_one_and_every_move_must_match_otherwise(tmp_path: Path) -> None:
+    path = tmp_path / "puzzles.csv"
+    path.write_text(HEADER + MATE_IN_ONE + THREE_MOVES)
+    puzzles = read_puzzles(path)
+    mate_position = _fen_after("6k1/p4ppp/8/8/8/8/8/3RR1K1 b - - 0 1", "a7a6")
+    other_mate = chess.Board(mate_position)
+    other_mate.push_uci("e1e8")
+    assert other_mate.is_checkmate()  # python-chess agrees: the other rook mates too
+    start = chess.STARTING_FEN
+    solver = Scripted({mate_position: "e1e8", _fen_after(start, "e2e4"): "e7e5",
+                       _fen_after(start, "e2e4", "e7e5", "g1f3"): "b8c6"})
+    report = solve_puzzles(solver, puzzles, concurrency=2)
+    assert [(r.puzzle_id, r.solved, r.played) for r in report.results] == [
+        ("m1", True, ["e1e8"]), ("t3", True, ["e7e5", "b8c6"])]
+    wrong = Scripted({_fen_after(start, "e2e4"): "e7e5", _fen_after(start, "e2e4", "e7e5", "g1f3"): "g8f6"})
+    failed = solve_puzzles(wrong, puzzles[1:])
+    assert failed.results[0].solved is False and failed.results[0].played == ["e7e5", "g8f6"]
+    # Buckets of 200 rating points, as ChessBench's figure.
+    assert [(b.low, b.solved, b.total) for b in report.buckets()] == [(800, 1, 1), (1600, 1, 1)]
+    assert read_puzzles(path, rating_range=(1000, 2000)) == puzzles[1:] and len(read_puzzles(path, limit=1)) == 1
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("PuzzleId,FEN,Rating\nx,8/8/8/8/8/8/8/8 w - - 0 1,1500\n", "lacks Moves"),
+    (HEADER + MATE_IN_ONE + "bad,6k1/p4ppp/8/8/8/8/8/3RR1K1 b - - 0 1,a7a6 d1d9,900,,,,,,\n", "line 3"),
+    (HEADER + "ill,6k1/p4ppp/8/8/8/8/8/3RR1K1 b - - 0 1,a7a6 e2e4,900,,,,,,\n", "move 2 'e2e4' is illegal"),
+    (HEADER, "holds no puzzles"),
+])
+def test_bad_puzzle_files_are_refused_with_the_line(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    with pytest.raises(UserError, match=message):
+        read_puzzles(path)
+
+
+EPD = (
+    # bm: the back-rank mate; am: do not take the poisoned pawn
+    '6k1/p4ppp/8/8/8/8/8/3RR1K1 w - - bm Rd8#; id "mates.001";\n'
+    'rnbqkbnr/ppp2ppp/8/3pp3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - am Nxe5; id "mates.002";\n'
+    # points as STS writes them: c0 with SAN, and c8/c9 with UCI
+    'r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - bm Bb5; c0 "Bb5=10, Bc4=7, d4=5"; '
+    'id "STS(v1.0) Open.001";\n'
+    'r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - bm Bb5; c8 "10 7"; c9 "f1b5 f1c4"; '
+    'id "STS(v1.0) Open.002";\n'
+)
+
+
+def test_epd_suites_score_bm_am_and_sts_points_per_theme(tmp_path: Path) -> None:
+    path = tmp_path / "suite.epd"
+    path.write_text(EPD)
+    positions = read_epd(path)
+    assert [p.theme for p in positions] == ["mates", "mates", "STS(v1.0) Open", "STS(v1.0) Open"]
+    boards = [chess.Board.from_epd(line)[0] for line in EPD.splitlines()]  # python-chess as the oracle
+    answers = {boards[0].fen(): "e1e8", boards[1].fen(): "d2d3", boards[2].fen(): "f1c4"}
+    report = score_epd(Scripted(answers), positions, concurrency=3)
+    # Re8 also mates, but bm names Rd8: not found. Not taking on e5: found. Bc4 scores 7 of 10, read from
+    # c0 (SAN) in the third position and from c8/c9 (UCI) in the fourth, the same position.
+    assert [(r.found, r.points, r.max_points) for r in report.results] == [
+        (False, 0, 1), (True, 1, 1), (False, 7, 10), (False, 7, 10)]
+    themes = {t.name: (t.points, t.max_points, t.found, t.total) for t in report.themes()}
+    assert themes == {"mates": (1, 2, 1, 2), "STS(v1.0) Open": (14, 20, 0, 2)}
+    assert (report.points, report.max_points, report.found, report.total) == (15, 22, 1, 4)
+    unlisted = score_epd(Scripted({}), positions[3:])  # the first legal move: not in c9, so 0 points
+    assert (unlisted.points, unlisted.results[0].found) == (0, False)
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("6k1/p4ppp/8/8/8/8/8/3RR1K1 w - - bm Rd9;", "line 2"),
+    ("6k1/p4ppp/8/8/8/8/8/3RR1K1 w - - id \"nothing\";", "nothing to score"),
+    ('6k1/p4ppp/8/8/8/8/8/3RR1K1 w - - c0 "Rd8=ten";', "not MOVE=POINTS"),
+])
+def test_a_malformed_epd_line_is_named_by_its_number(tmp_path: Path, line: str, message: str) -> None:
+    path = tmp_path / "bad.epd"
+    path.write_text(EPD.splitlines()[0] + "\n" + line + "\n")
+    with pytest.raises(UserError, match=message) as info:
+        read_epd(path)
+    assert "line 2" in str(info.value)
+
+
+def test_both_commands_run_a_uci_player_and_write_json(tmp_path: Path, capsys) -> None:
+    puzzles, suite = tmp_path / "puzzles.csv", tmp_path / "suite.epd"
+    puzzles.write_text(HEADER + MATE_IN_ONE)
+    suite.write_text(EPD)
+    out = tmp_path / "puzzles.json"
+    assert main(["puzzles", str(puzzles), "--player", "uci:weights=builtin,device=cpu", "--nodes", "32",
+                 "--json", str(out), "--no-progress"]) == 0
+    summary = json.loads(out.read_text())
+    assert (summary["solved"], summary["total"]) == (1, 1) and summary["buckets"][0]["low"] == 800
+    out = tmp_path / "epd.json"
+    assert main(["epd", str(suite), "--player", "uci:weights=builtin,device=cpu", "--nodes", "32", "--limit", "2",
+                 "--json", str(out), "--no-progress"]) == 0
+    summary = json.loads(out.read_text())
+    assert summary["total"] == 2 and summary["positions"][0]["move"] in {"d1d8", "e1e8"}
+    assert "all" in capsys.readouterr().out
+    # Bad input: one line and exit status 2.
+    assert main(["puzzles", str(tmp_path / "missing.csv")]) == 2
+    assert main(["epd", str(suite), "--player", "policy", "--movetime", "100"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot read the puzzle file" in err and "takes no --movetime budget" in err
