@@ -138,6 +138,7 @@ def _add_doctor(sub: argparse._SubParsersAction) -> None:
 
 def _add_eval_commands(sub: argparse._SubParsersAction) -> None:
     from eval.cli import (
+        add_book_arguments,
         add_curve_arguments,
         add_epd_arguments,
         add_eval_arguments,
@@ -161,6 +162,9 @@ def _add_eval_commands(sub: argparse._SubParsersAction) -> None:
                                      "entropy on Stockfish-labelled positions")
     add_probe_arguments(p)
     p.set_defaults(func=_lazy("eval.probe", "run_probe"))
+    p = sub.add_parser("book", help="make a balanced opening book (PGN) with Stockfish, reproducibly, for --openings")
+    add_book_arguments(p)
+    p.set_defaults(func=_lazy("eval.book", "run_book"))
     p = sub.add_parser("puzzles", help="accuracy on Lichess puzzles by rating, as ChessBench measures it")
     add_puzzles_arguments(p)
     p.set_defaults(func=_lazy("eval.cli", "run_puzzles"))

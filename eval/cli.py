@@ -354,6 +354,24 @@ def run_epd(args: argparse.Namespace) -> None:
     _write_json(args.json, {"file": str(args.file), **report.to_json()})
 
 
+# --- alphazero book ------------------------------------------------------------------------------
+
+
+def add_book_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds the arguments of `alphazero book OUT [--lines N] [--plies P] [--seed S] [--max-cp C] ...`."""
+    parser.add_argument("out", type=Path, help="the PGN book to write")
+    parser.add_argument("--lines", type=int, default=400, help="lines in the book (default 400)")
+    parser.add_argument("--plies", type=int, default=8, help="plies a line (default 8)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the lines' draws (default 0)")
+    parser.add_argument("--max-cp", type=int, default=40,
+                        help="keep a line when Stockfish rates its end within this many centipawns (default 40)")
+    parser.add_argument("--window-cp", type=int, default=60,
+                        help="each move drawn among those within this many centipawns of the best (default 60)")
+    parser.add_argument("--pick-nodes", type=int, default=20_000, help="Stockfish's nodes to pick a move")
+    parser.add_argument("--judge-nodes", type=int, default=200_000, help="Stockfish's nodes to judge a line")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
 # --- alphazero curve ---------------------------------------------------------------------------
 
 

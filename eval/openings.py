@@ -18,7 +18,8 @@ same way, by their file name's suffix:
 - ``.epd``: one position per line (python-chess's ``Board.from_epd``; the
   ``id`` operation names it, else its line number); games start from it;
 - ``.pgn``: each game's main line, from its start (a ``FEN`` header
-  included), named by its ``Opening`` header (else ``Event``) and number.
+  included), named by its ``Opening`` header (else ``Event``), with its
+  number when an earlier game had the same name.
 """
 
 from __future__ import annotations
@@ -137,7 +138,8 @@ def _pgn_openings(text: str, source: str) -> list[Opening]:
             raise OpeningError(f"{source}, game {number}: {game.errors[0]}")
         board = game.end().board()
         label = game.headers.get("Opening") or game.headers.get("Event") or "PGN game"
-        opening = Opening(f"{label} #{number}", list(board.move_stack), board.fen(), game.board().fen())
+        name = label if ("name", label) not in seen else f"{label} #{number}"  # books repeat their Event
+        opening = Opening(name, list(board.move_stack), board.fen(), game.board().fen())
         try:
             if board.is_game_over(claim_draw=True):
                 raise ValueError(f"the line ends the game ({board.result(claim_draw=True)})")

@@ -108,8 +108,8 @@ def test_a_pgn_book_gives_each_games_line_from_its_start(tmp_path: Path) -> None
     path = tmp_path / "book.pgn"
     path.write_text(PGN_BOOK)
     italian, ending = load_openings(path)
-    assert italian.name == "Italian #1" and [m.uci() for m in italian.moves] == ["e2e4", "e7e5", "g1f3", "b8c6",
-                                                                                  "f1c4"]
+    assert (italian.name, ending.name) == ("Italian", "book")
+    assert [m.uci() for m in italian.moves] == ["e2e4", "e7e5", "g1f3", "b8c6", "f1c4"]
     assert ending.start_fen == "4k3/8/8/8/8/8/4P3/4K3 w - - 0 1" and ending.board().fen() == ending.fen_after
     assert [m.uci() for m in ending.board().move_stack] == ["e1d2", "e8d7"]
     path.write_text(PGN_BOOK + '\n[Event "book"]\n\n1. e4 e5 2. Ke3 *\n')
@@ -151,3 +151,24 @@ def test_a_match_from_an_epd_book_records_the_start_in_json_and_pgn(tmp_path: Pa
             assert [m.uci() for m in game.mainline_moves()] == record["moves"]
     assert main(["match", "random", "vs", "random", "--run", str(run), "--openings", str(tmp_path / "no.epd")]) == 2
     assert "cannot read the opening file" in capsys.readouterr().err
+
+
+def test_a_book_made_twice_with_one_seed_is_the_same_and_loads_as_balanced_lines(tmp_path: Path) -> None:
+    from alphazero.cli import main
+    from tests.helpers import stockfish_or_skip
+
+    stockfish_or_skip()
+    quick = ["--lines", "3", "--plies", "4", "--pick-nodes", "1000", "--judge-nodes", "2000", "--no-progress"]
+    for name in ("a.pgn", "b.pgn"):
+        assert main(["book", str(tmp_path / name), *quick]) == 0
+    assert (tmp_path / "a.pgn").read_text() == (tmp_path / "b.pgn").read_text()
+    assert main(["book", str(tmp_path / "c.pgn"), *quick, "--seed", "1"]) == 0
+    assert (tmp_path / "c.pgn").read_text() != (tmp_path / "a.pgn").read_text()
+    book = load_openings(tmp_path / "a.pgn")
+    assert [o.name for o in book] == ["balanced 001", "balanced 002", "balanced 003"]
+    assert len({o.fen_after for o in book}) == 3 and all(len(o.moves) == 4 for o in book)
+    import chess.pgn
+
+    with (tmp_path / "a.pgn").open() as handle:
+        while (game := chess.pgn.read_game(handle)) is not None:
+            assert abs(float(game.headers["BookEval"])) <= 0.40  # within --max-cp 40 of even
