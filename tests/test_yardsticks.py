@@ -140,3 +140,13 @@ def test_both_commands_run_a_uci_player_and_write_json(tmp_path: Path, capsys) -
     assert main(["epd", str(suite), "--player", "policy", "--movetime", "100"]) == 2
     err = capsys.readouterr().err
     assert "cannot read the puzzle file" in err and "takes no --movetime budget" in err
+
+
+def test_the_shipped_puzzles_and_sts_load_whole() -> None:
+    data = Path(__file__).resolve().parents[1] / "eval" / "data"
+    puzzles = read_puzzles(data / "lichess_puzzles_sample.csv")
+    assert len(puzzles) == 1027 and len({p.puzzle_id for p in puzzles}) == 1027
+    assert min(p.rating for p in puzzles) < 800 and max(p.rating for p in puzzles) > 2400
+    sts = read_epd(data / "sts.epd")
+    assert len(sts) == 1500 and sum(p.max_points for p in sts) == 15_000
+    assert sts[0].name == "STS(v1.0) Undermine.001" and sts[0].theme == "STS(v1.0) Undermine"
