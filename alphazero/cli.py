@@ -136,44 +136,34 @@ def _add_doctor(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_lazy("alphazero.doctor", "run"))
 
 
-def _add_eval_commands(sub: argparse._SubParsersAction) -> None:
-    from eval.cli import (
-        add_book_arguments,
-        add_curve_arguments,
-        add_epd_arguments,
-        add_eval_arguments,
-        add_match_arguments,
-        add_probe_arguments,
-        add_puzzles_arguments,
-        add_uci_arguments,
-    )
+# The measuring commands (eval/): name, help, the eval.cli function that adds the arguments, and the
+# module and function that run it (imported only when the command runs).
+_EVAL_COMMANDS = (
+    ("eval", "rate a checkpoint's policy, value and search agents against Stockfish (Elo)",
+     "add_eval_arguments", "eval.cli", "run_eval"),
+    ("match", "play a match: alphazero match [A] vs B (e.g. vs stockfish --elo 1500)",
+     "add_match_arguments", "eval.cli", "run_match"),
+    ("curve", "the run's Elo over its training: checkpoints against each other, the start, random and "
+              "Stockfish, one fit, a table and curve.png", "add_curve_arguments", "eval.curve", "run_curve_command"),
+    ("probe", "what a run's checkpoints know: policy agreement, regret, value error and entropy on "
+              "Stockfish-labelled positions", "add_probe_arguments", "eval.probe", "run_probe"),
+    ("book", "make a balanced opening book (PGN) with Stockfish, reproducibly, for --openings",
+     "add_book_arguments", "eval.book", "run_book"),
+    ("puzzles", "accuracy on Lichess puzzles by rating, as ChessBench measures it",
+     "add_puzzles_arguments", "eval.cli", "run_puzzles"),
+    ("epd", "an EPD test suite: bm/am found, STS points, per theme", "add_epd_arguments", "eval.cli", "run_epd"),
+    ("uci", "a UCI engine on the run's latest network, for chess GUIs and lichess-bot",
+     "add_uci_arguments", "eval.cli", "run_uci_command"),
+)
 
-    p = sub.add_parser("eval", help="rate a checkpoint's policy, value and search agents against Stockfish (Elo)")
-    add_eval_arguments(p)
-    p.set_defaults(func=_lazy("eval.cli", "run_eval"))
-    p = sub.add_parser("match", help="play a match: alphazero match [A] vs B (e.g. vs stockfish --elo 1500)")
-    add_match_arguments(p)
-    p.set_defaults(func=_lazy("eval.cli", "run_match"))
-    p = sub.add_parser("curve", help="the run's Elo over its training: checkpoints against each other, the start, "
-                                     "random and Stockfish, one fit, a table and curve.png")
-    add_curve_arguments(p)
-    p.set_defaults(func=_lazy("eval.curve", "run_curve_command"))
-    p = sub.add_parser("probe", help="what a run's checkpoints know: policy agreement, regret, value error and "
-                                     "entropy on Stockfish-labelled positions")
-    add_probe_arguments(p)
-    p.set_defaults(func=_lazy("eval.probe", "run_probe"))
-    p = sub.add_parser("book", help="make a balanced opening book (PGN) with Stockfish, reproducibly, for --openings")
-    add_book_arguments(p)
-    p.set_defaults(func=_lazy("eval.book", "run_book"))
-    p = sub.add_parser("puzzles", help="accuracy on Lichess puzzles by rating, as ChessBench measures it")
-    add_puzzles_arguments(p)
-    p.set_defaults(func=_lazy("eval.cli", "run_puzzles"))
-    p = sub.add_parser("epd", help="an EPD test suite: bm/am found, STS points, per theme")
-    add_epd_arguments(p)
-    p.set_defaults(func=_lazy("eval.cli", "run_epd"))
-    p = sub.add_parser("uci", help="a UCI engine on the run's latest network, for chess GUIs and lichess-bot")
-    add_uci_arguments(p)
-    p.set_defaults(func=_lazy("eval.cli", "run_uci_command"))
+
+def _add_eval_commands(sub: argparse._SubParsersAction) -> None:
+    import eval.cli
+
+    for name, help_text, add, module, function in _EVAL_COMMANDS:
+        p = sub.add_parser(name, help=help_text)
+        getattr(eval.cli, add)(p)
+        p.set_defaults(func=_lazy(module, function))
 
 
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
