@@ -657,9 +657,10 @@ UCI_AGENT_OPTIONS = {
     "vpl": "VisitsPerLeaf",
     "ptemp": "PolicyTemperature",
     "precision": "Precision",
+    "timeman": "TimeManager",
 }
 """The `uci` player's options that set the engine's UCI options: spec key -> UCI name (eval.uci.OPTIONS)."""
-_UCI_TEXT_OPTIONS = ("algorithm", "ptemp", "precision")
+_UCI_TEXT_OPTIONS = ("algorithm", "ptemp", "precision", "timeman")
 """Those passed on as text (the rest are integers)."""
 
 

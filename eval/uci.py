@@ -30,7 +30,9 @@ threads (0: torch's default, the machine's cores).
 - `movetime T`: T - MoveOverhead milliseconds. Under any time limit, a
   network call that would end past the deadline (by the last call's time)
   is not started.
-- `wtime/btime [winc/binc] [movestogo]`: see `time_budget_ms`.
+- `wtime/btime [winc/binc] [movestogo]`: the TimeManager option's plan
+  (`time_budget_ms`, eval.timeman): `smart` may also stop early, once the
+  best move is settled, and bank the time left for later moves.
 - `depth D`: a cap: stops once the principal variation (the line of best
   moves, whose length is the reported depth) is D plies long.
 - `infinite`: until `stop`; `bestmove` is withheld until then, as UCI asks.
@@ -86,6 +88,7 @@ from alphazero.rundir import DEFAULT_RUN_DIR, RunDir
 from alphazero.search import UCI, UCI_VISITS_PER_LEAF, parse_policy_temperature, search_params
 from alphazero.sources import FRESH, Network, NetworkSource, load_network, resolve_source
 from eval.scores import value_to_centipawns, value_to_wdl
+from eval.timeman import MANAGERS, MIN_BUDGET_MS, MovePlan, TimeManager, best_is_settled, simple_budget_ms
 from mcts_ext import STARTING_FEN, Board, ChessError
 from mcts_ext.driver import run as run_search
 from mcts_ext.params import SearchParams
@@ -93,14 +96,14 @@ from mcts_ext.search import MultiGameSearch
 
 ENGINE_AUTHOR = "the alphazero authors"
 
-INCREMENT_SHARE = 0.75
-"""Share of the increment spent on each move (the rest builds a reserve)."""
 
-MAX_TIME_FRACTION = 0.5
-"""The most of the remaining clock one move may use, whatever movestogo says."""
+PRUNING_AFTER_SHARE = 0.1
+"""Smart pruning waits until this share of a move's budget has passed, so that the speed it extrapolates is
+measured (eval.timeman.best_is_settled)."""
 
-MIN_BUDGET_MS = 1.0
-"""The least time budget: the search always expands the root and plays something."""
+DEFAULT_MOVE_OVERHEAD_MS = 30
+"""Milliseconds kept back each move: a local GUI or python-chess answers within a few (the engine's first default,
+100, with the simple manager left half its clock unused at 10+0.1; EXPERIMENTS.md, "Issue 24")."""
 
 DEFAULT_LEAVES_PER_BATCH = 32
 """The most leaves gathered per network call (virtual loss); a call takes fewer while the tree is small
@@ -186,9 +189,13 @@ OPTIONS: tuple[UciOption, ...] = (
               "native bf16 and a pass timed at load is faster), bf16 or float32", choices=PRECISIONS),
     UciOption("Threads", "spin", 0, "torch CPU threads for the network; 0: torch's default, the machine's cores",
               0, 1024),
-    UciOption("MoveOverhead", "spin", 100, "milliseconds kept back each move for the GUI, the network and lag",
-              0, 60_000),
-    UciOption("MovesToGo", "spin", 30, "moves assumed left when the GUI sends a clock without movestogo", 1, 1000),
+    UciOption("MoveOverhead", "spin", DEFAULT_MOVE_OVERHEAD_MS, "milliseconds kept back each move for the GUI "
+              "and lag", 0, 60_000),
+    UciOption("TimeManager", "combo", "smart", "smart: the clock shared over the moves the game is expected to last, "
+              "saved time spent later, early stops when the best move is settled; simple: clock / MovesToGo "
+              "+ 0.75 increment", choices=MANAGERS),
+    UciOption("MovesToGo", "spin", 30, "the simple time manager: moves assumed left when the GUI sends a clock "
+              "without movestogo", 1, 1000),
     UciOption("LeavesPerBatch", "spin", DEFAULT_LEAVES_PER_BATCH, "leaves per network call, gathered with virtual "
               "loss (more nodes a second, each a little less informed)", 1, 256),
     UciOption("VisitsPerLeaf", "spin", round(UCI_VISITS_PER_LEAF), "the batch grows with the tree: a network "
@@ -271,25 +278,28 @@ def parse_go(tokens: Sequence[str]) -> GoCommand:
     return go
 
 
-def time_budget_ms(go: GoCommand, white_to_move: bool, *, overhead_ms: float, moves_to_go: int) -> float | None:
-    """Returns the milliseconds to search, or None when `go` sets no time limit.
+def time_budget_ms(go: GoCommand, white_to_move: bool, *, overhead_ms: float, moves_to_go: int,
+                   ply: int = 0, manager: TimeManager | None = None) -> MovePlan | None:
+    """Plans the search's time, or returns None when `go` sets no time limit (eval.timeman).
 
-    - movetime T: T - overhead.
-    - a clock (our remaining time t, increment inc, both ms):
-      budget = min(t / m + INCREMENT_SHARE * inc, MAX_TIME_FRACTION * t) - overhead,
-      where m is movestogo when the GUI sends it, else `moves_to_go` (the
-      MovesToGo option, 30).
+    - movetime T: T - overhead, all of it.
+    - a clock: the smart `manager` (TimeManager: the clock shared over the
+      moves expected from `ply`, a bank of saved time, early stops), or with
+      none the simple formula min(t / m + 0.75 inc, t / 2) - overhead, m being
+      movestogo when the GUI sends it, else `moves_to_go` (MovesToGo, 30).
     Never below MIN_BUDGET_MS: the root is always expanded and a move chosen.
     """
     if go.movetime is not None:
-        return max(go.movetime - overhead_ms, MIN_BUDGET_MS)
+        return MovePlan(max(go.movetime - overhead_ms, MIN_BUDGET_MS), may_stop_early=False)
     remaining = go.wtime if white_to_move else go.btime
     if remaining is None:
         return None
     increment = (go.winc if white_to_move else go.binc) or 0
+    if manager is not None:
+        return manager.plan(remaining, increment, ply, overhead_ms=overhead_ms, movestogo=go.movestogo)
     moves_left = go.movestogo if go.movestogo else moves_to_go
-    budget = min(remaining / moves_left + INCREMENT_SHARE * increment, MAX_TIME_FRACTION * remaining)
-    return max(budget - overhead_ms, MIN_BUDGET_MS)
+    return MovePlan(simple_budget_ms(remaining, increment, movestogo=moves_left, overhead_ms=overhead_ms),
+                    may_stop_early=False)
 
 
 @dataclass
@@ -306,7 +316,7 @@ class _Job:
     board: Board
     go: GoCommand
     nodes: int
-    budget_ms: float | None
+    plan: MovePlan | None
     deadline: float | None
     pondering: bool
     started: float  # the reported time counts from here (reset by ponderhit, as the clock is)
@@ -314,6 +324,10 @@ class _Job:
     wake: threading.Event = field(default_factory=threading.Event)
     answered: threading.Event = field(default_factory=threading.Event)
     searching_since: float = field(default_factory=time.monotonic)  # nps counts every node from here
+
+    @property
+    def budget_ms(self) -> float | None:
+        return self.plan.budget_ms if self.plan is not None else None
 
     def must_wait(self) -> bool:
         """Checks whether a finished search must still withhold bestmove (infinite, or pondering)."""
@@ -533,6 +547,7 @@ class UciEngine:
         pick_device(device)
         self._network: Network | None = None
         self._loaded_key: tuple[NetworkSource, str, str] | None = None
+        self._time = TimeManager()  # the smart time manager's bank, kept across the moves of a game
         self._board = Board(ply_limit=None)
         self._job: _Job | None = None
         self._search_done: Future[None] | None = None  # the running (or last) search, on the network thread
@@ -613,6 +628,7 @@ class UciEngine:
 
     def _ucinewgame(self, args: list[str]) -> None:
         self.stop_search()
+        self._time.new_game()
         self._board = Board(ply_limit=None)
         self._search = None  # a new game: nothing of the old tree is reused
 
@@ -709,12 +725,14 @@ class UciEngine:
 
     def _make_job(self, go: GoCommand, board: Board) -> _Job:
         started = time.monotonic()
-        budget = time_budget_ms(go, board.turn, overhead_ms=float(self.values["MoveOverhead"]),
-                                moves_to_go=int(self.values["MovesToGo"]))
-        timed = budget is not None or go.infinite
+        manager = self._time if self.values["TimeManager"] == "smart" else None
+        game_ply = 2 * (board.fullmove_number - 1) + (0 if board.turn else 1)
+        plan = time_budget_ms(go, board.turn, overhead_ms=float(self.values["MoveOverhead"]),
+                              moves_to_go=int(self.values["MovesToGo"]), ply=game_ply, manager=manager)
+        timed = plan is not None or go.infinite
         nodes = go.nodes if go.nodes is not None else (INFINITE_NODES if timed else int(self.values["Nodes"]))
-        deadline = started + budget / 1000.0 if budget is not None and not go.ponder else None
-        return _Job(board, go, max(1, min(nodes, INFINITE_NODES)), budget, deadline, go.ponder, started)
+        deadline = started + plan.budget_ms / 1000.0 if plan is not None and not go.ponder else None
+        return _Job(board, go, max(1, min(nodes, INFINITE_NODES)), plan, deadline, go.ponder, started)
 
     def _stop(self, args: list[str]) -> None:
         if self._job is not None:
@@ -793,6 +811,16 @@ class UciEngine:
                 last_call[0] = time.monotonic() - started
                 return result
 
+            first_simulations = search.simulations(0)
+
+            def settled(now: float, deadline: float) -> bool:
+                """Smart pruning, once a share of the budget has passed (the speed is measured by then)."""
+                elapsed = now - job.started
+                if job.budget_ms is None or elapsed < PRUNING_AFTER_SHARE * job.budget_ms / 1000.0:
+                    return False
+                speed = (search.simulations(0) - first_simulations) / max(elapsed, 1e-6)
+                return best_is_settled([stat[2] for stat in search.root_stats(0)], speed, deadline - now)
+
             def should_stop() -> bool:
                 now = time.monotonic()
                 if now - last_info[0] >= INFO_INTERVAL_S:
@@ -804,6 +832,9 @@ class UciEngine:
                     return False  # no limit but stop (or the node cap) until ponderhit
                 if job.deadline is not None and now + last_call[0] >= job.deadline:
                     return True  # the next network call would end past the deadline (a batch takes a while)
+                if job.deadline is not None and job.plan is not None and job.plan.may_stop_early \
+                        and settled(now, job.deadline):
+                    return True  # no other move can overtake the best in the time left: bank the rest
                 depth = job.go.depth
                 return depth is not None and len(search.principal_variation(0, depth)) >= depth
 
@@ -815,6 +846,8 @@ class UciEngine:
             while job.must_wait():  # UCI: no bestmove before `stop` (infinite) or `ponderhit` (ponder)
                 job.wake.wait()
                 job.wake.clear()
+            if job.plan is not None and self.values["TimeManager"] == "smart" and job.go.movetime is None:
+                self._time.spent(job.plan, time.monotonic() - job.started)
             line = search.principal_variation(0, 2)
             best = search.best_move(0)
             ponder = line[1] if len(line) == 2 and line[0] == best else None

@@ -27,9 +27,9 @@ from alphazero.config import get_preset
 from alphazero.errors import UserError
 from alphazero.network import AlphaZeroNet
 from eval.scores import centipawns_to_value
+from eval.timeman import SIMPLE_MAX_FRACTION
 from eval.uci import (
     DEFAULT_THREADS,
-    MAX_TIME_FRACTION,
     OPTIONS,
     GoCommand,
     UciEngine,
@@ -233,17 +233,19 @@ def test_options_are_declared_once_each() -> None:
     assert [line for line in lines if line.startswith("option")] == [option.declaration() for option in OPTIONS]
 
 
-def test_time_budget_formula() -> None:
+def test_the_simple_time_budget_formula() -> None:
     def budget(**kwargs: int) -> float | None:
-        return time_budget_ms(GoCommand(**kwargs), True, overhead_ms=100, moves_to_go=30)
+        plan = time_budget_ms(GoCommand(**kwargs), True, overhead_ms=100, moves_to_go=30)
+        return None if plan is None else plan.budget_ms
 
     assert budget() is None
     assert budget(movetime=1000) == 900
     assert budget(wtime=60_000, btime=1) == pytest.approx(60_000 / 30 - 100)
     assert budget(wtime=60_000, winc=1000) == pytest.approx(2000 + 750 - 100)
-    assert budget(wtime=60_000, movestogo=1) == pytest.approx(MAX_TIME_FRACTION * 60_000 - 100)
+    assert budget(wtime=60_000, movestogo=1) == pytest.approx(SIMPLE_MAX_FRACTION * 60_000 - 100)
     assert budget(wtime=50) == 1.0  # never below the minimum: a move is always chosen
-    assert time_budget_ms(GoCommand(wtime=1, btime=30_000), False, overhead_ms=0, moves_to_go=30) == 1000
+    plan = time_budget_ms(GoCommand(wtime=1, btime=30_000), False, overhead_ms=0, moves_to_go=30)
+    assert plan is not None and plan.budget_ms == 1000 and not plan.may_stop_early
 
 
 def test_go_parsing_skips_bad_values() -> None:
