@@ -101,9 +101,10 @@ PRUNING_AFTER_SHARE = 0.1
 """Smart pruning waits until this share of a move's budget has passed, so that the speed it extrapolates is
 measured (eval.timeman.best_is_settled)."""
 
-DEFAULT_MOVE_OVERHEAD_MS = 30
-"""Milliseconds kept back each move: a local GUI or python-chess answers within a few (the engine's first default,
-100, with the simple manager left half its clock unused at 10+0.1; EXPERIMENTS.md, "Issue 24")."""
+DEFAULT_MOVE_OVERHEAD_MS = 10
+"""Milliseconds kept back each move: a local GUI or python-chess answers within a few. The engine's first
+default, 100, with the simple manager left half its clock unused at 10+0.1 (EXPERIMENTS.md, "Issue 24"), and at
+1+0.01 a per-move reserve above the 10 ms increment would leave the smart manager nothing to search with."""
 
 DEFAULT_LEAVES_PER_BATCH = 32
 """The most leaves gathered per network call (virtual loss); a call takes fewer while the tree is small

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import io
 import json
@@ -153,7 +154,8 @@ class _Pipe:
         finally:
             for stream in (self.process.stdin, self.process.stdout):
                 if stream is not None:
-                    stream.close()
+                    with contextlib.suppress(OSError):  # a process that quit already: the unsent quit is lost
+                        stream.close()
 
 
 @pytest.fixture
@@ -743,3 +745,28 @@ def test_the_precision_option_sets_what_the_network_runs_in(weights: Path) -> No
             assert network and "float32" in network[0]
         else:
             assert network and said in network[0], network
+
+
+def test_the_exchange_cutechess_drives_plays_a_legal_game_on_a_fast_clock(pipe: _Pipe) -> None:
+    """cutechess-cli's sequence: uci, setoption, isready, ucinewgame, isready, then per move `position startpos
+    moves ...` and `go wtime btime winc binc` (1+0.01 s, the fastest clock people use), a `stop`, and quit."""
+    pipe.send(b"uci\n")
+    pipe.expect("uciok")
+    pipe.send(b"setoption name Threads value 1\nisready\n")
+    pipe.expect("readyok")
+    pipe.send(b"ucinewgame\nisready\n")
+    pipe.expect("readyok")
+    board, clocks = chess.Board(), {chess.WHITE: 1000, chess.BLACK: 1000}
+    for ply in range(20):
+        moves = " ".join(move.uci() for move in board.move_stack)
+        position = f"position startpos moves {moves}" if moves else "position startpos"
+        go = f"go wtime {clocks[chess.WHITE]} btime {clocks[chess.BLACK]} winc 10 binc 10"
+        pipe.send(f"{position}\n{go}\n".encode() + (b"stop\n" if ply == 7 else b""))
+        move = chess.Move.from_uci(pipe.expect("bestmove")[-1].split()[1])
+        assert move in board.legal_moves, (board.fen(), move)  # python-chess as the oracle
+        board.push(move)
+        clocks[not board.turn] = max(clocks[not board.turn] - 40 + 10, 100)  # as if each move took 40 ms
+        if board.is_game_over():
+            break
+    pipe.send(b"quit\n")
+    assert pipe.process.wait(timeout=10) == 0
