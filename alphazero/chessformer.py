@@ -59,7 +59,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from alphazero.config import NetworkConfig
-from alphazero.network import POLICY_SIZE, NetOutput, float32_head
+from alphazero.moves import NUM_MOVES
+from alphazero.network import NetOutput, float32_head
 from alphazero.planes import INPUT_PLANES, expand_torch
 
 __all__ = [
@@ -127,9 +128,9 @@ def policy_index_map() -> tuple[np.ndarray, np.ndarray]:
     in the row the policy head gathers from.
     """
     zero = SQUARES * SQUARES
-    pair = np.full(POLICY_SIZE, zero, dtype=np.int64)
-    bias = np.full(POLICY_SIZE, zero, dtype=np.int64)
-    for index in range(POLICY_SIZE):
+    pair = np.full(NUM_MOVES, zero, dtype=np.int64)
+    bias = np.full(NUM_MOVES, zero, dtype=np.int64)
+    for index in range(NUM_MOVES):
         plane, source = divmod(index, SQUARES)
         file_step, rank_step, piece = _move_plane_step(plane)
         file, rank = source % 8 + file_step, source // 8 + rank_step

@@ -60,7 +60,8 @@ import numpy as np
 import torch
 
 from alphazero.config import CPU_FORWARD_MODES, FORWARD_MODES, NetworkConfig, architecture_hash
-from alphazero.network import POLICY_SIZE, fold_batch_norm, load_weights, model_config
+from alphazero.moves import NUM_MOVES
+from alphazero.network import fold_batch_norm, load_weights, model_config
 from alphazero.parity import ParityErrors, ParitySettings, compare_legal
 from alphazero.planes import COMPACT_PLANES, NUM_SCALARS, check_compact_numpy, compact_to_torch, make_device_constants
 from alphazero.precision import choose_precision, random_positions, seconds_per_call
@@ -347,7 +348,7 @@ class PendingOutput:
                     self._evaluator.gpu_seconds += start.elapsed_time(end) / 1000
             logits, values, flag = self._host.numpy(self._rows, self._width)
             if flag[0]:
-                raise ValueError(f"legal move indices must lie in [0, {POLICY_SIZE}), got one outside")
+                raise ValueError(f"legal move indices must lie in [0, {NUM_MOVES}), got one outside")
             self._result = (logits, values)
         return self._result
 
@@ -591,7 +592,7 @@ class Evaluator:
         """
         check_compact_numpy(planes, scalars)
         if planes.shape[0] == 0:
-            return np.zeros((0, POLICY_SIZE), np.float32), np.zeros((0,), np.float32)
+            return np.zeros((0, NUM_MOVES), np.float32), np.zeros((0,), np.float32)
         planes_t, scalars_t = compact_to_torch(planes, scalars, self.device)
         with torch.inference_mode(), self._autocast():
             out = self._forward(planes_t, scalars_t)

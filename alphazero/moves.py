@@ -30,6 +30,7 @@ from typing import Final
 import chess
 import numpy as np
 
+from mcts_ext import encode
 from mcts_ext.errors import IllegalMoveError, MoveIndexError
 
 __all__ = [
@@ -41,8 +42,9 @@ __all__ = [
     "policy_mask",
 ]
 
-NUM_PLANES: Final = 73
-NUM_MOVES: Final = NUM_PLANES * 64  # 4672
+NUM_PLANES: Final = 73  # 56 queen-like + 8 knight + 9 under-promotion move planes
+NUM_MOVES: Final = int(encode.NUM_MOVES)  # 4672 = NUM_PLANES x 64: the chess core's, the one definition
+assert NUM_MOVES == NUM_PLANES * 64
 
 _QUEEN_DIRECTIONS: Final = ((0, 1), (1, 1), (1, 0), (1, -1), (0, -1), (-1, -1), (-1, 0), (-1, 1))
 _KNIGHT_STEPS: Final = ((1, 2), (2, 1), (2, -1), (1, -2), (-1, -2), (-2, -1), (-2, 1), (-1, 2))

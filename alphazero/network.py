@@ -30,10 +30,9 @@ from torch import nn
 
 from alphazero.config import NetworkConfig
 from alphazero.errors import UserError
+from alphazero.moves import NUM_PLANES
 from alphazero.planes import INPUT_PLANES, expand_torch
 
-POLICY_PLANES = 73  # 56 queen-like + 8 knight + 9 under-promotion move planes
-POLICY_SIZE = POLICY_PLANES * 64  # 4672 move indices
 _COMPILED_PREFIX = "_orig_mod."  # torch.compile's wrapper prefixes parameter names with this
 _T = TypeVar("_T")
 
@@ -99,7 +98,7 @@ class AlphaZeroNet(nn.Module):
         self.tower = nn.Sequential(*(ResidualBlock(config.filters) for _ in range(config.blocks)))
         self.policy_conv = _conv_bn(config.filters, config.policy_filters, 3)
         kernel = config.policy_kernel
-        self.policy_out = nn.Conv2d(config.policy_filters, POLICY_PLANES, kernel, padding=kernel // 2)
+        self.policy_out = nn.Conv2d(config.policy_filters, NUM_PLANES, kernel, padding=kernel // 2)
         self.value_conv = _conv_bn(config.filters, config.value_filters, 1)
         self.value_fc = nn.Linear(config.value_filters * 64, config.value_hidden)
         self.value_out = nn.Linear(config.value_hidden, 3 if config.value_head == "wdl" else 1)
@@ -249,6 +248,6 @@ def count_parameters(model: nn.Module) -> int:
 
 
 __all__ = [
-    "POLICY_PLANES", "POLICY_SIZE", "AlphaZeroNet", "NetOutput", "build_network", "check_architecture",
+    "AlphaZeroNet", "NetOutput", "build_network", "check_architecture",
     "count_parameters", "cpu_state_dict", "fold_batch_norm", "load_weights", "model_config", "pick_device",
 ]

@@ -61,12 +61,12 @@ from typing import Any
 
 import numpy as np
 
+from alphazero.moves import NUM_MOVES
 from alphazero.planes import COMPACT_PLANES, NUM_SCALARS
 from alphazero.rundir import atomic_write_bytes, complete_files
 
 SHARD_VERSION = 1
 SHARD_SUFFIX = ".npz"
-NUM_MOVES = 4672
 LAB_KIND = "stockfish"  # meta["kind"] of Stockfish-labelled shards (learner.labels)
 VALUE_FROM_ROOT = "root_values"  # meta["value_target"] of shards whose value target is root_values
 DRAW_BAND = 1.0 / 3.0

@@ -56,9 +56,10 @@ from typing import Any
 
 import numpy as np
 
+from alphazero.moves import NUM_MOVES
 from alphazero.planes import COMPACT_PLANES, NUM_SCALARS
 from alphazero.rundir import is_temporary
-from alphazero.shards import NUM_MOVES, SHARD_SUFFIX, Shard, ShardError, game_ids, read_shard, value_targets
+from alphazero.shards import SHARD_SUFFIX, Shard, ShardError, game_ids, read_shard, value_targets
 
 __all__ = ["Batch", "ReplayWindow", "WAIT_POSITIONS", "WAIT_REUSE", "concatenate_batches", "is_validation_game"]
 

@@ -18,10 +18,10 @@ import pytest
 import torch
 
 from alphazero.config import get_preset
-from alphazero.moves import legal_move_indices
+from alphazero.moves import NUM_MOVES, legal_move_indices
 from alphazero.planes import COMPACT_PLANES, NUM_SCALARS, compact_to_torch
 from alphazero.rundir import RunDir
-from alphazero.shards import NUM_MOVES, Shard, read_shard, shard_from_records, shard_name, write_shard
+from alphazero.shards import Shard, read_shard, shard_from_records, shard_name, write_shard
 from alphazero.stockfish import INSTALL_HINT, find_stockfish
 from learner.replay import Batch
 from mcts_ext.driver import run, uniform_evaluator

@@ -33,8 +33,8 @@ from alphazero.chessformer import (
 from alphazero.config import Config, NetworkConfig, apply_overrides, get_preset, incompatible_fields
 from alphazero.errors import UserError
 from alphazero.forward import Evaluator
-from alphazero.moves import legal_move_indices, move_to_index
-from alphazero.network import POLICY_SIZE, AlphaZeroNet, build_network
+from alphazero.moves import NUM_MOVES, legal_move_indices, move_to_index
+from alphazero.network import AlphaZeroNet, build_network
 from alphazero.planes import compact_to_torch, encode_position
 from alphazero.rundir import RunDir
 from learner.replay import Batch
@@ -81,7 +81,7 @@ def test_outputs_have_the_network_contract(value_head: str) -> None:
     with torch.no_grad():
         out = model(planes, scalars)
         again, aux = model.forward_with_aux(planes, scalars)
-    assert out.policy_logits.shape == (5, POLICY_SIZE) and out.policy_logits.dtype == torch.float32
+    assert out.policy_logits.shape == (5, NUM_MOVES) and out.policy_logits.dtype == torch.float32
     assert out.value.shape == (5,) and out.value.dtype == torch.float32
     assert bool(((out.value >= -1) & (out.value <= 1)).all())
     if value_head == "wdl":
@@ -93,7 +93,7 @@ def test_outputs_have_the_network_contract(value_head: str) -> None:
     torch.testing.assert_close(again.policy_logits, out.policy_logits)
     torch.testing.assert_close(again.value, out.value)
     assert isinstance(aux, AuxOutput)
-    assert aux.soft_policy_logits.shape == (5, POLICY_SIZE) and aux.soft_policy_logits.dtype == torch.float32
+    assert aux.soft_policy_logits.shape == (5, NUM_MOVES) and aux.soft_policy_logits.dtype == torch.float32
     assert aux.q.shape == (5,) and bool((aux.q.abs() <= 1).all())
     assert not torch.equal(aux.soft_policy_logits, out.policy_logits)  # a head of its own
 
@@ -101,7 +101,7 @@ def test_outputs_have_the_network_contract(value_head: str) -> None:
 def test_the_evaluator_runs_a_chessformer() -> None:
     evaluator = Evaluator(build_network(SMALL_CF), "cpu")
     logits, values = evaluator.evaluate(*some_positions())
-    assert logits.shape == (5, POLICY_SIZE) and logits.dtype == np.float32
+    assert logits.shape == (5, NUM_MOVES) and logits.dtype == np.float32
     assert values.shape == (5,) and values.dtype == np.float32 and np.isfinite(logits).all()
 
 
@@ -199,7 +199,7 @@ def legal_sources(board: chess.Board) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
 def test_policy_index_map_is_a_bijection_onto_the_legal_moves() -> None:
     pair, bias = policy_index_map()
-    assert pair.shape == bias.shape == (POLICY_SIZE,) and pair.dtype == bias.dtype == np.int64
+    assert pair.shape == bias.shape == (NUM_MOVES,) and pair.dtype == bias.dtype == np.int64
     torch.manual_seed(0)
     head = AttentionPolicyHead(16)
     tokens = torch.randn(1, 64, 16)
@@ -245,7 +245,7 @@ def test_policy_index_map_matches_the_move_index_for_every_move_shape() -> None:
                     4097 + chess.square_file(to_square) * 3 + UNDER_PROMOTION_PIECES.index(promotion))
                 assert bias[index] == want
     assert shapes == 1792 + 22 * 3  # 1456 queen-like + 336 knight (from, to) pairs, 22 under-promotions x 3
-    assert (pair == 4096).sum() == POLICY_SIZE - 1792 - 22 * 3  # the rest can never be legal: they read 0
+    assert (pair == 4096).sum() == NUM_MOVES - 1792 - 22 * 3  # the rest can never be legal: they read 0
 
 
 # --- DeepNorm --------------------------------------------------------------------------------
@@ -359,8 +359,8 @@ def training_batch() -> Batch:
     boards = [chess.Board(fen) for fen in PROMOTIONS + CASTLING + EN_PASSANT] + [chess.Board(), chess.Board(
         "r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3")]
     planes, scalars = encoded([(board.fen(), []) for board in boards])
-    policy = np.zeros((len(boards), POLICY_SIZE), np.float32)
-    legal = np.zeros((len(boards), POLICY_SIZE), np.bool_)
+    policy = np.zeros((len(boards), NUM_MOVES), np.float32)
+    legal = np.zeros((len(boards), NUM_MOVES), np.bool_)
     for row, board in enumerate(boards):
         indices = legal_move_indices(board)
         legal[row, indices] = True

@@ -13,7 +13,8 @@ from alphazero.checkpoint import load_model, save_model
 from alphazero.config import NetworkConfig, get_preset
 from alphazero.errors import UserError
 from alphazero.forward import Evaluator
-from alphazero.network import POLICY_SIZE, AlphaZeroNet, build_network, fold_batch_norm, pick_device
+from alphazero.moves import NUM_MOVES
+from alphazero.network import AlphaZeroNet, build_network, fold_batch_norm, pick_device
 from alphazero.planes import compact_to_torch
 from tests.helpers import random_compact, trained_a_little
 
@@ -30,7 +31,7 @@ def test_output_shapes_and_value_range(value_head: str) -> None:
     model = trained_a_little(AlphaZeroNet(dataclasses.replace(SMALL_NET, value_head=value_head)))
     with torch.no_grad():
         out = model(*compact_to_torch(*random_compact(5), "cpu"))
-    assert out.policy_logits.shape == (5, POLICY_SIZE) and out.policy_logits.dtype == torch.float32
+    assert out.policy_logits.shape == (5, NUM_MOVES) and out.policy_logits.dtype == torch.float32
     assert out.value.shape == (5,) and out.value.dtype == torch.float32
     assert bool(((out.value >= -1) & (out.value <= 1)).all())
     if value_head == "wdl":
@@ -71,10 +72,10 @@ def test_model_expands_compact_input_itself() -> None:
 def test_evaluator_returns_float32_numpy() -> None:
     evaluator = Evaluator(AlphaZeroNet(SMALL_NET), "cpu")
     logits, values = evaluator.evaluate(*random_compact(3))
-    assert isinstance(logits, np.ndarray) and logits.dtype == np.float32 and logits.shape == (3, POLICY_SIZE)
+    assert isinstance(logits, np.ndarray) and logits.dtype == np.float32 and logits.shape == (3, NUM_MOVES)
     assert isinstance(values, np.ndarray) and values.dtype == np.float32 and values.shape == (3,)
     empty_logits, empty_values = evaluator.evaluate(*random_compact(0))
-    assert empty_logits.shape == (0, POLICY_SIZE) and empty_values.shape == (0,)
+    assert empty_logits.shape == (0, NUM_MOVES) and empty_values.shape == (0,)
     with pytest.raises(ValueError, match="uint64"):
         evaluator.evaluate(random_compact(2)[0].astype(np.int64), random_compact(2)[1])
 
@@ -99,7 +100,7 @@ def legal_batch(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     counts = rng.integers(1, 60, size=n).astype(np.int32)
     indices = rng.integers(-10_000, 10_000, size=(n, 256)).astype(np.int32)  # junk, out of range too
     for row, count in enumerate(counts):
-        indices[row, :count] = rng.choice(POLICY_SIZE, size=count, replace=False)
+        indices[row, :count] = rng.choice(NUM_MOVES, size=count, replace=False)
     return indices, counts
 
 
@@ -153,7 +154,7 @@ def test_evaluate_legal_refuses_bad_indices_and_counts() -> None:
     evaluator = Evaluator(AlphaZeroNet(SMALL_NET), "cpu")
     planes, scalars = random_compact(3)
     indices, counts = legal_batch(3, seed=6)
-    indices[1, 0] = POLICY_SIZE
+    indices[1, 0] = NUM_MOVES
     with pytest.raises(ValueError, match="legal move indices must lie in"):
         evaluator.evaluate_legal(planes, scalars, indices, counts)
     with pytest.raises(ValueError, match="legal_counts must lie in"):
@@ -234,14 +235,14 @@ def test_preset_networks_build() -> None:
         model = build_network(get_preset(name).network).eval()
         with torch.no_grad():
             out = model(*compact_to_torch(*random_compact(2), "cpu"))
-        assert out.policy_logits.shape == (2, POLICY_SIZE)
+        assert out.policy_logits.shape == (2, NUM_MOVES)
 
 
 def test_the_device_gather_and_the_host_gather_agree() -> None:
     from alphazero.forward import gather_legal, gather_legal_numpy
 
     rng = np.random.default_rng(8)
-    logits = rng.standard_normal((6, POLICY_SIZE)).astype(np.float32)
+    logits = rng.standard_normal((6, NUM_MOVES)).astype(np.float32)
     indices, counts = legal_batch(6, seed=9)
     width = int(counts.max())
     host = np.empty((6, width), np.float32)

@@ -104,13 +104,13 @@ def _random_positions(batch: int, rng: np.random.Generator) -> tuple[np.ndarray,
     legal_indices [B, 256] (as wide as the search's) and legal_counts."""
     import numpy as np
 
-    from alphazero.network import POLICY_SIZE
+    from alphazero.moves import NUM_MOVES
     from alphazero.planes import COMPACT_PLANES, NUM_SCALARS
 
     planes = rng.integers(0, np.iinfo(np.uint64).max, size=(batch, COMPACT_PLANES), dtype=np.uint64, endpoint=True)
     scalars = rng.integers(0, 100, size=(batch, NUM_SCALARS)).astype(np.float32)
     indices = np.zeros((batch, 256), np.int32)  # as wide as the search's arrays
-    indices[:, :LEGAL_MOVES] = rng.integers(0, POLICY_SIZE, size=(batch, LEGAL_MOVES))
+    indices[:, :LEGAL_MOVES] = rng.integers(0, NUM_MOVES, size=(batch, LEGAL_MOVES))
     counts = np.full(batch, LEGAL_MOVES, np.int32)
     return planes, scalars, indices, counts
 
