@@ -41,12 +41,15 @@ ANALYSIS: SearchMode = "analysis"
 UCI: SearchMode = "uci"
 MODES: tuple[SearchMode, ...] = (SELFPLAY, ANALYSIS, UCI)
 
+UCI_LEAVES_PER_BATCH = 32
+"""The engine's most leaves gathered per network call (virtual loss; its LeavesPerBatch option). Chosen by
+equal-time matches against fewer leaves a call: EXPERIMENTS.md, "Issue 24"."""
+
 UCI_VISITS_PER_LEAF = 8.0
 """The engine's batch grows with its tree: at most (root visits / this) leaves a network call, up to
-LeavesPerBatch (mcts_ext.params.SearchParams.visits_per_leaf). At 10+0.1 s with two threads each, 92 games
-a match (EXPERIMENTS.md, "Issue 24"): 16 beat 32 by +118 Elo and 8 beat 16 by +89 Elo; 8 gives 77-88% of the
-network's best throughput on 2 cores, 32 gave 59-73%. A full batch from the first call lost 52 of 62 games to
-one leaf a call (one thread, 5+0.05 s): virtual loss spreads a large batch over moves a small tree would not try."""
+UCI_LEAVES_PER_BATCH (mcts_ext.params.SearchParams.visits_per_leaf), because virtual loss spreads a large
+batch over moves a small tree would not try. Chosen by equal-time matches of 8, 16 and 32 and a full batch
+from the first call: EXPERIMENTS.md, "Issue 24"."""
 
 _CONSTANTS = ("c_init", "c_base", "fpu_mode", "fpu_value", "policy_temperature", "gumbel_considered",
               "gumbel_c_visit", "gumbel_c_scale", "gumbel_q_normalisation")

@@ -14,7 +14,7 @@ otherwise ignored (an option keeps its previous value); a position without
 legal moves gets `bestmove 0000`.
 
 Each network call evaluates up to LeavesPerBatch leaves (default
-DEFAULT_LEAVES_PER_BATCH): the search descends that many times, charging
+alphazero.search.UCI_LEAVES_PER_BATCH): the search descends that many times, charging
 virtual loss to each path so that the next descent looks elsewhere; a descent
 that meets a leaf already in the batch (a collision) adds nothing, and its
 virtual loss is taken back before the call, as lc0 does (mcts_ext.search).
@@ -85,7 +85,13 @@ from alphazero.config import PRECISIONS
 from alphazero.errors import UserError
 from alphazero.network import pick_device
 from alphazero.rundir import DEFAULT_RUN_DIR, RunDir
-from alphazero.search import UCI, UCI_VISITS_PER_LEAF, parse_policy_temperature, search_params
+from alphazero.search import (
+    UCI,
+    UCI_LEAVES_PER_BATCH,
+    UCI_VISITS_PER_LEAF,
+    parse_policy_temperature,
+    search_params,
+)
 from alphazero.sources import FRESH, Network, NetworkSource, load_network, resolve_source
 from eval.scores import value_to_centipawns, value_to_wdl
 from eval.timeman import MANAGERS, MIN_BUDGET_MS, MovePlan, TimeManager, best_is_settled, simple_budget_ms
@@ -105,12 +111,6 @@ DEFAULT_MOVE_OVERHEAD_MS = 10
 """Milliseconds kept back each move: a local GUI or python-chess answers within a few. The engine's first
 default, 100, with the simple manager left half its clock unused at 10+0.1 (EXPERIMENTS.md, "Issue 24"), and at
 1+0.01 a per-move reserve above the 10 ms increment would leave the smart manager nothing to search with."""
-
-DEFAULT_LEAVES_PER_BATCH = 32
-"""The most leaves gathered per network call (virtual loss); a call takes fewer while the tree is small
-(alphazero.search.UCI_VISITS_PER_LEAF). At 10+0.1 s with 2 threads each, 92 games, the default (32 leaves,
-8 visits a leaf) scored 79% (+234 Elo) against LeavesPerBatch 1 (EXPERIMENTS.md, "Issue 24"); 32 leaves at 32 visits
-a leaf scored 67% (+126 Elo); a full batch from the first call, 10% (62 games, one thread, 5+0.05 s)."""
 
 INFINITE_NODES = 50_000_000
 """The node cap of `go infinite`, `go ponder` and timed searches (bounds the tree's memory)."""
@@ -197,7 +197,7 @@ OPTIONS: tuple[UciOption, ...] = (
               "+ 0.75 increment", choices=MANAGERS),
     UciOption("MovesToGo", "spin", 30, "the simple time manager: moves assumed left when the GUI sends a clock "
               "without movestogo", 1, 1000),
-    UciOption("LeavesPerBatch", "spin", DEFAULT_LEAVES_PER_BATCH, "leaves per network call, gathered with virtual "
+    UciOption("LeavesPerBatch", "spin", UCI_LEAVES_PER_BATCH, "leaves per network call, gathered with virtual "
               "loss (more nodes a second, each a little less informed)", 1, 256),
     UciOption("VisitsPerLeaf", "spin", round(UCI_VISITS_PER_LEAF), "the batch grows with the tree: a network "
               "call takes at most the root's visits / this leaves, up to LeavesPerBatch; 0: full batches from the "
