@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default=None, help="learner device: auto, cpu, cuda or cuda:N")
     parser.add_argument("--gpus", type=float, default=0.0,
                         help="GPUs for self-play inference (default 0); the preset's selfplay.gpu_* defaults apply")
-    parser.add_argument("--quiet", action="store_true", help="no live progress lines")
+    parser.add_argument("--no-progress", "--quiet", dest="quiet", action="store_true", help="no live progress lines")
     add_from_checkpoint_argument(parser)
     parser.add_argument("--init", metavar="FILE_OR_RUN", default=None,
                         help="start a new run from these weights: a model file, a checkpoint, a run directory "

@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="torch CPU threads (default: torch's choice)")
     group.add_argument("--poll-seconds", type=float, default=2.0, metavar="S",
                        help="how often a waiting learner looks for new shards (default: 2)")
-    group.add_argument("--quiet", action="store_true", help="no progress line")
+    group.add_argument("--no-progress", "--quiet", dest="quiet", action="store_true", help="no progress line")
 
 
 def add_from_checkpoint_argument(parser: argparse.ArgumentParser) -> None:

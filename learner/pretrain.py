@@ -75,7 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     training.add_argument("--device", default=None, help="training device: auto, cpu, cuda or cuda:N")
     training.add_argument("--threads", type=int, default=0, metavar="N",
                           help="torch CPU threads for training (default: torch's choice)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--no-progress", "--quiet", dest="quiet", action="store_true", help="no progress bars")
 
 
 def _check(args: argparse.Namespace) -> None:

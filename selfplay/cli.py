@@ -16,7 +16,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="self-play actors (default: selfplay.actors, 0 = one per CPU core)")
     group.add_argument("--games-per-actor", type=int, default=None,
                        help="games each actor plays at once (with --gpus: selfplay.gpu_games_per_actor)")
-    group.add_argument("--sims", type=int, default=None, help="simulations per move (search.simulations)")
+    group.add_argument("--simulations", "--sims", dest="sims", type=int, default=None,
+                       help="simulations per move (search.simulations)")
     group.add_argument("--address", default=None, help="Ray cluster address (HOST:PORT or 'auto'); default: local")
     group.add_argument("--transport", choices=("disk", "ray"), default=None,
                        help="how shards reach the run directory: actors write them ('disk': one machine or storage "
@@ -29,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     stop = group.add_mutually_exclusive_group()
     stop.add_argument("--minutes", type=float, default=None, help="stop after this many minutes")
     stop.add_argument("--games", type=int, default=None, help="stop after this many games")
-    parser.add_argument("--quiet", action="store_true", help="no live progress line")
+    parser.add_argument("--no-progress", "--quiet", dest="quiet", action="store_true", help="no live progress line")
 
 
 def overrides_from(args: argparse.Namespace) -> list[str]:
