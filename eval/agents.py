@@ -551,6 +551,7 @@ def with_budget(spec: str, *, nodes: int | None = None, movetime: int | None = N
     if key is None:
         takers = ", ".join(sorted(n for n, budgets in _BUDGETS.items() if kind in budgets))
         raise UserError(f"{name!r} takes no --{kind} budget (players that do: {takers})")
+    _with_network_players()
     positional = PLAYERS[name].positional if name in PLAYERS else None
     if any(k == key or (k is None and positional == key) for k, _ in items):
         raise UserError(f"{spec!r} already sets its {key}: give the budget once")

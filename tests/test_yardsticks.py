@@ -150,3 +150,16 @@ def test_the_shipped_puzzles_and_sts_load_whole() -> None:
     sts = read_epd(data / "sts.epd")
     assert len(sts) == 1500 and sum(p.max_points for p in sts) == 15_000
     assert sts[0].name == "STS(v1.0) Undermine.001" and sts[0].theme == "STS(v1.0) Undermine"
+
+
+def test_a_budget_goes_to_the_option_each_player_takes_it_by() -> None:
+    from eval.agents import with_budget
+
+    assert with_budget("search", nodes=64) == "search:sims=64"
+    assert with_budget("uci:weights=builtin", movetime=100) == "uci:weights=builtin,movetime=100"
+    assert with_budget("stockfish:elo=1500", nodes=1000) == "stockfish:elo=1500,nodes=1000"
+    assert with_budget("policy") == "policy"  # no budget asked: the spec as it is
+    with pytest.raises(UserError, match="already sets its sims"):
+        with_budget("search:400", nodes=64)  # the bare 400 is search's simulations
+    with pytest.raises(UserError, match="takes no --movetime budget"):
+        with_budget("search", movetime=100)
