@@ -212,14 +212,12 @@ def run_eval(args: argparse.Namespace) -> None:
     settings = EvalSettings.full(config.eval) if size == "full" else EvalSettings.quick(config.eval)
     changes: dict[str, Any] = {"include_random": not args.no_random, "concurrency": args.concurrency,
                                "seed": args.seed, "openings": args.openings, "openings_order": args.openings_order}
-    if args.ply_limit is not None:
-        changes["ply_limit"] = args.ply_limit
+    given = {"ply_limit": args.ply_limit, "games_per_pair": args.games, "simulations": args.simulations,
+             "stockfish_elos": _parse_elos(args.stockfish_elos), "stockfish_depth": args.stockfish_depth}
+    changes.update({key: value for key, value in given.items() if value is not None})
     settings = dataclasses.replace(settings, **changes)
-    evaluate_checkpoint(
-        run, config, args.checkpoint, settings=settings, games_per_pair=args.games, simulations=args.simulations,
-        stockfish_elos=_parse_elos(args.stockfish_elos), stockfish_depth=args.stockfish_depth,
-        device=args.device, progress=not args.no_progress,
-    )
+    evaluate_checkpoint(run, config, args.checkpoint, settings=settings, device=args.device,
+                        progress=not args.no_progress)
 
 
 # --- alphazero puzzles and alphazero epd: the papers' yardsticks --------------------------------------

@@ -462,10 +462,6 @@ def evaluate_checkpoint(
     step: int | None = None,
     *,
     settings: EvalSettings | None = None,
-    games_per_pair: int | None = None,
-    simulations: int | None = None,
-    stockfish_elos: Sequence[int] | None = None,
-    stockfish_depth: int | None = None,
     model: AlphaZeroNet | None = None,
     device: str = "auto",
     progress: bool = True,
@@ -478,8 +474,7 @@ def evaluate_checkpoint(
     `step` picks the run's checkpoint (None: the latest; a run without any
     plays fresh weights as step 0, with a warning). The training loop can
     pass its live `model` with its `step` instead of a file. Sizes come
-    from `settings` (default EvalSettings.full(config.eval)), then the
-    keyword overrides. `progress` shows a bar per match; `report` prints
+    from `settings` (default EvalSettings.full(config.eval)). `progress` shows a bar per match; `report` prints
     the rating table on `console` (default stdout).
 
     Returns the fitted ratings (name -> Rating, plus draw_elo) with each
@@ -499,8 +494,7 @@ def evaluate_checkpoint(
     output folder that cannot be written; whatever an agent raises.
     """
     run = run if isinstance(run, RunDir) else RunDir(run)
-    settings = _override(settings or EvalSettings.full(config.eval), games_per_pair, simulations,
-                         stockfish_elos, stockfish_depth)
+    settings = settings or EvalSettings.full(config.eval)
     settings.check()
     console = console or Console()
     network = _network(run, config, step, model, device)
@@ -597,20 +591,6 @@ def _write_ratings(path: Path, text: str) -> Path:
     print(f"warning: cannot write {path} ({failure.strerror or failure}); the ratings go to {fallback} instead",
           file=sys.stderr, flush=True)
     return fallback
-
-
-def _override(settings: EvalSettings, games_per_pair: int | None, simulations: int | None,
-              stockfish_elos: Sequence[int] | None, stockfish_depth: int | None) -> EvalSettings:
-    changes: dict[str, Any] = {}
-    if games_per_pair is not None:
-        changes["games_per_pair"] = games_per_pair
-    if simulations is not None:
-        changes["simulations"] = simulations
-    if stockfish_elos is not None:
-        changes["stockfish_elos"] = tuple(stockfish_elos)
-    if stockfish_depth is not None:
-        changes["stockfish_depth"] = stockfish_depth
-    return dataclasses.replace(settings, **changes)
 
 
 __all__ = [

@@ -111,7 +111,8 @@ def test_settings_and_errors(run: RunDir) -> None:
     with pytest.raises(UserError, match="no checkpoint at step 5"):
         evaluate_checkpoint(run, TINY, 5, settings=SMALL, device="cpu", progress=False)
     with pytest.raises(UserError, match="simulations"):
-        evaluate_checkpoint(run, TINY, settings=SMALL, simulations=0, device="cpu", progress=False)
+        evaluate_checkpoint(run, TINY, settings=dataclasses.replace(SMALL, simulations=0), device="cpu",
+                            progress=False)
     with pytest.raises(UserError, match="anchor"):
         evaluate_checkpoint(run, TINY, settings=EvalSettings(2, 4, (), include_random=False), device="cpu",
                             progress=False)
