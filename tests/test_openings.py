@@ -172,3 +172,9 @@ def test_a_book_made_twice_with_one_seed_is_the_same_and_loads_as_balanced_lines
     with (tmp_path / "a.pgn").open() as handle:
         while (game := chess.pgn.read_game(handle)) is not None:
             assert abs(float(game.headers["BookEval"])) <= 0.40  # within --max-cp 40 of even
+
+
+def test_the_shipped_book_gives_400_distinct_balanced_lines() -> None:
+    book = load_openings(Path(eval.openings.__file__).with_name("books") / "balanced-400.pgn")
+    assert len(book) == 400 and len({o.fen_after for o in book}) == 400
+    assert all(len(o.moves) == 8 and not o.board().is_game_over(claim_draw=True) for o in book)
