@@ -31,7 +31,7 @@ threads (0: torch's default, the machine's cores).
   network call that would end past the deadline (by the last call's time)
   is not started.
 - `wtime/btime [winc/binc] [movestogo]`: the TimeManager option's plan
-  (`time_budget_ms`, eval.timeman): `smart` may also stop early, once the
+  (`plan_search_time`, eval.timeman): `smart` may also stop early, once the
   best move is settled, and bank the time left for later moves.
 - `depth D`: a cap: stops once the principal variation (the line of best
   moves, whose length is the reported depth) is D plies long.
@@ -279,7 +279,7 @@ def parse_go(tokens: Sequence[str]) -> GoCommand:
     return go
 
 
-def time_budget_ms(go: GoCommand, white_to_move: bool, *, overhead_ms: float, moves_to_go: int,
+def plan_search_time(go: GoCommand, white_to_move: bool, *, overhead_ms: float, moves_to_go: int,
                    ply: int = 0, manager: TimeManager | None = None) -> MovePlan | None:
     """Plans the search's time, or returns None when `go` sets no time limit (eval.timeman).
 
@@ -728,7 +728,7 @@ class UciEngine:
         started = time.monotonic()
         manager = self._time if self.values["TimeManager"] == "smart" else None
         game_ply = 2 * (board.fullmove_number - 1) + (0 if board.turn else 1)
-        plan = time_budget_ms(go, board.turn, overhead_ms=float(self.values["MoveOverhead"]),
+        plan = plan_search_time(go, board.turn, overhead_ms=float(self.values["MoveOverhead"]),
                               moves_to_go=int(self.values["MovesToGo"]), ply=game_ply, manager=manager)
         timed = plan is not None or go.infinite
         nodes = go.nodes if go.nodes is not None else (INFINITE_NODES if timed else int(self.values["Nodes"]))

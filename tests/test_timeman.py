@@ -14,7 +14,7 @@ from eval.timeman import (
     best_is_settled,
     estimated_moves_left,
 )
-from eval.uci import GoCommand, time_budget_ms
+from eval.uci import GoCommand, plan_search_time
 
 
 def _past_the_opening() -> TimeManager:
@@ -47,7 +47,7 @@ def test_later_plies_expect_fewer_moves_and_movestogo_from_the_gui_wins() -> Non
     assert manager.plan(60_000, 0, 80, overhead_ms=0).budget_ms > manager.plan(60_000, 0, 0, overhead_ms=0).budget_ms
     assert manager.plan(60_000, 0, 0, overhead_ms=0, movestogo=10).budget_ms == pytest.approx(6_000)
     go = GoCommand(wtime=60_000, btime=60_000, movestogo=10)
-    plan = time_budget_ms(go, True, overhead_ms=0, moves_to_go=30, ply=0, manager=manager)
+    plan = plan_search_time(go, True, overhead_ms=0, moves_to_go=30, ply=0, manager=manager)
     assert plan is not None and plan.budget_ms == pytest.approx(6_000)
 
 

@@ -35,7 +35,7 @@ from eval.uci import (
     GoCommand,
     UciEngine,
     parse_go,
-    time_budget_ms,
+    plan_search_time,
 )
 from tests.helpers import repo_env
 
@@ -237,7 +237,7 @@ def test_options_are_declared_once_each() -> None:
 
 def test_the_simple_time_budget_formula() -> None:
     def budget(**kwargs: int) -> float | None:
-        plan = time_budget_ms(GoCommand(**kwargs), True, overhead_ms=100, moves_to_go=30)
+        plan = plan_search_time(GoCommand(**kwargs), True, overhead_ms=100, moves_to_go=30)
         return None if plan is None else plan.budget_ms
 
     assert budget() is None
@@ -246,7 +246,7 @@ def test_the_simple_time_budget_formula() -> None:
     assert budget(wtime=60_000, winc=1000) == pytest.approx(2000 + 750 - 100)
     assert budget(wtime=60_000, movestogo=1) == pytest.approx(SIMPLE_MAX_FRACTION * 60_000 - 100)
     assert budget(wtime=50) == 1.0  # never below the minimum: a move is always chosen
-    plan = time_budget_ms(GoCommand(wtime=1, btime=30_000), False, overhead_ms=0, moves_to_go=30)
+    plan = plan_search_time(GoCommand(wtime=1, btime=30_000), False, overhead_ms=0, moves_to_go=30)
     assert plan is not None and plan.budget_ms == 1000 and not plan.may_stop_early
 
 
