@@ -17,6 +17,8 @@ cheap; the runners import the rest. Runners raise UserError for bad input, which
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -299,6 +301,15 @@ def _rating_range(text: str | None) -> tuple[int, int] | None:
         raise UserError(f"--rating-range takes LO-HI, e.g. 1000-1600; got {text!r}") from None
 
 
+def _rejecter(rejected: list[str]) -> Callable[[str], None]:
+    """Returns the readers' on_reject for the commands: a bad line is said on stderr, kept for the JSON and
+    skipped, so one malformed line of a large file costs that line only."""
+    def reject(message: str) -> None:
+        rejected.append(message)
+        print(f"skipped: {message}", file=sys.stderr)
+    return reject
+
+
 def run_puzzles(args: argparse.Namespace) -> None:
     """Runs `alphazero puzzles`: the player solves the puzzles; accuracy per rating bucket and in all."""
     from rich.console import Console
@@ -310,7 +321,9 @@ def run_puzzles(args: argparse.Namespace) -> None:
 
     if args.bucket_width < 1:
         raise UserError(f"--bucket-width must be at least 1, got {args.bucket_width}")
-    puzzles = read_puzzles(args.file, limit=args.limit, rating_range=_rating_range(args.rating_range))
+    rejected: list[str] = []
+    puzzles = read_puzzles(args.file, limit=args.limit, rating_range=_rating_range(args.rating_range),
+                           on_reject=_rejecter(rejected))
     with _yardstick_player(args) as player, LiveDisplay(enabled=not args.no_progress, label="puzzles",
                                                         bar=("label", "bar", "count", "elapsed", "remaining"),
                                                         total=len(puzzles), stderr=False) as bar:
@@ -325,7 +338,7 @@ def run_puzzles(args: argparse.Namespace) -> None:
                       f"{100 * bucket.accuracy:.1f}%")
     table.add_row("all", str(report.total), str(report.solved), f"{100 * report.accuracy:.1f}%")
     Console().print(table)
-    _write_json(args.json, {"file": str(args.file), **report.to_json()})
+    _write_json(args.json, {"file": str(args.file), **report.to_json(), "rejected": rejected})
 
 
 def run_epd(args: argparse.Namespace) -> None:
@@ -336,7 +349,8 @@ def run_epd(args: argparse.Namespace) -> None:
     from alphazero.console import LiveDisplay
     from eval.epd import read_epd, score_epd
 
-    positions = read_epd(args.file, limit=args.limit)
+    rejected: list[str] = []
+    positions = read_epd(args.file, limit=args.limit, on_reject=_rejecter(rejected))
     with _yardstick_player(args) as player, LiveDisplay(enabled=not args.no_progress, label="positions",
                                                         bar=("label", "bar", "count", "elapsed", "remaining"),
                                                         total=len(positions), stderr=False) as bar:
@@ -349,7 +363,7 @@ def run_epd(args: argparse.Namespace) -> None:
         table.add_row(tally.name, str(tally.total), str(tally.found), str(tally.points), str(tally.max_points))
     table.add_row("all", str(report.total), str(report.found), str(report.points), str(report.max_points))
     Console().print(table)
-    _write_json(args.json, {"file": str(args.file), **report.to_json()})
+    _write_json(args.json, {"file": str(args.file), **report.to_json(), "rejected": rejected})
 
 
 # --- alphazero book ------------------------------------------------------------------------------

@@ -121,11 +121,16 @@ def parse_epd_line(text: str, line: int) -> EpdPosition:
     return EpdPosition(name, theme.group(1).strip() if theme else name, board.fen(), line, best, avoid, points)
 
 
-def read_epd(path: str | Path, *, limit: int | None = None) -> list[EpdPosition]:
+def read_epd(path: str | Path, *, limit: int | None = None,
+             on_reject: Callable[[str], None] | None = None) -> list[EpdPosition]:
     """Reads an EPD test suite (the first ``limit`` positions).
 
+    A line that does not parse is passed to ``on_reject`` as a message naming
+    its number, and skipped; without ``on_reject`` it raises.
+
     Raises:
-        UserError: the file cannot be read, or a line does not parse (named with its line number).
+        UserError: the file cannot be read, holds no positions, or (without
+            ``on_reject``) a line does not parse.
     """
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -141,7 +146,11 @@ def read_epd(path: str | Path, *, limit: int | None = None) -> list[EpdPosition]
         try:
             positions.append(parse_epd_line(stripped, number))
         except (ValueError, KeyError) as error:
-            raise UserError(f"{path}, line {number}: {stripped[:80]!r}: {error}") from None
+            message = f"{path}, line {number}: {stripped[:80]!r}: {error}"
+            if on_reject is None:
+                raise UserError(message) from None
+            on_reject(message)
+            continue
         if limit is not None and len(positions) >= limit:
             break
     if not positions:

@@ -1,10 +1,12 @@
 """`alphazero puzzles FILE`: accuracy on Lichess puzzles, by puzzle rating, as ChessBench measures it.
 
 The file is the Lichess puzzle database's CSV (https://database.lichess.org/#puzzles,
-CC0) or any part of it: a header naming at least ``PuzzleId``, ``FEN``,
-``Moves`` and ``Rating``, one puzzle a row. ``FEN`` is the position before
-the opponent's move; ``Moves`` is the solution in UCI, its first move the
-opponent's, then the solver's and the opponent's replies in turn.
+CC0) or any part of it: a header naming at least ``FEN``, ``Moves`` and
+``Rating`` (and ``PuzzleId``, else a puzzle is named by its row), one
+puzzle a row. ``FEN`` is the position before the opponent's move; ``Moves``
+is the solution in UCI, its first move the opponent's, then the solver's
+and the opponent's replies in turn. ChessBench's ``puzzles.csv`` gives the
+game's ``PGN`` instead of the FEN: its last position is the FEN.
 
 Any player (eval.agents: ``search:400``, ``policy``, ``uci:...``,
 ``stockfish:...``) plays the solver's side. A puzzle is solved only if the
@@ -33,11 +35,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import chess
+import chess.pgn
 
 from alphazero.errors import UserError
 from eval.agents import Agent
 
-REQUIRED_COLUMNS = ("PuzzleId", "FEN", "Moves", "Rating")
+REQUIRED_COLUMNS = ("Moves", "Rating")
+POSITION_COLUMNS = ("FEN", "PGN")  # one of them: Lichess's FEN, or ChessBench's PGN of the game before it
 DEFAULT_BUCKET_WIDTH = 200  # ChessBench's puzzle figure groups ratings in 200-point bins
 
 
@@ -75,14 +79,27 @@ def _check_puzzle(puzzle: Puzzle) -> None:
         board.push(move)
 
 
-def read_puzzles(path: str | Path, *, limit: int | None = None,
-                 rating_range: tuple[int, int] | None = None) -> list[Puzzle]:
+def _start_fen(row: dict[str, str]) -> str:
+    """The row's position before the opponent's move: its FEN, or the end of its game's PGN."""
+    if row.get("FEN"):
+        return row["FEN"].strip()
+    game = chess.pgn.read_game(io.StringIO(row.get("PGN") or ""))
+    if game is None or game.errors:
+        raise ValueError(f"bad PGN {(row.get('PGN') or '')[:60]!r}" + (f" ({game.errors[0]})" if game else ""))
+    return game.end().board().fen()
+
+
+def read_puzzles(path: str | Path, *, limit: int | None = None, rating_range: tuple[int, int] | None = None,
+                 on_reject: Callable[[str], None] | None = None) -> list[Puzzle]:
     """Reads a Lichess puzzle CSV: the first ``limit`` puzzles (after the rating filter, lo..hi inclusive).
+
+    A malformed row (or one with an illegal move) is passed to ``on_reject`` as
+    a message naming its line and puzzle, and skipped; without ``on_reject`` it
+    raises.
 
     Raises:
         UserError: the file cannot be read, its header lacks a required
-            column, or a row is malformed or has an illegal move (the
-            message names the line and the puzzle).
+            column, holds no puzzles, or (without ``on_reject``) a row is bad.
     """
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -91,19 +108,26 @@ def read_puzzles(path: str | Path, *, limit: int | None = None,
     except UnicodeDecodeError:
         raise UserError(f"{path} is not a text file (a compressed .zst? decompress it first)") from None
     reader = csv.DictReader(io.StringIO(text))
-    missing = [column for column in REQUIRED_COLUMNS if column not in (reader.fieldnames or [])]
+    columns = reader.fieldnames or []
+    missing = [column for column in REQUIRED_COLUMNS if column not in columns]
+    if not any(column in columns for column in POSITION_COLUMNS):
+        missing.append(" or ".join(POSITION_COLUMNS))
     if missing:
         raise UserError(f"{path}: the header lacks {', '.join(missing)}; a Lichess puzzle CSV starts with "
-                        f"'PuzzleId,FEN,Moves,Rating,...' (got {','.join(reader.fieldnames or [])!r})")
+                        f"'PuzzleId,FEN,Moves,Rating,...' (got {','.join(columns)!r})")
     puzzles: list[Puzzle] = []
-    for row in reader:
+    for row_number, row in enumerate(reader):
         line = reader.line_num
         try:
-            puzzle = Puzzle(row["PuzzleId"].strip(), int(row["Rating"]), row["FEN"].strip(),
+            puzzle = Puzzle((row.get("PuzzleId") or str(row_number)).strip(), int(row["Rating"]), _start_fen(row),
                             tuple((row["Moves"] or "").split()))
             _check_puzzle(puzzle)
         except (ValueError, TypeError, AttributeError) as error:
-            raise UserError(f"{path}, line {line} (puzzle {row.get('PuzzleId')!r}): {error}") from None
+            message = f"{path}, line {line} (puzzle {row.get('PuzzleId') or str(row_number)!r}): {error}"
+            if on_reject is None:
+                raise UserError(message) from None
+            on_reject(message)
+            continue
         if rating_range is not None and not rating_range[0] <= puzzle.rating <= rating_range[1]:
             continue
         puzzles.append(puzzle)

@@ -142,6 +142,41 @@ def test_both_commands_run_a_uci_player_and_write_json(tmp_path: Path, capsys) -
     assert "cannot read the puzzle file" in err and "takes no --movetime budget" in err
 
 
+
+def test_a_malformed_line_costs_that_line_only(tmp_path: Path, capsys) -> None:
+    """The commands skip a bad line, say it on stderr with its number, list it in the JSON, and play the rest."""
+    puzzles, suite = tmp_path / "puzzles.csv", tmp_path / "suite.epd"
+    bad_puzzle = "bad,6k1/p4ppp/8/8/8/8/8/3RR1K1 b - - 0 1,a7a6 d1d9,900,,,,,,\n"
+    puzzles.write_text(HEADER + MATE_IN_ONE + bad_puzzle + MATE_IN_ONE.replace("m1,", "m2,", 1))
+    lines = EPD.splitlines()
+    suite.write_text("\n".join([lines[0], "6k1/p4ppp/8/8/8/8/8/3RR1K1 w - - bm Rd9;", *lines[1:]]) + "\n")
+    rejected: list[str] = []
+    assert len(read_puzzles(puzzles, on_reject=rejected.append)) == 2 and "line 3" in rejected[0]
+    out = tmp_path / "puzzles.json"
+    assert main(["puzzles", str(puzzles), "--player", "random", "--json", str(out), "--no-progress"]) == 0
+    summary = json.loads(out.read_text())
+    assert summary["total"] == 2 and len(summary["rejected"]) == 1 and "line 3" in summary["rejected"][0]
+    out = tmp_path / "epd.json"
+    assert main(["epd", str(suite), "--player", "random", "--json", str(out), "--no-progress"]) == 0
+    summary = json.loads(out.read_text())
+    assert summary["total"] == 4 and len(summary["rejected"]) == 1 and "line 2" in summary["rejected"][0]
+    err = capsys.readouterr().err
+    assert "skipped:" in err and "line 3" in err and "line 2" in err
+
+
+def test_chessbench_puzzles_give_the_game_as_pgn(tmp_path: Path) -> None:
+    """ChessBench's puzzles.csv has PGN (the game up to the puzzle), Moves and Rating, no FEN nor PuzzleId."""
+    path = tmp_path / "chessbench.csv"
+    game = "1. e4 e5 2. Bc4 Nc6 3. Qh5"
+    path.write_text(f'PGN,Moves,Rating\n"{game}",g8f6 h5f7,600\n')
+    [puzzle] = read_puzzles(path)
+    board = chess.Board()
+    for san in ("e4", "e5", "Bc4", "Nc6", "Qh5"):  # python-chess as the oracle
+        board.push_san(san)
+    assert (puzzle.puzzle_id, puzzle.fen, puzzle.rating) == ("0", board.fen(), 600)
+    report = solve_puzzles(Scripted({puzzle.start().fen(): "h5f7"}), [puzzle])
+    assert report.solved == 1
+
 def test_the_shipped_puzzles_and_sts_load_whole() -> None:
     data = Path(__file__).resolve().parents[1] / "eval" / "data"
     puzzles = read_puzzles(data / "lichess_puzzles_sample.csv")
