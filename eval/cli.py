@@ -303,11 +303,22 @@ def _rating_range(text: str | None) -> tuple[int, int] | None:
 
 def _rejecter(rejected: list[str]) -> Callable[[str], None]:
     """Returns the readers' on_reject for the commands: a bad line is said on stderr, kept for the JSON and
-    skipped, so one malformed line of a large file costs that line only."""
+    skipped, so one malformed line of a large file costs that line only (the exit status still says it)."""
     def reject(message: str) -> None:
         rejected.append(message)
         print(f"skipped: {message}", file=sys.stderr)
     return reject
+
+
+def _refuse_rejected(path: Path, rejected: list[str], played: int) -> None:
+    """Ends a run that skipped malformed lines with exit status 2, after its results are out: the file needs
+    fixing, and the figures of the lines that were fine are kept."""
+    from alphazero.errors import UserError
+
+    if rejected:
+        lines = "line" if len(rejected) == 1 else "lines"
+        raise UserError(f"{path}: {len(rejected)} malformed {lines} skipped (said above); the other {played:,} "
+                        f"were played and their figures kept")
 
 
 def run_puzzles(args: argparse.Namespace) -> None:
@@ -339,6 +350,7 @@ def run_puzzles(args: argparse.Namespace) -> None:
     table.add_row("all", str(report.total), str(report.solved), f"{100 * report.accuracy:.1f}%")
     Console().print(table)
     _write_json(args.json, {"file": str(args.file), **report.to_json(), "rejected": rejected})
+    _refuse_rejected(args.file, rejected, report.total)
 
 
 def run_epd(args: argparse.Namespace) -> None:
@@ -364,6 +376,7 @@ def run_epd(args: argparse.Namespace) -> None:
     table.add_row("all", str(report.total), str(report.found), str(report.points), str(report.max_points))
     Console().print(table)
     _write_json(args.json, {"file": str(args.file), **report.to_json(), "rejected": rejected})
+    _refuse_rejected(args.file, rejected, report.total)
 
 
 # --- alphazero book ------------------------------------------------------------------------------

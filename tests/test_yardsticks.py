@@ -144,7 +144,8 @@ def test_both_commands_run_a_uci_player_and_write_json(tmp_path: Path, capsys) -
 
 
 def test_a_malformed_line_costs_that_line_only(tmp_path: Path, capsys) -> None:
-    """The commands skip a bad line, say it on stderr with its number, list it in the JSON, and play the rest."""
+    """The commands skip a bad line, say it on stderr with its number, list it in the JSON, play the rest, and
+    exit with status 2."""
     puzzles, suite = tmp_path / "puzzles.csv", tmp_path / "suite.epd"
     bad_puzzle = "bad,6k1/p4ppp/8/8/8/8/8/3RR1K1 b - - 0 1,a7a6 d1d9,900,,,,,,\n"
     puzzles.write_text(HEADER + MATE_IN_ONE + bad_puzzle + MATE_IN_ONE.replace("m1,", "m2,", 1))
@@ -153,15 +154,15 @@ def test_a_malformed_line_costs_that_line_only(tmp_path: Path, capsys) -> None:
     rejected: list[str] = []
     assert len(read_puzzles(puzzles, on_reject=rejected.append)) == 2 and "line 3" in rejected[0]
     out = tmp_path / "puzzles.json"
-    assert main(["puzzles", str(puzzles), "--player", "random", "--json", str(out), "--no-progress"]) == 0
+    assert main(["puzzles", str(puzzles), "--player", "random", "--json", str(out), "--no-progress"]) == 2
     summary = json.loads(out.read_text())
     assert summary["total"] == 2 and len(summary["rejected"]) == 1 and "line 3" in summary["rejected"][0]
     out = tmp_path / "epd.json"
-    assert main(["epd", str(suite), "--player", "random", "--json", str(out), "--no-progress"]) == 0
+    assert main(["epd", str(suite), "--player", "random", "--json", str(out), "--no-progress"]) == 2
     summary = json.loads(out.read_text())
     assert summary["total"] == 4 and len(summary["rejected"]) == 1 and "line 2" in summary["rejected"][0]
     err = capsys.readouterr().err
-    assert "skipped:" in err and "line 3" in err and "line 2" in err
+    assert "skipped:" in err and "line 3" in err and "line 2" in err and "1 malformed line skipped" in err
 
 
 def test_chessbench_puzzles_give_the_game_as_pgn(tmp_path: Path) -> None:
