@@ -6,7 +6,7 @@ run's ``search`` section and what the mode needs:
 
 - ``SELFPLAY``: every field of the config (PUCT or Gumbel, noise, temperature,
   resignation, playout cap), with the resignation threshold in force
-  (alphazero.resign.threshold_for_actors) instead of search.resign_threshold,
+  (alphazero.store.resign.threshold_for_actors) instead of search.resign_threshold,
   which only the 'fixed' mode uses.
 - ``ANALYSIS`` (the search agents of matches and evaluation): the algorithm and
   its constants, no noise of any kind (Dirichlet off, Gumbel scale 0: the

@@ -26,9 +26,9 @@ from typing import Any, TypeVar
 import chess
 import chess.engine
 
+from alphazero.chess.stockfish import require_stockfish
 from alphazero.errors import UserError
 from alphazero.search import parse_policy_temperature
-from alphazero.stockfish import require_stockfish
 from eval.scores import score_to_value
 
 PlayerFactory = Callable[[dict[str, str], Mapping[str, Any]], "Agent"]
@@ -365,7 +365,7 @@ class UciAgent(Agent):
         super().__init__(name)
         self.limit = limit or chess.engine.Limit()
         self._game: object = None
-        command = [sys.executable, "-m", "alphazero.cli", "uci", *flags]
+        command = [sys.executable, "-m", "alphazero", "uci", *flags]
         try:
             self._engine: chess.engine.SimpleEngine | None = chess.engine.SimpleEngine.popen_uci(command, timeout=120)
         except (OSError, chess.engine.EngineError, chess.engine.EngineTerminatedError, TimeoutError) as exc:
@@ -455,11 +455,11 @@ def register_player(
     it; `name` is handled by parse_player) and the context given to
     parse_player, and returns an Agent. Example::
 
-        def _search_agent(options, context):
-            return SearchAgent(sims=int(options.get("sims", "400")), run=context["run"])
+        def _random_agent(options, context):
+            return RandomAgent(seed=int(options.get("seed", "0")))
 
-        register_player("search", _search_agent, help="network + PUCT search",
-                        options={"sims": "simulations a move (default 400)"}, positional="sims")
+        register_player("random", _random_agent, help="uniformly random legal moves",
+                        options={"seed": "random seed (default 0)"}, positional="seed")
 
     Raises ValueError if the name is taken (unless replace=True) or malformed,
     or `positional` is not among the options.

@@ -35,9 +35,9 @@ import chess
 import chess.engine
 import chess.pgn
 
+from alphazero.chess.stockfish import require_stockfish
 from alphazero.errors import UserError
-from alphazero.rundir import atomic_write_text
-from alphazero.stockfish import require_stockfish
+from alphazero.store.rundir import atomic_write_text
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The command-line front ends of eval: `alphazero match`, `alphazero eval` and `alphazero uci`.
 
 Each command is a pair, `add_<name>_arguments(parser)` and a runner taking
-the parsed namespace, for alphazero/cli.py to wire in::
+the parsed namespace, for alphazero/app/cli.py to wire in::
 
     def _add_match(sub):
         from eval.cli import add_match_arguments, run_match
@@ -10,7 +10,7 @@ the parsed namespace, for alphazero/cli.py to wire in::
         p.set_defaults(func=run_match)
 
 At load time this module imports only the standard library and
-alphazero.rundir (no torch, no python-chess), so building the parser stays
+alphazero.store.rundir (no torch, no python-chess), so building the parser stays
 cheap; the runners import the rest. Runners raise UserError for bad input, which the CLI prints.
 """
 
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from alphazero.rundir import DEFAULT_RUN_DIR
+from alphazero.store.rundir import DEFAULT_RUN_DIR, add_run_option
 
 _VERSUS = "vs"
 
@@ -41,8 +41,7 @@ def add_match_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--games", type=int, default=None,
                         help="games to play, half with each colour, so an odd number is rounded up "
                              "(default: the run's eval.games)")
-    parser.add_argument("--run", type=Path, default=DEFAULT_RUN_DIR,
-                        help=f"run directory: network checkpoints, and where games go (default {DEFAULT_RUN_DIR})")
+    add_run_option(parser, "run directory: network checkpoints, and where games go")
     parser.add_argument("--elo", type=int, default=None, help="UCI_Elo of a bare `stockfish` player, e.g. 1500")
     parser.add_argument("--concurrency", type=int, default=None,
                         help="games played at once (default 8; 1 with --clock, so engines keep their trees)")
@@ -112,10 +111,11 @@ def run_match(args: argparse.Namespace) -> None:
     Raises UserError for a bad player spec or option, a missing Stockfish or
     checkpoint, or a run directory whose folders cannot be written.
     """
-    from alphazero.config import DEFAULT_PRESET, get_preset
+    from alphazero.config import DEFAULT_PRESET
     from alphazero.errors import UserError
-    from alphazero.rundir import RunDir, check_writable_directory
-    from alphazero.sources import NetworkCache
+    from alphazero.presets import get_preset
+    from alphazero.store.rundir import RunDir, check_writable_directory
+    from alphazero.store.sources import NetworkCache
     from eval.agents import parse_player
     from eval.match import Clock, format_summary, play_match
     from eval.openings import load_openings, ordered_openings
@@ -158,7 +158,7 @@ def run_match(args: argparse.Namespace) -> None:
 
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds the arguments of `alphazero eval --run DIR [--checkpoint STEP] [--games N] ...`."""
-    parser.add_argument("--run", type=Path, default=DEFAULT_RUN_DIR, help=f"run directory (default {DEFAULT_RUN_DIR})")
+    add_run_option(parser, "run directory")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config field for this evaluation, e.g. --set eval.stockfish_elos=1400,1700 "
                              "(repeatable; --full reads the eval section)")
@@ -205,8 +205,8 @@ def run_eval(args: argparse.Namespace) -> None:
     """
     import dataclasses
 
-    from alphazero.network import pick_device
-    from alphazero.rundir import RunDir
+    from alphazero.nn.network import pick_device
+    from alphazero.store.rundir import RunDir
     from eval.evaluate import EvalSettings, evaluate_checkpoint
 
     run, config = RunDir.open(args.run, args.overrides)
@@ -231,8 +231,7 @@ def _add_yardstick_arguments(parser: argparse.ArgumentParser, what: str) -> None
     parser.add_argument("--player", default=None, metavar="SPEC",
                         help="who answers: search:400, policy, value, uci:..., stockfish:... (default: the run's "
                              "network with 400 simulations)")
-    parser.add_argument("--run", type=Path, default=DEFAULT_RUN_DIR,
-                        help=f"run whose network plays (default {DEFAULT_RUN_DIR}; the built-in network without one)")
+    add_run_option(parser, "run whose network plays; the built-in network without one")
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--nodes", type=int, default=None, metavar="N",
                         help="nodes a move: a network search's simulations, Stockfish's or the engine's nodes")
@@ -261,7 +260,7 @@ def add_epd_arguments(parser: argparse.ArgumentParser) -> None:
 def _yardstick_player(args: argparse.Namespace) -> Any:
     """Builds the --player agent with its --nodes or --movetime budget."""
     from alphazero.errors import UserError
-    from alphazero.sources import NetworkCache
+    from alphazero.store.sources import NetworkCache
     from eval.agents import parse_player, with_budget
 
     if args.limit is not None and args.limit < 1:
@@ -278,7 +277,7 @@ def _write_json(path: Path | None, payload: dict[str, Any]) -> None:
     import json
 
     from alphazero.errors import UserError
-    from alphazero.rundir import atomic_write_text
+    from alphazero.store.rundir import atomic_write_text
 
     if path is None:
         return
@@ -402,7 +401,7 @@ def add_book_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_curve_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds the arguments of `alphazero curve --run DIR [--per-hour K | --hours LIST | --every N | --steps LIST]`."""
-    parser.add_argument("--run", type=Path, default=DEFAULT_RUN_DIR, help=f"run directory (default {DEFAULT_RUN_DIR})")
+    add_run_option(parser, "run directory")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--per-hour", type=float, default=None, metavar="K",
                        help="K checkpoints per hour of the run (default 1); the start and the latest always")
@@ -439,7 +438,7 @@ PROBE_POSITIONS = 8192
 
 def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds the arguments of `alphazero probe --run DIR --data DIR [--steps LIST] [--weights FILE ...]`."""
-    parser.add_argument("--run", type=Path, default=DEFAULT_RUN_DIR, help=f"run directory (default {DEFAULT_RUN_DIR})")
+    add_run_option(parser, "run directory")
     parser.add_argument("--data", metavar="DIR", default=None,
                         help="a folder of Stockfish labels (`alphazero pretrain --data-only` writes RUN/pretrain/) "
                              "or a run that holds one (default: the run's eval.probe_data)")
@@ -489,7 +488,6 @@ def run_uci_command(args: argparse.Namespace) -> None:
 
 
 __all__ = [
-    "DEFAULT_RUN_DIR",
     "add_eval_arguments",
     "add_match_arguments",
     "add_uci_arguments",

@@ -51,10 +51,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from alphazero.checkpoint import checkpoint_name, checkpoint_steps, read_payload
 from alphazero.errors import UserError
-from alphazero.rundir import RunDir, atomic_write_text, check_writable_directory
-from alphazero.sources import Network, NetworkSource, load_network
+from alphazero.store.checkpoint import checkpoint_name, checkpoint_steps, read_payload
+from alphazero.store.rundir import RunDir, atomic_write_text, check_writable_directory
+from alphazero.store.sources import Network, NetworkSource, load_network
 from eval.agents import Agent, RandomAgent, StockfishAgent
 from eval.elo import Ratings, fit_ratings
 from eval.evaluate import QUICK_PLY_LIMIT, QUICK_SIMULATIONS, SETTINGS_FILE, stockfish_name
@@ -431,7 +431,7 @@ def draw_curve(path: Path, points: Sequence[CurvePoint], ratings: Ratings, ancho
         figure.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
     finally:
         plt.close(figure)
-    from alphazero.rundir import atomic_write_bytes
+    from alphazero.store.rundir import atomic_write_bytes
 
     atomic_write_bytes(path, buffer.getvalue())
 
@@ -466,7 +466,7 @@ def run_curve_command(args: argparse.Namespace) -> None:
     """Runs `alphazero curve`: plays what is missing, fits, prints, writes curve.json, curve.png, TensorBoard."""
     from rich.console import Console
 
-    from alphazero.stockfish import find_stockfish
+    from alphazero.chess.stockfish import find_stockfish
 
     run, config = RunDir.open(args.run, [])
     elos = _number_list(args.stockfish_elos, int, "--stockfish-elos")

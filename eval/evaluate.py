@@ -62,14 +62,14 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from alphazero.checkpoint import checkpoint_name
+from alphazero.chess.stockfish import INSTALL_HINT, find_stockfish
 from alphazero.config import Config, EvalConfig
 from alphazero.errors import UserError
-from alphazero.forward import Evaluator
-from alphazero.network import AlphaZeroNet, build_network, cpu_state_dict, model_config, pick_device
-from alphazero.rundir import RunDir, atomic_write_text, check_writable_directory
-from alphazero.sources import FRESH, Network, NetworkSource, load_network
-from alphazero.stockfish import INSTALL_HINT, find_stockfish
+from alphazero.nn.forward import Evaluator
+from alphazero.nn.network import AlphaZeroNet, build_network, cpu_state_dict, model_config, pick_device
+from alphazero.store.checkpoint import checkpoint_name
+from alphazero.store.rundir import RunDir, atomic_write_text, check_writable_directory
+from alphazero.store.sources import FRESH, Network, NetworkSource, load_network
 from eval.agents import Agent, RandomAgent, StockfishAgent
 from eval.elo import Rating, Ratings, Summary, fit_ratings
 from eval.match import MatchResult, match_id_of, play_match

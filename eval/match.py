@@ -21,7 +21,7 @@ With an `out_dir`, the finished games are rewritten after each game to
 loses only the games in flight. The folders are checked before the first
 game; if they stop taking files later, the files move to a temporary folder
 (named on stderr) rather than losing games. PGN tags for the end of a game
-follow alphazero.pgn (the standard Termination, the rule in TerminationDetail).
+follow alphazero.chess.pgn (the standard Termination, the rule in TerminationDetail).
 
 With a `clock` (Fischer: a base time and an increment, e.g. 10+0.1 s) every
 move goes to its agent on its own as `go wtime btime winc binc`
@@ -52,10 +52,10 @@ import chess
 import chess.engine
 import chess.pgn
 
+from alphazero.chess.pgn import termination_tags
 from alphazero.console import LiveDisplay
 from alphazero.errors import UserError
-from alphazero.pgn import termination_tags
-from alphazero.rundir import atomic_write_text, check_writable_directory
+from alphazero.store.rundir import atomic_write_text, check_writable_directory
 from eval.agents import Agent, Choice
 from eval.elo import Summary, match_summary
 from eval.openings import Opening, load_openings
@@ -67,7 +67,7 @@ DEFAULT_PLY_LIMIT = 512
 DEFAULT_RESIGN_MOVES = 3
 """Consecutive own moves on which both sides must agree before the loser resigns."""
 
-PLY_LIMIT = "ply_limit"  # termination names as in self-play records (alphazero.pgn)
+PLY_LIMIT = "ply_limit"  # termination names as in self-play records (alphazero.chess.pgn)
 RESIGNATION = "resignation"
 TIME_FORFEIT = "time_forfeit"
 TIME_FORFEIT_DRAW = "time_forfeit_insufficient_material"  # out of time, but the opponent cannot mate

@@ -13,7 +13,7 @@ Four kinds, registered in the player registry (eval.agents.PLAYERS):
   each step sends the leaves of all the games through the network together.
 - `gumbel:N`: the same with Gumbel AlphaZero's search, whatever the run used.
 
-Where the weights come from is alphazero.sources' NetworkSource: a run's
+Where the weights come from is alphazero.store.sources' NetworkSource: a run's
 latest checkpoint (the default; a run with none yet plays the built-in
 network of alphazero/weights, and says so on stderr), `checkpoint=STEP` or
 `checkpoint=PATH`, or `weights=FILE` (a model file or any checkpoint, a run
@@ -40,9 +40,9 @@ import chess
 import numpy as np
 
 from alphazero.errors import UserError
-from alphazero.rundir import DEFAULT_RUN_DIR, RunDir
 from alphazero.search import ANALYSIS, search_params
-from alphazero.sources import Network, NetworkCache, NetworkSource, load_network
+from alphazero.store.rundir import DEFAULT_RUN_DIR, RunDir
+from alphazero.store.sources import Network, NetworkCache, NetworkSource, load_network
 from eval.agents import Agent, Choice, int_option, ptemp_option, register_player
 from mcts_ext import Board, ChessError
 from mcts_ext.driver import run as run_search

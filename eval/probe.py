@@ -48,9 +48,9 @@ import numpy as np
 import torch
 
 from alphazero.errors import UserError
-from alphazero.planes import compact_to_torch
-from alphazero.rundir import RunDir, atomic_write_text
-from alphazero.shards import LAB_KIND, ShardError, concatenate, list_shards, read_shard, value_targets
+from alphazero.nn.planes import compact_to_torch
+from alphazero.store.rundir import RunDir, atomic_write_text
+from alphazero.store.shards import LAB_KIND, ShardError, concatenate, list_shards, read_shard, value_targets
 from eval.cli import PROBE_POSITIONS as DEFAULT_PROBE_POSITIONS
 
 PROBE_FIGURES = ("top1", "regret", "value_mse", "entropy", "cross_entropy")
@@ -237,8 +237,8 @@ def run_probe(args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from alphazero.checkpoint import checkpoint_steps
-    from alphazero.sources import NetworkSource, load_network
+    from alphazero.store.checkpoint import checkpoint_steps
+    from alphazero.store.sources import NetworkSource, load_network
 
     if args.positions < 0:
         raise UserError(f"--positions must be 0 or more, got {args.positions}")

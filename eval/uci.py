@@ -80,11 +80,10 @@ from typing import Any, TextIO, TypeVar
 import torch
 
 from alphazero import __version__
-from alphazero.builtin import BUILTIN
 from alphazero.config import PRECISIONS
 from alphazero.errors import UserError
-from alphazero.network import pick_device
-from alphazero.rundir import DEFAULT_RUN_DIR, RunDir
+from alphazero.nn.builtin import BUILTIN
+from alphazero.nn.network import pick_device
 from alphazero.search import (
     UCI,
     UCI_LEAVES_PER_BATCH,
@@ -92,7 +91,8 @@ from alphazero.search import (
     parse_policy_temperature,
     search_params,
 )
-from alphazero.sources import FRESH, Network, NetworkSource, load_network, resolve_source
+from alphazero.store.rundir import DEFAULT_RUN_DIR, RunDir
+from alphazero.store.sources import FRESH, Network, NetworkSource, load_network, resolve_source
 from eval.scores import value_to_centipawns, value_to_wdl
 from eval.timeman import MANAGERS, MIN_BUDGET_MS, MovePlan, TimeManager, best_is_settled, simple_budget_ms
 from mcts_ext import STARTING_FEN, Board, ChessError
@@ -324,7 +324,12 @@ class _Job:
     stop: threading.Event = field(default_factory=threading.Event)
     wake: threading.Event = field(default_factory=threading.Event)
     answered: threading.Event = field(default_factory=threading.Event)
-    searching_since: float = field(default_factory=time.monotonic)  # nps counts every node from here
+    clock: Callable[[], float] = time.monotonic  # the engine's clock (a test gives its own)
+    searching_since: float = -1.0  # nps counts every node from here (`started` unless set)
+
+    def __post_init__(self) -> None:
+        if self.searching_since < 0:
+            self.searching_since = self.started
 
     @property
     def budget_ms(self) -> float | None:
@@ -338,12 +343,14 @@ class _Job:
 @dataclass(frozen=True)
 class SearchReport:
     """What the last search did: `nodes` (simulations) in `seconds` (pondering included), in `batches`
-    network calls that evaluated `leaves` positions; `nodes_per_second` is what `info nps` reports."""
+    network calls that evaluated `leaves` positions, within `budget_ms` when a clock or movetime gave one;
+    `nodes_per_second` is what `info nps` reports."""
 
     nodes: int
     seconds: float
     batches: int
     leaves: int
+    budget_ms: float | None = None  # the time the plan gave the move (None: no clock, movetime or infinite)
 
     @property
     def nodes_per_second(self) -> float:
@@ -418,7 +425,7 @@ def _info_lines(search: MultiGameSearch, job: _Job, multipv: int, *, wdl: bool,
     not counted); nps: those nodes over the seconds the search has run
     (pondering included); time: milliseconds since `go`, or since ponderhit.
     """
-    now = time.monotonic()
+    now = job.clock()
     elapsed = max(now - job.started, 1e-6)
     nodes = search.simulations(0)
     nps = int(nodes / max(now - job.searching_since, 1e-6))
@@ -526,7 +533,9 @@ class UciEngine:
         nodes: int | None = None,
         threads: int | None = None,
         fresh: bool = False,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self._clock = clock  # every deadline and reported time reads it (tests give a clock they advance)
         self._in = stdin if stdin is not None else _lenient(sys.stdin)
         self._out = _Output(stdout if stdout is not None else sys.stdout)
         self._err = stderr if stderr is not None else sys.stderr
@@ -725,7 +734,7 @@ class UciEngine:
             self.info_string("go searchmoves is not supported; searching every move")
 
     def _make_job(self, go: GoCommand, board: Board) -> _Job:
-        started = time.monotonic()
+        started = self._clock()
         manager = self._time if self.values["TimeManager"] == "smart" else None
         game_ply = 2 * (board.fullmove_number - 1) + (0 if board.turn else 1)
         plan = plan_search_time(go, board.turn, overhead_ms=float(self.values["MoveOverhead"]),
@@ -733,7 +742,8 @@ class UciEngine:
         timed = plan is not None or go.infinite
         nodes = go.nodes if go.nodes is not None else (INFINITE_NODES if timed else int(self.values["Nodes"]))
         deadline = started + plan.budget_ms / 1000.0 if plan is not None and not go.ponder else None
-        return _Job(board, go, max(1, min(nodes, INFINITE_NODES)), plan, deadline, go.ponder, started)
+        return _Job(board, go, max(1, min(nodes, INFINITE_NODES)), plan, deadline, go.ponder, started,
+                    clock=self._clock)
 
     def _stop(self, args: list[str]) -> None:
         if self._job is not None:
@@ -747,7 +757,7 @@ class UciEngine:
         if job is None or not job.pondering or job.answered.is_set():
             self.info_string("ponderhit ignored: no ponder search is running")
             return
-        now = time.monotonic()
+        now = self._clock()
         if job.budget_ms is not None:
             job.deadline = now + job.budget_ms / 1000.0
         job.started = now  # the reported time counts from here, as the clock does
@@ -807,9 +817,9 @@ class UciEngine:
             def evaluate_legal(*arrays: Any) -> tuple[Any, Any]:
                 calls[0] += 1
                 calls[1] += len(arrays[0])
-                started = time.monotonic()
+                started = self._clock()
                 result = evaluate(*arrays)
-                last_call[0] = time.monotonic() - started
+                last_call[0] = self._clock() - started
                 return result
 
             first_simulations = search.simulations(0)
@@ -823,7 +833,7 @@ class UciEngine:
                 return best_is_settled([stat[2] for stat in search.root_stats(0)], speed, deadline - now)
 
             def should_stop() -> bool:
-                now = time.monotonic()
+                now = self._clock()
                 if now - last_info[0] >= INFO_INTERVAL_S:
                     last_info[0] = now
                     report()
@@ -842,13 +852,13 @@ class UciEngine:
             run_search(search, evaluate_legal=evaluate_legal, should_stop=should_stop, batch=self._batch)
             search.stop(0)
             report()
-            self.last_report = SearchReport(search.simulations(0), time.monotonic() - job.searching_since,
-                                            *calls)
+            self.last_report = SearchReport(search.simulations(0), self._clock() - job.searching_since,
+                                            calls[0], calls[1], budget_ms=job.budget_ms)
             while job.must_wait():  # UCI: no bestmove before `stop` (infinite) or `ponderhit` (ponder)
                 job.wake.wait()
                 job.wake.clear()
             if job.plan is not None and self.values["TimeManager"] == "smart" and job.go.movetime is None:
-                self._time.spent(job.plan, time.monotonic() - job.started)
+                self._time.spent(job.plan, self._clock() - job.started)
             line = search.principal_variation(0, 2)
             best = search.best_move(0)
             ponder = line[1] if len(line) == 2 and line[0] == best else None

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from alphazero.errors import UserError
-from alphazero.rundir import add_run_arguments, learner_lock, open_run_from_args
+from alphazero.store.rundir import add_run_arguments, learner_lock, open_run_from_args
 
 __all__ = ["add_arguments", "add_from_checkpoint_argument", "run"]
 
@@ -73,7 +73,7 @@ def _check(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace, on_checkpoint: Callable[[int, Path], None] | None = None) -> int:
     """Runs the learner of ``args.run``; returns the final step.
 
-    Holds the run's learner lock (alphazero.rundir.learner_lock) throughout.
+    Holds the run's learner lock (alphazero.store.rundir.learner_lock) throughout.
 
     Raises:
         UserError: bad options, a run of another configuration, another

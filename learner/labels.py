@@ -17,7 +17,7 @@ over every legal move (``pretrain.multipv``, 0 = all):
   the shard's ``policy_wins``: what eval.probe measures a policy's regret by;
 - the value target, the best move's w mapped to [-1, 1] (``2 w - 1``), stored as
   the shard's ``root_values`` with ``meta["value_target"] = "root_values"``
-  (alphazero.shards.value_targets); ``results`` hold its nearest result class.
+  (alphazero.store.shards.value_targets); ``results`` hold its nearest result class.
 
 Where positions come from:
 
@@ -74,10 +74,11 @@ import chess
 import chess.engine
 import numpy as np
 
+from alphazero.chess.pgn_reader import READ_ERRORS, PgnGame, open_text, read_games
+from alphazero.chess.stockfish import require_stockfish
 from alphazero.config import PretrainConfig
 from alphazero.errors import UserError
-from alphazero.pgn_reader import READ_ERRORS, PgnGame, open_text, read_games
-from alphazero.shards import (
+from alphazero.store.shards import (
     LAB_KIND,
     VALUE_FROM_ROOT,
     ShardError,
@@ -88,7 +89,6 @@ from alphazero.shards import (
     shard_name,
     write_shard,
 )
-from alphazero.stockfish import require_stockfish
 from mcts_ext import Board, ChessError
 from mcts_ext.encode import encode_board, legal_move_indices, new_batch
 

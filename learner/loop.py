@@ -10,7 +10,7 @@
 - **Waiting**: while the window holds fewer than ``min_window_positions``, or
   the reuse cap is reached, it says so (once per reason) and looks for new
   shards every ``poll_seconds``.
-- **Checkpoints** every ``checkpoint_every`` steps (alphazero.checkpoint:
+- **Checkpoints** every ``checkpoint_every`` steps (alphazero.store.checkpoint:
   atomic, LATEST, thinned), then ``on_checkpoint(step, path)`` so the caller
   can push the weights to self-play actors. A clean stop (the ``stop`` event,
   Ctrl-C, ``steps`` done, ``training_steps`` reached) saves the last step too.
@@ -60,7 +60,13 @@ import chess
 import numpy as np
 import torch
 
-from alphazero.checkpoint import (
+from alphazero.chess.moves import index_to_move, legal_move_indices
+from alphazero.config import Config
+from alphazero.console import LiveDisplay, fit_line
+from alphazero.errors import UserError
+from alphazero.nn.network import build_network, pick_device
+from alphazero.nn.planes import compact_to_torch, encode_position
+from alphazero.store.checkpoint import (
     KEPT_NAME,
     checkpoint_name,
     checkpoint_steps,
@@ -73,13 +79,7 @@ from alphazero.checkpoint import (
     step_of,
     thin_checkpoints,
 )
-from alphazero.config import Config
-from alphazero.console import LiveDisplay, fit_line
-from alphazero.errors import UserError
-from alphazero.moves import index_to_move, legal_move_indices
-from alphazero.network import build_network, pick_device
-from alphazero.planes import compact_to_torch, encode_position
-from alphazero.rundir import RunDir
+from alphazero.store.rundir import RunDir
 from learner.replay import WAIT_POSITIONS, Batch, ReplayWindow, concatenate_batches
 from learner.trainer import VALIDATION_FIGURES, StepStats, Trainer, eval_mode, weight_decay_term
 

@@ -6,7 +6,7 @@
     alphazero pretrain --run DIR --stockfish NODES --positions P       # Stockfish-labelled positions
                        [--positions-from FILE ...] [--workers W]
 
-Both write shards (alphazero.shards) into ``DIR/pretrain/``, apart from the
+Both write shards (alphazero.store.shards) into ``DIR/pretrain/``, apart from the
 self-play data, then train the run's network on every position there with
 the learner (learner.loop.Learner: checkpoints in DIR/checkpoints,
 TensorBoard in DIR/tb/learner) until ``learner.training_steps`` (``--steps``
@@ -39,7 +39,7 @@ from typing import Any
 
 from alphazero.console import LiveDisplay
 from alphazero.errors import UserError
-from alphazero.rundir import add_run_arguments, open_run_from_args
+from alphazero.store.rundir import add_run_arguments, open_run_from_args
 
 __all__ = ["PGN_KIND", "PgnReport", "add_arguments", "convert_pgn", "run"]
 
@@ -150,7 +150,7 @@ class PgnReport:
 
 def _pgn_progress(directory: Path) -> dict[str, dict[str, Any]]:
     """Reads how far earlier runs converted each file: key -> {games, size, complete}."""
-    from alphazero.shards import ShardError, list_shards, read_shard_meta
+    from alphazero.store.shards import ShardError, list_shards, read_shard_meta
 
     done: dict[str, dict[str, Any]] = {}
     for path in list_shards(directory):
@@ -191,7 +191,7 @@ class _PgnShardWriter:
         Raises:
             UserError: the folder cannot be written.
         """
-        from alphazero.shards import shard_from_records, shard_name, write_shard
+        from alphazero.store.shards import shard_from_records, shard_name, write_shard
 
         if not self.records and not complete:
             return
@@ -211,13 +211,13 @@ def convert_pgn(directory: str | os.PathLike[str], files: list[str], *, smoothin
     """Converts the games of PGN files into shards in ``directory``, resuming where an earlier call stopped.
 
     A damaged file (a corrupt or truncated archive) is reported, its games up
-    to the damage kept. Skipped games are counted by reason (alphazero.pgn_reader).
+    to the damage kept. Skipped games are counted by reason (alphazero.chess.pgn_reader).
 
     Raises:
         UserError: a file is missing or unreadable, or changed size since an
             earlier call converted part of it; the folder cannot be written.
     """
-    from alphazero.pgn_reader import READ_ERRORS, SKIP_START, PgnGame, game_record, open_text, read_games
+    from alphazero.chess.pgn_reader import READ_ERRORS, SKIP_START, PgnGame, game_record, open_text, read_games
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -367,7 +367,7 @@ class _LabelProgress:
 
 def _positions_in(directory: Path) -> int:
     """Counts the positions of the complete shards in ``directory`` (from their meta, else by reading them)."""
-    from alphazero.shards import ShardError, list_shards, read_shard, read_shard_meta
+    from alphazero.store.shards import ShardError, list_shards, read_shard, read_shard_meta
 
     total = 0
     for path in list_shards(directory):
@@ -385,8 +385,8 @@ def _train(run_dir: Any, config: Any, args: argparse.Namespace) -> None:
     Raises:
         UserError: no data, an unusable device, a corrupt checkpoint, a full disk.
     """
-    from alphazero.checkpoint import save_model
     from alphazero.config import to_toml
+    from alphazero.store.checkpoint import save_model
     from learner.loop import Learner
 
     positions = _positions_in(run_dir.pretrain)

@@ -1,6 +1,6 @@
 """The replay window: the newest self-play positions, sampled uniformly for training.
 
-Self-play writes shard files into ``run/selfplay/`` (alphazero.shards); their
+Self-play writes shard files into ``run/selfplay/`` (alphazero.store.shards); their
 names start with the write time, so sorting them sorts them by age. The window:
 
 - holds the newest ``window_positions`` positions, in arrival order. Only the
@@ -56,10 +56,10 @@ from typing import Any
 
 import numpy as np
 
-from alphazero.moves import NUM_MOVES
-from alphazero.planes import COMPACT_PLANES, NUM_SCALARS
-from alphazero.rundir import is_temporary
-from alphazero.shards import SHARD_SUFFIX, Shard, ShardError, game_ids, read_shard, value_targets
+from alphazero.chess.moves import NUM_MOVES
+from alphazero.nn.planes import COMPACT_PLANES, NUM_SCALARS
+from alphazero.store.rundir import is_temporary
+from alphazero.store.shards import SHARD_SUFFIX, Shard, ShardError, game_ids, read_shard, value_targets
 
 __all__ = ["Batch", "ReplayWindow", "WAIT_POSITIONS", "WAIT_REUSE", "concatenate_batches", "is_validation_game"]
 
@@ -120,7 +120,7 @@ class _Block:
     policy_offsets: np.ndarray
     policy_indices: np.ndarray
     policy_probs: np.ndarray
-    results: np.ndarray  # value targets: int8 results, or float32 (alphazero.shards.value_targets)
+    results: np.ndarray  # value targets: int8 results, or float32 (alphazero.store.shards.value_targets)
     root_values: np.ndarray
     game: np.ndarray
     games: tuple[str, ...] = ()

@@ -48,7 +48,7 @@ the start, so self-play's targets move the net only as far as they pull
 harder than its knowledge (``loss/anchor``).
 
 Auxiliary targets, added to the loss with their weights (a Chessformer's
-second policy and value heads, see alphazero.chessformer; with both weights
+second policy and value heads, see alphazero.nn.chessformer; with both weights
 0 those heads are neither run nor trained):
 
 - **Soft policy** (``soft_policy_loss_weight``): cross-entropy of the soft
@@ -82,10 +82,10 @@ from torch import nn
 
 from alphazero.config import LearnerConfig, architecture_hash
 from alphazero.errors import UserError
-from alphazero.network import NetOutput, model_config
-from alphazero.planes import compact_to_torch
-from alphazero.precision import choose_precision, random_positions, seconds_per_call
-from alphazero.shards import DRAW_BAND
+from alphazero.nn.network import NetOutput, model_config
+from alphazero.nn.planes import compact_to_torch
+from alphazero.nn.precision import choose_precision, random_positions, seconds_per_call
+from alphazero.store.shards import DRAW_BAND
 from learner.replay import Batch
 
 __all__ = [
@@ -241,7 +241,7 @@ def auxiliary_losses(aux: Any, policy: torch.Tensor, legal: torch.Tensor, root_v
     """Computes the auxiliary heads' losses: (soft-policy cross-entropy, q squared error).
 
     Args:
-        aux: the heads' outputs (alphazero.chessformer.AuxOutput).
+        aux: the heads' outputs (alphazero.nn.chessformer.AuxOutput).
         policy, legal: as for compute_losses.
         root_values: float32 [B] the search's root values; None gives a q loss of 0.
         temperature: T of the soft targets pi^(1/T).
@@ -371,14 +371,14 @@ class Trainer:
     and kept in training mode; ``compile`` wraps it in torch.compile for the
     steps. bf16 is autocast: the weights and the optimiser's state stay
     float32, the losses are computed in float32 and the heads' last layers run
-    in float32 (alphazero.network.float32_head).
+    in float32 (alphazero.nn.network.float32_head).
 
     Args:
         model: the network to train (its weights are updated in place).
         config: learning rates, optimiser, weight decay, value loss weight.
         device: where to train.
         clip_grad_norm: clip the gradient's global norm to this; None measures only.
-        precision: 'auto', 'bf16' or 'float32' (alphazero.precision; None: config.cpu_precision on a CPU,
+        precision: 'auto', 'bf16' or 'float32' (alphazero.nn.precision; None: config.cpu_precision on a CPU,
             'auto' on CUDA, which is bf16 there); ``precision_choice.reason`` says what was taken and why.
         compile: torch.compile the forward pass.
     """

@@ -9,7 +9,7 @@ legal_counts int32 [B] and returns only the legal moves' logits (legal
 logits [B, W], W >= every row's count, row b's first legal_counts[b] in
 legal_indices' order) and the values; the search backs those up with
 backup_legal(). A GPU evaluator gathers them on the device and copies ~30
-floats a position instead of 4672 (alphazero.forward.Evaluator.evaluate_legal).
+floats a position instead of 4672 (alphazero.nn.forward.Evaluator.evaluate_legal).
 """
 
 from __future__ import annotations

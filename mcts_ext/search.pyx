@@ -537,7 +537,7 @@ cdef void check_resignation(Slot* s, const Options* o, int mover, float value) n
     if not s.resign:
         return
     # Compared in double, as Python compares a recorded value with a threshold
-    # (alphazero.resign), so both agree on every game.
+    # (alphazero.store.resign), so both agree on every game.
     if <double>value < s.resign_threshold:
         s.resign_streak[mover] += 1
     else:
@@ -574,7 +574,7 @@ cdef int finish_move(Slot* s, const Options* o, Tree* scratch) noexcept nogil:
     if record_reserve(&s.record, 0, 0, s.root_length) < 0:
         return -1
     # Every move's value, so that Python can tell for ANY threshold whether a
-    # side would have resigned (resignation calibration, alphazero.resign).
+    # side would have resigned (resignation calibration, alphazero.store.resign).
     s.record.move_value[s.root_length - 1] = value
     check_resignation(s, o, mover, value)
     if s.state == FINISHED:

@@ -6,7 +6,7 @@ import argparse
 import os
 
 from alphazero.errors import UserError
-from alphazero.rundir import RunDir, add_run_arguments, open_run_from_args
+from alphazero.store.rundir import RunDir, add_run_arguments, open_run_from_args
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -31,12 +31,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from alphazero.checkpoint import latest_checkpoint, load_checkpoint
 from alphazero.config import Config, for_gpus
 from alphazero.console import LiveDisplay, clock_text, compact_number, fit_line
 from alphazero.errors import UserError
-from alphazero.resign import ResignCalibrator
-from alphazero.rundir import RunDir, remove_stale_temporaries
+from alphazero.store.checkpoint import latest_checkpoint, load_checkpoint
+from alphazero.store.resign import ResignCalibrator
+from alphazero.store.rundir import RunDir, remove_stale_temporaries
 from selfplay import NAMESPACE
 from selfplay.fleet import Placement, SelfPlayFleet
 from selfplay.worker import PlayStats

@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from alphazero.checkpoint import latest_weights
 from alphazero.config import Config, to_toml
 from alphazero.errors import UserError
-from alphazero.rundir import RunDir
+from alphazero.store.checkpoint import latest_weights
+from alphazero.store.rundir import RunDir
 from selfplay import NAMESPACE
 from selfplay.inference import InferenceServer
 from selfplay.sink import SINK_THREADS, ShardSink, sink_name

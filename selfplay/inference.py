@@ -28,13 +28,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from alphazero.checkpoint import load_latest_weights
-from alphazero.config import Config, from_toml
-from alphazero.forward import Evaluator
-from alphazero.network import build_network, pick_device
-from alphazero.parity import ParitySettings
-from alphazero.planes import COMPACT_PLANES, NUM_SCALARS
-from alphazero.rundir import RunDir
+from alphazero.config import Config
+from alphazero.nn.forward import Evaluator
+from alphazero.nn.network import build_network, pick_device
+from alphazero.nn.parity import ParitySettings
+from alphazero.nn.planes import COMPACT_PLANES, NUM_SCALARS
+from alphazero.presets import from_toml
+from alphazero.store.checkpoint import load_latest_weights
+from alphazero.store.rundir import RunDir
 from selfplay.worker import measure_rate
 
 log = logging.getLogger(__name__)

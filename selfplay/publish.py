@@ -6,8 +6,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from alphazero.checkpoint import load_checkpoint
-from alphazero.rundir import RunDir
+from alphazero.store.checkpoint import load_checkpoint
+from alphazero.store.rundir import RunDir
 from selfplay import NAMESPACE
 from selfplay.driver import connect_ray
 from selfplay.fleet import actor_name_prefix

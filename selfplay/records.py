@@ -22,9 +22,9 @@ from typing import Any
 import chess
 import chess.pgn
 
-from alphazero.pgn import termination_tags
-from alphazero.rundir import RunDir, atomic_write_bytes, atomic_write_text, is_temporary
-from alphazero.shards import (
+from alphazero.chess.pgn import termination_tags
+from alphazero.store.rundir import RunDir, atomic_write_bytes, atomic_write_text, is_temporary
+from alphazero.store.shards import (
     SHARD_SUFFIX,
     encode_shard,
     shard_from_records,
@@ -34,7 +34,7 @@ from alphazero.shards import (
 
 
 def game_to_pgn(record: Mapping[str, Any], *, event: str = "alphazero self-play", round_number: int = 1) -> str:
-    """The game of a self-play record as PGN text (headers, moves, result; the end as alphazero.pgn says)."""
+    """The game of a self-play record as PGN text (headers, moves, result; the end as alphazero.chess.pgn says)."""
     game = chess.pgn.Game()
     board = chess.Board(record["start_fen"])
     if record["start_fen"] != chess.STARTING_FEN:
@@ -62,8 +62,8 @@ def game_to_pgn(record: Mapping[str, Any], *, event: str = "alphazero self-play"
 class ShardFile:
     """A finished shard as it travels: its file name in run/selfplay, its .npz bytes and its games' PGN."""
 
-    name: str            # '<time ns>-<writer>-<random>.npz' (alphazero.shards.shard_name)
-    data: bytes          # the .npz file, as alphazero.shards.write_shard writes it
+    name: str            # '<time ns>-<writer>-<random>.npz' (alphazero.store.shards.shard_name)
+    data: bytes          # the .npz file, as alphazero.store.shards.write_shard writes it
     pgn: str | None      # the games as PGN for run/games/<stem>.pgn; None: no PGN file
     games: int
 

@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Any
 
-from alphazero.rundir import RunDir
+from alphazero.store.rundir import RunDir
 from selfplay import NAMESPACE
 from selfplay.records import ShardFile, store_shard_file
 
@@ -119,14 +119,19 @@ class SinkSender:
         self.in_flight: dict[Any, ShardFile] = {}  # the write call's ObjectRef -> its shard
         self.stored: list[str] = []
         self.wait_seconds = 0.0  # time put() and settle(wait=True) spent waiting for the sink
+        self.holding = False  # put() holds a shard, waiting for room in the window (a threaded actor's caller sees it)
         self.resent = 0
         self._retry_s = RETRY_FIRST_S
 
     def put(self, shard: ShardFile) -> None:
         """Sends the shard, first waiting (as long as it takes) until fewer than ``window`` are unacknowledged."""
         tick = time.perf_counter()
-        while len(self.in_flight) >= self.window:
-            self._settle_ready(timeout=None)
+        self.holding = len(self.in_flight) >= self.window
+        try:
+            while len(self.in_flight) >= self.window:
+                self._settle_ready(timeout=None)
+        finally:
+            self.holding = False
         self.wait_seconds += time.perf_counter() - tick
         self._send(shard)
 

@@ -27,14 +27,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from alphazero.checkpoint import load_latest_weights
-from alphazero.config import Config, from_toml
-from alphazero.forward import Evaluator
-from alphazero.network import build_network, pick_device
-from alphazero.parity import ParitySettings
-from alphazero.resign import game_resign_fields, threshold_for_actors, threshold_in_file
-from alphazero.rundir import RunDir
+from alphazero.config import Config
+from alphazero.nn.forward import Evaluator
+from alphazero.nn.network import build_network, pick_device
+from alphazero.nn.parity import ParitySettings
+from alphazero.presets import from_toml
 from alphazero.search import SELFPLAY, search_params
+from alphazero.store.checkpoint import load_latest_weights
+from alphazero.store.resign import game_resign_fields, threshold_for_actors, threshold_in_file
+from alphazero.store.rundir import RunDir
 from mcts_ext.search import MultiGameSearch
 from selfplay.records import GameWriter
 from selfplay.sink import DiskOutput, SinkSender

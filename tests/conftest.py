@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from alphazero.config import get_preset
+from alphazero.presets import get_preset
 
 
 @pytest.fixture(autouse=True)
@@ -16,7 +16,7 @@ def float32_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     """Runs this process's networks in float32 on the CPU whatever the processor has (precision 'auto' would
     time both and pick by the clock, which a test must not depend on); tests of bf16 ask for it, or replace
     the probe themselves (tests/test_precision.py). Subprocesses and Ray actors choose as users' do."""
-    import alphazero.precision as precision
+    import alphazero.nn.precision as precision
 
     monkeypatch.setattr(precision, "native_bf16", lambda: None)
 
@@ -49,8 +49,8 @@ def games_started(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 @pytest.fixture(scope="session")
 def weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A model file of the tiny preset's network with seeded random weights (for the UCI engine and agents)."""
-    from alphazero.checkpoint import save_model
-    from alphazero.network import AlphaZeroNet
+    from alphazero.nn.network import AlphaZeroNet
+    from alphazero.store.checkpoint import save_model
 
     torch.manual_seed(0)
     path = tmp_path_factory.mktemp("net") / "net.pt"

@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 import torch
 
-from alphazero.config import get_preset
-from alphazero.moves import NUM_MOVES, legal_move_indices
-from alphazero.planes import COMPACT_PLANES, NUM_SCALARS, compact_to_torch
-from alphazero.rundir import RunDir
-from alphazero.shards import Shard, read_shard, shard_from_records, shard_name, write_shard
-from alphazero.stockfish import INSTALL_HINT, find_stockfish
+from alphazero.chess.moves import NUM_MOVES, legal_move_indices
+from alphazero.chess.stockfish import INSTALL_HINT, find_stockfish
+from alphazero.nn.planes import COMPACT_PLANES, NUM_SCALARS, compact_to_torch
+from alphazero.presets import get_preset
+from alphazero.store.rundir import RunDir
+from alphazero.store.shards import Shard, read_shard, shard_from_records, shard_name, write_shard
 from learner.replay import Batch
 from mcts_ext.driver import run, uniform_evaluator
 from mcts_ext.search import MultiGameSearch
@@ -58,7 +58,7 @@ def fail_writes_under(monkeypatch: pytest.MonkeyPatch, module: object, folder: P
     """Makes ``module``'s atomic_write_text fail for files under ``folder``, as a disk gone read-only would."""
     import errno
 
-    from alphazero.rundir import atomic_write_text
+    from alphazero.store.rundir import atomic_write_text
 
     def write(path, text):
         if Path(path).resolve().is_relative_to(folder.resolve()):

@@ -1,8 +1,8 @@
 """A deliberately plain reference of the network input, over python-chess.
 
 This is the oracle the fast encoders are tested against, written straight from
-``.notes/SPEC.md``: loops over squares and history steps, no bit tricks, no
-code shared with ``mcts_ext`` or ``alphazero.planes``. Slow on purpose.
+``docs/encodings.md``: loops over squares and history steps, no bit tricks, no
+code shared with ``mcts_ext`` or ``alphazero.nn.planes``. Slow on purpose.
 
 Layout (SPEC.md, "Compact input"): for history step t = 0..7 (t = 0 now), planes
 ``14 * t + k``: k = 0..5 the pieces P N B R Q K of the side to move *now*,
@@ -24,7 +24,7 @@ PLANES_PER_STEP: Final = 14
 NUM_BIT_PLANES: Final = HISTORY * PLANES_PER_STEP  # 112
 NUM_SCALARS: Final = 7
 NUM_PLANES: Final = NUM_BIT_PLANES + NUM_SCALARS  # 119
-# The reference copy of the scale; the production constant is alphazero.planes.SCALAR_SCALE.
+# The reference copy of the scale; the production constant is alphazero.nn.planes.SCALAR_SCALE.
 SCALAR_SCALE: Final = (1.0, 1 / 256, 1.0, 1.0, 1.0, 1.0, 1 / 100)
 
 _ALL_ONES: Final = (1 << 64) - 1

@@ -13,15 +13,16 @@ import chess
 import pytest
 import torch
 
-import alphazero.builtin
-from alphazero import cli
-from alphazero.builtin import BUILTIN_FILE
-from alphazero.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, save_model
-from alphazero.config import NetworkConfig, get_preset
+import alphazero.nn.builtin
+from alphazero.app import cli
+from alphazero.config import NetworkConfig
 from alphazero.errors import UserError
-from alphazero.network import AlphaZeroNet
-from alphazero.rundir import RunDir
-from alphazero.sources import FRESH, NetworkCache, NetworkSource, load_network, read_weights, resolve_source
+from alphazero.nn.builtin import BUILTIN_FILE
+from alphazero.nn.network import AlphaZeroNet
+from alphazero.presets import get_preset
+from alphazero.store.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, save_model
+from alphazero.store.rundir import RunDir
+from alphazero.store.sources import FRESH, NetworkCache, NetworkSource, load_network, read_weights, resolve_source
 from eval.agents import parse_player
 from eval.network_agents import PolicyAgent
 from eval.uci import UciEngine
@@ -75,7 +76,7 @@ def test_a_run_without_checkpoints_plays_the_builtin_network_and_says_so(empty_r
 
 def test_without_a_builtin_network_the_fallback_is_fresh_and_builtin_is_refused(empty_run: Path, monkeypatch,
                                                                                 capsys) -> None:
-    monkeypatch.setattr(alphazero.builtin, "BUILTIN_FILE", empty_run / "no-such.pt")
+    monkeypatch.setattr(alphazero.nn.builtin, "BUILTIN_FILE", empty_run / "no-such.pt")
     assert load_network(NetworkSource(empty_run), device="cpu").fresh
     assert "freshly initialised" in capsys.readouterr().err
     with pytest.raises(UserError, match="no built-in network"):
@@ -151,9 +152,10 @@ def test_train_init_starts_from_the_given_weights(tmp_path: Path) -> None:
 def test_init_takes_fine_tuning_defaults_and_the_learning_rate_its_weights_ended_at(tmp_path: Path) -> None:
     import argparse
 
-    from alphazero.config import INIT_DEFAULTS, apply_overrides, to_toml
-    from alphazero.rundir import open_run_from_args
-    from alphazero.train import init_defaults
+    from alphazero.app.train import init_defaults
+    from alphazero.config import apply_overrides, to_toml
+    from alphazero.presets import INIT_DEFAULTS
+    from alphazero.store.rundir import open_run_from_args
 
     builtin = read_weights("builtin")
     trained = builtin.trained_with.learner

@@ -9,7 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from alphazero.checkpoint import (
+from alphazero.config import Config, NetworkConfig, apply_overrides, config_hash
+from alphazero.errors import UserError
+from alphazero.nn.network import AlphaZeroNet
+from alphazero.nn.planes import COMPACT_PLANES, NUM_SCALARS
+from alphazero.presets import from_toml, get_preset
+from alphazero.store.checkpoint import (
     LATEST_NAME,
     checkpoint_name,
     checkpoint_steps,
@@ -24,11 +29,7 @@ from alphazero.checkpoint import (
     step_of,
     thin_checkpoints,
 )
-from alphazero.config import Config, NetworkConfig, apply_overrides, config_hash, from_toml, get_preset
-from alphazero.errors import UserError
-from alphazero.network import AlphaZeroNet
-from alphazero.planes import COMPACT_PLANES, NUM_SCALARS
-from alphazero.rundir import RunDir
+from alphazero.store.rundir import RunDir
 from tests.helpers import overwrite_inside
 
 

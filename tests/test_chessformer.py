@@ -11,16 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from alphazero.bench.network import flops_per_evaluation
-from alphazero.checkpoint import (
-    load_checkpoint,
-    load_latest_weights,
-    load_model,
-    restore_checkpoint,
-    save_checkpoint,
-    save_model,
-)
-from alphazero.chessformer import (
+from alphazero.app.bench.network import flops_per_evaluation
+from alphazero.chess.moves import NUM_MOVES, legal_move_indices, move_to_index
+from alphazero.config import Config, NetworkConfig, apply_overrides, incompatible_fields
+from alphazero.errors import UserError
+from alphazero.nn.chessformer import (
     AttentionPolicyHead,
     AuxOutput,
     Chessformer,
@@ -30,13 +25,19 @@ from alphazero.chessformer import (
     deepnorm_beta,
     policy_index_map,
 )
-from alphazero.config import Config, NetworkConfig, apply_overrides, get_preset, incompatible_fields
-from alphazero.errors import UserError
-from alphazero.forward import Evaluator
-from alphazero.moves import NUM_MOVES, legal_move_indices, move_to_index
-from alphazero.network import AlphaZeroNet, build_network
-from alphazero.planes import compact_to_torch, encode_position
-from alphazero.rundir import RunDir
+from alphazero.nn.forward import Evaluator
+from alphazero.nn.network import AlphaZeroNet, build_network
+from alphazero.nn.planes import compact_to_torch, encode_position
+from alphazero.presets import get_preset
+from alphazero.store.checkpoint import (
+    load_checkpoint,
+    load_latest_weights,
+    load_model,
+    restore_checkpoint,
+    save_checkpoint,
+    save_model,
+)
+from alphazero.store.rundir import RunDir
 from learner.replay import Batch
 from learner.trainer import Trainer, auxiliary_losses, build_optimizer, soft_policy_targets
 from tests.helpers import trained_a_little
@@ -425,7 +426,7 @@ def test_decoupled_optimizers_decay_weight_matrices_only(name: str) -> None:
 
 
 def test_bench_network_prints_flops_beside_speed_for_both_kinds(capsys: pytest.CaptureFixture[str]) -> None:
-    from alphazero import cli
+    from alphazero.app import cli
 
     common = ["bench", "network", "--batch-sizes", "2", "--seconds", "0.05", "--device", "cpu"]
     assert cli.main([*common, "--preset", "tiny,cf-tiny"]) == 0

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from alphazero import __version__, cli
+from alphazero import __version__
+from alphazero.app import cli
 
 
 def test_version(capsys):
@@ -51,7 +52,7 @@ def test_no_command_prints_help_and_fails(capsys):
 
 
 def test_perft_does_not_load_torch_or_ray():
-    code = "import sys; from alphazero.cli import main; main(['perft', 'startpos', '1']); " \
+    code = "import sys; from alphazero.app.cli import main; main(['perft', 'startpos', '1']); " \
            "print('torch' in sys.modules, 'ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split()[-2:] == ["False", "False"]
@@ -91,9 +92,9 @@ def test_bench_network_shows_where_a_pass_goes(capsys):
 def test_bench_uci_prints_the_engine_beside_the_network_at_each_leaves_per_batch(capsys, tmp_path):
     import torch
 
-    from alphazero.checkpoint import save_model
-    from alphazero.config import get_preset
-    from alphazero.network import AlphaZeroNet
+    from alphazero.nn.network import AlphaZeroNet
+    from alphazero.presets import get_preset
+    from alphazero.store.checkpoint import save_model
 
     torch.manual_seed(0)
     save_model(tmp_path / "net.pt", AlphaZeroNet(get_preset("tiny").network))

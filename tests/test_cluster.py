@@ -20,13 +20,14 @@ from typing import Any
 import pytest
 import torch
 
-from alphazero import cli
-from alphazero.checkpoint import save_checkpoint
-from alphazero.config import from_toml, get_preset, to_toml
+from alphazero.app import cli
+from alphazero.config import to_toml
 from alphazero.errors import UserError
-from alphazero.network import AlphaZeroNet
-from alphazero.rundir import RunDir
-from alphazero.shards import list_shards, read_shard, read_shard_games
+from alphazero.nn.network import AlphaZeroNet
+from alphazero.presets import from_toml, get_preset
+from alphazero.store.checkpoint import save_checkpoint
+from alphazero.store.rundir import RunDir
+from alphazero.store.shards import list_shards, read_shard, read_shard_games
 from selfplay.sink import ShardSink, sink_name
 from selfplay.worker import SelfPlayWorker
 
@@ -218,8 +219,9 @@ class CountsShards(SelfPlayWorker):
 
         self.writer.output = counting_put
 
-    def progress(self) -> tuple[int, int]:
-        return self.built, self.output.unacknowledged
+    def progress(self) -> tuple[int, int, bool]:
+        """Shards built, shards out unacknowledged, and whether a built one is held back for the window."""
+        return self.built, self.output.unacknowledged, self.output.holding
 
 
 @pytest.mark.slow
@@ -235,11 +237,11 @@ def test_a_stalled_sink_holds_the_actor_at_its_window_and_loses_nothing(cluster,
     with SelfPlayFleet(run, config, actors=1, quota=4, placement=placement) as started:
         worker = started.actors[0]
         call = worker.play.remote(300.0)  # returns when its 4 games are played and sent, or after 300 s
-        # The sink holds shard 1; the worker has finished game 2 and built its shard, so it must wait.
-        wait_for(lambda: len(arrived()) >= 1 and ray.get(worker.progress.remote())[0] >= 2, "the second shard")
-        time.sleep(2.0)  # time for a worker that does not wait to send shard 2
-        assert len(arrived()) == 1
-        assert ray.get(worker.progress.remote()) == (2, 1)  # shard 2 waits in the worker, not in the sink
+        # The sink holds shard 1; the worker has finished game 2 and built its shard, so it must wait: the
+        # worker says it holds shard 2 back (a worker that sent it would never say so, and this would time out).
+        wait_for(lambda: len(arrived()) >= 1 and ray.get(worker.progress.remote()) == (2, 1, True),
+                 "the worker to hold the second shard back")
+        assert len(arrived()) == 1  # shard 2 waits in the worker, not in the sink
         assert not ray.wait([call], timeout=0)[0]  # play() is held
         (tmp_path / "release").touch()
         stats = ray.get(call, timeout=WAIT_S)

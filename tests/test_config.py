@@ -7,7 +7,6 @@ import dataclasses
 import pytest
 
 from alphazero.config import (
-    PRESET_NAMES,
     REFERENCE_BATCH_SIZE,
     Config,
     NetworkConfig,
@@ -15,13 +14,12 @@ from alphazero.config import (
     apply_overrides,
     architecture_hash,
     config_hash,
-    from_toml,
-    get_preset,
     incompatible_fields,
     network_config_from_dict,
     to_toml,
 )
 from alphazero.errors import UserError
+from alphazero.presets import PRESET_NAMES, from_toml, get_preset
 
 
 def test_presets_exist_and_differ_as_documented() -> None:
@@ -30,7 +28,7 @@ def test_presets_exist_and_differ_as_documented() -> None:
     assert all(config.network.kind == "resnet" for config in (tiny, small, alphazero))
     assert (tiny.network.blocks, tiny.network.filters) == (2, 32)
     assert (small.network.blocks, small.network.filters) == (6, 64)
-    assert (alphazero.network.blocks, alphazero.network.filters) == (20, 256)
+    assert (alphazero.nn.network.blocks, alphazero.nn.network.filters) == (20, 256)
     assert tiny.search.simulations < small.search.simulations < alphazero.search.simulations == 800
     assert tiny.selfplay.games_per_actor == 32
     assert tiny.learner.batch_size < small.learner.batch_size < alphazero.learner.batch_size == 4096

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 import eval.curve as curve_module
-from alphazero.checkpoint import save_checkpoint
-from alphazero.cli import main
-from alphazero.config import get_preset
+from alphazero.app.cli import main
 from alphazero.errors import UserError
-from alphazero.network import AlphaZeroNet
-from alphazero.rundir import RunDir
+from alphazero.nn.network import AlphaZeroNet
+from alphazero.presets import get_preset
+from alphazero.store.checkpoint import save_checkpoint
+from alphazero.store.rundir import RunDir
 from eval.curve import Checkpoint, CurveSettings, choose_checkpoints, curve_games, fit_curve, pairings
 from eval.evaluate import SETTINGS_FILE
 

@@ -10,8 +10,8 @@ import chess
 import numpy as np
 import pytest
 
-from alphazero import moves as pc_moves
-from alphazero.planes import expand_numpy
+from alphazero.chess import moves as pc_moves
+from alphazero.nn.planes import expand_numpy
 from mcts_ext import Board
 from mcts_ext.encode import encode_board, index_to_uci, legal_move_indices, new_batch, push_index
 from tests.random_games import corpus, termination

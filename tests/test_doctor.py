@@ -7,8 +7,8 @@ import re
 import pytest
 import torch
 
-from alphazero import cli, doctor
-from alphazero.network import NetOutput
+from alphazero.app import cli, doctor
+from alphazero.nn.network import NetOutput
 
 QUICK = ["doctor", "--batch-sizes", "1,8", "--seconds", "0.05", "--threads", "1"]
 

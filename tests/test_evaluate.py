@@ -12,11 +12,12 @@ import pytest
 import torch
 from rich.console import Console
 
-from alphazero.checkpoint import save_checkpoint
-from alphazero.config import Config, EvalConfig, get_preset
+from alphazero.config import Config, EvalConfig
 from alphazero.errors import UserError
-from alphazero.network import AlphaZeroNet
-from alphazero.rundir import RunDir
+from alphazero.nn.network import AlphaZeroNet
+from alphazero.presets import get_preset
+from alphazero.store.checkpoint import save_checkpoint
+from alphazero.store.rundir import RunDir
 from eval.cli import add_eval_arguments, run_eval
 from eval.elo import Rating
 from eval.evaluate import EvalSettings, evaluate_checkpoint, load_ratings, ratings_path
@@ -127,8 +128,8 @@ def test_periodic_evaluation_rates_every_kth_checkpoint_one_at_a_time(tmp_path, 
     from pathlib import Path
 
     import eval.evaluate as evaluate_module
-    from alphazero.config import get_preset
-    from alphazero.rundir import RunDir
+    from alphazero.presets import get_preset
+    from alphazero.store.rundir import RunDir
 
     calls: list[int] = []
     release = threading.Event()
@@ -259,8 +260,8 @@ def test_periodic_evaluation_keeps_to_its_share_of_the_time(tmp_path, monkeypatc
     from pathlib import Path
 
     import eval.evaluate as evaluate_module
-    from alphazero.config import get_preset
-    from alphazero.rundir import RunDir
+    from alphazero.presets import get_preset
+    from alphazero.store.rundir import RunDir
 
     now = [1000.0]
     calls: list[int] = []
@@ -329,8 +330,8 @@ def test_without_stockfish_the_elo_curve_is_off_and_says_why_once(tmp_path, monk
     from pathlib import Path
 
     import eval.evaluate as evaluate_module
-    from alphazero.config import get_preset
-    from alphazero.rundir import RunDir
+    from alphazero.presets import get_preset
+    from alphazero.store.rundir import RunDir
 
     monkeypatch.setattr(evaluate_module, "find_stockfish", lambda: None)
     monkeypatch.setattr(evaluate_module, "evaluate_checkpoint", lambda *args, **kwargs: pytest.fail("ran"))

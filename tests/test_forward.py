@@ -11,9 +11,16 @@ import pytest
 import torch
 
 from alphazero.config import NetworkConfig
-from alphazero.forward import BucketedForward, Evaluator, bucket_for, capture_graph, compile_per_bucket, start_buckets
-from alphazero.network import AlphaZeroNet
-from alphazero.planes import COMPACT_PLANES, compact_to_torch
+from alphazero.nn.forward import (
+    BucketedForward,
+    Evaluator,
+    bucket_for,
+    capture_graph,
+    compile_per_bucket,
+    start_buckets,
+)
+from alphazero.nn.network import AlphaZeroNet
+from alphazero.nn.planes import COMPACT_PLANES, compact_to_torch
 from tests.helpers import random_compact
 
 NET = NetworkConfig(blocks=1, filters=8, policy_filters=8, policy_kernel=3, value_filters=2, value_hidden=16)
@@ -125,7 +132,7 @@ def test_a_bucket_whose_capture_fails_runs_eager_and_the_run_goes_on(model: Alph
         return lambda: model(planes, scalars)
 
     forward = BucketedForward(model, torch.device("cpu"), mode="graphs", make=failing, max_batch=8)
-    with torch.inference_mode(), caplog.at_level(logging.WARNING, logger="alphazero.forward"):
+    with torch.inference_mode(), caplog.at_level(logging.WARNING, logger="alphazero.nn.forward"):
         for rows, seed in ((7, 1), (8, 2), (3, 3), (6, 4)):
             planes, scalars = positions(rows, seed)
             out, alone = forward(planes, scalars), model(planes, scalars)
@@ -174,7 +181,7 @@ def test_compile_makes_the_input_constants_before_its_first_trace(model: AlphaZe
     # Issue 23, defect 10: made inside the first trace, the constants changed a guarded dict: a second compile.
     from torch._dynamo.testing import CompileCounter
 
-    import alphazero.planes as planes_module
+    import alphazero.nn.planes as planes_module
 
     torch._dynamo.reset()
     monkeypatch.setattr(planes_module, "_DEVICE_CONSTANTS", {})
@@ -231,7 +238,7 @@ def test_compiling_keeps_inductors_tf32_advice_to_itself(model: AlphaZeroNet):
 
 def test_a_cpu_pass_compiles_one_bucket_its_largest_batch(model: AlphaZeroNet, monkeypatch: pytest.MonkeyPatch):
     # Issue 32: a CPU actor compiles once, at start, for its full batch (no CUDA graphs); smaller batches pad.
-    import alphazero.forward as forward_module
+    import alphazero.nn.forward as forward_module
 
     made: list[int] = []
 

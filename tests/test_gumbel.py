@@ -9,11 +9,12 @@ import chess
 import numpy as np
 import pytest
 
-from alphazero.config import apply_overrides, get_preset, to_toml
+from alphazero.chess.moves import legal_move_indices, move_to_index
+from alphazero.config import apply_overrides, to_toml
 from alphazero.errors import UserError
-from alphazero.moves import legal_move_indices, move_to_index
-from alphazero.rundir import RunDir
-from alphazero.shards import list_shards, read_shard, shard_from_records
+from alphazero.presets import get_preset
+from alphazero.store.rundir import RunDir
+from alphazero.store.shards import list_shards, read_shard, shard_from_records
 from mcts_ext import Board
 from mcts_ext.driver import analyse, run, uniform_evaluator
 from mcts_ext.encode import NUM_MOVES
@@ -406,7 +407,7 @@ def test_self_play_worker_writes_gumbel_shards(tmp_path):
 
 
 def test_search_players_follow_the_run_algorithm_and_gumbel_players_always_use_gumbel(tmp_path, weights):
-    from alphazero.sources import NetworkCache
+    from alphazero.store.sources import NetworkCache
     from eval.agents import parse_player
     from eval.network_agents import SearchAgent
 
@@ -467,9 +468,9 @@ def test_uci_auto_follows_the_network_for_a_node_limit_and_takes_puct_under_a_cl
 
     import torch
 
-    from alphazero.checkpoint import save_model
     from alphazero.config import to_toml
-    from alphazero.network import AlphaZeroNet
+    from alphazero.nn.network import AlphaZeroNet
+    from alphazero.store.checkpoint import save_model
     from eval.uci import UciEngine
 
     torch.manual_seed(3)
@@ -491,7 +492,7 @@ def test_uci_auto_follows_the_network_for_a_node_limit_and_takes_puct_under_a_cl
 def test_bench_search_prints_gumbel_beside_puct(capsys):
     import re
 
-    from alphazero import cli
+    from alphazero.app import cli
 
     assert cli.main(["bench", "search", "--algorithm", "gumbel", "--games", "2", "--simulations", "20",
                      "--seconds", "0.3"]) == 0

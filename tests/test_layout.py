@@ -19,8 +19,23 @@ MAY_IMPORT = {
 }
 """The README's layout table: the project's packages each folder may import."""
 
-COMMAND_LINE = ("alphazero/cli.py", "alphazero/train.py", "alphazero/bench/")
-"""The command line, which brings the packages together (it imports them where a subcommand runs)."""
+ROOMS = {
+    "alphazero": set(),  # the package's own modules: errors, config, presets, console, search parameters
+    "alphazero.chess": set(),
+    "alphazero.nn": {"alphazero.chess"},
+    "alphazero.store": {"alphazero.chess", "alphazero.nn"},
+    "alphazero.app": {"alphazero.chess", "alphazero.nn", "alphazero.store", "selfplay", "learner", "eval"},
+}
+"""The rooms of alphazero/ (the README's second table) and what each may import besides the package's own
+modules and mcts_ext: the application alone brings selfplay, learner and eval together."""
+
+
+def _room(path: Path) -> str:
+    """The room of a module of alphazero/ ('alphazero' for the package's own modules; __main__ is the app's)."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    if parts == ("alphazero", "__main__"):
+        return "alphazero.app"
+    return ".".join(parts[:2]) if len(parts) > 2 else "alphazero"
 
 
 def _sources(folder: str, suffixes: tuple[str, ...] = (".py",)) -> Iterator[Path]:
@@ -49,14 +64,28 @@ def test_each_folder_imports_only_what_the_layout_allows() -> None:
     wrong = []
     for package in PACKAGES:
         for path in _sources(package, (".py", ".pyx", ".pxd")):
-            name = path.relative_to(ROOT).as_posix()
-            if name.startswith(COMMAND_LINE):
-                continue
+            if package == "alphazero" and _room(path) == "alphazero.app":
+                continue  # the application: the next test
             for module, _ in _imported(path):
                 top = module.split(".")[0]
                 if top in PACKAGES and top != package and top not in MAY_IMPORT[package]:
-                    wrong.append(f"{name} imports {module}")
+                    wrong.append(f"{path.relative_to(ROOT)} imports {module}")
     assert not wrong
+
+
+def test_each_room_of_alphazero_imports_only_the_rooms_below_it() -> None:
+    wrong = []
+    for path in _sources("alphazero"):
+        room = _room(path)
+        for module, _ in _imported(path):
+            parts = module.split(".")
+            if parts[0] not in PACKAGES or parts[0] == "mcts_ext":
+                continue
+            target = f"alphazero.{parts[1]}" if f"alphazero.{'.'.join(parts[1:2])}" in ROOMS else parts[0]
+            if target not in {room, "alphazero", *ROOMS[room]}:
+                wrong.append(f"{path.relative_to(ROOT)} ({room}) imports {module}")
+    assert not wrong
+    assert {_room(path) for path in _sources("alphazero")} == set(ROOMS)  # no module outside a room
 
 
 def test_the_chess_core_needs_numpy_alone() -> None:

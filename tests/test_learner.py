@@ -21,7 +21,11 @@ import numpy as np
 import pytest
 import torch
 
-from alphazero.checkpoint import (
+from alphazero.config import Config, apply_overrides
+from alphazero.errors import UserError
+from alphazero.nn.network import AlphaZeroNet, NetOutput
+from alphazero.presets import get_preset
+from alphazero.store.checkpoint import (
     KEPT_NAME,
     LATEST_NAME,
     checkpoint_name,
@@ -32,11 +36,8 @@ from alphazero.checkpoint import (
     read_payload,
     step_of,
 )
-from alphazero.config import Config, apply_overrides, get_preset
-from alphazero.errors import UserError
-from alphazero.network import AlphaZeroNet, NetOutput
-from alphazero.rundir import LEARNER_LOCK_NAME, RunDir
-from alphazero.shards import DRAW_BAND
+from alphazero.store.rundir import LEARNER_LOCK_NAME, RunDir
+from alphazero.store.shards import DRAW_BAND
 from learner import cli
 from learner.loop import PROBES, Learner, probe_report, run_learner
 from learner.replay import Batch, ReplayWindow
@@ -552,7 +553,7 @@ def test_a_full_disk_is_a_user_error(run: tuple[RunDir, Config], monkeypatch: py
     def full(path: object, data: bytes) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
-    monkeypatch.setattr("alphazero.checkpoint.atomic_write_bytes", full)
+    monkeypatch.setattr("alphazero.store.checkpoint.atomic_write_bytes", full)
     with pytest.raises(UserError, match="No space left on device"):
         run_learner(rundir, config, steps=3, progress=False)
 
@@ -604,7 +605,7 @@ def test_the_window_used_by_the_loop_matches_the_config(run: tuple[RunDir, Confi
 
 
 def test_the_learner_bench_prints_training_beside_inference(capsys: pytest.CaptureFixture[str]) -> None:
-    from alphazero.bench import learner as bench
+    from alphazero.app.bench import learner as bench
 
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
@@ -617,7 +618,7 @@ def test_the_learner_bench_prints_training_beside_inference(capsys: pytest.Captu
 @pytest.mark.slow
 def test_a_damaged_latest_is_named_and_from_checkpoint_resumes_before_it(run: tuple[RunDir, Config],
                                                                           capsys: pytest.CaptureFixture[str]) -> None:
-    from alphazero import cli as alphazero_cli
+    from alphazero.app import cli as alphazero_cli
 
     rundir, config = run
     run_learner(rundir, config, steps=12, progress=False)  # checkpoints 0, 5, 10 and 12
@@ -644,7 +645,7 @@ def start_waiting_learner(rundir: RunDir) -> subprocess.Popen[bytes]:
     returns once it is running (its step 0 checkpoint is written, so it holds the learner lock)."""
     repo = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))}
-    holder = subprocess.Popen([sys.executable, "-m", "alphazero.cli", "learn", "--run", str(rundir.root), "--quiet",
+    holder = subprocess.Popen([sys.executable, "-m", "alphazero", "learn", "--run", str(rundir.root), "--quiet",
                                "--set", "learner.min_window_positions=1000"],
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 300  # a bound against a hang, not a timing assertion
@@ -660,7 +661,7 @@ def start_waiting_learner(rundir: RunDir) -> subprocess.Popen[bytes]:
 @pytest.mark.slow
 def test_one_learner_per_run_and_no_stale_lock_after_a_kill(run: tuple[RunDir, Config],
                                                             capsys: pytest.CaptureFixture[str]) -> None:
-    from alphazero import cli as alphazero_cli
+    from alphazero.app import cli as alphazero_cli
 
     rundir, _ = run
     holder = start_waiting_learner(rundir)

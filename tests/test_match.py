@@ -349,14 +349,14 @@ def test_stockfish_specs_and_limits(stockfish_path: str) -> None:
 
 
 def match_cli(run: Path, *extra: str) -> int:
-    from alphazero import cli
+    from alphazero.app import cli
 
     return cli.main(["match", "random", "vs", "random:seed=2", "--run", str(run), "--ply-limit", "20",
                      "--no-progress", *extra])
 
 
 def test_a_run_that_is_a_file_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from alphazero import cli
+    from alphazero.app import cli
 
     blocker = tmp_path / "afile"
     blocker.write_text("not a run")

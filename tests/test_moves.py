@@ -1,4 +1,4 @@
-"""Tests of the policy index for python-chess moves (alphazero.moves), of the random
+"""Tests of the policy index for python-chess moves (alphazero.chess.moves), of the random
 game corpus the differential tests rely on, and of the reference input encoder."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import chess
 import numpy as np
 import pytest
 
-from alphazero.moves import NUM_MOVES, index_to_move, legal_move_indices, move_to_index, policy_mask
+from alphazero.chess.moves import NUM_MOVES, index_to_move, legal_move_indices, move_to_index, policy_mask
 from mcts_ext.errors import IllegalMoveError, MoveIndexError
 from tests.random_games import CORPUS_SEEDS, DEFAULT_MAX_PLIES, corpus, iter_positions, random_game
 from tests.reference_encoder import SCALAR_SCALE, reference_compact, reference_planes

@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from alphazero.checkpoint import load_model, save_model
-from alphazero.config import NetworkConfig, get_preset
+from alphazero.chess.moves import NUM_MOVES
+from alphazero.config import NetworkConfig
 from alphazero.errors import UserError
-from alphazero.forward import Evaluator
-from alphazero.moves import NUM_MOVES
-from alphazero.network import AlphaZeroNet, build_network, fold_batch_norm, pick_device
-from alphazero.planes import compact_to_torch
+from alphazero.nn.forward import Evaluator
+from alphazero.nn.network import AlphaZeroNet, build_network, fold_batch_norm, pick_device
+from alphazero.nn.planes import compact_to_torch
+from alphazero.presets import get_preset
+from alphazero.store.checkpoint import load_model, save_model
 from tests.helpers import random_compact, trained_a_little
 
 SMALL_NET = NetworkConfig(blocks=1, filters=8, policy_filters=8, policy_kernel=3, value_filters=2, value_hidden=16)
@@ -176,7 +177,7 @@ def test_profile_legal_times_the_three_stages() -> None:
 
 
 def test_input_expansion_constants_are_made_once_per_device() -> None:
-    from alphazero.planes import _constants_on
+    from alphazero.nn.planes import _constants_on
 
     assert _constants_on(torch.device("cpu"))[1] is _constants_on(torch.device("cpu"))[1]
 
@@ -239,7 +240,7 @@ def test_preset_networks_build() -> None:
 
 
 def test_the_device_gather_and_the_host_gather_agree() -> None:
-    from alphazero.forward import gather_legal, gather_legal_numpy
+    from alphazero.nn.forward import gather_legal, gather_legal_numpy
 
     rng = np.random.default_rng(8)
     logits = rng.standard_normal((6, NUM_MOVES)).astype(np.float32)

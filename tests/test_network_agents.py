@@ -16,14 +16,15 @@ import numpy as np
 import pytest
 import torch
 
-from alphazero.checkpoint import save_checkpoint, save_model
-from alphazero.config import Config, get_preset
+from alphazero.chess.moves import move_to_index as policy_index
+from alphazero.config import Config
 from alphazero.errors import UserError
-from alphazero.forward import Evaluator
-from alphazero.moves import move_to_index as policy_index
-from alphazero.network import AlphaZeroNet
-from alphazero.rundir import DEFAULT_RUN_DIR, RunDir
-from alphazero.sources import (
+from alphazero.nn.forward import Evaluator
+from alphazero.nn.network import AlphaZeroNet
+from alphazero.presets import get_preset
+from alphazero.store.checkpoint import save_checkpoint, save_model
+from alphazero.store.rundir import DEFAULT_RUN_DIR, RunDir
+from alphazero.store.sources import (
     FRESH,
     Network,
     NetworkCache,
@@ -32,7 +33,6 @@ from alphazero.sources import (
     resolve_source,
 )
 from eval.agents import Agent, parse_player
-from eval.cli import DEFAULT_RUN_DIR as CLI_DEFAULT_RUN_DIR
 from eval.cli import add_match_arguments, parse_versus, run_match
 from eval.network_agents import PolicyAgent, SearchAgent, ValueAgent, to_mcts_board
 from mcts_ext.encode import encode_boards, move_to_index, new_batch
@@ -352,8 +352,15 @@ def test_player_specs_share_one_network(run_dir: Path) -> None:
         parse_player("policy:sims=3", **context)
 
 
-def test_the_default_run_is_the_same_everywhere() -> None:
-    assert DEFAULT_RUN_DIR == CLI_DEFAULT_RUN_DIR == Path("runs/default")
+def test_every_command_that_opens_a_run_defaults_to_the_same_one() -> None:
+    from alphazero.app.cli import build_parser
+
+    commands = next(action for action in build_parser()._actions if isinstance(action, argparse._SubParsersAction))
+    defaults = {name: action.default for name, command in commands.choices.items()
+                for action in command._actions if "--run" in action.option_strings}
+    assert len(defaults) >= 10  # train, selfplay, learn, pretrain, eval, match, curve, probe, puzzles, epd, uci
+    assert defaults.pop("uci") is None  # the engine: runs/default when it exists, else the built-in network
+    assert set(defaults.values()) == {DEFAULT_RUN_DIR} and DEFAULT_RUN_DIR == Path("runs/default")
 
 
 # --- alphazero match ----------------------------------------------------------------------------
@@ -413,7 +420,7 @@ def test_unusable_paths_are_user_errors_with_the_system_reason(tmp_path: Path) -
 def test_a_fresh_match_command_knows_the_network_players(tmp_path: Path) -> None:
     # Regression: the network players registered themselves only when something had imported
     # eval.network_agents first; in a fresh process `match policy vs random` did not know `policy`.
-    command = [sys.executable, "-m", "alphazero.cli", "match", "policy:weights=builtin", "vs", "random", "--games",
+    command = [sys.executable, "-m", "alphazero", "match", "policy:weights=builtin", "vs", "random", "--games",
                "2", "--run", str(tmp_path / "run"), "--device", "cpu", "--no-progress"]
     done = subprocess.run(command, env=repo_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr

@@ -134,7 +134,7 @@ def test_a_match_from_an_epd_book_records_the_start_in_json_and_pgn(tmp_path: Pa
 
     import chess.pgn
 
-    from alphazero.cli import main
+    from alphazero.app.cli import main
 
     book = tmp_path / "book.epd"
     book.write_text(EPD_BOOK)
@@ -154,7 +154,7 @@ def test_a_match_from_an_epd_book_records_the_start_in_json_and_pgn(tmp_path: Pa
 
 
 def test_a_book_made_twice_with_one_seed_is_the_same_and_loads_as_balanced_lines(tmp_path: Path) -> None:
-    from alphazero.cli import main
+    from alphazero.app.cli import main
     from tests.helpers import stockfish_or_skip
 
     stockfish_or_skip()

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from alphazero import forward as forward_module
 from alphazero.config import NetworkConfig
-from alphazero.forward import Evaluator
-from alphazero.network import AlphaZeroNet, NetOutput, build_network
-from alphazero.parity import ParitySettings, compare_legal, legal_softmax
-from alphazero.planes import COMPACT_PLANES, NUM_SCALARS, compact_to_torch
+from alphazero.nn import forward as forward_module
+from alphazero.nn.forward import Evaluator
+from alphazero.nn.network import AlphaZeroNet, NetOutput, build_network
+from alphazero.nn.parity import ParitySettings, compare_legal, legal_softmax
+from alphazero.nn.planes import COMPACT_PLANES, NUM_SCALARS, compact_to_torch
 
 NET = NetworkConfig(blocks=1, filters=8, policy_filters=8, policy_kernel=3, value_filters=2, value_hidden=16)
 CF = NetworkConfig(kind="chessformer", layers=1, embedding=16, heads=2, ffn=16, policy_filters=16,
@@ -95,7 +95,7 @@ def test_a_wrong_fast_pass_is_caught_on_its_first_pass_and_the_search_gets_eager
     # Issue 23, defect 4 (the acceptance test): nothing compared the fast pass with the plain one.
     evaluator = Evaluator(model, "cpu", forward="graphs", max_batch=ROWS,
                           runner_maker=fake_fast_pass(model, value_shift=0.5))
-    with caplog.at_level(logging.WARNING, logger="alphazero.network"):
+    with caplog.at_level(logging.WARNING, logger="alphazero.nn.network"):
         for seed in range(4):
             legal, values = evaluator.evaluate_legal(*batch(seed=seed))
             want_logits, want_values = eager(model, batch(seed=seed))
@@ -163,7 +163,7 @@ def test_an_eager_bf16_mismatch_falls_back_to_float32(model, caplog):
     real = evaluator._forward
     evaluator._forward = evaluator._eager = lambda p, s: NetOutput(real(p, s).policy_logits, real(p, s).value - 1,
                                                                    None)
-    with caplog.at_level(logging.WARNING, logger="alphazero.network"):
+    with caplog.at_level(logging.WARNING, logger="alphazero.nn.network"):
         _, values = evaluator.evaluate_legal(*batch())
     np.testing.assert_allclose(values, eager(model, batch())[1], rtol=1e-5, atol=1e-6)
     assert evaluator.describe_pass() == "eager, float32" and len(warnings_of(caplog)) == 1

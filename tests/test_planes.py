@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from alphazero.planes import (
+from alphazero.nn.planes import (
     COMPACT_PLANES,
     INPUT_PLANES,
     NUM_SCALARS,

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-import alphazero.forward as forward_module
-import alphazero.precision as precision_module
-from alphazero.config import get_preset
-from alphazero.doctor import sample_leaves
-from alphazero.forward import Evaluator
-from alphazero.network import AlphaZeroNet
-from alphazero.parity import ParitySettings
-from alphazero.precision import MIN_SPEEDUP, TIMING_ROUNDS, check_precision, choose_precision, forget_choices
+import alphazero.nn.forward as forward_module
+import alphazero.nn.precision as precision_module
+from alphazero.app.doctor import sample_leaves
+from alphazero.nn.forward import Evaluator
+from alphazero.nn.network import AlphaZeroNet
+from alphazero.nn.parity import ParitySettings
+from alphazero.nn.precision import MIN_SPEEDUP, TIMING_ROUNDS, check_precision, choose_precision, forget_choices
+from alphazero.presets import get_preset
 
 CPU = torch.device("cpu")
 
@@ -103,7 +103,7 @@ def test_a_bf16_pass_on_the_cpu_agrees_with_float32_within_the_tolerances() -> N
     logits, values = (a.copy() for a in fast.evaluate_legal(planes, scalars, indices, counts))
     ref_logits, ref_values = fast.reference_legal(planes, scalars, indices, counts, rows=64, width=logits.shape[1])
     assert fast.autocast and logits.dtype == np.float32 and values.dtype == np.float32
-    from alphazero.parity import compare_legal
+    from alphazero.nn.parity import compare_legal
     errors = compare_legal(logits, values, ref_logits, ref_values, counts, ParitySettings())
     assert errors.ok and errors.value > 0  # bf16 moved something, and not beyond 0.1 + 0.1 x |eager|
 
@@ -129,7 +129,7 @@ def test_a_wrong_bf16_pass_is_caught_on_the_first_pass_and_float32_reaches_the_s
     planes, scalars, indices, counts = sample_leaves(16)
     model = _WrongUnderAutocast(_model())
     evaluator = Evaluator(model, CPU, precision="bf16")  # parity 'auto': the first pass of each batch size
-    with caplog.at_level(logging.WARNING, logger="alphazero.forward"):
+    with caplog.at_level(logging.WARNING, logger="alphazero.nn.forward"):
         logits, values = (a.copy() for a in evaluator.evaluate_legal(planes, scalars, indices, counts))
         again = evaluator.evaluate_legal(planes, scalars, indices, counts)[1].copy()
     ref_logits, ref_values = evaluator.reference_legal(planes, scalars, indices, counts, rows=16,

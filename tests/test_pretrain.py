@@ -19,14 +19,14 @@ import chess.engine
 import numpy as np
 import pytest
 
-from alphazero import cli
-from alphazero.checkpoint import latest_checkpoint
+from alphazero.app import cli
+from alphazero.chess.moves import legal_move_indices, move_to_index
+from alphazero.chess.pgn_reader import SKIP_ILLEGAL, SKIP_NO_RESULT, SKIP_VARIANT, PgnGame, open_text, read_games
 from alphazero.config import PretrainConfig
 from alphazero.errors import UserError
-from alphazero.moves import legal_move_indices, move_to_index
-from alphazero.pgn_reader import SKIP_ILLEGAL, SKIP_NO_RESULT, SKIP_VARIANT, PgnGame, open_text, read_games
-from alphazero.rundir import RunDir
-from alphazero.shards import Shard, concatenate, game_ids, list_shards, read_shard, read_shard_meta, value_targets
+from alphazero.store.checkpoint import latest_checkpoint
+from alphazero.store.rundir import RunDir
+from alphazero.store.shards import Shard, concatenate, game_ids, list_shards, read_shard, read_shard_meta, value_targets
 from learner.labels import (
     MATE_HORIZON,
     LabelSettings,
@@ -438,7 +438,7 @@ def test_a_killed_labeller_loses_no_written_shard_and_a_restart_completes(tmp_pa
     stockfish_or_skip()
     run = tmp_path / "run"
     chunks, size = 40, 8
-    command = [sys.executable, "-m", "alphazero.cli", "pretrain", "--run", str(run), "--stockfish", "60",
+    command = [sys.executable, "-m", "alphazero", "pretrain", "--run", str(run), "--stockfish", "60",
                "--positions", str(chunks * size), "--set", f"pretrain.shard_positions={size}", "--workers", "1",
                "--data-only", "--quiet"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -469,9 +469,9 @@ def test_a_killed_labeller_loses_no_written_shard_and_a_restart_completes(tmp_pa
 
 
 def test_a_missing_stockfish_is_a_message(tmp_path: Path, monkeypatch, capsys) -> None:
-    import alphazero.stockfish
+    import alphazero.chess.stockfish
 
-    monkeypatch.setattr(alphazero.stockfish, "find_stockfish", lambda: None)
+    monkeypatch.setattr(alphazero.chess.stockfish, "find_stockfish", lambda: None)
     assert cli.main(["pretrain", "--run", str(tmp_path / "run"), "--stockfish", "10", "--positions", "5",
                      "--quiet"]) == 2
     assert "Stockfish was not found" in capsys.readouterr().err

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from alphazero.checkpoint import save_checkpoint
-from alphazero.cli import main
-from alphazero.config import get_preset
+from alphazero.app.cli import main
 from alphazero.errors import UserError
-from alphazero.network import AlphaZeroNet, NetOutput
-from alphazero.rundir import RunDir
-from alphazero.shards import LAB_KIND, VALUE_FROM_ROOT, shard_from_records, shard_name, write_shard
+from alphazero.nn.network import AlphaZeroNet, NetOutput
+from alphazero.presets import get_preset
+from alphazero.store.checkpoint import save_checkpoint
+from alphazero.store.rundir import RunDir
+from alphazero.store.shards import LAB_KIND, VALUE_FROM_ROOT, shard_from_records, shard_name, write_shard
 from eval.probe import ProbeSet, probe_network
 from tests.helpers import add_shard, random_compact
 

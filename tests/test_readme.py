@@ -35,3 +35,19 @@ def test_the_readme_stays_short_and_every_link_in_the_docs_resolves():
             if not (page.parent / target).exists():
                 broken.append(f"{page.relative_to(ROOT)} -> {target}")
     assert not broken
+
+
+def _github_anchor(title: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+
+
+def test_experiments_open_with_contents_that_list_every_entry_newest_first():
+    text = (ROOT / "EXPERIMENTS.md").read_text()
+    entries = [title for title in re.findall(r"^## (.+)$", text, flags=re.M) if title != "Contents"]
+    contents = text.split("## Contents", 1)[1].split("\n## ", 1)[0]
+    assert text.index("## Contents") < text.index(f"## {entries[0]}")
+    assert re.findall(r"^- \[(.+)\]\(#([^)]+)\)$", contents, flags=re.M) == [
+        (title, _github_anchor(title)) for title in entries]
+    dates = [re.findall(r"\d{4}-\d\d-\d\d", title)[-1] for title in entries]  # the last date of each entry
+    assert dates == sorted(dates, reverse=True)

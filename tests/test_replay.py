@@ -9,8 +9,8 @@ import chess
 import numpy as np
 import pytest
 
-from alphazero.moves import NUM_MOVES, policy_mask
-from alphazero.shards import encode_shard, shard_from_records, shard_name, write_shard
+from alphazero.chess.moves import NUM_MOVES, policy_mask
+from alphazero.store.shards import encode_shard, shard_from_records, shard_name, write_shard
 from learner.replay import WAIT_POSITIONS, WAIT_REUSE, ReplayWindow, is_validation_game
 from tests.helpers import LEGAL_MOVES, PER_GAME, add_games, add_shard, make_shard
 

@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from alphazero.config import apply_overrides, get_preset
-from alphazero.resign import (
+from alphazero.config import apply_overrides
+from alphazero.presets import get_preset
+from alphazero.store.resign import (
     ResignCalibrator,
     ResignCase,
     calibrate,
@@ -23,8 +24,8 @@ from alphazero.resign import (
     threshold_for_actors,
     wilson_interval,
 )
-from alphazero.rundir import RunDir
-from alphazero.shards import shard_name
+from alphazero.store.rundir import RunDir
+from alphazero.store.shards import shard_name
 from mcts_ext.params import SearchParams
 from mcts_ext.search import MultiGameSearch
 from tests.helpers import game_record, play_games, write_games

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from alphazero.config import get_preset, to_toml
+from alphazero.config import to_toml
 from alphazero.errors import UserError
-from alphazero.rundir import (
+from alphazero.presets import get_preset
+from alphazero.store.rundir import (
     RunDir,
     atomic_write_bytes,
     atomic_write_text,

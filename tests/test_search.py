@@ -6,7 +6,7 @@ import chess
 import numpy as np
 import pytest
 
-from alphazero.moves import move_to_index
+from alphazero.chess.moves import move_to_index
 from mcts_ext import Board
 from mcts_ext.driver import analyse, run, uniform_evaluator
 from mcts_ext.encode import NUM_MOVES

@@ -19,13 +19,14 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from alphazero import cli
-from alphazero.checkpoint import save_checkpoint
-from alphazero.config import apply_overrides, get_preset
-from alphazero.network import AlphaZeroNet
-from alphazero.pgn import STANDARD_TERMINATIONS
-from alphazero.rundir import RunDir
-from alphazero.shards import list_shards, read_shard
+from alphazero.app import cli
+from alphazero.chess.pgn import STANDARD_TERMINATIONS
+from alphazero.config import apply_overrides
+from alphazero.nn.network import AlphaZeroNet
+from alphazero.presets import get_preset
+from alphazero.store.checkpoint import save_checkpoint
+from alphazero.store.rundir import RunDir
+from alphazero.store.shards import list_shards, read_shard
 from selfplay.worker import PlayStats, SelfPlayWorker
 from tests.helpers import SELFPLAY_FAST, check_shard_invariants, fast_run, game_record, write_games
 
@@ -444,7 +445,7 @@ def test_an_inference_server_sized_from_its_lanes_merges_several_actors_in_one_p
 def test_workers_and_servers_warm_their_buckets_at_start(tmp_path, monkeypatch):
     # Issue 23, defect 10: a bucket met mid-run was captured or compiled then, stalling the actor.
     from alphazero.config import to_toml
-    from alphazero.forward import Evaluator
+    from alphazero.nn.forward import Evaluator
     from selfplay.inference import InferenceServer
 
     warmed: list[str] = []
@@ -528,7 +529,7 @@ class _Player:
 
 def test_bench_selfplay_measures_after_the_warm_up(local_ray):
     # Issue 23, defect 9: the server's snapshot was taken before the warm-up, which then counted as work.
-    from alphazero.bench.selfplay import _measure
+    from alphazero.app.bench.selfplay import _measure
 
     players = [_Player.remote() for _ in range(2)]
     at_snapshot: list[int] = []
@@ -539,13 +540,14 @@ def test_bench_selfplay_measures_after_the_warm_up(local_ray):
 
 def test_the_devices_own_busy_share_is_sampled_and_averaged(monkeypatch):
     # Issue 23, defect 9: the busy share came from CUDA events summed over actors, and passed 100%.
-    import alphazero.bench.selfplay as bench
+    import alphazero.app.bench.selfplay as bench
 
     monkeypatch.setattr(bench, "SAMPLE_SECONDS", 0.01)
     readings = iter([0.5, 1.0] * 1000)
     busy = bench.DeviceBusy(2, read=lambda index: next(readings))
     busy.start()
-    time.sleep(0.2)
+    while len(busy.samples) < 4:  # a few samples taken
+        time.sleep(0.01)
     busy.stop()
     assert busy.share() == pytest.approx(0.75) and bench._busy_text(busy, 2) == "75.0%"
     assert bench._busy_text(None, 0) == "-"
@@ -555,7 +557,7 @@ def test_the_devices_own_busy_share_is_sampled_and_averaged(monkeypatch):
 
     failing = bench.DeviceBusy(1, read=unreadable)
     failing.start()
-    time.sleep(0.05)
+    failing._thread.join()  # the sampler ends at its first failed reading
     failing.stop()
     assert bench._busy_text(failing, 1) == "unavailable (cannot read GPU 0's utilisation: no nvidia-smi)"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from alphazero.shards import (
+from alphazero.store.shards import (
     POLICY_ARRAYS,
     SAMPLE_ARRAYS,
     SHARD_VERSION,

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from alphazero import cli
-from alphazero.checkpoint import latest_checkpoint, step_of
-from alphazero.rundir import RunDir
-from alphazero.shards import list_shards
+from alphazero.app import cli
+from alphazero.store.checkpoint import latest_checkpoint, step_of
+from alphazero.store.rundir import RunDir
+from alphazero.store.shards import list_shards
 from tests.helpers import TRAIN_FAST
 
 pytest.importorskip("ray")
@@ -53,9 +53,9 @@ def test_at_learning_rate_zero_self_play_and_learning_leave_every_parameter_bit_
     the batch-norm statistics frozen (the default of a run from --init) so does every other tensor."""
     import torch
 
-    from alphazero.checkpoint import load_checkpoint, save_model
-    from alphazero.config import get_preset
-    from alphazero.network import AlphaZeroNet
+    from alphazero.nn.network import AlphaZeroNet
+    from alphazero.presets import get_preset
+    from alphazero.store.checkpoint import load_checkpoint, save_model
 
     torch.manual_seed(7)
     start = AlphaZeroNet(get_preset("tiny").network)

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import chess
 import chess.engine
@@ -23,16 +24,17 @@ import pytest
 import torch
 
 import eval.uci as uci_module
-from alphazero.checkpoint import save_model
-from alphazero.config import get_preset
 from alphazero.errors import UserError
-from alphazero.network import AlphaZeroNet
+from alphazero.nn.network import AlphaZeroNet
+from alphazero.presets import get_preset
+from alphazero.store.checkpoint import save_model
 from eval.scores import centipawns_to_value
-from eval.timeman import SIMPLE_MAX_FRACTION
+from eval.timeman import HARD_FRACTION, SIMPLE_MAX_FRACTION
 from eval.uci import (
     DEFAULT_THREADS,
     OPTIONS,
     GoCommand,
+    SearchReport,
     UciEngine,
     parse_go,
     plan_search_time,
@@ -44,7 +46,7 @@ MATED = "7k/6Q1/6K1/8/8/8/8/8 b - - 0 1"
 
 
 def _command(weights: Path) -> list[str]:
-    return [sys.executable, "-m", "alphazero.cli", "uci", "--weights", str(weights), "--device", "cpu",
+    return [sys.executable, "-m", "alphazero", "uci", "--weights", str(weights), "--device", "cpu",
             "--threads", "1"]
 
 
@@ -88,22 +90,50 @@ def test_go_nodes_is_respected_and_reported(engine: chess.engine.SimpleEngine) -
 def test_go_infinite_runs_until_stop(engine: chess.engine.SimpleEngine) -> None:
     board = chess.Board()
     with engine.analysis(board) as analysis:
-        time.sleep(1.2)  # longer than the info interval: at least one info line arrives while searching
+        for info in analysis:  # the info lines of the running search, as they come
+            if info.get("nodes", 0) > 10:
+                break
         analysis.stop()
         best = analysis.wait()
     assert best.move is not None and board.is_legal(best.move)
     assert analysis.info["nodes"] > 10
 
 
-def test_movetime_and_clock_are_kept(engine: chess.engine.SimpleEngine) -> None:
-    engine.configure({"MoveOverhead": 50})
-    board = chess.Board()
-    start = time.monotonic()
-    engine.play(board, chess.engine.Limit(time=0.3))
-    assert time.monotonic() - start < 1.5
-    start = time.monotonic()
-    engine.play(board, chess.engine.Limit(white_clock=3.0, black_clock=3.0, white_inc=0.0, black_inc=0.0))
-    assert time.monotonic() - start < 1.5  # about 3 s / 30 - 50 ms
+class SteppingClock:
+    """A clock that moves `step` seconds each time it is read: the engine's deadlines pass after a known
+    number of its own readings, however loaded the machine is."""
+
+    def __init__(self, step: float = 0.001) -> None:
+        self.now = 0.0
+        self.step = step
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            self.now += self.step
+            return self.now
+
+
+def _timed_search(weights: Path, fen: str | None, go: str) -> SearchReport:
+    """Runs `go` in-process on the engine's own stepping clock; returns the search's report."""
+    engine, out = _in_process(weights, "MoveOverhead value 50", clock=SteppingClock())
+    engine.handle(f"position fen {fen}" if fen else "position startpos")
+    engine.handle(go)
+    engine.wait()
+    best = out.getvalue().split("bestmove ")[-1].split()[0]
+    assert chess.Move.from_uci(best) in chess.Board(fen or chess.STARTING_FEN).legal_moves
+    assert engine.last_report is not None
+    return engine.last_report
+
+
+def test_movetime_and_clock_are_kept(weights: Path) -> None:
+    # movetime: all of it but the overhead; the search ends at its deadline, not later.
+    report = _timed_search(weights, None, "go movetime 300")
+    assert report.budget_ms == 250 and 0.24 <= report.seconds <= 0.26
+    # A clock: a share of it (never past the hard cap), and the search ends at that share's deadline.
+    report = _timed_search(weights, None, "go wtime 3000 btime 3000 winc 0 binc 0")
+    assert report.budget_ms is not None and 0 < report.budget_ms <= HARD_FRACTION * 3000
+    assert report.budget_ms / 1000 - 0.01 <= report.seconds <= report.budget_ms / 1000 + 0.01
 
 
 def test_no_legal_moves_gives_a_null_move(engine: chess.engine.SimpleEngine) -> None:
@@ -201,7 +231,7 @@ def test_isready_and_stop_are_answered_during_a_search(pipe: _Pipe) -> None:
     pipe.send(b"isready\n")
     pipe.expect("readyok")
     pipe.send(b"position startpos\ngo infinite\n")
-    time.sleep(0.3)
+    pipe.expect("info")  # the search is running
     pipe.send(b"isready\n")
     lines = pipe.expect("readyok", timeout=5)
     assert not any(line.startswith("bestmove") for line in lines)
@@ -385,7 +415,7 @@ def test_a_ponder_search_answers_only_after_ponderhit_or_stop(pipe: _Pipe) -> No
     assert chess.Move.from_uci(best) in board.legal_moves
     # With a clock: no time runs while pondering; after ponderhit the normal budget applies.
     pipe.send(b"position startpos moves e2e4\ngo ponder wtime 2000 btime 2000\n")
-    time.sleep(0.5)
+    pipe.expect("info")  # the ponder search is running
     pipe.send(b"isready\n")
     assert not any(line.startswith("bestmove") for line in pipe.expect("readyok"))
     pipe.send(b"ponderhit\n")
@@ -440,9 +470,10 @@ def test_the_tree_of_the_moves_played_is_kept_until_a_new_game(weights: Path) ->
 HANGING_QUEEN = "4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1"  # Rxd5
 
 
-def _in_process(weights: Path | str, *options: str) -> tuple[UciEngine, io.StringIO]:
+def _in_process(weights: Path | str, *options: str, clock: Any = None) -> tuple[UciEngine, io.StringIO]:
     out = io.StringIO()
-    engine = UciEngine(None, weights, "cpu", stdin=io.StringIO(""), stdout=out)
+    engine = UciEngine(None, weights, "cpu", stdin=io.StringIO(""), stdout=out,
+                       **({"clock": clock} if clock is not None else {}))
     for option in options:
         engine.handle(f"setoption name {option}")
     return engine, out
@@ -526,10 +557,12 @@ def test_policy_temperature_flattens_the_engines_prior_and_refuses_what_is_not_a
 def test_nps_counts_the_nodes_of_the_whole_search_over_its_whole_time(weights: Path) -> None:
     # Regression: after ponderhit, nps divided every node searched while pondering by the
     # milliseconds since the ponderhit.
-    engine, out = _in_process(weights)
+    clock = SteppingClock()
+    engine, out = _in_process(weights, clock=clock)
     engine.handle("position startpos moves e2e4")
     engine.handle("go ponder wtime 600000 btime 600000")
-    time.sleep(0.6)
+    while clock.now < 0.6:  # the engine's clock has run 0.6 s of pondering
+        assert not engine.wait(timeout=0.01), "the ponder search ended by itself"
     engine.handle("ponderhit")
     engine.handle("stop")
     info = _last_info(out)
@@ -612,7 +645,7 @@ def test_the_uci_player_plays_by_movetime_and_on_a_clock(weights: Path, tmp_path
 
 def test_two_settings_of_the_engine_play_a_clocked_match(weights: Path, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    from alphazero import cli
+    from alphazero.app import cli
 
     monkeypatch.setenv("PYTHONPATH", repo_env()["PYTHONPATH"])
     players = [f"uci:weights={weights},leaves=4,threads=1", "vs", f"uci:weights={weights},leaves=1,threads=1"]
@@ -650,28 +683,30 @@ def _quiet_history(plies: int = 1600, seed: int = 1) -> tuple[str, list[str]]:
     return fen, [move.uci() for move in board.move_stack]
 
 
-def test_a_position_whose_every_move_ends_the_game_keeps_the_time_limit(engine: chess.engine.SimpleEngine) -> None:
-    # Regression: every simulation ended the game (scored exactly), the search never
-    # returned to check its clock, and `go movetime 1000` answered after 2.7 s.
-    start = time.monotonic()
-    result = engine.play(chess.Board("k7/8/8/8/8/8/1R6/K7 w - - 99 100"), chess.engine.Limit(time=0.3))
-    assert time.monotonic() - start < 2.0  # a bound on a hang, not a speed target
-    assert result.move is not None
+def test_a_position_whose_every_move_ends_the_game_keeps_the_time_limit(weights: Path) -> None:
+    # Regression: every simulation ended the game (scored exactly), the search never returned to check
+    # its clock, and `go movetime 1000` answered after 2.7 s. On a clock that moves only when read, such a
+    # search would never end; this one must end at its deadline.
+    report = _timed_search(weights, "k7/8/8/8/8/8/1R6/K7 w - - 99 100", "go movetime 300")
+    assert report.seconds <= 0.26
 
 
-def test_stop_is_heard_after_a_long_quiet_history(engine: chess.engine.SimpleEngine) -> None:
+def test_stop_is_heard_after_a_long_quiet_history(weights: Path) -> None:
     # Regression: after 1,600 plies without a capture, `go infinite` + `stop` answered after 24 s.
+    # The search runs until stop (the engine's clock moves only when read); stop is sent once the
+    # search has reported, and must end it with a legal move.
     fen, moves = _quiet_history()
+    engine, out = _in_process(weights, clock=SteppingClock(step=0.05))  # an info line every few readings
+    engine.handle(f"position fen {fen} moves {' '.join(moves)}")
+    engine.handle("go infinite")
+    while " nps " not in out.getvalue():
+        assert not engine.wait(timeout=0.05), "the infinite search ended by itself"
+    engine.handle("stop")
     board = chess.Board(fen)
     for uci in moves:
         board.push_uci(uci)
-    with engine.analysis(board) as analysis:
-        time.sleep(0.3)
-        sent = time.monotonic()
-        analysis.stop()
-        best = analysis.wait()
-        assert time.monotonic() - sent < 2.0  # a bound on a hang, not a speed target
-    assert best.move is not None and board.is_legal(best.move)
+    best = out.getvalue().split("bestmove ")[-1].split()[0]
+    assert chess.Move.from_uci(best) in board.legal_moves
 
 
 # --- bad option values and network sources --------------------------------------------------------
@@ -699,7 +734,7 @@ def test_a_bad_weights_value_is_refused_and_the_old_one_kept(weights: Path, tmp_
 @pytest.mark.parametrize("flag", ["--weights", "--run"])
 def test_an_unusable_path_on_the_command_line_is_one_line_and_exit_2(
         flag: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from alphazero import cli
+    from alphazero.app import cli
 
     assert cli.main(["uci", flag, "p" * 300, "--device", "cpu"]) == 2
     err = capsys.readouterr().err
@@ -710,7 +745,7 @@ def test_an_unusable_path_on_the_command_line_is_one_line_and_exit_2(
 def test_a_run_without_checkpoints_needs_fresh(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     # Regression: a misspelt --run silently played with random weights.
-    from alphazero import cli
+    from alphazero.app import cli
 
     misspelt = tmp_path / "runs" / "defualt"
     assert cli.main(["uci", "--run", str(misspelt), "--device", "cpu"]) == 2
@@ -727,7 +762,7 @@ def test_the_uci_engine_does_not_import_the_cli() -> None:
     tree = ast.parse((ROOT / "eval" / "uci.py").read_text(encoding="utf-8"))
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-    assert not any(name and (name == "eval.cli" or name.startswith("alphazero.cli")) for name in imported)
+    assert not any(name and (name == "eval.cli" or name.startswith("alphazero.app.cli")) for name in imported)
 
 
 def test_the_precision_option_sets_what_the_network_runs_in(weights: Path) -> None:

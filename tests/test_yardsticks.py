@@ -9,7 +9,7 @@ from pathlib import Path
 import chess
 import pytest
 
-from alphazero.cli import main
+from alphazero.app.cli import main
 from alphazero.errors import UserError
 from eval.agents import Agent, Choice
 from eval.epd import read_epd, score_epd

@@ -4,7 +4,7 @@ The compact form is what search produces and shards store: per position,
 ``planes`` uint64[112] (bit ``8*row + col`` of plane ``p`` is cell ``[p, row, col]``)
 and ``scalars`` float32[7] holding raw values (colour, full-move number,
 castling rights, half-move clock). This module is the one place that knows how
-raw scalars are scaled for the network (``SCALAR_SCALE``); see .notes/SPEC.md.
+raw scalars are scaled for the network (``SCALAR_SCALE``); see docs/encodings.md.
 
 Two expansions give the same float32 [N, 119, 8, 8] tensor:
 

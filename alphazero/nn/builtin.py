@@ -1,11 +1,11 @@
 """The network that ships inside the package: its file, and the name ``builtin`` that stands for it.
 
-``alphazero/weights/builtin.pt`` is a model file (alphazero.checkpoint.save_model)
+``alphazero/weights/builtin.pt`` is a model file (alphazero.store.checkpoint.save_model)
 trained by ``alphazero pretrain`` (its card: ``alphazero/weights/README.md``).
 ``alphazero uci`` and ``alphazero match`` play it when their run has no
 checkpoint; ``--weights builtin``, ``weights=builtin`` in a player spec and
 ``alphazero train --init builtin`` name it. Weights named any way (a file, a
-run, ``builtin``) are found and read by alphazero.sources.
+run, ``builtin``) are found and read by alphazero.store.sources.
 
 >>> is_builtin("builtin"), is_builtin("runs/default")
 (True, False)
@@ -19,7 +19,7 @@ from pathlib import Path
 from alphazero.errors import UserError
 
 BUILTIN = "builtin"  # the name that stands for the shipped network
-BUILTIN_FILE = Path(__file__).resolve().parent / "weights" / "builtin.pt"
+BUILTIN_FILE = Path(__file__).resolve().parents[1] / "weights" / "builtin.pt"
 TRAIN_HINT = "train one with the command in the README's section \"Start from knowledge\""
 
 

@@ -8,7 +8,7 @@ torch and CUDA versions, then for each forward mode the device supports
 sizes: evaluations per second through ``Evaluator.evaluate_legal`` (the path
 self-play uses) and the largest differences from plain float32 eager on the
 same batch and device: of a value, and of a legal move's probability (the
-softmax over each position's legal moves: alphazero.parity). A mode passes
+softmax over each position's legal moves: alphazero.nn.parity). A mode passes
 when every difference lies within selfplay.parity_atol + parity_rtol x
 |eager| and none of its buckets fell back to eager; the exit status is 1
 when a mode does not pass, else 0. On a machine without CUDA it checks the
@@ -34,8 +34,8 @@ from alphazero.errors import UserError
 if TYPE_CHECKING:
     import numpy as np
 
-    from alphazero.forward import Evaluator, RunnerMaker
-    from alphazero.parity import ParitySettings
+    from alphazero.nn.forward import Evaluator, RunnerMaker
+    from alphazero.nn.parity import ParitySettings
 
 DEFAULT_BATCH_SIZES = "1,64,512"
 LEAF_GATHERS = 120  # search steps before the sample is taken: about 30 plies at 4 simulations a move
@@ -48,7 +48,7 @@ class Mode:
 
     device: str
     forward: str = "eager"
-    precision: str = "float32"  # 'bf16' or 'float32' (alphazero.precision)
+    precision: str = "float32"  # 'bf16' or 'float32' (alphazero.nn.precision)
     runner_maker: RunnerMaker | None = None
 
     @property
@@ -86,7 +86,7 @@ class ModeReport:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from alphazero.config import PRESET_NAMES
+    from alphazero.presets import PRESET_NAMES
 
     parser.add_argument("--weights", default="builtin", metavar="FILE_OR_RUN",
                         help="the network checked: a model file, a checkpoint, a run directory or 'builtin' "
@@ -150,9 +150,9 @@ def _network(args: argparse.Namespace) -> tuple[Any, dict[str, Any], str]:
     """
     import torch
 
-    from alphazero.config import get_preset
-    from alphazero.network import build_network, cpu_state_dict
-    from alphazero.sources import read_weights
+    from alphazero.nn.network import build_network, cpu_state_dict
+    from alphazero.presets import get_preset
+    from alphazero.store.sources import read_weights
 
     if args.preset is not None:
         config = get_preset(args.preset).network
@@ -167,8 +167,8 @@ def _evaluator(mode: Mode, config: Any, state: dict[str, Any], max_batch: int, s
     evaluator's check would hide a mismatch by falling back)."""
     import dataclasses
 
-    from alphazero.forward import Evaluator
-    from alphazero.network import build_network, load_weights
+    from alphazero.nn.forward import Evaluator
+    from alphazero.nn.network import build_network, load_weights
 
     model = build_network(config)
     load_weights(model, state, "the network checked")
@@ -196,7 +196,7 @@ def check_mode(mode: Mode, config: Any, state: dict[str, Any], leaves: tuple[np.
     timed; only the buckets the batch sizes need are made (not all of
     warm_up's: compiling takes long).
     """
-    from alphazero.parity import compare_legal
+    from alphazero.nn.parity import compare_legal
 
     report = ModeReport(mode)
     try:
@@ -225,7 +225,7 @@ def _header(cuda: bool) -> list[str]:
     import numpy
     import torch
 
-    from alphazero.precision import native_bf16
+    from alphazero.nn.precision import native_bf16
 
     lines = [f"alphazero {__version__}, Python {platform.python_version()}, torch {torch.__version__}, "
              f"numpy {numpy.__version__}",
@@ -247,8 +247,8 @@ def _cpu_auto_line(config: Any, state: dict[str, Any]) -> str:
     option Precision), as self-play and the engine decide it at start."""
     import torch
 
-    from alphazero.forward import Evaluator
-    from alphazero.network import build_network, load_weights
+    from alphazero.nn.forward import Evaluator
+    from alphazero.nn.network import build_network, load_weights
 
     model = build_network(config)
     load_weights(model, state, "the network checked")
@@ -261,7 +261,7 @@ def _table_header() -> str:
 
 
 def _table_rows(report: ModeReport) -> list[str]:
-    from alphazero.bench import rate
+    from alphazero.app.bench import rate
 
     lines = [f"{report.mode.label:<22} {point.batch:>6} {rate(point.evals_per_second):>9} "
              f"{point.value_error:>12.2e} {point.policy_error:>13.2e}  {'ok' if point.ok else 'MISMATCH'}"
@@ -277,8 +277,9 @@ def run(args: argparse.Namespace) -> int:
     """
     import torch
 
-    from alphazero.config import DEFAULT_PRESET, apply_overrides, get_preset
-    from alphazero.parity import ParitySettings
+    from alphazero.config import DEFAULT_PRESET, apply_overrides
+    from alphazero.nn.parity import ParitySettings
+    from alphazero.presets import get_preset
 
     batches = _batch_sizes(args.batch_sizes)
     if args.seconds <= 0:

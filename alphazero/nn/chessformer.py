@@ -3,14 +3,14 @@
 After Monroe & Chalmers, "Mastering Chess with a Transformer Model" (2024), the
 architecture of Leela Chess Zero's transformer networks. It takes the same
 compact input and gives the same outputs as the residual network
-(``alphazero.network.NetOutput``), so search, shards, agents, the learner and
+(``alphazero.nn.network.NetOutput``), so search, shards, agents, the learner and
 the UCI engine use either without knowing which.
 
 - **Tokens.** One per square of the board as the side to move sees it (ranks
   mirrored when Black moves, as the input planes already are): the square's
   119 input values (8 history steps x 14 piece and repetition planes, then
   colour, move count / 256, the four castling rights and the half-move clock
-  / 100: ``alphazero.planes.SCALAR_SCALE``) go through one linear projection,
+  / 100: ``alphazero.nn.planes.SCALAR_SCALE``) go through one linear projection,
   then a learned gain and offset per square and channel. The planes hold no
   en-passant plane: the previous step's pawns show it.
 - **Body.** ``layers`` Post-LN encoder layers with DeepNorm (Wang et al.,
@@ -58,10 +58,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from alphazero.chess.moves import NUM_MOVES
 from alphazero.config import NetworkConfig
-from alphazero.moves import NUM_MOVES
-from alphazero.network import NetOutput, float32_head
-from alphazero.planes import INPUT_PLANES, expand_torch
+from alphazero.nn.network import NetOutput, float32_head
+from alphazero.nn.planes import INPUT_PLANES, expand_torch
 
 __all__ = [
     "AuxOutput", "Chessformer", "EncoderLayer", "RelativeSelfAttention", "deepnorm_alpha", "deepnorm_beta",

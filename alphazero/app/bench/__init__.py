@@ -27,12 +27,12 @@ BENCHES = {
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="bench", metavar="BENCH", required=True)
     for name, help_text in BENCHES.items():
-        module = importlib.import_module(f"alphazero.bench.{name}")
+        module = importlib.import_module(f"alphazero.app.bench.{name}")
         module.add_arguments(sub.add_parser(name, help=help_text))
 
 
 def run_bench(args: argparse.Namespace) -> None:
-    importlib.import_module(f"alphazero.bench.{args.bench}").run(args)
+    importlib.import_module(f"alphazero.app.bench.{args.bench}").run(args)
 
 
 def ratio(numerator: float, denominator: float) -> str:
@@ -59,7 +59,7 @@ def precision_list(text: str) -> list[str]:
 
 def preset_list(text: str) -> list[str]:
     """Parses a --preset value: comma-separated preset names (argparse type)."""
-    from alphazero.config import PRESET_NAMES
+    from alphazero.presets import PRESET_NAMES
 
     names = [part for part in text.replace(" ", ",").split(",") if part]
     for name in names:
@@ -72,7 +72,7 @@ def bench_devices(spec: str) -> list[torch.device]:
     """The devices a bench measures: 'auto' is the CPU, plus CUDA when present; else the one named."""
     import torch
 
-    from alphazero.network import pick_device
+    from alphazero.nn.network import pick_device
 
     if spec.strip().lower() == "auto":
         return [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])

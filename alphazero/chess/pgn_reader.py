@@ -14,7 +14,7 @@ its result is unknown (``*``: ``SKIP_NO_RESULT``), when it has no moves
 (``SKIP_START``). Games with a SetUp/FEN start position are read from that
 position.
 
-``game_record`` turns a game into the samples of alphazero.shards (one per
+``game_record`` turns a game into the samples of alphazero.store.shards (one per
 position before a mainline move): the compact input with the game's history,
 as search encodes it; the policy target, the played move (optionally
 smoothed over the legal moves); the value target, the game's result for the
@@ -234,7 +234,7 @@ def result_for_white(result: str) -> int:
 
 
 def game_record(game: PgnGame, *, smoothing: float = 0.0, game_id: str = "") -> dict[str, Any]:
-    """Builds the shard record (alphazero.shards.shard_from_records) of a game's mainline.
+    """Builds the shard record (alphazero.store.shards.shard_from_records) of a game's mainline.
 
     One sample per position before a move: the compact input with the game's
     history; the policy, ``1 - smoothing`` on the played move plus

@@ -33,7 +33,7 @@ def _cmd_perft(args: argparse.Namespace) -> None:
 
 
 def _cmd_bench(args: argparse.Namespace) -> None:
-    from alphazero.bench import run_bench
+    from alphazero.app.bench import run_bench
 
     run_bench(args)
 
@@ -63,7 +63,7 @@ def _add_perft(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_bench(sub: argparse._SubParsersAction) -> None:
-    from alphazero.bench import add_bench_arguments
+    from alphazero.app.bench import add_bench_arguments
 
     p = sub.add_parser("bench", help="measure speed against a baseline run side by side")
     add_bench_arguments(p)
@@ -102,8 +102,8 @@ def _add_learn(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_learn(args: argparse.Namespace) -> None:
     """Runs the learner; its checkpoints go to the actors (--address) and to evaluation (eval.every_steps)."""
-    from alphazero.rundir import open_run_from_args
-    from alphazero.train import checkpoint_hooks
+    from alphazero.app.train import checkpoint_hooks
+    from alphazero.store.rundir import open_run_from_args
     from learner.cli import run
 
     run_dir, config = open_run_from_args(args, announce=False)
@@ -112,11 +112,11 @@ def _cmd_learn(args: argparse.Namespace) -> None:
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
-    from alphazero.train import add_arguments
+    from alphazero.app.train import add_arguments
 
     p = sub.add_parser("train", help="self-play and the learner together on this machine (the main job)")
     add_arguments(p)
-    p.set_defaults(func=_lazy("alphazero.train", "run"))
+    p.set_defaults(func=_lazy("alphazero.app.train", "run"))
 
 
 def _add_pretrain(sub: argparse._SubParsersAction) -> None:
@@ -128,12 +128,12 @@ def _add_pretrain(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_doctor(sub: argparse._SubParsersAction) -> None:
-    from alphazero.doctor import add_arguments
+    from alphazero.app.doctor import add_arguments
 
     p = sub.add_parser("doctor", help="check this machine's forward passes (CPU, and each GPU mode) against "
                                       "float32 eager: speed, errors, a verdict; run it first on a new machine")
     add_arguments(p)
-    p.set_defaults(func=_lazy("alphazero.doctor", "run"))
+    p.set_defaults(func=_lazy("alphazero.app.doctor", "run"))
 
 
 # The measuring commands (eval/): name, help, the eval.cli function that adds the arguments, and the

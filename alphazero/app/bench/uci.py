@@ -27,7 +27,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from alphazero.bench import rate, ratio
+from alphazero.app.bench import rate, ratio
 from alphazero.errors import UserError
 
 # torch, numpy, rich and the engine are imported inside the functions that use them:
@@ -158,8 +158,8 @@ def run(args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from alphazero.bench.network import measure_batch
-    from alphazero.sources import Network, NetworkSource, load_network
+    from alphazero.app.bench.network import measure_batch
+    from alphazero.store.sources import Network, NetworkSource, load_network
     from eval.uci import OPTIONS, UciEngine
 
     if args.seconds <= 0 or args.threads < 0 or args.game_plies < 0 or args.game_movetime < 1:

@@ -63,8 +63,14 @@ from alphazero.config import (
     to_toml,
 )
 from alphazero.errors import UserError
-from alphazero.network import build_network, check_architecture, cpu_state_dict, load_weights, model_config
-from alphazero.rundir import RunDir, atomic_write_bytes, atomic_write_text, complete_files, remove_stale_temporaries
+from alphazero.nn.network import build_network, check_architecture, cpu_state_dict, load_weights, model_config
+from alphazero.store.rundir import (
+    RunDir,
+    atomic_write_bytes,
+    atomic_write_text,
+    complete_files,
+    remove_stale_temporaries,
+)
 
 CHECKPOINT_FORMAT = "alphazero-checkpoint"
 FORMAT_VERSION = 1

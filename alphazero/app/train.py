@@ -24,13 +24,14 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from alphazero.config import DEFAULT_PRESET, INIT_DEFAULTS, Config, apply_overrides, get_preset
+from alphazero.config import DEFAULT_PRESET, Config, apply_overrides
 from alphazero.console import fit_line
 from alphazero.errors import UserError
-from alphazero.rundir import RunDir, add_run_arguments, learner_lock, open_run_from_args
+from alphazero.presets import INIT_DEFAULTS, get_preset
+from alphazero.store.rundir import RunDir, add_run_arguments, learner_lock, open_run_from_args
 
 if TYPE_CHECKING:  # imported where used: `alphazero perft` must not load torch
-    from alphazero.sources import Weights
+    from alphazero.store.sources import Weights
     from eval.evaluate import PeriodicEvaluation
 
 
@@ -54,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     """Trains until --minutes pass or Ctrl-C; prints what was done.
 
-    Holds the run's learner lock (alphazero.rundir.learner_lock) throughout.
+    Holds the run's learner lock (alphazero.store.rundir.learner_lock) throughout.
 
     Raises:
         UserError: bad options, a run of another configuration, another
@@ -97,7 +98,7 @@ def _train(args: argparse.Namespace, run_dir: RunDir, config: Config, init: Weig
 def _learn_and_play(args: argparse.Namespace, run_dir: RunDir, config: Config, init: Weights | None, actors: int,
                     hooks: CheckpointHooks) -> None:
     """Runs the learner in a thread and self-play in this one until the end; prints what was done."""
-    from alphazero.network import load_weights
+    from alphazero.nn.network import load_weights
     from learner.loop import Learner
     from selfplay.driver import run_selfplay
 
@@ -189,7 +190,7 @@ def checkpoint_hooks(run_dir: RunDir, config: Config, *, publish: bool,
 def init_defaults(init: Weights, preset: str | None, overrides: Sequence[str]) -> list[str]:
     """Gets the config a run started from ``--init`` takes before the user's --set overrides.
 
-    INIT_DEFAULTS (alphazero.config: each cites its experiment), and a
+    INIT_DEFAULTS (alphazero.presets: each cites its experiment), and a
     constant learning rate continuing from where the weights' own training
     ended (Weights.final_learning_rate, scaled to this run's batch size)
     unless the overrides set the learning-rate schedule themselves or the
@@ -213,8 +214,8 @@ def _read_init(spec: str, run: str | os.PathLike[str]) -> Weights:
     Raises:
         UserError: the run has checkpoints, or the weights cannot be read.
     """
-    from alphazero.checkpoint import latest_checkpoint
-    from alphazero.sources import read_weights
+    from alphazero.store.checkpoint import latest_checkpoint
+    from alphazero.store.sources import read_weights
 
     latest = latest_checkpoint(run)
     if latest is not None:

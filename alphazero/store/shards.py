@@ -32,7 +32,7 @@ shards lack them, and readers take that): ``game_id`` (a uuid stamped by the
 actor; ``game_ids`` derives one from the file name and the game's index for
 older shards), ``resign_threshold`` (the threshold the game was played under,
 null when it could not resign), ``resign_values`` ({"white": m, "black": m},
-see alphazero.resign) and ``resign_consecutive`` (the k that m was computed
+see alphazero.store.resign) and ``resign_consecutive`` (the k that m was computed
 with).
 
 The value target is ``results`` unless ``meta["value_target"]`` is
@@ -40,7 +40,7 @@ The value target is ``results`` unless ``meta["value_target"]`` is
 ``root_values``, a value in [-1, 1] (Stockfish labels, which have no game
 result; their ``results`` hold the nearest result class, nearest_results). See value_targets.
 
-Files are written to a temporary name and renamed (alphazero.rundir), so a
+Files are written to a temporary name and renamed (alphazero.store.rundir), so a
 reader sees whole shards or none; readers list only ``*.npz`` names that are
 not temporary. Names start with the write time in nanoseconds, so sorting
 them sorts them by age.
@@ -61,9 +61,9 @@ from typing import Any
 
 import numpy as np
 
-from alphazero.moves import NUM_MOVES
-from alphazero.planes import COMPACT_PLANES, NUM_SCALARS
-from alphazero.rundir import atomic_write_bytes, complete_files
+from alphazero.chess.moves import NUM_MOVES
+from alphazero.nn.planes import COMPACT_PLANES, NUM_SCALARS
+from alphazero.store.rundir import atomic_write_bytes, complete_files
 
 SHARD_VERSION = 1
 SHARD_SUFFIX = ".npz"

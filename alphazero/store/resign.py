@@ -49,8 +49,8 @@ from typing import Any
 import numpy as np
 
 from alphazero.config import SearchConfig
-from alphazero.rundir import RunDir, atomic_write_text, is_temporary
-from alphazero.shards import SHARD_SUFFIX, ShardError, read_shard_games
+from alphazero.store.rundir import RunDir, atomic_write_text, is_temporary
+from alphazero.store.shards import SHARD_SUFFIX, ShardError, read_shard_games
 
 __all__ = [
     "CALIBRATION_GAMES", "Calibration", "ResignCalibrator", "ResignCase", "THRESHOLD_GRID", "calibrate",

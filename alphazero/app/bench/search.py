@@ -21,8 +21,8 @@ import time
 import chess
 import numpy as np
 
-from alphazero.bench import rate, ratio
-from alphazero.moves import move_to_index
+from alphazero.app.bench import rate, ratio
+from alphazero.chess.moves import move_to_index
 from mcts_ext.driver import uniform_evaluator
 
 

@@ -14,7 +14,7 @@ Settings (``PRECISIONS``), from ``selfplay.cpu_precision``,
 ``learner.cpu_precision``, a player's ``precision=`` option or the UCI
 option ``Precision``: ``auto``, ``bf16`` (forced, even where emulated) and
 ``float32``. The heads' last layers stay float32 under bf16 either way
-(alphazero.network.float32_head), so priors and values are not rounded to
+(alphazero.nn.network.float32_head), so priors and values are not rounded to
 8 bits of mantissa.
 
 Example::
@@ -132,7 +132,7 @@ TIMING_SECONDS = 0.02  # a timer repeats its pass (or step) for at least this lo
 
 def random_positions(rows: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Gets ``rows`` seeded random compact positions (int64 planes, float32 scalars) on ``device``: a timer's input."""
-    from alphazero.planes import COMPACT_PLANES, NUM_SCALARS
+    from alphazero.nn.planes import COMPACT_PLANES, NUM_SCALARS
 
     generator = torch.Generator().manual_seed(0)
     planes = torch.randint(0, 2 ** 62, (rows, COMPACT_PLANES), generator=generator, dtype=torch.int64)

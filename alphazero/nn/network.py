@@ -1,11 +1,13 @@
-"""AlphaZero's residual network in PyTorch (files: alphazero.checkpoint; inference: alphazero.forward.Evaluator).
+"""AlphaZero's residual network in PyTorch.
+
+Its files: alphazero.store.checkpoint; inference: alphazero.nn.forward.Evaluator.
 
 The network takes the compact input (int64 bitboards [N, 112] and float32 raw
 scalars [N, 7]) and expands it on its own device as its first step, so only
 ~1 KB per position crosses to a GPU. Outputs, always from the side to move:
 
 - ``policy_logits`` [N, 4672]: index = plane * 64 + square, square = 8 * row + col
-  of the oriented board (see .notes/SPEC.md for the 73 move planes).
+  of the oriented board (see docs/encodings.md for the 73 move planes).
 - ``value`` [N] in [-1, 1]: the expected outcome.
 - ``wdl_logits`` [N, 3] (win, draw, loss) when the value head is 'wdl', else None;
   then value = P(win) - P(loss).
@@ -13,7 +15,7 @@ scalars [N, 7]) and expands it on its own device as its first step, so only
 Example::
 
     model = build_network(get_preset("tiny").network)
-    model.load_state_dict(state_dict)   # or alphazero.checkpoint.load_model
+    model.load_state_dict(state_dict)   # or alphazero.store.checkpoint.load_model
 """
 
 from __future__ import annotations
@@ -28,10 +30,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from alphazero.chess.moves import NUM_PLANES
 from alphazero.config import NetworkConfig
 from alphazero.errors import UserError
-from alphazero.moves import NUM_PLANES
-from alphazero.planes import INPUT_PLANES, expand_torch
+from alphazero.nn.planes import INPUT_PLANES, expand_torch
 
 _COMPILED_PREFIX = "_orig_mod."  # torch.compile's wrapper prefixes parameter names with this
 _T = TypeVar("_T")
@@ -130,7 +132,7 @@ def build_network(config: NetworkConfig) -> nn.Module:
     NetOutput and keep the config as ``.config``.
     """
     if config.kind == "chessformer":
-        from alphazero.chessformer import Chessformer  # it imports this module (NetOutput)
+        from alphazero.nn.chessformer import Chessformer  # it imports this module (NetOutput)
 
         return Chessformer(config)
     return AlphaZeroNet(config)

@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from alphazero.bench import bench_devices, precision_list, preset_list, rate, ratio
-from alphazero.config import get_preset
+from alphazero.app.bench import bench_devices, precision_list, preset_list, rate, ratio
+from alphazero.chess.moves import NUM_MOVES
 from alphazero.errors import UserError
+from alphazero.presets import get_preset
 
 if TYPE_CHECKING:
     import numpy as np
@@ -92,10 +93,10 @@ def synthetic_batch(size: int, rng: np.random.Generator) -> Batch:
 
     from learner.replay import Batch
 
-    legal = np.zeros((size, 4672), dtype=bool)
-    policy = np.zeros((size, 4672), dtype=np.float32)
+    legal = np.zeros((size, NUM_MOVES), dtype=bool)
+    policy = np.zeros((size, NUM_MOVES), dtype=np.float32)
     rows = np.repeat(np.arange(size), LEGAL_MOVES)
-    moves = np.argsort(rng.random((size, 4672)), axis=1)[:, :LEGAL_MOVES].reshape(-1)
+    moves = np.argsort(rng.random((size, NUM_MOVES)), axis=1)[:, :LEGAL_MOVES].reshape(-1)
     legal[rows, moves] = True
     policy[rows, moves] = rng.dirichlet(np.full(LEGAL_MOVES, 0.3), size=size).reshape(-1)
     planes = rng.integers(0, np.iinfo(np.uint64).max, size=(size, 112), dtype=np.uint64, endpoint=True)
@@ -133,7 +134,7 @@ def _sampling_seconds(batch: int, seconds: float) -> float:
     """Times ReplayWindow.sample(batch) over a window of synthetic shards on disk."""
     import numpy as np
 
-    from alphazero.shards import Shard, shard_name, write_shard
+    from alphazero.store.shards import Shard, shard_name, write_shard
     from learner.replay import ReplayWindow
 
     rng = np.random.default_rng(1)
@@ -141,7 +142,7 @@ def _sampling_seconds(batch: int, seconds: float) -> float:
         n = max(batch, 256)  # positions per shard; four shards
         for _ in range(4):
             offsets = np.arange(n + 1, dtype=np.int64) * LEGAL_MOVES
-            indices = np.tile(rng.choice(4672, LEGAL_MOVES, replace=False), n).astype(np.int16)
+            indices = np.tile(rng.choice(NUM_MOVES, LEGAL_MOVES, replace=False), n).astype(np.int16)
             probs = rng.dirichlet(np.full(LEGAL_MOVES, 0.3), size=n).astype(np.float32).reshape(-1)
             write_shard(Path(directory) / shard_name("bench"), Shard(
                 planes=rng.integers(0, 2**63, size=(n, 112), dtype=np.uint64), scalars=np.zeros((n, 7), np.float32),
@@ -174,7 +175,7 @@ def _training_seconds(config: Any, batch: Any, device: torch.device, precision: 
     the steps ran in ('bf16' or 'float32')."""
     import torch
 
-    from alphazero.network import build_network, count_parameters
+    from alphazero.nn.network import build_network, count_parameters
     from learner.trainer import Trainer
 
     torch.manual_seed(0)
@@ -190,8 +191,8 @@ def _inference_seconds(config: Any, batch: Any, device: torch.device, precision:
     """The fastest inference pass's seconds on ``batch`` (evaluate: all 4672 logits)."""
     import torch
 
-    from alphazero.forward import Evaluator
-    from alphazero.network import build_network
+    from alphazero.nn.forward import Evaluator
+    from alphazero.nn.network import build_network
 
     torch.manual_seed(0)
     evaluator = Evaluator(build_network(config.network), device, compile=args.compile, precision=precision)

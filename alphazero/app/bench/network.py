@@ -32,16 +32,17 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from alphazero.bench import bench_devices, precision_list, preset_list, rate, ratio
-from alphazero.config import FORWARD_MODES, PRESET_NAMES, apply_overrides, get_preset
+from alphazero.app.bench import bench_devices, precision_list, preset_list, rate, ratio
+from alphazero.config import FORWARD_MODES, apply_overrides
 from alphazero.errors import UserError
+from alphazero.presets import PRESET_NAMES, get_preset
 
 if TYPE_CHECKING:
     import numpy as np
     import torch
     from torch import nn
 
-    from alphazero.forward import Evaluator
+    from alphazero.nn.forward import Evaluator
 
 # torch, numpy and rich are imported inside the functions that use them: the CLI
 # imports every bench module to build its parser, and `alphazero perft` must not load torch.
@@ -104,8 +105,8 @@ def _random_positions(batch: int, rng: np.random.Generator) -> tuple[np.ndarray,
     legal_indices [B, 256] (as wide as the search's) and legal_counts."""
     import numpy as np
 
-    from alphazero.moves import NUM_MOVES
-    from alphazero.planes import COMPACT_PLANES, NUM_SCALARS
+    from alphazero.chess.moves import NUM_MOVES
+    from alphazero.nn.planes import COMPACT_PLANES, NUM_SCALARS
 
     planes = rng.integers(0, np.iinfo(np.uint64).max, size=(batch, COMPACT_PLANES), dtype=np.uint64, endpoint=True)
     scalars = rng.integers(0, 100, size=(batch, NUM_SCALARS)).astype(np.float32)
@@ -126,7 +127,7 @@ def flops_per_evaluation(model: nn.Module, batch: int = 4) -> float:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from alphazero.planes import compact_to_torch
+    from alphazero.nn.planes import compact_to_torch
 
     counted = copy.deepcopy(model).to("cpu").float().eval()
     compact = _random_positions(batch, np.random.default_rng(0))
@@ -198,8 +199,8 @@ def run(args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from alphazero.forward import Evaluator
-    from alphazero.network import build_network, count_parameters
+    from alphazero.nn.forward import Evaluator
+    from alphazero.nn.network import build_network, count_parameters
 
     if args.seconds <= 0 or args.max_pass_seconds <= 0:
         raise UserError("--seconds and --max-pass-seconds must be positive")

@@ -3,7 +3,7 @@
 Layout::
 
     runs/NAME/config.toml     the full config, written once when the run is created
-    runs/NAME/checkpoints/    step_000012000.pt files and LATEST (see alphazero.checkpoint)
+    runs/NAME/checkpoints/    step_000012000.pt files and LATEST (see alphazero.store.checkpoint)
     runs/NAME/selfplay/       shard files of self-play positions
     runs/NAME/pretrain/       shard files of supervised positions (alphazero pretrain; made when used)
     runs/NAME/games/          PGN of self-play and match games
@@ -35,17 +35,9 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from alphazero.config import (
-    DEFAULT_PRESET,
-    Config,
-    apply_overrides,
-    describe_differences,
-    from_toml,
-    get_preset,
-    incompatible_fields,
-    to_toml,
-)
+from alphazero.config import DEFAULT_PRESET, Config, apply_overrides, describe_differences, incompatible_fields, to_toml
 from alphazero.errors import UserError
+from alphazero.presets import from_toml, get_preset
 
 CONFIG_NAME = "config.toml"
 LEARNER_LOCK_NAME = "learner.lock"
@@ -395,18 +387,24 @@ def learner_lock(run: RunDir, command: str) -> Iterator[Path]:
 
 # --- the command-line options that open a run ------------------------------------
 
-DEFAULT_RUN = "runs/default"
-DEFAULT_RUN_DIR = Path(DEFAULT_RUN)
+DEFAULT_RUN_DIR = Path("runs/default")
 """The run every command uses without --run."""
+
+
+def add_run_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+                   role: str = "run directory") -> None:
+    """Adds --run DIR (a Path, default runs/default): one spelling, type and default for every command;
+    ``role`` says what the command does with the run."""
+    parser.add_argument("--run", type=Path, default=DEFAULT_RUN_DIR, metavar="DIR",
+                        help=f"{role} (default {DEFAULT_RUN_DIR})")
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds --run, --preset and --set: the options of every command that opens a run."""
-    from alphazero.config import DEFAULT_PRESET, PRESET_NAMES
+    from alphazero.config import DEFAULT_PRESET
+    from alphazero.presets import PRESET_NAMES
 
-    parser.add_argument("--run", default=DEFAULT_RUN, metavar="DIR",
-                        help=f"run directory, created with --preset when it has no config.toml "
-                             f"(default: {DEFAULT_RUN})")
+    add_run_option(parser, "run directory, created with --preset when it has no config.toml")
     parser.add_argument("--preset", choices=PRESET_NAMES, default=None,
                         help=f"preset of a new run (default: {DEFAULT_PRESET}, the CPU preset); "
                              "an existing run keeps its own")
@@ -425,7 +423,7 @@ def open_run_from_args(args: argparse.Namespace, extra_overrides: Iterable[str] 
     Raises:
         UserError: see RunDir.create_or_open.
     """
-    from alphazero.config import get_preset
+    from alphazero.presets import get_preset
 
     existed = RunDir(args.run).exists()
     preset = get_preset(args.preset) if args.preset else None

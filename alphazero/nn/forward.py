@@ -3,7 +3,7 @@
 The Evaluator (at the end of this module) takes numpy in and gives float32
 numpy out, all 4672 logits or only the legal moves' (what the search reads),
 under bf16 autocast on a GPU, checking its fast passes against float32 eager
-(alphazero.parity). How its passes run on a GPU:
+(alphazero.nn.parity). How its passes run on a GPU:
 
 A GPU spends much of a small batch's pass launching kernels one layer at a
 time: on an H100 (EXPERIMENTS.md, "GPU") 6x64 ran 554k evals/s at batch
@@ -59,12 +59,18 @@ from typing import Any
 import numpy as np
 import torch
 
+from alphazero.chess.moves import NUM_MOVES
 from alphazero.config import CPU_FORWARD_MODES, FORWARD_MODES, NetworkConfig, architecture_hash
-from alphazero.moves import NUM_MOVES
-from alphazero.network import fold_batch_norm, load_weights, model_config
-from alphazero.parity import ParityErrors, ParitySettings, compare_legal
-from alphazero.planes import COMPACT_PLANES, NUM_SCALARS, check_compact_numpy, compact_to_torch, make_device_constants
-from alphazero.precision import choose_precision, random_positions, seconds_per_call
+from alphazero.nn.network import fold_batch_norm, load_weights, model_config
+from alphazero.nn.parity import ParityErrors, ParitySettings, compare_legal
+from alphazero.nn.planes import (
+    COMPACT_PLANES,
+    NUM_SCALARS,
+    check_compact_numpy,
+    compact_to_torch,
+    make_device_constants,
+)
+from alphazero.nn.precision import choose_precision, random_positions, seconds_per_call
 
 log = logging.getLogger(__name__)
 
@@ -459,14 +465,14 @@ class Evaluator:
 
     The model itself is moved to ``device`` (default: where its weights are),
     put in eval mode and into channels_last memory format where it runs bf16;
-    ``precision`` ('auto', 'bf16', 'float32': alphazero.precision) says whether
+    ``precision`` ('auto', 'bf16', 'float32': alphazero.nn.precision) says whether
     it runs under bf16 autocast: on CUDA 'auto' is bf16, on a CPU bf16 where the
     processor has native bf16 and a pass timed at start was faster
     (``precision_choice.reason`` says which and why). The heads' last layers
     stay float32 and outputs are float32. ``compile=True`` wraps the model in
     torch.compile; the first batches of each new size are then slow.
 
-    ``forward`` picks how a CUDA pass runs (alphazero.forward.FORWARD_MODES):
+    ``forward`` picks how a CUDA pass runs (alphazero.nn.forward.FORWARD_MODES):
     'eager', 'graphs' (a CUDA graph per batch-size bucket) or 'compile'
     (torch.compile(mode='reduce-overhead') per bucket); ``max_batch`` is the
     largest batch the caller sends (a bucket of its own, and with it the
@@ -479,7 +485,7 @@ class Evaluator:
     tests reach the fast path's code on the CPU with it).
 
     A fast pass (bf16 on any device, graphs or compiled) checks itself against
-    float32 eager on the same batch (alphazero.parity; ``parity`` says when: the
+    float32 eager on the same batch (alphazero.nn.parity; ``parity`` says when: the
     first pass of each batch size or bucket, the first after each weight update,
     a share of the others): on a
     mismatch it logs one warning with the largest errors, hands the search
@@ -575,7 +581,7 @@ class Evaluator:
         return bf16_autocast(self.device) if self.autocast else contextlib.nullcontext()
 
     def warm_up(self) -> None:
-        """Captures or compiles the fast pass's start buckets now (alphazero.forward.start_buckets), so that
+        """Captures or compiles the fast pass's start buckets now (alphazero.nn.forward.start_buckets), so that
         none stalls a pass later; a bucket that fails runs eager (one warning). Nothing on an eager pass."""
         if self._bucketed is not None and self._forward is self._bucketed:
             with torch.inference_mode(), self._autocast():
@@ -821,7 +827,7 @@ def _channels_last(model: torch.nn.Module) -> torch.nn.Module:
 
 
 TIMING_ROWS = 32  # the batch the start-up timing of a CPU's precision runs when the caller's is not known
-MAX_TIMING_ROWS = 64  # and at most this many rows when it is (alphazero.precision)
+MAX_TIMING_ROWS = 64  # and at most this many rows when it is (alphazero.nn.precision)
 
 
 def time_forward(model: torch.nn.Module, device: torch.device, bf16: bool, rows: int = TIMING_ROWS) -> float:

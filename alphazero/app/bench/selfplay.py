@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from alphazero.bench import rate, ratio
+from alphazero.app.bench import rate, ratio
 from alphazero.errors import UserError
 
 
@@ -163,8 +163,8 @@ def _idle_cpu(sink: Any, seconds: float) -> tuple[float, float]:
 def _stored(run_dir: Any, config: Any) -> dict[str, float]:
     """What the run's shards hold (shards, games, positions, bytes of npz and PGN files) and the time the
     driver's resignation calibration takes to read them once."""
-    from alphazero.resign import ResignCalibrator
-    from alphazero.shards import list_shards, read_shard_games
+    from alphazero.store.resign import ResignCalibrator
+    from alphazero.store.shards import list_shards, read_shard_games
 
     shards = list_shards(run_dir.selfplay)
     games = [game for path in shards for game in read_shard_games(path)]
@@ -199,8 +199,9 @@ def _run_once(args: argparse.Namespace, extra: list[str]) -> tuple[float, str]:
     networks ran in ('' with a server)."""
     import ray
 
-    from alphazero.config import apply_overrides, for_gpus, get_preset
-    from alphazero.rundir import RunDir
+    from alphazero.config import apply_overrides, for_gpus
+    from alphazero.presets import get_preset
+    from alphazero.store.rundir import RunDir
     from selfplay.driver import connect_ray
     from selfplay.fleet import SelfPlayFleet
     from selfplay.worker import lane_games, uses_overlap
@@ -356,6 +357,6 @@ def _busy_text(busy: DeviceBusy | None, gpus: float) -> str:
 
 def _actor_device(config: Any) -> Any:
     """The device the actors' local evaluators pick (as SelfPlayWorker does)."""
-    from alphazero.network import pick_device
+    from alphazero.nn.network import pick_device
 
     return pick_device(config.selfplay.device)

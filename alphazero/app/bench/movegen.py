@@ -20,8 +20,8 @@ import chess
 from rich.console import Console
 from rich.table import Table
 
-from alphazero.bench import rate, ratio
-from alphazero.stockfish import find_stockfish
+from alphazero.app.bench import rate, ratio
+from alphazero.chess.stockfish import find_stockfish
 
 # (name, FEN, depth for the Cython core and Stockfish, depth for python-chess)
 POSITIONS = [

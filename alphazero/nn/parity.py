@@ -11,7 +11,7 @@ eager ``ref`` when
     |fast - ref| <= atol + rtol * |ref|
 
 (lc0's rule; NaN never agrees). Which batches are checked and what happens
-on a mismatch is the Evaluator's (alphazero.forward); the settings come from
+on a mismatch is the Evaluator's (alphazero.nn.forward); the settings come from
 the ``selfplay.parity_*`` config keys, and ``alphazero doctor`` uses the
 same comparison.
 

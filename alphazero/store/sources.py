@@ -5,13 +5,13 @@ NetworkSource, and it is found here (resolve_source) and loaded here
 (load_network for a playing Network, read_weights for `train --init`):
 
 - a run's latest checkpoint (the default); a run with none yet plays the
-  built-in network (alphazero.builtin) or, with ``fallback=FRESH``, freshly
+  built-in network (alphazero.nn.builtin) or, with ``fallback=FRESH``, freshly
   initialised, seeded weights, and says so on stderr;
 - ``checkpoint=STEP`` (a step of the run) or ``checkpoint=PATH`` (any checkpoint file);
 - ``weights=FILE`` (a model file or any checkpoint), ``weights=DIR`` (another
   run's latest checkpoint) or ``weights=builtin`` (the network that ships).
 
-The file formats are alphazero.checkpoint's; the run's own checkpoints, which
+The file formats are alphazero.store.checkpoint's; the run's own checkpoints, which
 the learner and the actors follow, are read there (latest_weights). Users:
 the agents (eval.network_agents), the UCI engine (eval.uci), ``train --init``
 and ``doctor`` (read_weights), ``bench uci``.
@@ -35,8 +35,14 @@ from typing import Any, TextIO
 import numpy as np
 import torch
 
-from alphazero.builtin import BUILTIN, builtin_path, is_builtin, require_builtin
-from alphazero.checkpoint import (
+from alphazero.config import DEFAULT_PRESET, Config, NetworkConfig, SearchConfig
+from alphazero.errors import UserError
+from alphazero.nn.builtin import BUILTIN, builtin_path, is_builtin, require_builtin
+from alphazero.nn.forward import Evaluator
+from alphazero.nn.network import build_network, pick_device
+from alphazero.nn.planes import compact_to_torch
+from alphazero.presets import from_toml, get_preset
+from alphazero.store.checkpoint import (
     checkpoint_name,
     latest_checkpoint,
     load_model,
@@ -44,12 +50,7 @@ from alphazero.checkpoint import (
     read_payload,
     step_of,
 )
-from alphazero.config import DEFAULT_PRESET, Config, NetworkConfig, SearchConfig, from_toml, get_preset
-from alphazero.errors import UserError
-from alphazero.forward import Evaluator
-from alphazero.network import build_network, pick_device
-from alphazero.planes import compact_to_torch
-from alphazero.rundir import DEFAULT_RUN_DIR, RunDir, complete_files
+from alphazero.store.rundir import DEFAULT_RUN_DIR, RunDir, complete_files
 from mcts_ext import Board
 from mcts_ext.encode import encode_boards, new_batch
 
@@ -275,7 +276,7 @@ def load_network(
     precision: str = "auto",
 ) -> Network:
     """Loads the network a source names onto `device` ('auto' picks CUDA when present), to run in `precision`
-    ('auto', 'bf16', 'float32': alphazero.precision); on a CPU, what it runs in is said on `warn`.
+    ('auto', 'bf16', 'float32': alphazero.nn.precision); on a CPU, what it runs in is said on `warn`.
 
     A run with no checkpoint yet gives the built-in network (source.fallback
     'builtin', when this installation has one) or freshly initialised weights
@@ -307,7 +308,7 @@ def load_network(
 
 
 def _checked_precision(precision: str) -> str:
-    from alphazero.precision import check_precision
+    from alphazero.nn.precision import check_precision
 
     try:
         return check_precision(precision)

@@ -1,0 +1,231 @@
+"""The presets a run starts from, and reading a saved config: the preset it names, then its own values.
+
+- ``tiny``: a CPU default. 2 blocks x 32 filters, Gumbel AlphaZero with 16
+  simulations (measured stronger than PUCT with 64 at equal time), games capped
+  at 256 plies, 32 at once per core; the learner starts on the first shard.
+- ``small``: 6 blocks x 64 filters, 200 simulations: a real run on one GPU.
+- ``alphazero``: the values of Silver et al. (2018): 20 blocks x 256 filters,
+  800 simulations, batch 4096, learning rate 0.2 dropping tenfold at 100k,
+  300k and 500k steps.
+- ``cf-tiny``: tiny's search and self-play with a 2-layer Chessformer
+  (``network.kind = "chessformer"``, embedding 48, 2 heads), trained with NAdam
+  and the auxiliary soft-policy and q targets: the transformer on a CPU.
+- ``cf-6m``: small's search and self-play with the Chessformer paper's CF-6M
+  (8 layers, embedding 256, 8 heads, feed-forward 256): a run on one GPU.
+
+``INIT_DEFAULTS`` is what ``alphazero train --init`` changes in a preset for a
+run that starts from trained weights. The schema, TOML writing and overrides
+are alphazero.config's.
+
+Example::
+
+    config = apply_overrides(get_preset("tiny"), ["search.simulations=100"])
+    assert from_toml(to_toml(config)) == config
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from typing import Any
+
+from alphazero.config import (
+    DEFAULT_PRESET,
+    SECTIONS,
+    Config,
+    EvalConfig,
+    LearnerConfig,
+    NetworkConfig,
+    SearchConfig,
+    SelfPlayConfig,
+    field_hints,
+    unknown_key,
+    unknown_section,
+)
+from alphazero.errors import UserError
+
+# --- the presets --------------------------------------------------------------------
+
+def _tiny() -> Config:
+    # Sized for a 2-core laptop: the net evaluates ~7k positions/s per core at
+    # batch 32, so 32 games x 64 simulations advance one ply in ~0.3 s and a game
+    # capped at 256 plies ends within about a minute and a half.
+    return Config(
+        preset="tiny",
+        network=NetworkConfig(blocks=2, filters=32, policy_filters=32, policy_kernel=1,
+                              value_filters=8, value_hidden=64),
+        # Gumbel AlphaZero with 16 simulations: 30-minute runs on 2 cores (EXPERIMENTS.md, "Issue 12")
+        # rated gumbel-16 463 Elo above PUCT with 64 simulations (+80 =12 -0, both searching 64 at
+        # play time) and PUCT-16 below both: its self-play collapsed into repetition draws.
+        search=SearchConfig(algorithm="gumbel", simulations=16, ply_limit=256),
+        # gpu_games_per_actor is not measured: tiny is a CPU preset. Its device stays 'auto': without
+        # --gpus that is the CPU (for_gpus), with --gpus the GPUs asked for.
+        selfplay=SelfPlayConfig(games_per_actor=32, shard_games=16, weights_poll_seconds=10.0,
+                                gpu_games_per_actor=256),
+        # max_sample_reuse 2: 10-minute runs on 2 cores with 1, 2 and 4 (EXPERIMENTS.md, "Issue 11")
+        # rated on the same held-out games: 1 and 2 tied (value MSE 0.278 and 0.281), 4 was worse
+        # (0.347) and its held-out value loss was 3.6x its training one: memorised results.
+        learner=LearnerConfig(batch_size=256, lr_boundaries=(10_000, 30_000, 50_000), training_steps=70_000,
+                              window_positions=100_000, min_window_positions=2_000, max_sample_reuse=2.0,
+                              checkpoint_every=200, keep_checkpoints=5, keep_every_steps=5_000, log_every=20,
+                              validation_positions=5_000, validate_every=200),
+        eval=EvalConfig(games=20, every_steps=400),
+    )
+
+
+def _small() -> Config:
+    return Config(
+        preset="small",
+        network=NetworkConfig(blocks=6, filters=64, policy_filters=64, value_filters=16, value_hidden=128),
+        # PUCT: Gumbel won at 16 simulations against 64 on the tiny net (see _tiny); at 200 and 800
+        # simulations the two are unmeasured here, and the paper found them close at high budgets.
+        search=SearchConfig(simulations=200),
+        # On one H100 (EXPERIMENTS.md, "GPU"; 14 actors, local inference, one batch per actor)
+        # 1024 games per actor gave 465k evals/s against 214k at 256 and 60.8k
+        # at 64, and a CUDA graph of this net ran fastest at batch 1024 (1.06M/s).
+        # With overlap an actor's games make two batches: 2048 games keep each
+        # at 1024. On one H200 (EXPERIMENTS.md, "Issue 37") 15 actors at 2048 ran 1.3x
+        # the network alone at batch 1024, the GPU 97% busy.
+        selfplay=SelfPlayConfig(games_per_actor=64, shard_games=32, gpu_games_per_actor=2048),
+        learner=LearnerConfig(batch_size=1024, lr_boundaries=(40_000, 120_000, 200_000), training_steps=280_000,
+                              window_positions=1_000_000, min_window_positions=20_000, max_sample_reuse=2.0,
+                              checkpoint_every=500, keep_every_steps=10_000, validation_positions=20_000,
+                              validate_every=500),
+        eval=EvalConfig(games=40, every_steps=2_000),
+    )
+
+
+def _alphazero() -> Config:
+    # The dataclass defaults are AlphaZero's values. The window is the exception:
+    # AlphaZero sampled from its last 1M games (~100M positions, ~100 GB in compact
+    # form); 20M positions keep the last ~200k games in ~20 GB.
+    # Inference: on one H100 (EXPERIMENTS.md, "GPU") each actor running the network itself gave
+    # 54.5k evals/s against 35.8k through an inference server (128 games per
+    # actor), so 'local' is the default. On one H200 (EXPERIMENTS.md, "Issue 37")
+    # 15 actors with 1024 games each (two lanes of 512) replaying CUDA graphs ran
+    # above the network alone at that batch, and 2048 games gained nothing. The
+    # net alone is faster compiled, but 15 actors compiling their buckets at start
+    # ran past the bench's limit, so graphs.
+    return Config(preset="alphazero", selfplay=SelfPlayConfig(inference="local", games_per_actor=128,
+                                                              gpu_games_per_actor=1024, cuda_forward="graphs"))
+
+
+# The Chessformer presets train with NAdam (beta 0.9/0.98, epsilon 1e-7, decoupled
+# weight decay) after a linear warm-up, at rates that do not scale with the batch,
+# and give the auxiliary soft-policy and q targets a weight.
+_CHESSFORMER_LEARNER: dict[str, Any] = dict(optimizer="nadam", learning_rates=(1e-3, 3e-4, 1e-4, 3e-5), scale_lr=False,
+                            momentum=0.9, beta2=0.98, epsilon=1e-7, weight_decay=0.01,
+                            soft_policy_loss_weight=1.0, q_loss_weight=1.0)
+
+
+def _cf_tiny() -> Config:
+    # The tiny preset's search, self-play and schedule with a 2-layer Chessformer of
+    # about its FLOPs per evaluation (9.6M vs 10.7M, counted by `bench network`).
+    # On a CPU the attention's 64 x 64 matrices (softmax, the relative terms) cost
+    # more than their FLOPs say: with two heads, not four, it evaluates about
+    # 2.5x fewer positions per second than tiny, so its games take that much longer.
+    tiny = _tiny()
+    return dataclasses.replace(
+        tiny,
+        preset="cf-tiny",
+        network=NetworkConfig(kind="chessformer", layers=2, embedding=48, heads=2, ffn=48, policy_filters=48,
+                              value_head="wdl", value_filters=8, value_hidden=64),
+        learner=dataclasses.replace(tiny.learner, warmup_steps=250, **_CHESSFORMER_LEARNER),
+    )
+
+
+def _cf_6m() -> Config:
+    # The paper's CF-6M body (8 layers, embedding 256, 8 heads, feed-forward 256)
+    # with the small preset's search, self-play and schedule: a run on one GPU.
+    small = _small()
+    return dataclasses.replace(
+        small,
+        preset="cf-6m",
+        network=NetworkConfig(kind="chessformer", layers=8, embedding=256, heads=8, ffn=256, policy_filters=256,
+                              value_head="wdl", value_filters=32, value_hidden=128),
+        learner=dataclasses.replace(small.learner, warmup_steps=1000, **_CHESSFORMER_LEARNER),
+    )
+
+
+# What `alphazero train --init` changes in the preset for a run that starts from trained weights (issue 22;
+# figures in EXPERIMENTS.md): self-play from the built-in network with the tiny preset as it is lost every
+# game to its start within 200 learner steps. The user's --set overrides win over these.
+INIT_DEFAULTS: tuple[str, ...] = (
+    # The batch-norm statistics re-estimated on self-play positions alone cost 105 Elo (95%: 42..176),
+    # every parameter unchanged (a run at learning rate 0).
+    "learner.freeze_batch_norm=true",
+    # Game results of short self-play games are a poor value target for a net that already knows chess:
+    # against Stockfish's value of the same positions their squared error was 0.60, the search's root
+    # value's 0.08; learning results collapsed the value (0.12 -> 0.51 on held-out Stockfish labels).
+    "learner.value_target_q_weight=1.0",
+    # Gumbel's improved policy with 16 simulations picked worse moves than the net's own prior
+    # (Stockfish regret of the argmax 4.9% against 4.4%); PUCT's visits with 64 picked better (3.8%).
+    "search.algorithm=puct",
+    "search.simulations=64",
+    # Learning PUCT-64's visits sharpens the prior (entropy 2.76 -> 2.11 nats in an hour, the value frozen)
+    # and that alone cost 176 Elo; the same network with its logits divided by 2.1 scored +19 against the
+    # built-in network. The search softens the prior it reads, in self-play and in evaluation alike: the
+    # same hour at T 2 scored +30 (95%: -35..+98) against the built-in network at search:64, where T 1
+    # lost 105, and its policy beat the start's by 105 (+42..+176).
+    "search.policy_temperature=2.0",
+)
+
+_PRESETS = {"tiny": _tiny, "small": _small, "alphazero": _alphazero, "cf-tiny": _cf_tiny, "cf-6m": _cf_6m}
+PRESET_NAMES: tuple[str, ...] = tuple(_PRESETS)
+
+
+
+def get_preset(name: str) -> Config:
+    """Gets the preset config called ``name`` (one of PRESET_NAMES).
+
+    Raises:
+        UserError: unknown name; the message lists the presets.
+    """
+    if name not in _PRESETS:
+        raise UserError(f"unknown preset {name!r}; the presets are: {', '.join(PRESET_NAMES)}")
+    return _PRESETS[name]()
+
+
+
+# --- reading a saved config ---------------------------------------------------------
+
+def config_from_dict(data: dict[str, Any]) -> Config:
+    """Builds a Config from nested dicts (parsed TOML); keys left out take the named preset's values.
+
+    Raises:
+        UserError: unknown preset, section or key, or a value of the wrong type.
+    """
+    preset = data.get("preset", DEFAULT_PRESET)
+    if not isinstance(preset, str):
+        raise UserError(f"preset must be a string, got {preset!r}")
+    config = get_preset(preset)
+    sections = {}
+    for name, table in data.items():
+        if name == "preset":
+            continue
+        if name not in SECTIONS:
+            raise unknown_section(name)
+        if not isinstance(table, dict):
+            raise UserError(f"config section {name!r} must be a table ([{name}]), got {table!r}")
+        hints = field_hints(name)
+        for key in table:
+            if key not in hints:
+                raise unknown_key(name, key)
+        sections[name] = dataclasses.replace(getattr(config, name), **table)
+    return dataclasses.replace(config, **sections)
+
+
+def from_toml(text: str) -> Config:
+    """Reads a Config from TOML text (as written by ``to_toml``).
+
+    Raises:
+        UserError: the text is not TOML, or names an unknown preset, section or
+            key, or holds a value of the wrong type; the message names the key.
+    """
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise UserError(f"config is not valid TOML: {error}") from None
+    return config_from_dict(data)
+
+
