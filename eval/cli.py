@@ -23,12 +23,20 @@ from pathlib import Path
 from typing import Any
 
 from alphazero.store.rundir import DEFAULT_RUN_DIR, add_run_option
+from eval.match import DEFAULT_CONCURRENCY
 
 _VERSUS = "vs"
 
 
 # --- alphazero match --------------------------------------------------------------------
 
+
+
+def add_concurrency_option(parser: argparse.ArgumentParser, role: str, *, clock_note: str = "") -> None:
+    """Adds --concurrency N, one default for every command that plays many games or items at once
+    (``clock_note``: a command whose default differs on a clock leaves it None and says so)."""
+    parser.add_argument("--concurrency", type=int, default=None if clock_note else DEFAULT_CONCURRENCY,
+                        help=f"{role} (default {DEFAULT_CONCURRENCY}{clock_note})")
 
 def add_match_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds the arguments of `alphazero match [A] vs B [--games N] [--run DIR] [--elo E] ...`."""
@@ -43,8 +51,7 @@ def add_match_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: the run's eval.games)")
     add_run_option(parser, "run directory: network checkpoints, and where games go")
     parser.add_argument("--elo", type=int, default=None, help="UCI_Elo of a bare `stockfish` player, e.g. 1500")
-    parser.add_argument("--concurrency", type=int, default=None,
-                        help="games played at once (default 8; 1 with --clock, so engines keep their trees)")
+    add_concurrency_option(parser, "games played at once", clock_note="; 1 with --clock, so engines keep their trees")
     parser.add_argument("--clock", default=None, metavar="BASE+INC",
                         help="play on a clock, e.g. 10+0.1 (seconds): every move goes to its UCI engine as "
                              "`go wtime btime winc binc` (stockfish, uci players), and running out of time loses")
@@ -129,7 +136,9 @@ def run_match(args: argparse.Namespace) -> None:
     if games < 1:
         raise UserError(f"--games must be at least 1, got {games}")
     clock = Clock.parse(args.clock) if args.clock is not None else None
-    concurrency = args.concurrency if args.concurrency is not None else (1 if clock is not None else 8)
+    concurrency = args.concurrency
+    if concurrency is None:
+        concurrency = 1 if clock is not None else DEFAULT_CONCURRENCY
     spec_a, spec_b = parse_versus(args.players, f"search:{simulations}")
     spec_a, spec_b = _apply_elo([spec_a, spec_b], args.elo)
     openings = ordered_openings(load_openings(args.openings), args.openings_order, args.seed)
@@ -178,7 +187,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stockfish-depth", type=int, default=None,
                         help="search depth of the Stockfish levels (default: Elo-calibrated)")
     parser.add_argument("--ply-limit", type=int, default=None, help="plies after which a game is drawn")
-    parser.add_argument("--concurrency", type=int, default=16, help="games of a match played at once (default 16)")
+    add_concurrency_option(parser, "games of a match played at once")
     parser.add_argument("--no-random", action="store_true", help="leave the random agent out")
     parser.add_argument("--seed", type=int, default=0, help="first opening of the book (or the shuffle's seed)")
     add_openings_arguments(parser)
@@ -237,7 +246,7 @@ def _add_yardstick_arguments(parser: argparse.ArgumentParser, what: str) -> None
                         help="nodes a move: a network search's simulations, Stockfish's or the engine's nodes")
     budget.add_argument("--movetime", type=int, default=None, metavar="MS", help="milliseconds a move (stockfish, uci)")
     parser.add_argument("--limit", type=int, default=None, metavar="K", help="only the first K items")
-    parser.add_argument("--concurrency", type=int, default=16, help="items answered in one call (default 16)")
+    add_concurrency_option(parser, "items answered in one call")
     parser.add_argument("--json", type=Path, default=None, metavar="OUT", help="write the summary to this JSON file")
     parser.add_argument("--device", default="auto", help="network device: auto, cpu, cuda or cuda:N")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -421,7 +430,7 @@ def add_curve_arguments(parser: argparse.ArgumentParser) -> None:
                         help="search depth of the Stockfish levels (default: Elo-calibrated)")
     parser.add_argument("--no-random", action="store_true", help="leave the random agent out")
     parser.add_argument("--ply-limit", type=int, default=200, help="plies after which a game is drawn (default 200)")
-    parser.add_argument("--concurrency", type=int, default=16, help="games of a pairing played at once (default 16)")
+    add_concurrency_option(parser, "games of a pairing played at once")
     parser.add_argument("--no-play", action="store_true", help="fit and draw the games on disk, play none")
     parser.add_argument("--openings", default=None, metavar="FILE",
                         help="opening book (EPD or PGN) for the curve's games (default: the suite); each pairing "

@@ -72,7 +72,7 @@ from alphazero.store.rundir import RunDir, atomic_write_text, check_writable_dir
 from alphazero.store.sources import FRESH, Network, NetworkSource, load_network
 from eval.agents import Agent, RandomAgent, StockfishAgent
 from eval.elo import Rating, Ratings, Summary, fit_ratings
-from eval.match import MatchResult, match_id_of, play_match
+from eval.match import DEFAULT_CONCURRENCY, MatchResult, match_id_of, play_match
 from eval.network_agents import PolicyAgent, SearchAgent, ValueAgent
 from eval.openings import Opening, load_openings, ordered_openings
 from eval.probe import ProbeFigures, ProbeSet, probe_network, write_probe_tensorboard
@@ -110,7 +110,7 @@ class EvalSettings:
     stockfish_depth: int | None = None
     include_random: bool = True
     ply_limit: int = FULL_PLY_LIMIT
-    concurrency: int = 16
+    concurrency: int = DEFAULT_CONCURRENCY
     seed: int = 0
     start_policy_games: int = 0
     start_value_games: int = 0

@@ -60,7 +60,9 @@ from eval.agents import Agent, Choice
 from eval.elo import Summary, match_summary
 from eval.openings import Opening, load_openings
 
-DEFAULT_CONCURRENCY = 8
+DEFAULT_CONCURRENCY = 16
+"""Games (or puzzles, positions) played at once by every command that plays many: a network player
+evaluates one position of each in one batch."""
 DEFAULT_PLY_LIMIT = 512
 """Games this long are draws (AlphaZero's self-play limit)."""
 

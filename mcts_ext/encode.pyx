@@ -183,8 +183,11 @@ def legal_move_indices(Board board) -> np.ndarray:
     return out
 
 
-def move_to_index(Board board, str uci) -> int:
-    """The policy index of a legal move given in UCI; IllegalMoveError otherwise."""
+def uci_to_index(Board board, str uci) -> int:
+    """The policy index of a legal move given in UCI (index_to_uci the other way); IllegalMoveError otherwise.
+
+    alphazero.chess.moves.move_to_index does the same for a python-chess move, from geometry alone.
+    """
     return move_index(board.parse_legal_uci(uci), board.current().turn)
 
 

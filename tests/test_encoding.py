@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 
 from mcts_ext import Board, IllegalMoveError, MoveIndexError
-from mcts_ext.encode import NUM_MOVES, encode_board, encode_boards, index_to_uci, move_to_index, new_batch, push_index
+from mcts_ext.encode import NUM_MOVES, encode_board, encode_boards, index_to_uci, new_batch, push_index, uci_to_index
 
 
 def test_known_indices_and_mirroring_for_black():
     board = Board()
-    assert move_to_index(board, "e2e4") == 1 * 64 + 12  # N, distance 2, from e2
-    assert move_to_index(board, "g1f3") == (56 + 7) * 64 + 6  # knight (-1, +2), from g1
+    assert uci_to_index(board, "e2e4") == 1 * 64 + 12  # N, distance 2, from e2
+    assert uci_to_index(board, "g1f3") == (56 + 7) * 64 + 6  # knight (-1, +2), from g1
     board.push_uci("e2e4")
-    assert move_to_index(board, "e7e5") == 1 * 64 + 12  # e7 mirrored is e2
+    assert uci_to_index(board, "e7e5") == 1 * 64 + 12  # e7 mirrored is e2
 
 
 @pytest.mark.parametrize(
@@ -29,7 +29,7 @@ def test_known_indices_and_mirroring_for_black():
     ],
 )
 def test_promotions_land_in_their_planes(fen, uci, plane):
-    assert move_to_index(Board(fen), uci) // 64 == plane
+    assert uci_to_index(Board(fen), uci) // 64 == plane
 
 
 @pytest.mark.parametrize("index", [-1, NUM_MOVES, 10**9, "76", 1.0, None, True])

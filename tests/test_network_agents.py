@@ -35,7 +35,7 @@ from alphazero.store.sources import (
 from eval.agents import Agent, parse_player
 from eval.cli import add_match_arguments, parse_versus, run_match
 from eval.network_agents import PolicyAgent, SearchAgent, ValueAgent, to_mcts_board
-from mcts_ext.encode import encode_boards, move_to_index, new_batch
+from mcts_ext.encode import encode_boards, new_batch, uci_to_index
 from tests.helpers import repo_env, stockfish_or_skip
 
 TINY: Config = get_preset("tiny")
@@ -143,7 +143,7 @@ def test_value_agent_evaluates_all_games_in_one_batch(network: Network) -> None:
 ])
 def test_policy_agent_plays_the_top_prior_among_legal_moves(network: Network, fen: str, uci: str) -> None:
     board = chess.Board(fen)
-    wanted = move_to_index(to_mcts_board(board), uci)
+    wanted = uci_to_index(to_mcts_board(board), uci)
 
     def evaluate(planes: np.ndarray, scalars: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         logits = np.zeros((len(planes), 4672), np.float32)
@@ -164,7 +164,7 @@ def _network_preferring(network: Network, board: chess.Board, ucis: list[str], v
     position = to_mcts_board(board)
     logits = np.zeros(4672, np.float32)
     for rank, uci in enumerate(ucis):
-        logits[move_to_index(position, uci)] = 10.0 - rank
+        logits[uci_to_index(position, uci)] = 10.0 - rank
 
     def evaluate(planes: np.ndarray, scalars: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return np.tile(logits, (len(planes), 1)), np.full(len(planes), value, np.float32)

@@ -49,7 +49,7 @@ import numpy as np
 
 from alphazero.errors import UserError
 from mcts_ext import Board, ChessError
-from mcts_ext.encode import encode_board, legal_move_indices, move_to_index, new_batch
+from mcts_ext.encode import encode_board, legal_move_indices, new_batch, uci_to_index
 
 __all__ = [
     "READ_ERRORS", "SKIP_EMPTY", "SKIP_ILLEGAL", "SKIP_NO_RESULT", "SKIP_START", "SKIP_VARIANT", "ZSTD_HINT",
@@ -260,7 +260,7 @@ def game_record(game: PgnGame, *, smoothing: float = 0.0, game_id: str = "") -> 
         encode_board(board, planes, scalars, ply)
         legal = legal_move_indices(board)
         try:
-            played = move_to_index(board, uci)
+            played = uci_to_index(board, uci)
             share = np.full(len(legal), smoothing / len(legal), dtype=np.float32)
             share[legal == played] += 1.0 - smoothing
             results[ply] = white_score if board.turn else -white_score
