@@ -293,7 +293,7 @@ class LearnerConfig(_Section):
         "log_every": 1, "value_loss_weight": 0.0, "value_target_q_weight": 0.0, "validation_share": 0.0,
         "validation_positions": 1, "validate_every": 0, "beta2": 0.0, "epsilon": 0.0, "warmup_steps": 0,
         "soft_policy_loss_weight": 0.0, "soft_policy_temperature": 1.0, "q_loss_weight": 0.0,
-        "start_anchor_weight": 0.0, "mix_share": 0.0, "mix_decay_steps": 0,
+        "start_anchor_weight": 0.0, "mix_share": 0.0, "mix_decay_steps": 0, "clip_grad_norm": 0.0,
     }
 
     batch_size: int = _field(4096, "positions per training step")
@@ -310,6 +310,8 @@ class LearnerConfig(_Section):
     epsilon: float = _field(1e-8, "epsilon of adam, adamw and nadam")
     weight_decay: float = _field(1e-4, "sgd/adam: L2 weight decay c (AlphaZero's 1e-4); adamw/nadam: the "
                                        "decoupled decay rate, applied to weight matrices only")
+    clip_grad_norm: float = _field(0.0, "clip the gradient's global norm to this; 0 = measure it only "
+                                        "(TensorBoard grad_norm)")
     value_loss_weight: float = _field(1.0, "weight of the value loss beside the policy loss")
     value_target_q_weight: float = _field(0.0, "value target = (1 - w) * game result + w * the search's root "
                                                "value (Leela's q-ratio); 0 = the game result alone")
@@ -351,6 +353,7 @@ class LearnerConfig(_Section):
     trainable: str = _field("all", "what learns: 'all' the network, or 'policy_head' alone (the tower and the "
                                    "value head keep the weights they came with; needs freeze_batch_norm)")
     seed: int = _field(0, "seed of the learner's sampling and initial weights")
+    poll_seconds: float = _field(2.0, "how often a learner waiting for shards looks for new ones")
 
     def _check(self) -> None:
         if len(self.learning_rates) != len(self.lr_boundaries) + 1:
@@ -364,6 +367,8 @@ class LearnerConfig(_Section):
         for name in ("value_target_q_weight", "validation_share", "mix_share"):
             if getattr(self, name) > 1.0:
                 raise UserError(f"learner.{name} must lie in [0, 1], got {getattr(self, name)}")
+        if not self.poll_seconds > 0:
+            raise UserError(f"learner.poll_seconds must be positive, got {self.poll_seconds}")
         if self.trainable != "all" and not self.freeze_batch_norm:
             raise UserError(f"learner.trainable = {self.trainable!r} keeps the rest of the network as it came, "
                             f"batch-norm statistics included: set learner.freeze_batch_norm=true as well")

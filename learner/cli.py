@@ -37,11 +37,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_from_checkpoint_argument(parser)
     group = parser.add_argument_group("training details")
     group.add_argument("--clip-grad-norm", type=float, metavar="NORM",
-                       help="clip the gradient's global norm to NORM (default: measure only)")
+                       help="clip the gradient's global norm to NORM: --set learner.clip_grad_norm=NORM "
+                            "(default: the config's, 0 = measure only)")
     group.add_argument("--threads", type=int, default=0, metavar="N",
-                       help="torch CPU threads (default: torch's choice)")
-    group.add_argument("--poll-seconds", type=float, default=2.0, metavar="S",
-                       help="how often a waiting learner looks for new shards (default: 2)")
+                       help="torch CPU threads of this process (default: torch's choice)")
+    group.add_argument("--poll-seconds", type=float, metavar="S",
+                       help="how often a waiting learner looks for new shards: --set learner.poll_seconds=S "
+                            "(default: the config's, 2)")
     group.add_argument("--no-progress", "--quiet", dest="quiet", action="store_true", help="no progress line")
 
 
@@ -64,7 +66,7 @@ def _check(args: argparse.Namespace) -> None:
         raise UserError(f"--clip-grad-norm must be positive, got {args.clip_grad_norm}")
     if args.threads < 0:
         raise UserError(f"--threads must be 0 (torch's choice) or more, got {args.threads}")
-    if not args.poll_seconds > 0:
+    if args.poll_seconds is not None and not args.poll_seconds > 0:
         raise UserError(f"--poll-seconds must be positive, got {args.poll_seconds}")
     if args.from_checkpoint is not None and args.from_checkpoint < 0:
         raise UserError(f"--from-checkpoint takes a step (0 or more), got {args.from_checkpoint}")
@@ -80,12 +82,16 @@ def run(args: argparse.Namespace, on_checkpoint: Callable[[int, Path], None] | N
             learner on the run, an unusable device, a corrupt checkpoint, a full disk.
         KeyboardInterrupt: Ctrl-C (the step in flight is finished and saved first).
     """
+    import torch
+
     from learner.loop import run_learner
 
     _check(args)
-    run_dir, config = open_run_from_args(args, announce=not args.quiet)
+    shorthands = [f"learner.{name}={value}" for name, value in
+                  (("clip_grad_norm", args.clip_grad_norm), ("poll_seconds", args.poll_seconds)) if value is not None]
+    run_dir, config = open_run_from_args(args, shorthands, announce=not args.quiet)
+    if args.threads:
+        torch.set_num_threads(args.threads)  # this process's: the command owns it, not the Learner
     with learner_lock(run_dir, "alphazero learn"):
         return run_learner(run_dir, config, steps=args.steps, device=args.device, on_checkpoint=on_checkpoint,
-                           progress=not args.quiet, clip_grad_norm=args.clip_grad_norm,
-                           poll_seconds=args.poll_seconds, threads=args.threads or None,
-                           from_step=args.from_checkpoint)
+                           progress=not args.quiet, from_step=args.from_checkpoint)

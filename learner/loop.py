@@ -9,7 +9,7 @@
   self-play and the learner start from the same weights.
 - **Waiting**: while the window holds fewer than ``min_window_positions``, or
   the reuse cap is reached, it says so (once per reason) and looks for new
-  shards every ``poll_seconds``.
+  shards every ``learner.poll_seconds``.
 - **Checkpoints** every ``checkpoint_every`` steps (alphazero.store.checkpoint:
   atomic, LATEST, thinned), then ``on_checkpoint(step, path)`` so the caller
   can push the weights to self-play actors. A clean stop (the ``stop`` event,
@@ -256,9 +256,6 @@ class Learner:
         device: overrides ``learner.device`` ('auto', 'cpu', 'cuda', 'cuda:N').
         on_checkpoint: called as ``on_checkpoint(step, path)`` after every checkpoint.
         progress: show progress on stderr; False logs messages instead.
-        clip_grad_norm: clip gradients to this global norm; None measures only.
-        poll_seconds: how often a waiting learner looks for new shards.
-        threads: torch CPU threads (None leaves torch's setting).
         shards: the folder the replay window reads (default run/selfplay;
             ``alphazero pretrain`` passes run/pretrain).
 
@@ -268,19 +265,17 @@ class Learner:
 
     def __init__(self, run: RunDir, config: Config, *, device: str | None = None,
                  on_checkpoint: OnCheckpoint | None = None, progress: bool = False,
-                 clip_grad_norm: float | None = None, poll_seconds: float = 2.0, threads: int | None = None,
                  shards: Path | None = None) -> None:
-        if threads:
-            torch.set_num_threads(threads)
         self.run = run
         self.config = config
         self.settings = config.learner
         self.device = pick_device(device or self.settings.device)
         self.on_checkpoint = on_checkpoint
-        self.poll_seconds = poll_seconds
-        torch.manual_seed(self.settings.seed)  # the initial weights; a resumed run loads its own
-        self.trainer = Trainer(build_network(config.network), self.settings, self.device,
-                               clip_grad_norm=clip_grad_norm, compile=self.settings.compile)
+        with torch.random.fork_rng(devices=[]):  # the initial weights from the seed; torch's own RNG untouched
+            torch.manual_seed(self.settings.seed)  # (a resumed run loads its own weights)
+            network = build_network(config.network)
+        self.trainer = Trainer(network, self.settings, self.device,
+                               clip_grad_norm=self.settings.clip_grad_norm or None, compile=self.settings.compile)
         self.window = ReplayWindow(shards or run.selfplay, window_positions=self.settings.window_positions,
                                    max_sample_reuse=self.settings.max_sample_reuse,
                                    min_positions=self.settings.min_window_positions, seed=self.settings.seed,
@@ -667,7 +662,7 @@ class Learner:
                     self._progress.message(text)
                     self._announced = reason
                 self._progress.status(text)
-                stop.wait(self.poll_seconds)
+                stop.wait(self.settings.poll_seconds)
             waited = time.perf_counter() - started
             self._running.waited += waited
         if batch is not None and mixed:
@@ -733,8 +728,7 @@ def _stop_on_interrupt(stop: threading.Event, interrupted: threading.Event, prog
 
 def run_learner(run: RunDir, config: Config, *, steps: int | None = None, device: str | None = None,
                 stop: threading.Event | None = None, on_checkpoint: OnCheckpoint | None = None,
-                progress: bool = True, clip_grad_norm: float | None = None, poll_seconds: float = 2.0,
-                threads: int | None = None, from_step: int | None = None) -> int:
+                progress: bool = True, from_step: int | None = None) -> int:
     """Resumes or starts the run's learner and trains it; returns the final step.
 
     Trains ``steps`` more steps (None: until ``learner.training_steps``, or for
@@ -747,7 +741,6 @@ def run_learner(run: RunDir, config: Config, *, steps: int | None = None, device
             non-finite loss.
         KeyboardInterrupt: after a Ctrl-C in the main thread (the last step saved first).
     """
-    with Learner(run, config, device=device, on_checkpoint=on_checkpoint, progress=progress,
-                 clip_grad_norm=clip_grad_norm, poll_seconds=poll_seconds, threads=threads) as learner:
+    with Learner(run, config, device=device, on_checkpoint=on_checkpoint, progress=progress) as learner:
         learner.resume(from_step)
         return learner.train(steps, stop=stop)

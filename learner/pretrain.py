@@ -385,6 +385,8 @@ def _train(run_dir: Any, config: Any, args: argparse.Namespace) -> None:
     Raises:
         UserError: no data, an unusable device, a corrupt checkpoint, a full disk.
     """
+    import torch
+
     from alphazero.config import to_toml
     from alphazero.store.checkpoint import save_model
     from learner.loop import Learner
@@ -411,8 +413,9 @@ def _train(run_dir: Any, config: Any, args: argparse.Namespace) -> None:
               f"(batch {learner.batch_size})", flush=True)
     # The same learner as self-play's, on run/pretrain: its checkpoints, TensorBoard and (once the learner
     # holds games out for validation) its held-out split, which goes by each game's stable "game_id".
-    with Learner(run_dir, config, device=args.device, progress=not args.quiet, threads=args.threads or None,
-                 shards=run_dir.pretrain) as trainer:
+    if args.threads:
+        torch.set_num_threads(args.threads)  # this process's, set by the command
+    with Learner(run_dir, config, device=args.device, progress=not args.quiet, shards=run_dir.pretrain) as trainer:
         trainer.resume()
         # --minutes: equal training time for runs compared at equal wall time; the timer starts after the data.
         stop = threading.Event()

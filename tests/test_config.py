@@ -28,7 +28,7 @@ def test_presets_exist_and_differ_as_documented() -> None:
     assert all(config.network.kind == "resnet" for config in (tiny, small, alphazero))
     assert (tiny.network.blocks, tiny.network.filters) == (2, 32)
     assert (small.network.blocks, small.network.filters) == (6, 64)
-    assert (alphazero.nn.network.blocks, alphazero.nn.network.filters) == (20, 256)
+    assert (alphazero.network.blocks, alphazero.network.filters) == (20, 256)
     assert tiny.search.simulations < small.search.simulations < alphazero.search.simulations == 800
     assert tiny.selfplay.games_per_actor == 32
     assert tiny.learner.batch_size < small.learner.batch_size < alphazero.learner.batch_size == 4096

@@ -508,14 +508,15 @@ def test_a_crash_loses_only_the_steps_after_the_last_checkpoint(run: tuple[RunDi
 
 def test_the_reuse_cap_makes_the_learner_wait_until_stopped(run: tuple[RunDir, Config]) -> None:
     rundir, config = run
-    config = apply_overrides(config, ["learner.max_sample_reuse=1.0", "learner.batch_size=50"])
+    config = apply_overrides(config, ["learner.max_sample_reuse=1.0", "learner.batch_size=50",
+                                      "learner.poll_seconds=0.01"])
     stop = threading.Event()
     handler = StopOn(stop, "reuse cap")
     logger = logging.getLogger("learner.loop")
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     try:
-        final = run_learner(rundir, config, steps=100, stop=stop, progress=False, poll_seconds=0.01)
+        final = run_learner(rundir, config, steps=100, stop=stop, progress=False)
     finally:
         logger.removeHandler(handler)
         logger.setLevel(logging.NOTSET)
@@ -524,14 +525,14 @@ def test_the_reuse_cap_makes_the_learner_wait_until_stopped(run: tuple[RunDir, C
 
 
 def test_an_empty_run_waits_for_self_play_and_saves_step_zero(tmp_path: Path) -> None:
-    rundir, config = RunDir.create_or_open(tmp_path / "run", small_config())
+    rundir, config = RunDir.create_or_open(tmp_path / "run", small_config("learner.poll_seconds=0.01"))
     stop = threading.Event()
     handler = StopOn(stop, "waiting for self-play: 0 of 50 positions")
     logger = logging.getLogger("learner.loop")
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     try:
-        assert run_learner(rundir, config, stop=stop, progress=False, poll_seconds=0.01) == 0
+        assert run_learner(rundir, config, stop=stop, progress=False) == 0
     finally:
         logger.removeHandler(handler)
         logger.setLevel(logging.NOTSET)

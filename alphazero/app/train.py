@@ -98,14 +98,17 @@ def _train(args: argparse.Namespace, run_dir: RunDir, config: Config, init: Weig
 def _learn_and_play(args: argparse.Namespace, run_dir: RunDir, config: Config, init: Weights | None, actors: int,
                     hooks: CheckpointHooks) -> None:
     """Runs the learner in a thread and self-play in this one until the end; prints what was done."""
+    import torch
+
     from alphazero.nn.network import load_weights
     from learner.loop import Learner
     from selfplay.driver import run_selfplay
 
     stop = threading.Event()
     failure: list[BaseException] = []
-    # One thread: the cores belong to the self-play actors.
-    learner = Learner(run_dir, config, device=args.device, on_checkpoint=hooks, progress=False, threads=1)
+    # One torch thread in this process, the learner's: the cores belong to the self-play actors.
+    torch.set_num_threads(1)
+    learner = Learner(run_dir, config, device=args.device, on_checkpoint=hooks, progress=False)
     learner.resume(args.from_checkpoint)
     print(f"train: learner {learner.precision_text()}", flush=True)
     for note in learner.resume_notes:
