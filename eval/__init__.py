@@ -1,6 +1,6 @@
 """eval: measures agents against each other.
 
-Agents (random, Stockfish, and the network agents that register themselves),
+Agents (random, Stockfish, the UCI engine and the network agents, in one registry),
 player specs (`parse_player("stockfish:elo=1500")`), the opening suite, the
 match runner (PGN and JSON lines into the run directory), Elo arithmetic
 (match summaries, anchored BayesElo-style rating fits), and the one mapping
@@ -8,7 +8,6 @@ between values and centipawns. Imports alphazero and mcts_ext, never Ray.
 """
 
 from eval.agents import (
-    PLAYERS,
     Agent,
     Choice,
     PlayerFactory,
@@ -18,6 +17,7 @@ from eval.agents import (
     describe_players,
     int_option,
     parse_player,
+    players,
     register_player,
 )
 from eval.elo import (
@@ -42,7 +42,6 @@ from eval.openings import Opening, OpeningError, load_openings
 from eval.scores import centipawns_to_value, score_to_value, value_to_centipawns
 
 __all__ = [
-    "PLAYERS",
     "Agent",
     "AgentContractError",
     "Choice",
@@ -69,6 +68,7 @@ __all__ = [
     "match_summary",
     "parse_player",
     "play_match",
+    "players",
     "register_player",
     "score_from_elo",
     "score_to_value",

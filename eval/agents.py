@@ -7,8 +7,9 @@ can put the positions of all the games it is playing into one batch:
 
 Players are named on the command line by specs such as `random`,
 `stockfish:elo=1500` or `stockfish:skill=5,movetime=100`; `parse_player` turns
-a spec into an Agent through the `PLAYERS` registry, which other modules
-extend with `register_player` (policy, value, search-N, checkpoint agents).
+a spec into an Agent through the registry (`players()`: this module's kinds and
+eval.network_agents' policy, value, search and gumbel, loaded on first use),
+which `register_player` extends.
 """
 
 from __future__ import annotations
@@ -434,10 +435,37 @@ class PlayerKind:
 
 
 PLAYERS: dict[str, PlayerKind] = {}
-"""The registry: player name -> kind. Extend it with register_player."""
+"""The registry: player name -> kind. players() puts the built-in kinds in it on first use; extend it with
+register_player."""
+
+BUILTIN_PLAYERS = ("uci", "random", "stockfish", "policy", "value", "search", "gumbel")
+"""The kinds that come with the project: this module's, then eval.network_agents'."""
 
 NAME_OPTION = "name"
 """An option every kind accepts: the agent's display name (`stockfish:elo=1500,name=sf1500`)."""
+
+
+def player_kind(factory: PlayerFactory, *, help: str, options: Mapping[str, str] | None = None,
+                positional: str | None = None) -> PlayerKind:
+    """Makes a kind of player (see register_player).
+
+    Raises ValueError if `positional` is not among the options.
+    """
+    opts = dict(options or {})
+    if positional is not None and positional not in opts:
+        raise ValueError(f"positional option {positional!r} is not among the options {sorted(opts)}")
+    return PlayerKind(factory, help, opts, positional)
+
+
+def players() -> dict[str, PlayerKind]:
+    """The registry with the built-in kinds in it, loaded on first use (the network kinds bring torch, so
+    importing this module does not); a kind registered under a built-in name keeps its place."""
+    if not set(BUILTIN_PLAYERS) <= PLAYERS.keys():
+        from eval.network_agents import network_player_kinds
+
+        for name, kind in {**_builtin_kinds(), **network_player_kinds()}.items():
+            PLAYERS.setdefault(name, kind)
+    return PLAYERS
 
 
 def register_player(
@@ -458,7 +486,7 @@ def register_player(
         def _random_agent(options, context):
             return RandomAgent(seed=int(options.get("seed", "0")))
 
-        register_player("random", _random_agent, help="uniformly random legal moves",
+        register_player("coin", _random_agent, help="uniformly random legal moves",
                         options={"seed": "random seed (default 0)"}, positional="seed")
 
     Raises ValueError if the name is taken (unless replace=True) or malformed,
@@ -466,25 +494,15 @@ def register_player(
     """
     if not re.fullmatch(r"[a-z][a-z0-9_-]*", name):
         raise ValueError(f"a player name must be lower-case letters, digits, '-' or '_', got {name!r}")
-    if name in PLAYERS and not replace:
+    if name in players() and not replace:
         raise ValueError(f"player {name!r} is already registered")
-    opts = dict(options or {})
-    if positional is not None and positional not in opts:
-        raise ValueError(f"positional option {positional!r} of {name!r} is not among its options {sorted(opts)}")
-    PLAYERS[name] = PlayerKind(factory, help, opts, positional)
-
-
-def _with_network_players() -> None:
-    """Registers the network players (policy, value, search, gumbel), which register themselves when
-    eval.network_agents is imported: whoever parses a spec gets them, whatever it imported before."""
-    import eval.network_agents  # noqa: F401 - imported for its registration
+    PLAYERS[name] = player_kind(factory, help=help, options=options, positional=positional)
 
 
 def describe_players() -> str:
     """Returns the accepted player specs, one kind per line with its options (for help and errors)."""
-    _with_network_players()
     lines = []
-    for name, kind in sorted(PLAYERS.items()):
+    for name, kind in sorted(players().items()):
         opts = ", ".join(f"{key} ({text})" for key, text in kind.options.items())
         lines.append(f"  {name}: {kind.help}" + (f"; options: {opts}" if opts else ""))
     return "\n".join(lines)
@@ -551,8 +569,7 @@ def with_budget(spec: str, *, nodes: int | None = None, movetime: int | None = N
     if key is None:
         takers = ", ".join(sorted(n for n, budgets in _BUDGETS.items() if kind in budgets))
         raise UserError(f"{name!r} takes no --{kind} budget (players that do: {takers})")
-    _with_network_players()
-    positional = PLAYERS[name].positional if name in PLAYERS else None
+    positional = players()[name].positional if name in players() else None
     if any(k == key or (k is None and positional == key) for k, _ in items):
         raise UserError(f"{spec!r} already sets its {key}: give the budget once")
     return f"{spec}{',' if items else ':'}{key}={value}"
@@ -572,8 +589,7 @@ def parse_player(spec: str, **context: Any) -> Agent:
     factory raises (a missing Stockfish is a UserError).
     """
     name, items = split_spec(spec)
-    _with_network_players()
-    kind = PLAYERS.get(name)
+    kind = players().get(name)
     if kind is None:
         raise UserError(f"unknown player {name!r} in {spec!r}; accepted players:\n{describe_players()}")
     options = _collect_options(spec, name, kind, items)
@@ -686,19 +702,19 @@ def _make_uci(options: dict[str, str], context: Mapping[str, Any]) -> Agent:
     return UciAgent(flags=flags, options=uci_options, limit=limit, name="uci" + (f":{shown}" if shown else ""))
 
 
-register_player(
-    "uci",
-    _make_uci,
-    help="this project's UCI engine (alphazero uci) in a subprocess, through python-chess as a GUI drives it; "
-         "default: the engine's Nodes a move, or the match's --clock",
-    options={**_UCI_FLAGS, **_UCI_LIMITS,
-             **{key: f"the engine's {name} option" for key, name in UCI_AGENT_OPTIONS.items()}},
-)
-register_player("random", _make_random, help="uniformly random legal moves", options={"seed": "random seed"})
-register_player(
-    "stockfish",
-    _make_stockfish,
-    help="Stockfish; default full strength at 100k nodes a move, elo/skill weaken it",
-    options=_STOCKFISH_OPTIONS,
-    positional="elo",
-)
+def _builtin_kinds() -> dict[str, PlayerKind]:
+    """This module's kinds for the registry (players())."""
+    return {
+        "uci": player_kind(
+            _make_uci,
+            help="this project's UCI engine (alphazero uci) in a subprocess, through python-chess as a GUI drives "
+                 "it; default: the engine's Nodes a move, or the match's --clock",
+            options={**_UCI_FLAGS, **_UCI_LIMITS,
+                     **{key: f"the engine's {name} option" for key, name in UCI_AGENT_OPTIONS.items()}}),
+        "random": player_kind(_make_random, help="uniformly random legal moves", options={"seed": "random seed"}),
+        "stockfish": player_kind(
+            _make_stockfish,
+            help="Stockfish; default full strength at 100k nodes a move, elo/skill weaken it",
+            options=_STOCKFISH_OPTIONS,
+            positional="elo"),
+    }

@@ -1,6 +1,6 @@
 """Agents that play with a network: policy-only, value-only and search (PUCT or Gumbel).
 
-Four kinds, registered in the player registry (eval.agents.PLAYERS):
+Four kinds, in the player registry (eval.agents.players(), which loads network_player_kinds()):
 
 - `policy`: the legal move with the highest prior; no search, one network
   call for all the games' positions.
@@ -43,7 +43,7 @@ from alphazero.errors import UserError
 from alphazero.search import ANALYSIS, search_params
 from alphazero.store.rundir import DEFAULT_RUN_DIR, RunDir
 from alphazero.store.sources import Network, NetworkCache, NetworkSource, load_network
-from eval.agents import Agent, Choice, int_option, ptemp_option, register_player
+from eval.agents import Agent, Choice, PlayerKind, int_option, player_kind, ptemp_option
 from mcts_ext import Board, ChessError
 from mcts_ext.driver import run as run_search
 from mcts_ext.encode import legal_move_indices
@@ -371,56 +371,34 @@ def _make_gumbel(options: dict[str, str], context: Mapping[str, Any]) -> Agent:
     return _make_search(options, context, kind="gumbel")
 
 
-NETWORK_PLAYERS = ("policy", "value", "search", "gumbel")
-"""The player kinds this module registers."""
-
-
 _PTEMP_HELP = "softmax temperature of the prior (default: the run's search.policy_temperature)"
 
 
-def register_network_players(*, replace: bool = False) -> None:
-    """Registers `policy`, `value`, `search` and `gumbel` in the player registry (done once at import).
-
-    Raises ValueError if a kind is already registered and replace is False.
-    """
-    register_player(
-        "policy",
-        _make_policy,
-        help="the network's top-prior legal move, no search; it takes a mate in one and avoids drawing at once "
-        "while its value is positive (rules=off: the bare top prior)",
-        options={"rules": "on (default) or off", **_NETWORK_OPTIONS},
-        replace=replace,
-    )
-    register_player("value", _make_value, help="the move after which the network rates the opponent worst",
-                    options=_NETWORK_OPTIONS, replace=replace)
-    register_player(
-        "search",
-        _make_search,
-        help="the network with the run's search (search.algorithm: PUCT or Gumbel), search:400 = 400 simulations",
-        options={"sims": f"simulations a move (default {DEFAULT_SIMULATIONS})",
-                 "algorithm": "puct or gumbel (default: the run's search.algorithm)",
-                 "ptemp": _PTEMP_HELP,
-                 **_NETWORK_OPTIONS},
-        positional="sims",
-        replace=replace,
-    )
-    register_player(
-        "gumbel",
-        _make_gumbel,
-        help="the network with Gumbel AlphaZero's search, no noise (gumbel:64 = 64 simulations)",
-        options={"sims": f"simulations a move (default {DEFAULT_SIMULATIONS})",
-                 "ptemp": _PTEMP_HELP,
-                 **_NETWORK_OPTIONS},
-        positional="sims",
-        replace=replace,
-    )
-
-
-register_network_players()
+def network_player_kinds() -> dict[str, PlayerKind]:
+    """The four kinds of this module, for the registry (eval.agents.players loads them on first use)."""
+    searches = {"sims": f"simulations a move (default {DEFAULT_SIMULATIONS})", "ptemp": _PTEMP_HELP,
+                **_NETWORK_OPTIONS}
+    return {
+        "policy": player_kind(
+            _make_policy,
+            help="the network's top-prior legal move, no search; it takes a mate in one and avoids drawing at "
+                 "once while its value is positive (rules=off: the bare top prior)",
+            options={"rules": "on (default) or off", **_NETWORK_OPTIONS}),
+        "value": player_kind(_make_value, help="the move after which the network rates the opponent worst",
+                             options=_NETWORK_OPTIONS),
+        "search": player_kind(
+            _make_search,
+            help="the network with the run's search (search.algorithm: PUCT or Gumbel), search:400 = 400 "
+                 "simulations",
+            options={**searches, "algorithm": "puct or gumbel (default: the run's search.algorithm)"},
+            positional="sims"),
+        "gumbel": player_kind(
+            _make_gumbel, help="the network with Gumbel AlphaZero's search, no noise (gumbel:64 = 64 simulations)",
+            options=searches, positional="sims"),
+    }
 
 __all__ = [
     "DEFAULT_SIMULATIONS",
-    "NETWORK_PLAYERS",
     "SEARCH_ALGORITHMS",
     "NetworkAgent",
     "PolicyAgent",
@@ -428,6 +406,6 @@ __all__ = [
     "ValueAgent",
     "exact_value",
     "network_for",
-    "register_network_players",
+    "network_player_kinds",
     "to_mcts_board",
 ]

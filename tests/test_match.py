@@ -6,6 +6,8 @@ import io
 import json
 import random
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -31,7 +33,7 @@ from eval.match import (
     play_match,
 )
 from eval.openings import load_openings
-from tests.helpers import REQUIRE_ENV, fail_writes_under, stockfish_or_skip
+from tests.helpers import REQUIRE_ENV, ROOT, fail_writes_under, stockfish_or_skip
 
 
 @pytest.fixture
@@ -270,6 +272,13 @@ def test_parse_player_errors(spec: str, fragments: list[str]) -> None:
         parse_player(spec)
     for fragment in fragments:
         assert fragment in str(info.value)
+
+
+def test_the_registry_holds_every_builtin_kind_and_importing_it_needs_no_torch() -> None:
+    code = ("import sys, eval.agents as agents; assert 'torch' not in sys.modules; "
+            "print(','.join(sorted(agents.players())))")
+    listed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert set(listed.stdout.strip().split(",")) == set(agents_module.BUILTIN_PLAYERS)
 
 
 def test_parse_random_and_register_a_kind(monkeypatch: pytest.MonkeyPatch) -> None:
