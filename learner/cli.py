@@ -1,4 +1,9 @@
-"""`alphazero learn`: the central learner of a run, as a command.
+"""`alphazero learn` and `alphazero pretrain`: the learner of a run, as commands.
+
+``alphazero pretrain --run DIR --pgn FILE ...`` or ``--stockfish NODES
+--positions P [--positions-from FILE ...]`` writes supervised data into
+DIR/pretrain/ (learner.pgn_data, learner.labels) and trains the run's network
+on it (learner.pretrain); see docs/usage.md.
 
 ``alphazero learn [--run DIR] [--steps N] [--device D] [--from-checkpoint STEP] [--preset P] [--set key=value ...]``
 trains on the shards self-play writes into DIR/selfplay and checkpoints into
@@ -13,19 +18,20 @@ fields such as the network may not change: RunDir says which).
 The CLI module wires it in with ``add_arguments(subparser)`` and
 ``run(args, on_checkpoint=hook)``: the hook (for pushing weights to Ray actors
 under ``--address``) is called as ``hook(step, checkpoint_path)`` after every
-checkpoint. This module imports torch only when ``run`` is called.
+checkpoint. This module imports torch only when a command runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 from pathlib import Path
 
 from alphazero.errors import UserError
 from alphazero.store.rundir import add_run_arguments, learner_lock, open_run_from_args
 
-__all__ = ["add_arguments", "add_from_checkpoint_argument", "run"]
+__all__ = ["add_arguments", "add_from_checkpoint_argument", "add_pretrain_arguments", "run", "run_pretrain"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds the options of `alphazero learn` to ``parser``."""
@@ -95,3 +101,100 @@ def run(args: argparse.Namespace, on_checkpoint: Callable[[int, Path], None] | N
     with learner_lock(run_dir, "alphazero learn"):
         return run_learner(run_dir, config, steps=args.steps, device=args.device, on_checkpoint=on_checkpoint,
                            progress=not args.quiet, from_step=args.from_checkpoint)
+
+
+# --- alphazero pretrain ------------------------------------------------------------------------------
+
+
+def add_pretrain_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds the options of `alphazero pretrain` to ``parser``."""
+    add_run_arguments(parser)
+    data = parser.add_argument_group("data (written to RUN/pretrain/; give --pgn, --stockfish, or both)")
+    data.add_argument("--pgn", nargs="+", default=[], metavar="FILE",
+                      help="PGN files of games (.pgn, .pgn.gz, .pgn.bz2, .pgn.zst): each mainline position, "
+                           "its played move (pretrain.pgn_smoothing) and the game's result")
+    data.add_argument("--stockfish", type=int, default=None, metavar="NODES",
+                      help="label positions with Stockfish's MultiPV scores at NODES nodes each")
+    data.add_argument("--positions", type=int, default=None, metavar="P",
+                      help="positions to label with --stockfish (a rerun labels only those not yet written)")
+    data.add_argument("--positions-from", nargs="+", default=[], metavar="FILE",
+                      help="label the positions of these PGN or EPD files (in order) instead of random-opening "
+                           "games")
+    data.add_argument("--workers", type=int, default=0, metavar="W",
+                      help="Stockfish processes (default: one per CPU core)")
+    training = parser.add_argument_group("training")
+    training.add_argument("--steps", type=int, default=None, metavar="N",
+                          help="train until step N (overrides learner.training_steps; a rerun resumes towards it)")
+    training.add_argument("--minutes", type=float, default=None, metavar="M",
+                          help="stop training after M minutes of this command's training (saving the step "
+                               "reached), or at --steps, whichever comes first")
+    training.add_argument("--data-only", action="store_true", help="write the data, do not train")
+    training.add_argument("--export", type=Path, default=None, metavar="FILE",
+                          help="when training is done, save the network as a model file (e.g. "
+                               "alphazero/weights/builtin.pt)")
+    training.add_argument("--device", default=None, help="training device: auto, cpu, cuda or cuda:N")
+    training.add_argument("--threads", type=int, default=0, metavar="N",
+                          help="torch CPU threads for training (default: torch's choice)")
+    parser.add_argument("--no-progress", "--quiet", dest="quiet", action="store_true", help="no progress bars")
+
+
+def _check_pretrain(args: argparse.Namespace) -> None:
+    """Checks option values argparse cannot.
+
+    Raises:
+        UserError: a missing or out-of-range value.
+    """
+    if (args.stockfish is None) != (args.positions is None):
+        raise UserError("--stockfish NODES and --positions P go together")
+    if args.positions_from and args.stockfish is None:
+        raise UserError("--positions-from names positions to label: add --stockfish NODES --positions P")
+    if args.workers < 0 or args.threads < 0:
+        raise UserError("--workers and --threads must be 0 (the default) or more")
+    if args.steps is not None and args.steps < 0:
+        raise UserError(f"--steps must be 0 or more, got {args.steps}")
+    if args.minutes is not None and not args.minutes > 0:
+        raise UserError(f"--minutes must be positive, got {args.minutes}")
+    for path in [*args.pgn, *args.positions_from]:
+        if not Path(path).is_file():
+            what = "is a directory, not a file" if Path(path).is_dir() else "does not exist"
+            raise UserError(f"{path} {what}")
+        if not os.access(path, os.R_OK):
+            raise UserError(f"cannot read {path}: permission denied")
+
+
+def run_pretrain(args: argparse.Namespace) -> None:
+    """Runs `alphazero pretrain`: data into RUN/pretrain, then training, then the export.
+
+    Raises:
+        UserError: bad options or input files, a missing Stockfish, labels of
+            other settings in the run, no data to train on, a full disk.
+        KeyboardInterrupt: after Ctrl-C (written shards and the last training step are kept).
+    """
+    _check_pretrain(args)
+    run_dir, config = open_run_from_args(args, announce=not args.quiet)
+    if args.pgn:
+        from learner.pgn_data import convert_pgn
+
+        report = convert_pgn(run_dir.pretrain, args.pgn, smoothing=config.pretrain.pgn_smoothing,
+                             shard_positions=config.pretrain.shard_positions, progress=not args.quiet)
+        print(report.summary(run_dir.pretrain), flush=True)
+    if args.stockfish is not None:
+        from learner.labels import LabelSettings
+        from learner.pretrain import label_stockfish
+
+        settings = LabelSettings.of(config.pretrain, nodes=args.stockfish, positions=args.positions,
+                                    files=args.positions_from)
+        label_stockfish(run_dir.pretrain, settings, workers=args.workers or os.cpu_count() or 1,
+                        progress=not args.quiet)
+    if args.data_only:
+        return
+    import torch
+
+    from learner.pretrain import pretrain_network
+
+    if args.threads:
+        torch.set_num_threads(args.threads)  # this process's, set by the command
+    pretrain_network(run_dir, config, steps=args.steps, minutes=args.minutes, device=args.device,
+                     export=args.export, progress=not args.quiet)
+    print(f"pretrain: done; start self-play from it with `alphazero train --run NEW_RUN --init {run_dir.root}`",
+          flush=True)

@@ -36,7 +36,7 @@ from learner.labels import (
     policy_target,
     win_probability,
 )
-from learner.pretrain import convert_pgn
+from learner.pgn_data import convert_pgn
 from learner.replay import ReplayWindow, is_validation_game
 from mcts_ext import Board
 from tests.helpers import stockfish_or_skip

@@ -120,11 +120,11 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_pretrain(sub: argparse._SubParsersAction) -> None:
-    from learner.pretrain import add_arguments
+    from learner.cli import add_pretrain_arguments
 
     p = sub.add_parser("pretrain", help="supervised training from PGN games or Stockfish-labelled positions")
-    add_arguments(p)
-    p.set_defaults(func=_lazy("learner.pretrain", "run"))
+    add_pretrain_arguments(p)
+    p.set_defaults(func=_lazy("learner.cli", "run_pretrain"))
 
 
 def _add_doctor(sub: argparse._SubParsersAction) -> None:
