@@ -2,7 +2,9 @@
 
 Cython's safety checks are off for speed; set ALPHAZERO_CYTHON_DEBUG=1 before
 installing to turn bounds, wraparound and initialisation checks back on (and
-build without optimisation) when chasing a crash.
+build without optimisation) when chasing a crash (CI's .ci/checked-build runs
+the core's tests so). None checks stay off: the nogil loops read their own
+object's fields, which a None check would need the GIL for.
 """
 
 import os
@@ -20,7 +22,7 @@ directives = {
     "wraparound": DEBUG,
     "initializedcheck": DEBUG,
     "cdivision": not DEBUG,
-    "nonecheck": DEBUG,
+    "nonecheck": False,
     # Annotations document Python types; C types are declared the C way.
     "annotation_typing": False,
 }
