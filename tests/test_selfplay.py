@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import types
 from pathlib import Path
@@ -543,11 +544,18 @@ def test_the_devices_own_busy_share_is_sampled_and_averaged(monkeypatch):
     import alphazero.app.bench.selfplay as bench
 
     monkeypatch.setattr(bench, "SAMPLE_SECONDS", 0.01)
-    readings = iter([0.5, 1.0] * 1000)
-    busy = bench.DeviceBusy(2, read=lambda index: next(readings))
+    readings = iter([0.5, 1.0] * 4 + [0.75] * 1000)  # then readings at the mean, should more be taken
+    eight_read = threading.Event()
+
+    def read(index: int) -> float:
+        value = next(readings)
+        if value == 0.75:
+            eight_read.set()
+        return value
+
+    busy = bench.DeviceBusy(2, read=read)
     busy.start()
-    while len(busy.samples) < 4:  # a few samples taken
-        time.sleep(0.01)
+    assert eight_read.wait(30)  # four samples of two GPUs taken
     busy.stop()
     assert busy.share() == pytest.approx(0.75) and bench._busy_text(busy, 2) == "75.0%"
     assert bench._busy_text(None, 0) == "-"
