@@ -71,14 +71,30 @@ def parse_policy_temperature(text: str) -> float:
     return value
 
 
+def parse_cpuct(text: str) -> float:
+    """Reads PUCT's exploration constant c_init (the engine's CPuct, a ``uci`` player's ``cpuct``).
+
+    Raises:
+        ValueError: not a finite number >= 0; the message quotes it.
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0.0 <= value < math.inf:
+        raise ValueError(f"PUCT's exploration constant must be a number >= 0 (e.g. 1.25), got {text!r}")
+    return value
+
+
 def search_params(config: SearchConfig, mode: SearchMode, *, algorithm: str | None = None,
                   simulations: int | None = None, leaves_per_game: int | None = None,
                   resign_threshold: float | None = None, policy_temperature: float | None = None,
-                  visits_per_leaf: float | None = None) -> SearchParams:
+                  visits_per_leaf: float | None = None, c_init: float | None = None) -> SearchParams:
     """Gets the parameters of a search in ``mode`` for a run whose search section is ``config``.
 
-    ``algorithm``, ``simulations`` and ``policy_temperature`` replace the
-    config's (an agent's ``search:64,algorithm=puct,ptemp=2``);
+    ``algorithm``, ``simulations``, ``policy_temperature`` and ``c_init``
+    replace the config's (an agent's ``search:64,algorithm=puct,ptemp=2``,
+    the engine's CPuct);
     ``leaves_per_game`` and ``visits_per_leaf`` are the UCI engine's
     LeavesPerBatch and VisitsPerLeaf (analysis takes one leaf);
     ``resign_threshold`` is self-play's threshold in force (None: nobody
@@ -110,4 +126,6 @@ def search_params(config: SearchConfig, mode: SearchMode, *, algorithm: str | No
         fields["visits_per_leaf"] = visits_per_leaf
     if policy_temperature is not None:
         fields["policy_temperature"] = policy_temperature
+    if c_init is not None:
+        fields["c_init"] = c_init
     return SearchParams(**fields)

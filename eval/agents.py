@@ -29,7 +29,7 @@ import chess.engine
 
 from alphazero.chess.stockfish import require_stockfish
 from alphazero.errors import UserError
-from alphazero.search import parse_policy_temperature
+from alphazero.search import parse_cpuct, parse_policy_temperature
 from eval.scores import score_to_value
 
 PlayerFactory = Callable[[dict[str, str], Mapping[str, Any]], "Agent"]
@@ -626,6 +626,19 @@ def ptemp_option(options: Mapping[str, str]) -> float | None:
         raise UserError(f"option ptemp: {error}") from None
 
 
+def cpuct_option(options: Mapping[str, str]) -> float | None:
+    """Reads the `cpuct` option, PUCT's exploration constant; None when absent.
+
+    Raises UserError quoting the value unless it is a finite number >= 0.
+    """
+    if "cpuct" not in options:
+        return None
+    try:
+        return parse_cpuct(options["cpuct"])
+    except ValueError as error:
+        raise UserError(f"option cpuct: {error}") from None
+
+
 def _make_random(options: dict[str, str], context: Mapping[str, Any]) -> Agent:
     seed = int_option(options, "seed", int(context.get("seed", 0)))
     return RandomAgent(0 if seed is None else seed)
@@ -673,11 +686,12 @@ UCI_AGENT_OPTIONS = {
     "algorithm": "SearchAlgorithm",
     "vpl": "VisitsPerLeaf",
     "ptemp": "PolicyTemperature",
+    "cpuct": "CPuct",
     "precision": "Precision",
     "timeman": "TimeManager",
 }
 """The `uci` player's options that set the engine's UCI options: spec key -> UCI name (eval.uci.OPTIONS)."""
-_UCI_TEXT_OPTIONS = ("algorithm", "ptemp", "precision", "timeman")
+_UCI_TEXT_OPTIONS = ("algorithm", "ptemp", "cpuct", "precision", "timeman")
 """Those passed on as text (the rest are integers)."""
 
 
@@ -693,6 +707,7 @@ def _make_uci(options: dict[str, str], context: Mapping[str, Any]) -> Agent:
             value = options[key]
             uci_options[uci_name] = value if key in _UCI_TEXT_OPTIONS else int_option(options, key) or 0
     ptemp_option(options)  # checked here, not by the engine at its first search
+    cpuct_option(options)
     movetime, nodes = int_option(options, "movetime"), int_option(options, "nodes")
     for key, limit_value in (("movetime", movetime), ("nodes", nodes)):
         if limit_value is not None and limit_value < 1:

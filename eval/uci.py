@@ -88,6 +88,7 @@ from alphazero.search import (
     UCI,
     UCI_LEAVES_PER_BATCH,
     UCI_VISITS_PER_LEAF,
+    parse_cpuct,
     parse_policy_temperature,
     search_params,
 )
@@ -204,6 +205,8 @@ OPTIONS: tuple[UciOption, ...] = (
               "first call", 0, 1_000_000),
     UciOption("PolicyTemperature", "string", "", "softmax temperature of the network's prior (> 1 flattens it, "
               "as lc0's); empty: the network's own search.policy_temperature", check=parse_policy_temperature),
+    UciOption("CPuct", "string", "", "PUCT's exploration constant c_init (lc0's CPuct): more explores more moves; "
+              "empty: the network's own search.c_init", check=parse_cpuct),
     UciOption("MultiPV", "spin", 1, "root moves reported, each with its own score and line (multipv k)",
               1, MAX_MULTIPV),
     UciOption("UCI_ShowWDL", "check", False, "add `wdl W D L` (per mille) to the scores"),
@@ -781,13 +784,18 @@ class UciEngine:
         text = str(self.values["PolicyTemperature"]).strip()
         return parse_policy_temperature(text) if text else None
 
+    def _cpuct(self) -> float | None:
+        """CPuct as a number, or None (empty) for the network's own c_init."""
+        text = str(self.values["CPuct"]).strip()
+        return parse_cpuct(text) if text else None
+
     def _search_for(self, network: Network, job: _Job) -> MultiGameSearch:
         """The engine's search (tree kept from the last move), rebuilt if the network, batch size or
         algorithm changed."""
         params = search_params(network.search_config, UCI, algorithm=self._algorithm_for(network, job),
                                simulations=INFINITE_NODES, leaves_per_game=int(self.values["LeavesPerBatch"]),
                                visits_per_leaf=float(self.values["VisitsPerLeaf"]),
-                               policy_temperature=self._policy_temperature())
+                               policy_temperature=self._policy_temperature(), c_init=self._cpuct())
         key = (network, params)
         if self._search is None or self._search_key != key:
             self._search = MultiGameSearch(1, params)

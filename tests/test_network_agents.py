@@ -9,6 +9,7 @@ import math
 import random
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import chess
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 
+import eval.agents
 from alphazero.chess.moves import move_to_index as policy_index
 from alphazero.config import Config
 from alphazero.errors import UserError
@@ -32,9 +34,10 @@ from alphazero.store.sources import (
     load_network,
     resolve_source,
 )
-from eval.agents import Agent, parse_player
+from eval.agents import Agent, Choice, parse_player
 from eval.cli import add_match_arguments, parse_versus, run_match
 from eval.network_agents import PolicyAgent, SearchAgent, ValueAgent, to_mcts_board
+from eval.uci import OPTIONS
 from mcts_ext.encode import encode_boards, new_batch, uci_to_index
 from tests.helpers import repo_env, stockfish_or_skip
 
@@ -282,6 +285,29 @@ def test_the_ptemp_option_sets_the_search_players_policy_temperature(run_dir: Pa
             parse_player(f"search:8,ptemp={bad}", **context)
         with pytest.raises(UserError, match="ptemp"):
             parse_player(f"uci:weights=builtin,ptemp={bad}", **context)
+
+
+def test_the_cpuct_option_sets_the_engines_cpuct_and_is_checked_before_it_starts(
+        run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[dict[str, object]] = []
+
+    class EngineNotStarted(Agent):
+        def __init__(self, **kwargs: object) -> None:
+            super().__init__(str(kwargs["name"]))
+            started.append(kwargs)
+
+        def choose(self, boards: Sequence[chess.Board]) -> list[Choice]:
+            raise AssertionError("not played")
+
+    monkeypatch.setattr(eval.agents, "UciAgent", EngineNotStarted)
+    context = {"run": run_dir, "device": "cpu", "networks": NetworkCache()}
+    agent = parse_player("uci:weights=builtin,cpuct=2.5", **context)
+    assert started[-1]["options"] == {"CPuct": "2.5"} and "cpuct=2.5" in agent.name
+    assert "CPuct" in {option.name for option in OPTIONS}  # the engine declares what the player sets
+    for bad in ("-0.5", "nan", "wide"):
+        with pytest.raises(UserError, match="cpuct"):
+            parse_player(f"uci:weights=builtin,cpuct={bad}", **context)
+    assert len(started) == 1
 
 
 def test_boards_are_rebuilt_with_their_history() -> None:

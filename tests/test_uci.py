@@ -554,6 +554,33 @@ def test_policy_temperature_flattens_the_engines_prior_and_refuses_what_is_not_a
     assert root_priors() == pytest.approx(sharp, rel=1e-6)
 
 
+def test_cpuct_sets_the_engines_exploration_and_refuses_what_is_not_a_constant() -> None:
+    engine, out = _in_process("builtin")
+    engine.handle("position startpos moves e2e4 c7c5")
+
+    def root_visits() -> list[int]:
+        engine.handle("go nodes 300")
+        engine.wait()
+        assert engine._search is not None and engine._search_key is not None
+        return sorted((visits for _, _, visits, _, _ in engine._search.root_stats(0)), reverse=True)
+
+    own = root_visits()
+    assert engine._search_key[1].c_init == 1.25  # the built-in network's own search.c_init
+    engine.handle("setoption name CPuct value 0")
+    greedy = root_visits()
+    engine.handle("setoption name CPuct value 8")
+    wide = root_visits()
+    assert engine._search_key[1].c_init == 8.0
+    # More exploration spreads the same nodes over more moves, and gives the favourite fewer.
+    assert sum(v > 0 for v in wide) > sum(v > 0 for v in greedy)
+    assert wide[0] < greedy[0]
+    for bad in ("-1", "inf", "wide"):
+        engine.handle(f"setoption name CPuct value {bad}")
+        assert "info string ignored" in out.getvalue().splitlines()[-1]
+    engine.handle("setoption name CPuct value <empty>")
+    assert root_visits() == own
+
+
 def test_nps_counts_the_nodes_of_the_whole_search_over_its_whole_time(weights: Path) -> None:
     # Regression: after ponderhit, nps divided every node searched while pondering by the
     # milliseconds since the ponderhit.
