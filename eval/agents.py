@@ -613,30 +613,22 @@ def int_option(options: Mapping[str, str], key: str, default: int | None = None)
         raise UserError(f"option {key}={options[key]!r} must be an integer") from None
 
 
+def number_option(options: Mapping[str, str], key: str, parse: Callable[[str], float]) -> float | None:
+    """Reads a number option for a factory with ``parse`` (which says what it expects); None when absent.
+
+    Raises UserError naming the option when ``parse`` refuses the value.
+    """
+    if key not in options:
+        return None
+    try:
+        return parse(options[key])
+    except ValueError as error:
+        raise UserError(f"option {key}: {error}") from None
+
+
 def ptemp_option(options: Mapping[str, str]) -> float | None:
-    """Reads the `ptemp` option, the prior's softmax temperature; None when absent.
-
-    Raises UserError quoting the value unless it is a positive, finite number.
-    """
-    if "ptemp" not in options:
-        return None
-    try:
-        return parse_policy_temperature(options["ptemp"])
-    except ValueError as error:
-        raise UserError(f"option ptemp: {error}") from None
-
-
-def cpuct_option(options: Mapping[str, str]) -> float | None:
-    """Reads the `cpuct` option, PUCT's exploration constant; None when absent.
-
-    Raises UserError quoting the value unless it is a finite number >= 0.
-    """
-    if "cpuct" not in options:
-        return None
-    try:
-        return parse_cpuct(options["cpuct"])
-    except ValueError as error:
-        raise UserError(f"option cpuct: {error}") from None
+    """Reads the `ptemp` option, the prior's softmax temperature (a positive, finite number); None when absent."""
+    return number_option(options, "ptemp", parse_policy_temperature)
 
 
 def _make_random(options: dict[str, str], context: Mapping[str, Any]) -> Agent:
@@ -707,7 +699,7 @@ def _make_uci(options: dict[str, str], context: Mapping[str, Any]) -> Agent:
             value = options[key]
             uci_options[uci_name] = value if key in _UCI_TEXT_OPTIONS else int_option(options, key) or 0
     ptemp_option(options)  # checked here, not by the engine at its first search
-    cpuct_option(options)
+    number_option(options, "cpuct", parse_cpuct)
     movetime, nodes = int_option(options, "movetime"), int_option(options, "nodes")
     for key, limit_value in (("movetime", movetime), ("nodes", nodes)):
         if limit_value is not None and limit_value < 1:
