@@ -56,16 +56,21 @@ _CONSTANTS = ("c_init", "c_base", "fpu_mode", "fpu_value", "policy_temperature",
 """The fields analysis takes from the run's config: the algorithm's constants (no noise, no game rules)."""
 
 
+def _float_or_nan(text: str) -> float:
+    """The number ``text`` spells, or NaN (which every range check refuses)."""
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
 def parse_policy_temperature(text: str) -> float:
     """Reads a softmax temperature of the prior (a player's ``ptemp``, the engine's PolicyTemperature).
 
     Raises:
         ValueError: not a positive, finite number; the message quotes it.
     """
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
+    value = _float_or_nan(text)
     if not 0.0 < value < math.inf:
         raise ValueError(f"the prior's softmax temperature must be a positive number (e.g. 2), got {text!r}")
     return value
@@ -77,10 +82,7 @@ def parse_cpuct(text: str) -> float:
     Raises:
         ValueError: not a finite number >= 0; the message quotes it.
     """
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
+    value = _float_or_nan(text)
     if not 0.0 <= value < math.inf:
         raise ValueError(f"PUCT's exploration constant must be a number >= 0 (e.g. 1.25), got {text!r}")
     return value
