@@ -14,11 +14,26 @@ Two managers, chosen by the engine's ``TimeManager`` option:
   ``OPENING_FACTOR`` more on the engine's first ``OPENING_MOVES`` searched
   moves of a game (its first moves out of book, where a game is often
   decided); time banked by moves that stopped early spent later
-  (``BANK_SHARE`` of the bank a move); never more than ``HARD_FRACTION`` of
-  the clock left. A search under it stops early once the best move cannot
-  be overtaken in the time left (lc0's smart pruning: the runner-up's visits
-  plus all the visits the time left could add, over ``PRUNING_FACTOR``, stay
-  below the best's).
+  (``BANK_SHARE`` of the bank a move, never more than the move's own
+  share); never more than ``HARD_FRACTION`` of the clock left. A search
+  under it stops early once the best move cannot be overtaken in the time
+  left (lc0's smart pruning: the runner-up's visits plus all the visits the
+  time left could add, over ``PRUNING_FACTOR``, stay below the best's).
+
+  A reserve is never shared out: ``RESERVE_FRACTION`` of the game's first
+  clock, or ``RESERVE_OVERHEADS`` moves' overhead if more, or, where a
+  move's least cost is more than the increment, ``RESERVE_DRAIN_MOVES`` of
+  that difference (games outlive the estimate); these last two at most
+  ``RESERVE_MAX_FRACTION`` of the first clock. At the reserve a move gets at
+  most ``RESERVE_INCREMENT_SHARE`` of the increment, so the clock grows
+  back. Without a reserve the engines ended their games at 1+0.01 with
+  0.06 s of 1 s, lived on the increment for dozens of moves in long games
+  and lost 5 of 200 on one slow move (EXPERIMENTS.md, "Issue 35", "The
+  fastest clock"). A move's overhead is the larger of MoveOverhead and the
+  lag the clocks show: what the GUI's clock lost over a move beyond the
+  engine's own search, or beyond its budget when the search overran it
+  (pipes, the GUI, a server; a least search longer than a tiny budget),
+  averaged over the game.
 
 ``movestogo`` from the GUI replaces the estimate in both.
 """
@@ -41,6 +56,13 @@ OPENING_MOVES = 4
 OPENING_FACTOR = 1.5
 BANK_SHARE = 0.25
 HARD_FRACTION = 0.35
+RESERVE_FRACTION = 0.05
+RESERVE_OVERHEADS = 10
+RESERVE_DRAIN_MOVES = 100
+RESERVE_MAX_FRACTION = 0.25
+RESERVE_INCREMENT_SHARE = 0.5
+LAG_AVERAGE_WEIGHT = 0.2
+"""The weight of the latest move in the moving average of the lag the clocks show."""
 PRUNING_FACTOR = 1.33
 MIN_BUDGET_MS = 1.0
 """The least budget: the search always expands the root and plays something."""
@@ -81,27 +103,58 @@ class TimeManager:
     """
 
     def __init__(self) -> None:
-        self.bank_ms = 0.0
-        self.moves = 0  # timed searches this game
+        self.new_game()
 
     def new_game(self) -> None:
+        """Forgets the last game: its bank, its reserve, its lag."""
         self.bank_ms = 0.0
-        self.moves = 0
+        self.moves = 0  # timed searches this game
+        self.first_clock_ms: float | None = None  # the clock of the game's first timed search
+        self.lag_ms = 0.0  # the moving average of what the clock lost beyond the engine's search time
+        self._last_move: tuple[float, float, float] | None = None  # the last plan's clock, increment, budget
+        self._last_search_ms: float | None = None  # its search time, once spent
 
     def plan(self, remaining_ms: float, increment_ms: float, ply: int, *, overhead_ms: float,
              movestogo: int | None = None) -> MovePlan:
         """Plans a move with ``remaining_ms`` on the clock at ``ply`` (see the module docstring)."""
+        if self.first_clock_ms is None:
+            self.first_clock_ms = max(remaining_ms, 0.0)
+        self._observe_lag(remaining_ms)
+        overhead_ms = max(overhead_ms, self.lag_ms)
+        drain = max(overhead_ms + MIN_BUDGET_MS - increment_ms, 0.0)  # what a least move costs the clock
+        reserve = max(RESERVE_FRACTION * self.first_clock_ms,
+                      min(max(RESERVE_OVERHEADS * overhead_ms, RESERVE_DRAIN_MOVES * drain),
+                          RESERVE_MAX_FRACTION * self.first_clock_ms))
+        usable = remaining_ms - reserve
         moves_left = float(movestogo) if movestogo else max(estimated_moves_left(ply), 1.0)
-        pool = remaining_ms + increment_ms * (moves_left - 1.0) - overhead_ms * moves_left
+        pool = usable + increment_ms * (moves_left - 1.0) - overhead_ms * moves_left
         share = max(pool, 0.0) / moves_left
         if self.moves < OPENING_MOVES:
             share *= OPENING_FACTOR
-        budget = share + BANK_SHARE * self.bank_ms
-        cap = HARD_FRACTION * (remaining_ms - overhead_ms)
-        return MovePlan(max(min(budget, cap), MIN_BUDGET_MS), may_stop_early=True)
+        budget = share + min(BANK_SHARE * self.bank_ms, share)
+        # Above the reserve a share of what is above it; at or below it, less than the increment (the clock
+        # grows back); never a share of the clock itself past HARD_FRACTION (the increment comes after the move).
+        cap = min(max(HARD_FRACTION * (usable - overhead_ms), RESERVE_INCREMENT_SHARE * increment_ms - overhead_ms),
+                  HARD_FRACTION * (remaining_ms - overhead_ms))
+        plan = MovePlan(max(min(budget, cap), MIN_BUDGET_MS), may_stop_early=True)
+        self._last_move, self._last_search_ms = (remaining_ms, increment_ms, plan.budget_ms), None
+        return plan
+
+    def _observe_lag(self, remaining_ms: float) -> None:
+        """Averages in what the clock lost over the last move beyond its search, or beyond its budget when
+        the search overran it (the least search, one network call, can outlast a budget of a millisecond).
+        Never below 0: a clock that grew more than the increment (a new time period, a server's lag
+        compensation) shows no lag."""
+        if self._last_move is None or self._last_search_ms is None:
+            return
+        last_remaining, last_increment, last_budget = self._last_move
+        lost = last_remaining + last_increment - remaining_ms
+        lag = max(lost - min(self._last_search_ms, last_budget), 0.0)
+        self.lag_ms += LAG_AVERAGE_WEIGHT * (lag - self.lag_ms)
 
     def spent(self, plan: MovePlan, seconds: float) -> None:
         """Books a finished search: what it left of its budget goes to the bank, what it overran comes out."""
+        self._last_search_ms = 1000.0 * seconds
         self.moves += 1
         self.bank_ms = max(self.bank_ms + plan.budget_ms - 1000.0 * seconds, 0.0)
 
