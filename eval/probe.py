@@ -21,6 +21,11 @@ prior at temperature 1: the raw network), and measured on every position:
   grows sharp narrows a search: EXPERIMENTS.md, "Issue 22", part 7);
 - ``cross_entropy``: of the prior against Stockfish's policy.
 
+With more than one network, each later one is also compared with the first
+position by position (``paired_differences``: the mean difference of top-1,
+regret and value error with a 95% interval), so a checkpoint's probe against
+its start tells a real change from the noise of 8,192 positions.
+
 The same figures go to TensorBoard as ``probe/<figure>`` under
 ``RUN/tb/probe/`` at each checkpoint's step: ``alphazero probe`` writes them
 for the checkpoints it measures, and the run's periodic evaluation for every
@@ -43,6 +48,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -169,8 +175,27 @@ def _logits_and_values(model: torch.nn.Module, data: ProbeSet, device: torch.dev
     return logits, values
 
 
-def probe_network(model: torch.nn.Module, data: ProbeSet, device: str | torch.device | None = None) -> ProbeFigures:
-    """Measures one network on the probe set (see the module docstring); the model is left as it was."""
+@dataclass(frozen=True)
+class PositionScores:
+    """One network's figures at each position of the probe set; their means are its ProbeFigures (regret
+    None without win probabilities in the labels)."""
+
+    top1: np.ndarray  # float64 [N]: 1 where the most likely move is one of Stockfish's best
+    regret: np.ndarray | None  # float64 [N]
+    value_error: np.ndarray  # float64 [N]: the value's squared error
+    entropy: np.ndarray  # float64 [N]
+    cross_entropy: np.ndarray  # float64 [N]
+
+    def figures(self) -> ProbeFigures:
+        """The means: the network's figures."""
+        regret = math.nan if self.regret is None else float(np.mean(self.regret))
+        return ProbeFigures(float(np.mean(self.top1)), regret, float(np.mean(self.value_error)),
+                            float(np.mean(self.entropy)), float(np.mean(self.cross_entropy)), len(self.top1))
+
+
+def score_positions(model: torch.nn.Module, data: ProbeSet, device: str | torch.device | None = None) -> PositionScores:
+    """Measures one network at every position of the probe set (see the module docstring); the model is left
+    as it was."""
     device = torch.device(device) if device is not None else next(model.parameters()).device
     logits, values = _logits_and_values(model, data, device)
     offsets, starts, lengths = data.offsets, data.offsets[:-1], np.diff(data.offsets)
@@ -179,18 +204,61 @@ def probe_network(model: torch.nn.Module, data: ProbeSet, device: str | torch.de
     p = np.exp(log_p)
     chosen = _first_max(logits, offsets)
     best_share = np.repeat(np.maximum.reduceat(data.label_policy, starts), lengths)
-    top1 = float(np.mean(data.label_policy[chosen] >= best_share[chosen]))
-    regret = math.nan
+    top1 = (data.label_policy[chosen] >= best_share[chosen]).astype(np.float64)
+    regret = None
     if data.wins is not None:
         wins = data.wins
         best = np.fmax.reduceat(wins, starts)  # fmax and fmin skip NaN: moves Stockfish did not score
         worst = np.fmin.reduceat(wins, starts)
-        played = np.where(np.isnan(wins[chosen]), worst, wins[chosen])
-        regret = float(np.mean(best - played))
-    entropy = float(np.mean(-np.add.reduceat(p * log_p, starts)))
-    cross_entropy = float(np.mean(-np.add.reduceat(data.label_policy * log_p, starts)))
-    value_mse = float(np.mean((values - data.values) ** 2))
-    return ProbeFigures(top1, regret, value_mse, entropy, cross_entropy, len(data))
+        regret = best - np.where(np.isnan(wins[chosen]), worst, wins[chosen])
+    return PositionScores(top1, regret, (values - data.values) ** 2, -np.add.reduceat(p * log_p, starts),
+                          -np.add.reduceat(data.label_policy * log_p, starts))
+
+
+def probe_network(model: torch.nn.Module, data: ProbeSet, device: str | torch.device | None = None) -> ProbeFigures:
+    """Measures one network on the probe set (see the module docstring); the model is left as it was."""
+    return score_positions(model, data, device).figures()
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """A figure of one network minus another's over the same positions, with its 95% interval (the
+    normal approximation of the mean of the per-position differences)."""
+
+    mean: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, ours: np.ndarray, theirs: np.ndarray) -> PairedDifference:
+        differences = ours - theirs
+        half = 1.96 * float(np.std(differences, ddof=1)) / math.sqrt(len(differences)) if len(differences) > 1 \
+            else math.nan
+        mean = float(np.mean(differences))
+        return cls(mean, mean - half, mean + half)
+
+    def text(self, scale: float = 1.0, digits: int = 2) -> str:
+        """'+0.11 (-0.04..+0.25)', the figures times ``scale``."""
+        return (f"{scale * self.mean:+.{digits}f} ({scale * self.low:+.{digits}f}.."
+                f"{scale * self.high:+.{digits}f})")
+
+
+@dataclass(frozen=True)
+class PairedFigures:
+    """Top-1, regret (None without win probabilities) and value error of one network minus another's."""
+
+    top1: PairedDifference
+    regret: PairedDifference | None
+    value_mse: PairedDifference
+
+
+def paired_differences(ours: PositionScores, theirs: PositionScores) -> PairedFigures:
+    """``ours`` minus ``theirs``, position by position (the probe of a checkpoint against the network it
+    started from: is it worse, or only noisier?)."""
+    regret = None if ours.regret is None or theirs.regret is None else PairedDifference.of(ours.regret,
+                                                                                         theirs.regret)
+    return PairedFigures(PairedDifference.of(ours.top1, theirs.top1), regret,
+                         PairedDifference.of(ours.value_error, theirs.value_error))
 
 
 def write_probe_tensorboard(run: RunDir, step: int, figures: ProbeFigures) -> None:
@@ -262,13 +330,20 @@ def run_probe(args: argparse.Namespace) -> None:
                   + ("" if data.wins is not None else " (labels without win probabilities: no regret; "
                                                        "relabel with this version to measure it)"))
     rows: list[tuple[str, int | None, ProbeFigures]] = []
+    against: list[tuple[str, PairedFigures]] = []
+    first: tuple[str, PositionScores] | None = None
     sources: list[tuple[str, int | None, NetworkSource]]
     sources = [(f"step {step:,}", step, NetworkSource(run.root, str(step))) for step in steps]
     sources += [(spec, None, NetworkSource(run.root, weights=Path(spec))) for spec in args.weights]
     for label, step, source in sources:
         network = load_network(source, device=args.device, precision="float32", warn=sys.stderr)
-        figures = probe_network(network.evaluator.model, data)
+        scores = score_positions(network.evaluator.model, data)
+        figures = scores.figures()
         rows.append((label, step, figures))
+        if first is None:
+            first = (label, scores)
+        else:
+            against.append((label, paired_differences(scores, first[1])))
         console.print(f"{label}: {figures.text()}")
         if step is not None:
             try:
@@ -284,9 +359,14 @@ def run_probe(args: argparse.Namespace) -> None:
         table.add_row(label, f"{100 * f.top1:.1f}%", regret, f"{f.value_mse:.4f}", f"{f.entropy:.3f}",
                       f"{f.cross_entropy:.3f}")
     console.print(table)
+    if first is not None and against:
+        console.print(_paired_table(first[0], against, len(data)))
     if args.json is not None:
+        paired = {label: dataclasses.asdict(differences) for label, differences in against}
         payload = {"data": str(data.source), "positions": len(data),
-                   "networks": [{"network": label, "step": step, **f.as_dict()} for label, step, f in rows]}
+                   "networks": [{"network": label, "step": step, **f.as_dict(),
+                                 **({"against_first": paired[label]} if label in paired else {})}
+                                for label, step, f in rows]}
         text = json.dumps(payload, indent=2)
         try:
             atomic_write_text(args.json, text + "\n")
@@ -295,7 +375,20 @@ def run_probe(args: argparse.Namespace) -> None:
         console.print(f"figures written to {args.json}")
 
 
+def _paired_table(first: str, against: Sequence[tuple[str, PairedFigures]], positions: int) -> Any:
+    from rich.table import Table
+
+    table = Table(title=f"Against {first}, position by position over the same {positions:,} (95% intervals)")
+    for column in ("network", "top-1 (points)", "regret (points)", "value MSE"):
+        table.add_column(column, justify="left" if column == "network" else "right")
+    for label, paired in against:
+        table.add_row(label, paired.top1.text(100, 1), "n/a" if paired.regret is None else paired.regret.text(100, 2),
+                      paired.value_mse.text(1, 4))
+    return table
+
+
 __all__ = [
-    "DEFAULT_PROBE_POSITIONS", "PROBE_FIGURES", "ProbeFigures", "ProbeSet", "probe_network", "run_probe",
+    "DEFAULT_PROBE_POSITIONS", "PROBE_FIGURES", "PairedDifference", "PairedFigures", "PositionScores",
+    "ProbeFigures", "ProbeSet", "paired_differences", "probe_network", "run_probe", "score_positions",
     "write_probe_tensorboard",
 ]

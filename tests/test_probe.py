@@ -17,7 +17,7 @@ from alphazero.presets import get_preset
 from alphazero.store.checkpoint import save_checkpoint
 from alphazero.store.rundir import RunDir
 from alphazero.store.shards import LAB_KIND, VALUE_FROM_ROOT, shard_from_records, shard_name, write_shard
-from eval.probe import ProbeSet, probe_network
+from eval.probe import ProbeSet, paired_differences, probe_network, score_positions
 from tests.helpers import add_shard, random_compact
 
 # Two positions: their legal moves' indices, Stockfish's policy over them, the win probability after each
@@ -86,6 +86,23 @@ def test_the_figures_match_a_hand_computation(tmp_path: Path) -> None:
     assert figures.positions == 2 and model.training  # the model is left in its mode
 
 
+def test_a_network_against_another_is_measured_position_by_position(tmp_path: Path) -> None:
+    _write_labels(tmp_path / "labels")
+    data = ProbeSet.load(tmp_path / "labels")
+    hit_and_miss = score_positions(_FixedNetwork({1: 2.0, 6: 1.0}, value=0.0), data)
+    best_twice = score_positions(_FixedNetwork({0: 2.0, 6: 1.0}, value=0.2), data)
+    same = paired_differences(hit_and_miss, hit_and_miss)
+    assert (same.top1.mean, same.top1.low, same.top1.high) == (0.0, 0.0, 0.0)
+    paired = paired_differences(best_twice, hit_and_miss)
+    figures, start = best_twice.figures(), hit_and_miss.figures()
+    assert paired.top1.mean == pytest.approx(figures.top1 - start.top1)
+    assert paired.regret is not None and paired.regret.mean == pytest.approx(figures.regret - start.regret)
+    assert paired.value_mse.mean == pytest.approx(figures.value_mse - start.value_mse)
+    assert paired.regret.low < paired.regret.mean < paired.regret.high  # two positions: a wide interval
+    assert paired.regret.text(100) == f"{100 * paired.regret.mean:+.2f} ({100 * paired.regret.low:+.2f}.." \
+                                      f"{100 * paired.regret.high:+.2f})"
+
+
 def test_labels_without_win_probabilities_have_no_regret_and_other_shards_are_refused(tmp_path: Path) -> None:
     _write_labels(tmp_path / "old", wins=False)
     figures = probe_network(_FixedNetwork({0: 1.0}, value=0.2), ProbeSet.load(tmp_path / "old"))
@@ -111,6 +128,9 @@ def test_the_command_probes_checkpoints_and_writes_tensorboard_and_json(tmp_path
     assert "step 10" in text and "top-1" in text
     payload = json.loads(out.read_text())
     assert [row["step"] for row in payload["networks"]] == [0, 10] and payload["positions"] == 2
+    assert "Against step 0" in text  # the later checkpoint, position by position against the first
+    assert "against_first" not in payload["networks"][0]
+    assert set(payload["networks"][1]["against_first"]) == {"top1", "regret", "value_mse"}
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(run.tb / "probe"))
