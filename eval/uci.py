@@ -113,6 +113,12 @@ DEFAULT_MOVE_OVERHEAD_MS = 10
 default, 100, with the simple manager left half its clock unused at 10+0.1 (EXPERIMENTS.md, "Issue 24"), and at
 1+0.01 a per-move reserve above the 10 ms increment would leave the smart manager nothing to search with."""
 
+ENGINE_FORWARD = "graphs"
+"""How the engine's network runs on CUDA: a CUDA graph per batch-size bucket, captured at load. Eagerly, its
+calls of 1-32 leaves were bound by kernel launches, and bf16 autocast's casts made it slower than float32
+(EXPERIMENTS.md, "The GPU path after issue 36's rooms"; `alphazero bench uci --device cuda` shows both). On a
+CPU the passes run eager whatever this says."""
+
 INFINITE_NODES = 50_000_000
 """The node cap of `go infinite`, `go ponder` and timed searches (bounds the tree's memory)."""
 
@@ -537,6 +543,7 @@ class UciEngine:
         threads: int | None = None,
         fresh: bool = False,
         clock: Callable[[], float] = time.monotonic,
+        forward: str = ENGINE_FORWARD,
     ) -> None:
         self._clock = clock  # every deadline and reported time reads it (tests give a clock they advance)
         self._in = stdin if stdin is not None else _lenient(sys.stdin)
@@ -545,6 +552,7 @@ class UciEngine:
         self._run = Path(run_dir) if run_dir is not None else DEFAULT_RUN_DIR
         self._run_named = run_dir is not None  # a run the user named must exist (a typo must not play)
         self._fresh = fresh
+        self._forward = forward  # how a CUDA pass runs (ENGINE_FORWARD; a benchmark's baseline gives 'eager')
         self.values: dict[str, Any] = {option.name: option.default for option in OPTIONS}
         self.values["Weights"] = str(weights) if weights is not None else ""
         self.values["Device"] = device
@@ -931,7 +939,9 @@ class UciEngine:
             return self._network
         try:
             self._check_source()
-            network = load_network(key[0], device=key[1], warn=self._err, precision=key[2])
+            network = load_network(key[0], device=key[1], warn=self._err, precision=key[2], forward=self._forward,
+                                   max_batch=int(self.values["LeavesPerBatch"]))
+            network.evaluator.warm_up()  # a CUDA graph per batch size up to LeavesPerBatch, now and not mid-search
         except UserError as error:
             self.info_string(f"error: {error}")
             return self._network

@@ -528,6 +528,24 @@ def test_a_batched_engine_mates_in_one_and_takes_a_hanging_queen(leaves: int) ->
     assert out.getvalue().rstrip().split("\n")[-1].startswith("bestmove d2d5")
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the GPU checks run it)")
+def test_on_cuda_the_engine_replays_cuda_graphs_and_still_finds_the_mate_and_the_queen() -> None:
+    out = io.StringIO()
+    engine = UciEngine(None, "builtin", "cuda", stdin=io.StringIO(""), stdout=out)
+    engine.handle("isready")
+    network = engine._network
+    assert network is not None and network.evaluator.describe_pass() == "graphs, bf16"
+    for fen, best in ((BACK_RANK_MATE, "a1a8"), (HANGING_QUEEN, "d2d5")):
+        engine.handle(f"position fen {fen}")
+        engine.handle("go nodes 400")
+        engine.wait()
+        assert out.getvalue().rstrip().split("\n")[-1].startswith(f"bestmove {best}")
+    # Every batch size the searches sent replayed a captured graph, each checked once against float32 eager.
+    assert network.evaluator.bucket_failures == {} and network.evaluator.fallbacks == []
+    assert network.evaluator.describe_pass() == "graphs, bf16"
+    engine.stop_search()
+
+
 def test_policy_temperature_flattens_the_engines_prior_and_refuses_what_is_not_a_temperature() -> None:
     engine, out = _in_process("builtin")
     engine.handle("position startpos moves e2e4 c7c5")

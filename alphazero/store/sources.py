@@ -274,9 +274,13 @@ def load_network(
     device: str | torch.device = "auto",
     warn: TextIO | None = None,
     precision: str = "auto",
+    forward: str = "eager",
+    max_batch: int | None = None,
 ) -> Network:
     """Loads the network a source names onto `device` ('auto' picks CUDA when present), to run in `precision`
     ('auto', 'bf16', 'float32': alphazero.nn.precision); on a CPU, what it runs in is said on `warn`.
+    `forward` and `max_batch` are the Evaluator's: how a CUDA pass runs ('graphs': a CUDA graph per
+    batch-size bucket) and the largest batch the caller sends.
 
     A run with no checkpoint yet gives the built-in network (source.fallback
     'builtin', when this installation has one) or freshly initialised weights
@@ -290,7 +294,7 @@ def load_network(
     torch_device = device if isinstance(device, torch.device) else pick_device(device)
     precision = _checked_precision(precision)
     if resolved.path is None:
-        return _fresh_network(source.run, resolved.config, torch_device, warn, precision)
+        return _fresh_network(source.run, resolved.config, torch_device, warn, precision, forward, max_batch)
     expected = resolved.config.network if resolved.from_run and resolved.config is not None else None
     model, extra = load_model(resolved.path, torch_device, expected=expected)
     step = extra.get("step") if isinstance(extra.get("step"), int) else resolved.step
@@ -303,8 +307,8 @@ def load_network(
         label, tag = f"step {step}", f"step{step}"
     else:
         label, tag = f"weights {resolved.path.name}", resolved.path.stem
-    return _said(Network(Evaluator(model, torch_device, precision=precision), label, tag, step, resolved.path, False,
-                         config), warn)
+    evaluator = Evaluator(model, torch_device, precision=precision, forward=forward, max_batch=max_batch)
+    return _said(Network(evaluator, label, tag, step, resolved.path, False, config), warn)
 
 
 def _checked_precision(precision: str) -> str:
@@ -326,7 +330,7 @@ def _said(network: Network, warn: TextIO | None) -> Network:
 
 
 def _fresh_network(run: Path, config: Config | None, device: torch.device, warn: TextIO | None,
-                   precision: str = "auto") -> Network:
+                   precision: str = "auto", forward: str = "eager", max_batch: int | None = None) -> Network:
     out = warn if warn is not None else sys.stderr
     if config is None:
         config = get_preset(DEFAULT_PRESET)
@@ -338,8 +342,8 @@ def _fresh_network(run: Path, config: Config | None, device: torch.device, warn:
     print(f"warning: {where}; playing with freshly initialised weights ({what}, seed "
           f"{config.learner.seed}), i.e. about as strong as random", file=out, flush=True)
     model = _fresh_model(config)
-    return _said(Network(Evaluator(model, device, precision=precision), "fresh weights", "fresh", 0, None, True,
-                         config), warn)
+    evaluator = Evaluator(model, device, precision=precision, forward=forward, max_batch=max_batch)
+    return _said(Network(evaluator, "fresh weights", "fresh", 0, None, True, config), warn)
 
 
 class NetworkCache:

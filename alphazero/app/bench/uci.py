@@ -16,7 +16,9 @@ moves played between moves, as it does under a clock (the nodes counted are
 each move's new simulations; the kept ones are not counted again). Last, the
 precision the engine's network runs in (the UCI option Precision, 'auto': on
 a CPU bf16 where native and faster) against Precision float32 at the default
-LeavesPerBatch, measured one after the other in the same run.
+LeavesPerBatch, measured one after the other in the same run. On CUDA, where
+the engine replays a CUDA graph per batch size (eval.uci.ENGINE_FORWARD), a
+second engine with eager passes is the baseline, in bf16 and in float32.
 """
 
 from __future__ import annotations
@@ -26,9 +28,13 @@ import io
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from alphazero.app.bench import rate, ratio
 from alphazero.errors import UserError
+
+if TYPE_CHECKING:
+    from eval.uci import UciEngine
 
 # torch, numpy, rich and the engine are imported inside the functions that use them:
 # the CLI imports every bench module to build its parser.
@@ -152,6 +158,34 @@ def _game_point(engine: object, out: io.StringIO, plies: int, movetime_ms: int) 
     return int(total[0]), float(total[1]), int(total[2]), int(total[3])
 
 
+def _started_engine(args: argparse.Namespace, out: io.StringIO, forward: str) -> UciEngine:
+    """A UCI engine on the bench's network, its CUDA passes run as ``forward``, ready (``isready`` answered)."""
+    from eval.uci import UciEngine
+
+    engine = UciEngine(None, args.weights, args.device, stdin=io.StringIO(""), stdout=out, stderr=sys.stderr,
+                       threads=args.threads, forward=forward)
+    engine.handle("setoption name MoveOverhead value 0")
+    if args.visits_per_leaf is not None:
+        engine.handle(f"setoption name VisitsPerLeaf value {args.visits_per_leaf}")
+    engine.handle("isready")
+    if "info string error" in out.getvalue() or "info string ignored" in out.getvalue():
+        raise UserError(out.getvalue().strip())
+    return engine
+
+
+def _eager_points(args: argparse.Namespace, leaves: int) -> tuple[float, float]:
+    """The baseline on CUDA: nodes/s of an engine whose passes run eagerly (as before CUDA graphs), at
+    ``leaves``, in bf16 and then in float32."""
+    out = io.StringIO()
+    engine = _started_engine(args, out, "eager")
+    try:
+        nodes, elapsed, _, _ = _engine_point(engine, out, leaves, args.seconds)
+        float32 = _float32_point(engine, out, leaves, args.seconds)
+    finally:
+        engine.stop_search()
+    return (nodes / elapsed if elapsed > 0 else 0.0), float32
+
+
 def run(args: argparse.Namespace) -> None:
     import numpy as np
     import torch
@@ -160,26 +194,20 @@ def run(args: argparse.Namespace) -> None:
 
     from alphazero.app.bench.network import measure_batch
     from alphazero.store.sources import Network, NetworkSource, load_network
-    from eval.uci import OPTIONS, UciEngine
+    from eval.uci import ENGINE_FORWARD, OPTIONS
 
     if args.seconds <= 0 or args.threads < 0 or args.game_plies < 0 or args.game_movetime < 1:
         raise UserError("--seconds and --game-movetime must be positive, --threads and --game-plies at least 0")
     default = next(int(option.default) for option in OPTIONS if option.name == "LeavesPerBatch")
     leaves = sorted(set(args.leaves) | {default})
     out = io.StringIO()
-    engine = UciEngine(None, args.weights, args.device, stdin=io.StringIO(""), stdout=out, stderr=sys.stderr,
-                       threads=args.threads)
-    engine.handle("setoption name MoveOverhead value 0")
-    if args.visits_per_leaf is not None:
-        engine.handle(f"setoption name VisitsPerLeaf value {args.visits_per_leaf}")
-    engine.handle("isready")
-    if "info string error" in out.getvalue() or "info string ignored" in out.getvalue():
-        raise UserError(out.getvalue().strip())
+    engine = _started_engine(args, out, ENGINE_FORWARD)
 
     def load_folded() -> Network:
         loaded = load_network(NetworkSource(Path("."), weights=Path(args.weights)), device=args.device,
-                              warn=sys.stderr)
-        loaded.evaluator.fold_batch_norm()  # as the engine runs it
+                              warn=sys.stderr, forward=ENGINE_FORWARD, max_batch=default)
+        loaded.evaluator.fold_batch_norm()  # as the engine runs it (on a CPU)
+        loaded.evaluator.warm_up()  # (on CUDA)
         return loaded
 
     # The network alone runs on the engine's network thread, as the engine runs it (eval.uci._NetworkThread).
@@ -195,6 +223,7 @@ def run(args: argparse.Namespace) -> None:
     chosen_precision = network.evaluator.precision_text()
     float32 = _float32_point(engine, out, default, args.seconds)
     engine.stop_search()
+    eager = _eager_points(args, default) if network.evaluator.use_cuda else None
     best = max(rows, key=lambda row: row.network)
     device = network.evaluator.device
     threads = torch.get_num_threads()
@@ -227,3 +256,9 @@ def run(args: argparse.Namespace) -> None:
     print(f"precision: the engine's default runs {chosen_precision}: {rate(chosen.nodes_per_second)} nodes/s; with "
           f"Precision float32, measured after it: {rate(float32)} nodes/s; the default is "
           f"{ratio(chosen.nodes_per_second, float32)} float32")
+    if eager is not None:
+        print(f"CUDA graphs: the engine's default runs {network.evaluator.describe_pass()}: "
+              f"{rate(chosen.nodes_per_second)} nodes/s; the engine with eager passes, measured after it: "
+              f"{rate(eager[0])} in bf16, {rate(eager[1])} in float32; the default is "
+              f"{ratio(chosen.nodes_per_second, eager[0])} eager bf16, {ratio(chosen.nodes_per_second, eager[1])} "
+              f"eager float32")
