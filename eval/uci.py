@@ -115,8 +115,8 @@ default, 100, with the simple manager left half its clock unused at 10+0.1 (EXPE
 
 ENGINE_FORWARD = "graphs"
 """How the engine's network runs on CUDA: a CUDA graph per batch-size bucket, captured at load. Eagerly, its
-calls of 1-32 leaves were bound by kernel launches, and bf16 autocast's casts made it slower than float32; the
-graphs were 10x faster (EXPERIMENTS.md, "The UCI engine on CUDA with CUDA graphs"; `alphazero bench uci --device
+calls of 1-32 leaves were bound by kernel launches, and bf16 autocast's casts made it slower than float32; graphs
+beat both by far (EXPERIMENTS.md, "The UCI engine on CUDA with CUDA graphs"; `alphazero bench uci --device
 cuda` measures both). On a CPU the passes run eager whatever this says."""
 
 INFINITE_NODES = 50_000_000
