@@ -26,7 +26,10 @@ checkpoints' games added to the old ones. The periodic evaluation's games
 settings (the quick evaluation's: search:64, 200-ply games), including those
 of an evaluation a run's deadline stopped.
 
-Outputs: a table (step, hours of the run, games, Elo, 95% interval), the
+Outputs: a table (step, hours of the run, games, Elo, 95% interval, and
+the gain over the checkpoint before from their own games: the fit's
+intervals measure the distance from the anchors, loose when those are far
+below or above the run, the head-to-head one the gain itself), the
 points in ``RUN/curve/curve.json``, the picture ``RUN/curve/curve.png`` (Elo
 against hours, intervals drawn, anchors as lines) and TensorBoard scalars
 ``curve/elo`` (``_low``, ``_high``) at each checkpoint's step under
@@ -56,7 +59,7 @@ from alphazero.store.checkpoint import checkpoint_name, checkpoint_steps, read_p
 from alphazero.store.rundir import RunDir, atomic_write_text, check_writable_directory
 from alphazero.store.sources import Network, NetworkSource, load_network
 from eval.agents import Agent, RandomAgent, StockfishAgent
-from eval.elo import Ratings, fit_ratings
+from eval.elo import Ratings, Summary, fit_ratings, match_summary
 from eval.evaluate import QUICK_PLY_LIMIT, QUICK_SIMULATIONS, SETTINGS_FILE, stockfish_name
 from eval.match import match_id_of, play_match
 from eval.openings import load_openings
@@ -345,6 +348,28 @@ class CurvePoint:
     elo: float
     low: float
     high: float
+    # Head to head against the checkpoint chosen before it (None for the first, or with no game between them):
+    # the fit's intervals are each checkpoint's distance from the anchors, loose when the anchors are far,
+    # while two neighbours' own games measure the gain between them directly.
+    before: int | None = None
+    gain: float | None = None
+    gain_low: float | None = None
+    gain_high: float | None = None
+    gain_games: int = 0
+
+
+def head_to_head(games: Iterable[tuple[str, str, float]], a: str, b: str) -> Summary:
+    """Sums a's games against b (either order in the records) as a match from a's side."""
+    wins = draws = losses = 0
+    for first, second, score in games:
+        if (first, second) == (b, a):
+            score = 1.0 - score
+        elif (first, second) != (a, b):
+            continue
+        wins += score == 1.0
+        draws += score == 0.5
+        losses += score == 0.0
+    return match_summary(wins, draws, losses)
 
 
 def fit_curve(games: Sequence[tuple[str, str, float]], chosen: Sequence[Checkpoint],
@@ -365,31 +390,50 @@ def fit_curve(games: Sequence[tuple[str, str, float]], chosen: Sequence[Checkpoi
     except ValueError as error:
         raise UserError(f"the curve cannot be fitted yet: {error}; play its games first") from None
     points = []
-    for point in chosen:
-        rating = ratings.get(checkpoint_name_of(point.step, settings.simulations))
-        if rating is not None:
-            points.append(CurvePoint(point.step, point.hours, point.exact, rating.games, rating.elo, rating.low,
-                                     rating.high))
+    for index, point in enumerate(chosen):
+        name = checkpoint_name_of(point.step, settings.simulations)
+        rating = ratings.get(name)
+        if rating is None:
+            continue
+        gain: dict[str, Any] = {}
+        if index > 0:
+            before = chosen[index - 1].step
+            summary = head_to_head(used, name, checkpoint_name_of(before, settings.simulations))
+            gain = {"before": before, "gain_games": summary.games}
+            if summary.games:
+                gain |= {"gain": summary.elo, "gain_low": summary.elo_low, "gain_high": summary.elo_high}
+        points.append(CurvePoint(point.step, point.hours, point.exact, rating.games, rating.elo, rating.low,
+                                 rating.high, **gain))
     return points, ratings, anchors
 
 
 def curve_table(points: Sequence[CurvePoint], ratings: Ratings, anchors: dict[str, float], title: str) -> Any:
-    """The rich table: step, hours, games, Elo, 95% interval; then the anchors and random."""
+    """The rich table: step, hours, games, Elo, 95% interval, the gain over the checkpoint before (head to
+    head); then the anchors and random."""
     from rich.table import Table
 
-    table = Table(title=title)
-    for column in ("checkpoint", "hours", "games", "Elo", "95% interval"):
-        table.add_column(column, justify="left" if column == "checkpoint" else "right")
+    table = Table(title=title, caption="gain: head to head against the checkpoint above it, from their own games")
+    for column in ("checkpoint", "hours", "games", "Elo", "95%", "gain", "95%"):
+        table.add_column(column, justify="left" if column == "checkpoint" else "right", no_wrap=True)
     for point in points:
         hours = f"{point.hours:.2f}" + ("" if point.exact_hours else " ~")
         anchored = point.low == point.high and any(name.startswith(f"step{point.step}:") for name in anchors)
         table.add_row(f"step {point.step:,}", hours, str(point.games), f"{point.elo:.0f}",
-                      "anchor" if anchored else f"{point.low:.0f}..{point.high:.0f}")
+                      "anchor" if anchored else f"{point.low:.0f}..{point.high:.0f}", *_gain_text(point))
     for name, rating in sorted(ratings.items(), key=lambda item: -item[1].elo):
         if name == RANDOM or name in anchors and not name.startswith("step"):
             interval = "anchor" if name in anchors else f"{rating.low:.0f}..{rating.high:.0f}"
-            table.add_row(name, "", str(rating.games), f"{rating.elo:.0f}", interval)
+            table.add_row(name, "", str(rating.games), f"{rating.elo:.0f}", interval, "", "")
     return table
+
+
+def _gain_text(point: CurvePoint) -> tuple[str, str]:
+    """('+306', '+232..+412') against the checkpoint before; blank for the first; 'none' with no game yet."""
+    if point.before is None:
+        return "", ""
+    if point.gain is None or point.gain_low is None or point.gain_high is None:
+        return "none", ""
+    return f"{point.gain:+.0f}", f"{point.gain_low:+.0f}..{point.gain_high:+.0f}"
 
 
 def write_curve_json(path: Path, points: Sequence[CurvePoint], ratings: Ratings, anchors: dict[str, float],

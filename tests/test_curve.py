@@ -68,6 +68,17 @@ def test_the_fit_puts_the_stronger_checkpoint_above_on_the_anchors_scale() -> No
     assert anchors == {fish: 1400.0} and "step99:search:8" not in ratings
     start, later = points
     assert later.low > start.elo and later.elo > start.elo and later.games == 80
+    # Head to head against the checkpoint before: 30 wins, 10 losses (+191), whichever side a record names first.
+    assert start.before is None and later.before == 0 and later.gain_games == 40
+    assert later.gain is not None and later.gain_low is not None and round(later.gain) == 191 and later.gain_low > 0
+    flipped, _, _ = fit_curve([(b, a, 1.0 - score) for a, b, score in games], chosen, settings)
+    assert flipped[1].gain == later.gain and flipped[1].gain_low == later.gain_low
+    from rich.console import Console
+
+    console = Console(width=200, record=True)
+    console.print(curve_module.curve_table(points, ratings, anchors, "t"))
+    row = next(line for line in console.export_text().splitlines() if "step 10" in line)
+    assert "+191" in row and f"{later.gain_low:+.0f}..{later.gain_high:+.0f}" in row
 
 
 def test_the_curve_plays_fits_draws_and_reuses_its_games(tmp_path: Path, capsys) -> None:
