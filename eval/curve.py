@@ -560,6 +560,7 @@ def report_curve(run: RunDir, chosen: Sequence[Checkpoint], settings: CurveSetti
 
 
 __all__ = [
-    "Checkpoint", "CurvePoint", "CurveSettings", "choose_checkpoints", "curve_games", "fit_curve", "pairings",
+    "Checkpoint", "CurvePoint", "CurveSettings", "choose_checkpoints", "curve_games", "fit_curve", "head_to_head",
+    "pairings",
     "play_curve_games", "report_curve", "run_checkpoints", "run_curve_command",
 ]
