@@ -348,9 +348,8 @@ class CurvePoint:
     elo: float
     low: float
     high: float
-    # Head to head against the checkpoint chosen before it (None for the first, or with no game between them):
-    # the fit's intervals are each checkpoint's distance from the anchors, loose when the anchors are far,
-    # while two neighbours' own games measure the gain between them directly.
+    # Head to head against the checkpoint chosen before it (the module docstring says why); ``before`` is None
+    # for the first point, ``gain`` None while the two have no game.
     before: int | None = None
     gain: float | None = None
     gain_low: float | None = None
@@ -561,6 +560,5 @@ def report_curve(run: RunDir, chosen: Sequence[Checkpoint], settings: CurveSetti
 
 __all__ = [
     "Checkpoint", "CurvePoint", "CurveSettings", "choose_checkpoints", "curve_games", "fit_curve", "head_to_head",
-    "pairings",
-    "play_curve_games", "report_curve", "run_checkpoints", "run_curve_command",
+    "pairings", "play_curve_games", "report_curve", "run_checkpoints", "run_curve_command",
 ]
