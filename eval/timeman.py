@@ -23,8 +23,11 @@ Two managers, chosen by the engine's ``TimeManager`` option:
   A reserve is never shared out: ``RESERVE_FRACTION`` of the game's first
   clock, or ``RESERVE_OVERHEADS`` moves' overhead if more, or, where a
   move's least cost is more than the increment, ``RESERVE_DRAIN_MOVES`` of
-  that difference (games outlive the estimate); these last two at most
-  ``RESERVE_MAX_FRACTION`` of the first clock. At the reserve a move gets at
+  that difference (games outlive the estimate), or ``RESERVE_OVERRUNS``
+  times the most a move of this game has cost the clock beyond its plan
+  (a machine that stalled once may stall again: a stall of seven moves
+  took a game at 10+0.1, EXPERIMENTS.md, "Issue 35"); these last three at
+  most ``RESERVE_MAX_FRACTION`` of the first clock. At the reserve a move gets at
   most ``RESERVE_INCREMENT_SHARE`` of the increment, so the clock grows
   back. Without a reserve the engines ended their games at 1+0.01 with
   0.06 s of 1 s, lived on the increment for dozens of moves in long games
@@ -59,6 +62,7 @@ HARD_FRACTION = 0.35
 RESERVE_FRACTION = 0.05
 RESERVE_OVERHEADS = 10
 RESERVE_DRAIN_MOVES = 100
+RESERVE_OVERRUNS = 5
 RESERVE_MAX_FRACTION = 0.25
 RESERVE_INCREMENT_SHARE = 0.5
 LAG_AVERAGE_WEIGHT = 0.2
@@ -106,11 +110,12 @@ class TimeManager:
         self.new_game()
 
     def new_game(self) -> None:
-        """Forgets the last game: its bank, its reserve, its lag."""
+        """Forgets the last game: its bank, its reserve, its lag, its worst overrun."""
         self.bank_ms = 0.0
         self.moves = 0  # timed searches this game
         self.first_clock_ms: float | None = None  # the clock of the game's first timed search
         self.lag_ms = 0.0  # the moving average of what the clock lost beyond the engine's search time
+        self.worst_overrun_ms = 0.0  # the most the clock lost over a move beyond that move's budget
         self._last_move: tuple[float, float, float] | None = None  # the last plan's clock, increment, budget
         self._last_search_ms: float | None = None  # its search time, once spent
 
@@ -123,7 +128,8 @@ class TimeManager:
         overhead_ms = max(overhead_ms, self.lag_ms)
         drain = max(overhead_ms + MIN_BUDGET_MS - increment_ms, 0.0)  # what a least move costs the clock
         reserve = max(RESERVE_FRACTION * self.first_clock_ms,
-                      min(max(RESERVE_OVERHEADS * overhead_ms, RESERVE_DRAIN_MOVES * drain),
+                      min(max(RESERVE_OVERHEADS * overhead_ms, RESERVE_DRAIN_MOVES * drain,
+                              RESERVE_OVERRUNS * self.worst_overrun_ms),
                           RESERVE_MAX_FRACTION * self.first_clock_ms))
         usable = remaining_ms - reserve
         moves_left = float(movestogo) if movestogo else max(estimated_moves_left(ply), 1.0)
@@ -142,7 +148,8 @@ class TimeManager:
 
     def _observe_lag(self, remaining_ms: float) -> None:
         """Averages in what the clock lost over the last move beyond its search, or beyond its budget when
-        the search overran it (the least search, one network call, can outlast a budget of a millisecond).
+        the search overran it (the least search, one network call, can outlast a budget of a millisecond),
+        and keeps the most it lost beyond its budget (a stall: the search and the pipes both slow).
         Never below 0: a clock that grew more than the increment (a new time period, a server's lag
         compensation) shows no lag."""
         if self._last_move is None or self._last_search_ms is None:
@@ -151,6 +158,7 @@ class TimeManager:
         lost = last_remaining + last_increment - remaining_ms
         lag = max(lost - min(self._last_search_ms, last_budget), 0.0)
         self.lag_ms += LAG_AVERAGE_WEIGHT * (lag - self.lag_ms)
+        self.worst_overrun_ms = max(self.worst_overrun_ms, lost - last_budget)
 
     def spent(self, plan: MovePlan, seconds: float) -> None:
         """Books a finished search: what it left of its budget goes to the bank, what it overran comes out."""
