@@ -213,20 +213,28 @@ class SelfPlayConfig(_Section):
                                                      "cpu_forward": CPU_FORWARD_MODES}
     MINIMUM: ClassVar[dict[str, float]] = {"actors": 0, "games_per_actor": 1, "shard_games": 1, "sink_window": 1,
                                            "server_batch_size": 0, "server_wait_ms": 0.0,
-                                           "weights_poll_seconds": 0.0, "max_games": 0,
+                                           "weights_poll_seconds": 0.0, "max_games": 0, "shard_seconds": 0.0,
                                            "gpu_games_per_actor": 0, "gpu_actors": 0, "parity_share": 0.0,
                                            "parity_atol": 0.0, "parity_rtol": 0.0}
 
     actors: int = _field(0, "self-play actors; 0 = one per CPU core")
     games_per_actor: int = _field(64, "games each actor plays at once; their leaves share one network batch")
     shard_games: int = _field(64, "complete games per shard file in run/selfplay/")
+    # Games finish one by one, so a full shard of a GPU actor's games could keep the first ones from the learner
+    # for minutes (issue 48): an actor's first game goes out alone, and no game waits longer than this.
+    shard_seconds: float = _field(20.0, "most seconds a finished game waits in its actor for the rest of its "
+                                        "shard: older, the shard goes out with the games it has (an actor's "
+                                        "first game goes out at once); 0 = only full shards")
     inference: str = _field("local", "'local': each actor runs the network; 'server': batching GPU servers")
     device: str = _field("auto", "device for local inference and the servers: 'auto' (a GPU when self-play has GPUs, "
                                  "--gpus > 0, else the CPU), 'cpu' (refuses --gpus), 'cuda' or 'cuda:N' (needs --gpus)")
     server_batch_size: int = _field(0, "most positions in one forward pass of an inference server; 0 = the requests "
                                        "of every lane it serves at once (its actors x games_per_actor x "
                                        "search.leaves_per_game), so that one pass merges several actors' batches")
-    server_wait_ms: float = _field(2.0, "longest an inference server waits to fill a batch")
+    # lc0's multiplexing backend and KataGo's waitPopUpToN take what is waiting and never idle the GPU for company
+    # (issue 48): requests that come during a pass make up the next one anyway.
+    server_wait_ms: float = _field(0.0, "longest an idle inference server waits for more requests before a pass; "
+                                        "0 = it takes what is ready at once")
     weights_poll_seconds: float = _field(30.0, "how often an actor looks for a newer checkpoint")
     save_pgn: bool = _field(True, "also write every game as PGN under run/games/")
     transport: str = _field("disk", "how shards reach run/selfplay: 'disk' (each actor writes them: one machine or "
@@ -331,6 +339,12 @@ class LearnerConfig(_Section):
     training_steps: int = _field(700_000, "stop after this many steps; 0 = until stopped")
     window_positions: int = _field(20_000_000, "replay window: the newest positions sampled from")
     min_window_positions: int = _field(500_000, "positions self-play must have written before training")
+    window_growth: float = _field(1.0, "growing replay window (KataGo's shuffler): positions the window grows by "
+                                       "per new position once min_window_positions have entered it (see "
+                                       "window_exponent); 1 with window_exponent 1 = a fixed window_positions")
+    window_exponent: float = _field(1.0, "growing replay window (KataGo's shuffler), in (0, 1]: past "
+                                         "min_window_positions the window grows as the positions seen to this power, "
+                                         "up to window_positions (LearnerConfig.window_size); 1 = linearly")
     max_sample_reuse: float = _field(1.0, "most samples per self-play position; the learner waits beyond it")
     checkpoint_every: int = _field(1000, "steps between checkpoints (actors pick up new weights from them)")
     keep_checkpoints: int = _field(5, "newest checkpoints kept")
@@ -353,7 +367,9 @@ class LearnerConfig(_Section):
     trainable: str = _field("all", "what learns: 'all' the network, or 'policy_head' alone (the tower and the "
                                    "value head keep the weights they came with; needs freeze_batch_norm)")
     seed: int = _field(0, "seed of the learner's sampling and initial weights")
-    poll_seconds: float = _field(2.0, "how often a learner waiting for shards looks for new ones")
+    # A learner waiting at the reuse cap trains again as soon as the next shard lands (issue 48: no idle learner
+    # while games wait unread); listing the folder twice a second costs nothing beside a training step.
+    poll_seconds: float = _field(0.5, "how often a learner waiting for shards looks for new ones")
 
     def _check(self) -> None:
         if len(self.learning_rates) != len(self.lr_boundaries) + 1:
@@ -372,12 +388,37 @@ class LearnerConfig(_Section):
         if self.trainable != "all" and not self.freeze_batch_norm:
             raise UserError(f"learner.trainable = {self.trainable!r} keeps the rest of the network as it came, "
                             f"batch-norm statistics included: set learner.freeze_batch_norm=true as well")
+        if not self.window_growth > 0:
+            raise UserError(f"learner.window_growth must be positive, got {self.window_growth}")
+        if not 0 < self.window_exponent <= 1:
+            raise UserError(f"learner.window_exponent must lie in (0, 1], got {self.window_exponent}")
         if self.min_window_positions > self.window_positions:
             raise UserError(f"learner.min_window_positions ({self.min_window_positions}) exceeds "
                             f"learner.window_positions ({self.window_positions})")
         if not (self.momentum < 1.0 and self.beta2 < 1.0):
             raise UserError(f"learner.momentum and learner.beta2 must be below 1, got {self.momentum} "
                             f"and {self.beta2}")
+
+    def window_size(self, total: int) -> int:
+        """Gets the replay window's size once ``total`` positions have entered it (KataGo's shuffler).
+
+        All of them while there are fewer than m = min_window_positions (the
+        learner waits until then), then m + g (total^e - m^e) / (e m^(e - 1)),
+        g = window_growth and e = window_exponent: it grows by g positions per
+        new one at m and tapers as a power law for e < 1. At most
+        window_positions; g = e = 1 is min(total, window_positions).
+
+        >>> LearnerConfig(window_positions=1_000, min_window_positions=100).window_size(400)
+        400
+        >>> grows = LearnerConfig(window_positions=1_000_000, min_window_positions=2_048, window_exponent=0.75)
+        >>> [grows.window_size(n) for n in (1_000, 2_048, 1_000_000, 10_000_000)]
+        [1000, 2048, 282959, 1000000]
+        """
+        m, g, e = self.min_window_positions, self.window_growth, self.window_exponent
+        if total < m:
+            return min(total, self.window_positions)
+        size = m + g * (total**e - m**e) / (e * m ** (e - 1))
+        return min(self.window_positions, int(size))
 
     def mix_rows(self, step: int) -> int:
         """Gets how many rows of training step ``step``'s batch come from mix_dir (0 without one)."""

@@ -87,10 +87,13 @@ def _small() -> Config:
         # at 1024. On one H200 (EXPERIMENTS.md, "Issue 37") 15 actors at 2048 ran 1.3x
         # the network alone at batch 1024, the GPU 97% busy.
         selfplay=SelfPlayConfig(games_per_actor=64, shard_games=32, gpu_games_per_actor=2048),
+        # The window starts with what the first games bring (two batches; the first minute of a GPU run
+        # writes a few thousand positions) and grows as a power law of the positions seen (KataGo's
+        # shuffler): about 283k positions after 1M seen, the 1M cap after about 5.4M (LearnerConfig.window_size).
         learner=LearnerConfig(batch_size=1024, lr_boundaries=(40_000, 120_000, 200_000), training_steps=280_000,
-                              window_positions=1_000_000, min_window_positions=20_000, max_sample_reuse=2.0,
-                              checkpoint_every=500, keep_every_steps=10_000, validation_positions=20_000,
-                              validate_every=500),
+                              window_positions=1_000_000, min_window_positions=2_048, window_exponent=0.75,
+                              max_sample_reuse=2.0, checkpoint_every=500, keep_every_steps=10_000,
+                              validation_positions=20_000, validate_every=500),
         eval=EvalConfig(games=40, every_steps=2_000),
     )
 

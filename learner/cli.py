@@ -49,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="torch CPU threads of this process (default: torch's choice)")
     group.add_argument("--poll-seconds", type=float, metavar="S",
                        help="how often a waiting learner looks for new shards: --set learner.poll_seconds=S "
-                            "(default: the config's, 2)")
+                            "(default: the config's, 0.5)")
     group.add_argument("--no-progress", "--quiet", dest="quiet", action="store_true", help="no progress line")
 
 

@@ -21,11 +21,12 @@
   the steps since the last log of loss/total, loss/policy, loss/value,
   loss/value_mse, policy/entropy, value/accuracy and grad_norm; the
   learning_rate; loss/weight_decay (c * ||theta||^2); throughput/samples_per_s
-  (training time only, waits excluded); replay/window_positions,
-  replay/average_reuse, replay/positions_added, replay/corrupt_shards,
-  replay/skipped_shards, replay/validation_positions and replay/waiting_s. At
-  every checkpoint, a text summary ``probes`` of the net's value and top-3
-  moves in a few fixed positions (see PROBES).
+  (training time only, waits excluded); replay/window_positions (held),
+  replay/window_size (the most it may hold now: it grows with the run under
+  learner.window_exponent), replay/average_reuse, replay/positions_added,
+  replay/corrupt_shards, replay/skipped_shards, replay/validation_positions
+  and replay/waiting_s. At every checkpoint, a text summary ``probes`` of the
+  net's value and top-3 moves in a few fixed positions (see PROBES).
 - **Validation** every ``validate_every`` steps and at the end: the held-out
   games' positions (ReplayWindow: never trained on) and an equal-size sample
   of the window, both in eval mode, as ``validation/policy_loss``,
@@ -257,7 +258,8 @@ class Learner:
         on_checkpoint: called as ``on_checkpoint(step, path)`` after every checkpoint.
         progress: show progress on stderr; False logs messages instead.
         shards: the folder the replay window reads (default run/selfplay;
-            ``alphazero pretrain`` passes run/pretrain).
+            ``alphazero pretrain`` passes run/pretrain). A given folder is
+            fixed data: its window is window_positions from the start.
 
     Raises:
         UserError: an unknown or missing device.
@@ -276,9 +278,13 @@ class Learner:
             network = build_network(config.network)
         self.trainer = Trainer(network, self.settings, self.device,
                                clip_grad_norm=self.settings.clip_grad_norm or None, compile=self.settings.compile)
+        # Self-play's window grows with the run (learner.window_growth, window_exponent: KataGo's shuffler);
+        # g = e = 1 is the fixed window_positions, which also reads a backlog of shards up to it at the start.
+        grows = shards is None and (self.settings.window_growth, self.settings.window_exponent) != (1.0, 1.0)
         self.window = ReplayWindow(shards or run.selfplay, window_positions=self.settings.window_positions,
                                    max_sample_reuse=self.settings.max_sample_reuse,
-                                   min_positions=self.settings.min_window_positions, seed=self.settings.seed,
+                                   min_positions=self.settings.min_window_positions,
+                                   window_size=self.settings.window_size if grows else None, seed=self.settings.seed,
                                    validation_share=self.settings.validation_share,
                                    validation_positions=self.settings.validation_positions)
         self.step = 0
@@ -288,6 +294,10 @@ class Learner:
         self._sitting_started = time.monotonic()
         self._kept_mark = 0  # the stretches of keep_every_minutes whose first checkpoint is kept
         self.saved_step: int | None = None
+        # time.time() at this sitting's first training step and at the first checkpoint after one (train says how
+        # soon a run learns: issue 48).
+        self.first_step_time: float | None = None
+        self.first_checkpoint: tuple[int, float] | None = None  # (step, time.time())
         self.resumed_from: Path | None = None  # the checkpoint resume() loaded
         self.resume_notes: list[str] = []  # what resume() said (callers without progress output print it)
         self._start_step = 0  # TensorBoard hides events a killed learner wrote from here on
@@ -420,6 +430,8 @@ class Learner:
         thin_checkpoints(self.run.checkpoints, self.settings.keep_checkpoints,
                          keep_every=self.settings.keep_every_steps)
         self.saved_step = self.step
+        if self.first_checkpoint is None and self.first_step_time is not None:
+            self.first_checkpoint = (self.step, time.time())
         self._tensorboard(lambda w: w.add_text("probes", self._probe_text(), self.step))
         self._tensorboard(lambda w: w.flush())
         if self.on_checkpoint is not None:
@@ -488,6 +500,7 @@ class Learner:
             "loss/weight_decay": weight_decay_term(self.model, self.settings),
             "throughput/samples_per_s": running.samples_per_s,
             "replay/window_positions": len(window),
+            "replay/window_size": window.window_size,
             "replay/average_reuse": window.average_reuse,
             "replay/positions_added": window.positions_added,
             "replay/corrupt_shards": window.corrupt_shards,
@@ -539,6 +552,8 @@ class Learner:
                     break
                 stats = self.trainer.step(batch, self.step)
                 self.step += 1
+                if self.first_step_time is None:
+                    self.first_step_time = time.time()
                 self._running.add(stats, len(batch), time.perf_counter() - started - waited)
                 self._after_step()
             if self.settings.validate_every and self._validated_step != self.step and self.step > 0:

@@ -3,7 +3,11 @@
 Self-play writes shard files into ``run/selfplay/`` (alphazero.store.shards); their
 names start with the write time, so sorting them sorts them by age. The window:
 
-- holds the newest ``window_positions`` positions, in arrival order. Only the
+- holds the newest ``window_positions`` positions, in arrival order; or, given
+  ``window_size`` (alphazero.config.LearnerConfig.window_size: KataGo's
+  power-law window), the newest ``window_size(positions_added)`` of them, a
+  window that starts at ``min_positions`` and grows with the positions that
+  ever entered it (never shrinking) up to ``window_positions``. Only the
   compact arrays are kept (planes, scalars, the sparse policy, results: under
   1 KB a position); dense policies are built per batch. Small shards are
   joined into blocks of about 1/32 of the window, so a batch gathers from a
@@ -11,8 +15,10 @@ names start with the write time, so sorting them sorts them by age. The window:
   sampled there) and is dropped once none of it is inside.
 - remembers every shard name it has seen, so a scan only reads new names.
   Among new names it reads the newest first and stops once they alone fill the
-  window: a learner that fell behind skips old data (``skipped_shards``)
-  instead of reading files it would evict at once.
+  window (a growing one as large as the positions read make it: without a
+  restored state it starts at ``min_positions``): a learner that fell behind
+  skips old data (``skipped_shards``) instead of reading files it would evict
+  at once.
 - skips a shard that cannot be read, logs it once and counts it
   (``corrupt_shards``); the name is never retried.
 - enforces a reuse cap: at most ``max_sample_reuse`` samples may be drawn per
@@ -49,7 +55,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -225,6 +231,12 @@ class _Store:
     def nbytes(self) -> int:
         return sum(block.nbytes for block in self.blocks)
 
+    def grow(self, capacity: int) -> None:
+        """Widens the view to the newest ``capacity`` positions (never narrows it); blocks to come are sized for it."""
+        if capacity > self.capacity:
+            self.capacity = capacity
+            self._block_target = max(1, capacity // _BLOCKS_PER_WINDOW)
+
     def append(self, name: str, shard: Shard, rows: np.ndarray, ids: Sequence[str] = ()) -> int:
         """Adds the samples ``rows`` of ``shard``; returns how many."""
         if len(rows) == 0:
@@ -300,6 +312,10 @@ class ReplayWindow:
         max_sample_reuse: the most samples drawn per position that ever
             entered the window; <= 0 for no cap.
         min_positions: ``sample`` returns None while the window holds fewer.
+        window_size: the window's size once n positions entered it
+            (LearnerConfig.window_size), kept within [min_positions,
+            window_positions] and never shrinking; None: window_positions
+            from the start.
         seed: seeds the sampler's generator (``restore`` replaces its state).
         scan_interval_s: ``refresh`` lists the folder at most this often
             unless forced.
@@ -312,8 +328,9 @@ class ReplayWindow:
     """
 
     def __init__(self, directory: str | os.PathLike[str], *, window_positions: int, max_sample_reuse: float,
-                 min_positions: int = 1, seed: int = 0, scan_interval_s: float = 1.0,
-                 validation_share: float = 0.0, validation_positions: int = 50_000) -> None:
+                 min_positions: int = 1, window_size: Callable[[int], int] | None = None, seed: int = 0,
+                 scan_interval_s: float = 1.0, validation_share: float = 0.0,
+                 validation_positions: int = 50_000) -> None:
         if window_positions < 1 or validation_positions < 1:
             raise ValueError(f"window_positions and validation_positions must be at least 1, "
                              f"got {window_positions} and {validation_positions}")
@@ -321,10 +338,11 @@ class ReplayWindow:
         self.window_positions = window_positions
         self.max_sample_reuse = max_sample_reuse
         self.min_positions = max(1, min_positions)
+        self._window_size = window_size
         self.scan_interval_s = scan_interval_s
         self.validation_share = validation_share
         self._rng = np.random.default_rng(seed)
-        self._train = _Store(window_positions)
+        self._train = _Store(self._capacity(0))
         self._held_out = _Store(validation_positions)
         self._known: set[str] = set()
         self._counted_up_to = ""  # names <= this entered the window before a restart
@@ -352,6 +370,17 @@ class ReplayWindow:
     def __len__(self) -> int:
         """Counts the positions in the window."""
         return len(self._train)
+
+    @property
+    def window_size(self) -> int:
+        """Gets the most positions the window holds now (window_positions, or less while a growing one grows)."""
+        return self._train.capacity
+
+    def _capacity(self, positions_added: int) -> int:
+        """Gets the window's size once ``positions_added`` positions entered it (see the class's window_size)."""
+        if self._window_size is None:
+            return self.window_positions
+        return min(self.window_positions, max(self.min_positions, self._window_size(positions_added)))
 
     @property
     def validation_size(self) -> int:
@@ -417,6 +446,7 @@ class ReplayWindow:
                 self._rng.bit_generator.state = json.loads(state["rng"])
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"malformed replay state: {error!r}") from None
+        self._train.grow(self._capacity(self.positions_added))  # the first scan reads back the window it had
 
     # --- loading ------------------------------------------------------------------------
 
@@ -436,11 +466,13 @@ class ReplayWindow:
         self._known.update(new)
         loaded: list[tuple[str, Shard, bool]] = []  # (name, shard, whether its training games enter)
         covered = held_out = 0  # training and held-out positions of the shards read
-        # Newest first, until the new shards alone fill the window: older ones would be evicted at
-        # once. Older shards are still read for their held-out games, up to a few windows back, so
-        # that a restarted learner validates on the same games as before.
+        counted = 0  # of the training positions, those that count as new (add to positions_added)
+        # Newest first, until the new shards alone fill the window (as large as the positions read
+        # would make it): older ones would be evicted at once. Older shards are still read for their
+        # held-out games, up to a few windows back, so that a restarted learner validates on the same
+        # games as before.
         for name in reversed(new):
-            wanted_for_training = covered < self.window_positions
+            wanted_for_training = covered < self._capacity(self.positions_added + counted)
             wanted_for_validation = (self.validation_share > 0 and held_out < self._held_out.capacity
                                      and covered < _VALIDATION_LOOKBACK * self.window_positions)
             if not wanted_for_training:
@@ -453,7 +485,10 @@ class ReplayWindow:
                 in_held_out = int(self._held_out_rows(name, shard)[0].sum())
                 covered += len(shard) - in_held_out
                 held_out += in_held_out
+                if wanted_for_training and name > self._counted_up_to:
+                    counted += len(shard) - in_held_out
         added = sum(self._append(name, shard, train) for name, shard, train in reversed(loaded))
+        self._train.grow(self._capacity(self.positions_added))
         self._train.evict()
         self._held_out.evict()
         return added

@@ -864,6 +864,17 @@ cdef class MultiGameSearch:
             total += self.slots[g].moves_played
         return total
 
+    def game_plies(self) -> np.ndarray:
+        """Each slot's plies played so far in its game (the ply of the position it searches), int32 [games];
+        0 for an idle slot. A sample of the game's record at this ply or later was searched from here on."""
+        plies = np.zeros(self.n_slots, dtype=np.int32)
+        cdef int[::1] view = plies
+        cdef int g
+        for g in range(self.n_slots):
+            if self.slots[g].state != IDLE:
+                view[g] = self.slots[g].root_length - 1
+        return plies
+
     def searching(self) -> int:
         """How many slots still want simulations."""
         cdef int g, count = 0

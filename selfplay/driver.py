@@ -146,6 +146,7 @@ class Totals:
     lost_calls: int = 0
     weights_step: int = -1
     resign_status: str = ""  # the resignation calibration's last status line
+    first_game_time: float | None = None  # time.time() when the first game of any actor ended
 
     def add(self, stats: PlayStats) -> None:
         self.games += stats.games
@@ -167,6 +168,8 @@ class Totals:
         self.would_have_resigned += stats.would_have_resigned
         self.false_resignations += stats.false_resignations
         self.weights_step = max(self.weights_step, stats.weights_step)
+        if stats.first_game_time is not None:
+            self.first_game_time = min(self.first_game_time or stats.first_game_time, stats.first_game_time)
 
     @property
     def elapsed(self) -> float:

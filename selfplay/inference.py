@@ -6,8 +6,9 @@ positions of the waiting requests (by default all its actors' requests at
 once: server_batch_size) into one preallocated (on CUDA pinned) batch, runs
 one forward pass, and answers each actor with its own rows: only the legal
 moves' logits (~30 floats a position) and the values. Requests
-that come during a pass make up the next one; an idle server waits up to
-`wait_ms` for company.
+that come during a pass make up the next one; an idle server takes what is
+ready at once (with ``wait_ms`` > 0 it waits up to that for company), so the
+GPU never idles while a request waits.
 
 What crosses Ray: each request's arrays are numpy, which Ray serializes
 without pickling their contents (pickle protocol 5 buffers; arrays above
@@ -138,8 +139,8 @@ class InferenceServer:
         idle = True
         while self.pending:
             # Requests that come while a pass runs wait for the next one, so only
-            # an idle server waits (up to wait_ms) for other actors' requests.
-            if idle and sum(len(r.planes) for r in self.pending) < self.max_batch:
+            # an idle server may wait (wait_ms, 0 by default) for other actors' requests.
+            if idle and self.wait_s > 0 and sum(len(r.planes) for r in self.pending) < self.max_batch:
                 await asyncio.sleep(self.wait_s)
             idle = False
             taken: list[_Request] = []

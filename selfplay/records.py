@@ -14,6 +14,7 @@ whole, and writing the same ShardFile twice leaves one file.
 from __future__ import annotations
 
 import datetime
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,22 +113,42 @@ def store_shard_file(run: RunDir, shard: ShardFile) -> Path:
 
 
 class GameWriter:
-    """Buffers finished games and hands them to ``output`` as one ShardFile per ``shard_games`` games."""
+    """Buffers finished games and hands them to ``output`` as one ShardFile per ``shard_games`` games.
+
+    A shard goes out early, with the games it has, when it holds the writer's
+    first game (the learner's first data as soon as it exists) or when its
+    oldest game has waited ``shard_seconds`` (checked by ``add`` and ``tick``;
+    0: never early).
+    """
 
     def __init__(self, output: Callable[[ShardFile], None], writer: str, *, shard_games: int,
-                 save_pgn: bool = True) -> None:
+                 save_pgn: bool = True, shard_seconds: float = 0.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.output = output
         self.writer = writer
         self.shard_games = shard_games
         self.save_pgn = save_pgn
+        self.shard_seconds = shard_seconds
+        self.clock = clock
         self.pending: list[dict[str, Any]] = []
+        self.oldest = 0.0  # clock() when the oldest pending game was added
         self.shards_written = 0
         self.games_written = 0
 
     def add(self, record: dict[str, Any]) -> ShardFile | None:
-        """Adds a finished game; returns the shard handed to the output when this completes one."""
+        """Adds a finished game; returns the shard handed to the output when this completes one (or sends it
+        early: the first game, or one that waited too long)."""
+        if not self.pending:
+            self.oldest = self.clock()
         self.pending.append(record)
-        if len(self.pending) >= self.shard_games:
+        if len(self.pending) >= self.shard_games or self.games_written == 0:
+            return self.flush()
+        return self.tick()
+
+    def tick(self) -> ShardFile | None:
+        """Hands the buffered games to the output when the oldest has waited ``shard_seconds``; returns that
+        shard, else None."""
+        if self.pending and self.shard_seconds > 0 and self.clock() - self.oldest >= self.shard_seconds:
             return self.flush()
         return None
 

@@ -70,6 +70,7 @@ class PlayStats:
     sink_wait_seconds: float = 0.0    # transport 'ray': waiting for the sink's acknowledgements
     gpu_seconds: float = 0.0          # GPU time of the local passes (CUDA events; 0 on the CPU or with a server)
     precision: str = ""               # what the local network runs in, and why ('' with a server)
+    first_game_time: float | None = None  # time.time() when the worker's first game ended (since restart_games)
 
 
 def _one_thread() -> None:
@@ -85,8 +86,22 @@ class _Lane:
     index: int
     search: MultiGameSearch
     batch: tuple[np.ndarray, ...]      # search.new_batch()'s arrays, pinned for a local GPU
-    first_step: list[int]              # per slot: the weights' step when its game started
+    steps: list[list[tuple[int, int]]]  # per slot: (ply, weights' step) at its game's start and each change since
     waiting: Result | None = None      # the batch in the network: call it for (legal logits, values)
+
+    def change_step(self, step: int) -> None:
+        """Notes that the positions each game searches from its current ply on are searched with ``step``."""
+        for slot, ply in enumerate(self.search.game_plies().tolist()):
+            changes = self.steps[slot]
+            if changes[-1][0] == ply:  # no move since the last change: that one never searched a position
+                changes[-1] = (ply, step)
+            else:
+                changes.append((ply, step))
+
+    def sample_steps(self, slot: int, sample_plies: np.ndarray) -> np.ndarray:
+        """Gets the weights' step that searched each sample of the slot's game, from the samples' plies."""
+        plies, steps = zip(*self.steps[slot])
+        return np.asarray(steps, np.int32)[np.searchsorted(plies, sample_plies, side="right") - 1]
 
 
 def lane_games(games: int, overlap: bool) -> list[int]:
@@ -138,6 +153,7 @@ class SelfPlayWorker:
         self.server = server
         self.step = -1
         self.weights_checked = 0.0
+        self.first_game_time: float | None = None  # time.time() at the first finished game (bench selfplay's latency)
         selfplay = self.config.selfplay
         torch_device = pick_device(device or selfplay.device) if server is None else None
         games = lane_games(selfplay.games_per_actor, uses_overlap(selfplay.overlap, torch_device))
@@ -169,7 +185,7 @@ class SelfPlayWorker:
             batch = search.new_batch()
             if self.evaluator is not None:
                 batch = self.evaluator.pin(batch)
-            self.lanes.append(_Lane(index, search, batch, [self.step] * count))
+            self.lanes.append(_Lane(index, search, batch, [[(0, self.step)] for _ in range(count)]))
         # Games this worker may still start (None: no limit); all slots start at once.
         total = sum(games)
         self.games_to_start = None if max_games is None else max_games - total
@@ -182,7 +198,8 @@ class SelfPlayWorker:
             self.output = DiskOutput(self.run)
         else:
             self.output = SinkSender(sink, selfplay.sink_window)
-        self.writer = GameWriter(self.output.put, name, shard_games=selfplay.shard_games, save_pgn=selfplay.save_pgn)
+        self.writer = GameWriter(self.output.put, name, shard_games=selfplay.shard_games, save_pgn=selfplay.save_pgn,
+                                 shard_seconds=selfplay.shard_seconds)
 
     @property
     def search(self) -> MultiGameSearch:
@@ -195,8 +212,17 @@ class SelfPlayWorker:
         """Takes weights pushed through Ray (between play() calls, with no batch in the network)."""
         if self.evaluator is not None and step > self.step:
             self.evaluator.set_weights(state_dict)
-            self.step = step
+            self._use_step(step)
         return self.step
+
+    def _use_step(self, step: int) -> None:
+        """Notes that the network now holds the weights of ``step``: each game's next positions are searched
+        with them (between moves, also in the middle of a game; the shards record each sample's step)."""
+        if step == self.step:
+            return
+        self.step = step
+        for lane in getattr(self, "lanes", ()):  # none yet while the constructor loads the first weights
+            lane.change_step(step)
 
     def _poll_weights(self, force: bool = False) -> None:
         """Loads the run's LATEST checkpoint when it is newer than the weights in use (transport 'disk')."""
@@ -208,7 +234,7 @@ class SelfPlayWorker:
         self.weights_checked = now
         step = load_latest_weights(self.run, self.evaluator.model, newer_than=self.step)
         if step is not None:
-            self.step = step
+            self._use_step(step)
             log.info("%s: now playing with the weights of step %d", self.name, step)
 
     # -- the resignation threshold -------------------------------------------------
@@ -242,7 +268,8 @@ class SelfPlayWorker:
                                                     counts[:rows])
 
             def from_server() -> tuple[np.ndarray, np.ndarray]:
-                logits, values, self.step = ray.get(ref)
+                logits, values, step = ray.get(ref)
+                self._use_step(step)
                 return logits, values
 
             return from_server
@@ -289,6 +316,7 @@ class SelfPlayWorker:
         stats.sink_wait_seconds = self.output.wait_seconds - sink_wait_before
         stats.moves = self._total_moves() - moves_before
         stats.weights_step = self.step
+        stats.first_game_time = self.first_game_time
         if self.evaluator is not None:
             stats.gpu_seconds = self.evaluator.gpu_seconds - gpu_before
             stats.precision = self.evaluator.precision_text()
@@ -324,8 +352,11 @@ class SelfPlayWorker:
 
     def _collect(self, stats: PlayStats, lane: _Lane) -> None:
         for slot, record in lane.search.take_finished():
+            if self.first_game_time is None:
+                self.first_game_time = time.time()
             record["weights_step"] = self.step
-            record["weights_step_first"] = lane.first_step[slot]
+            record["weights_step_first"] = lane.steps[slot][0][1]
+            record["weights_steps"] = lane.sample_steps(slot, record["plies_of_samples"])
             record["actor"] = self.name
             record["game_id"] = uuid.uuid4().hex  # stable: the learner's validation split hashes it
             record.update(game_resign_fields(record, self.config.search.resign_consecutive))
@@ -333,9 +364,10 @@ class SelfPlayWorker:
             self.writer.add(record)  # transport 'ray': waits here while the sink window is full
             if self.games_to_start is None or self.games_to_start > 0:
                 lane.search.start_game(slot)
-                lane.first_step[slot] = self.step
+                lane.steps[slot] = [(0, self.step)]
                 if self.games_to_start is not None:
                     self.games_to_start -= 1
+        self.writer.tick()  # a shard whose oldest game has waited selfplay.shard_seconds goes out now
 
     @staticmethod
     def _count(stats: PlayStats, record: dict[str, Any]) -> None:
@@ -372,6 +404,27 @@ class SelfPlayWorker:
         for target, array in zip(pinned, arrays):
             target[...] = array
         return measure_rate(self.evaluator, pinned[0], pinned[1], pinned[2], pinned[3], seconds)
+
+    def restart_games(self, games: int | None = None) -> None:
+        """Drops every game in flight and starts ``games`` new ones (None: one per slot), shared among the lanes
+        as at construction; the other slots stay idle. Call between play() calls (no batch in the network).
+        For `alphazero bench selfplay`, which measures several numbers of games in flight with one set of actors.
+
+        Raises:
+            ValueError: more games than the worker has slots.
+        """
+        counts = [lane.search.games for lane in self.lanes] if games is None else \
+            lane_games(games, len(self.lanes) > 1)
+        if games is not None and (games < 1 or any(c > lane.search.games for c, lane in zip(counts, self.lanes))):
+            slots = sum(lane.search.games for lane in self.lanes)
+            raise ValueError(f"{games} games do not fit this worker's {slots} slots")
+        for lane, count in zip(self.lanes, counts):
+            for slot in range(lane.search.games):
+                lane.search.clear(slot)
+                if slot < count:
+                    lane.search.start_game(slot)
+                    lane.steps[slot] = [(0, self.step)]
+        self.first_game_time = None
 
     def flush(self) -> list[str]:
         """Writes the finished games still buffered (at a clean stop) and, with transport 'ray', waits until

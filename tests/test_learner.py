@@ -524,6 +524,36 @@ def test_the_reuse_cap_makes_the_learner_wait_until_stopped(run: tuple[RunDir, C
     assert load_checkpoint(rundir.checkpoints / checkpoint_name(4))["replay"]["samples_drawn"] == 200
 
 
+def test_a_learner_at_the_reuse_cap_trains_on_the_next_shard_as_soon_as_it_lands(run: tuple[RunDir, Config]) -> None:
+    # Issue 48: reused no further than the cap, and never idle while games wait unread.
+    rundir, config = run
+    config = apply_overrides(config, ["learner.max_sample_reuse=1.0", "learner.batch_size=50",
+                                      "learner.poll_seconds=0.01"])
+    stop = threading.Event()
+
+    class NewShardOnWait(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "reuse cap" in record.getMessage() and not landed:
+                landed.append(add_shard(rundir.selfplay, range(200, 300)))  # self-play writes while it waits
+
+    landed: list[Path] = []
+    handler = NewShardOnWait()
+    logger = logging.getLogger("learner.loop")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    hang = threading.Timer(300, stop.set)  # only stops a hang: the learner reaches its steps long before
+    hang.start()
+    try:
+        final = run_learner(rundir, config, steps=6, stop=stop, progress=False)
+    finally:
+        hang.cancel()
+        logger.removeHandler(handler)
+        logger.setLevel(logging.NOTSET)
+    assert landed and not stop.is_set()
+    assert final == 6  # 4 batches of the first 200 positions, a wait, 2 of the new 100: each drawn once
+    assert load_checkpoint(rundir.checkpoints / checkpoint_name(6))["replay"]["samples_drawn"] == 300
+
+
 def test_an_empty_run_waits_for_self_play_and_saves_step_zero(tmp_path: Path) -> None:
     rundir, config = RunDir.create_or_open(tmp_path / "run", small_config("learner.poll_seconds=0.01"))
     stop = threading.Event()

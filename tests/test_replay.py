@@ -10,6 +10,9 @@ import numpy as np
 import pytest
 
 from alphazero.chess.moves import NUM_MOVES, policy_mask
+from alphazero.config import LearnerConfig
+from alphazero.errors import UserError
+from alphazero.presets import get_preset
 from alphazero.store.shards import encode_shard, shard_from_records, shard_name, write_shard
 from learner.replay import WAIT_POSITIONS, WAIT_REUSE, ReplayWindow, is_validation_game
 from tests.helpers import LEGAL_MOVES, PER_GAME, add_games, add_shard, make_shard
@@ -226,3 +229,99 @@ def test_a_window_that_grew_shard_by_shard_holds_out_what_a_fresh_read_does(tmp_
     fresh.refresh()
     assert growing.validation_size == fresh.validation_size == 80
     assert growing.validation_game_ids() == fresh.validation_game_ids()
+
+
+# --- the growing window (learner.window_growth, learner.window_exponent: KataGo's shuffler) ---------------
+
+
+def test_the_window_size_is_the_fixed_window_by_default_and_grows_as_a_power_law() -> None:
+    fixed = LearnerConfig(window_positions=1_000, min_window_positions=100)
+    assert [fixed.window_size(n) for n in range(0, 3_000, 7)] == [min(n, 1_000) for n in range(0, 3_000, 7)]
+    grows = LearnerConfig(window_positions=100_000, min_window_positions=10_000, window_growth=0.5,
+                          window_exponent=0.6)
+    seen = range(0, 5_000_000, 997)
+    sizes = [grows.window_size(n) for n in seen]
+    assert sizes == sorted(sizes) and sizes[-1] == 100_000  # monotone, capped at window_positions
+    assert [grows.window_size(n) for n in (0, 1, 9_999, 10_000)] == [0, 1, 9_999, 10_000]  # all, until m
+    assert 48 <= grows.window_size(10_100) - 10_000 <= 50  # slope g = 0.5 just above m
+    assert grows.window_size(20_000) - grows.window_size(19_900) < 40  # and less further on (e < 1)
+    tapered = LearnerConfig(window_positions=100_000, min_window_positions=1_000, window_exponent=0.75)
+    assert all(tapered.window_size(n) < min(n, 100_000) for n in range(1_001, 2_000_000, 1_013)
+               if tapered.window_size(n) < 100_000)
+    assert tapered.window_size(10**9) == 100_000
+
+
+@pytest.mark.parametrize("exponent", [0.0, 1.5])
+def test_the_window_exponent_must_lie_in_0_1(exponent: float) -> None:
+    with pytest.raises(UserError, match=rf"learner\.window_exponent must lie in \(0, 1\], got {exponent}"):
+        LearnerConfig(window_exponent=exponent)
+    with pytest.raises(UserError, match="learner.window_growth must be positive"):
+        LearnerConfig(window_growth=0.0)
+
+
+def growing_window(directory: Path, config: LearnerConfig, seed: int = 0) -> ReplayWindow:
+    return ReplayWindow(directory, window_positions=config.window_positions, max_sample_reuse=0,
+                        min_positions=config.min_window_positions, window_size=config.window_size, seed=seed)
+
+
+def test_a_growing_window_follows_the_positions_seen_and_a_restart_keeps_it(tmp_path: Path) -> None:
+    # m = 50 and e = 0.5: 296 positions after 600 seen, the cap of 400 after about 1,000.
+    config = LearnerConfig(window_positions=400, min_window_positions=50, window_exponent=0.5)
+    window = growing_window(tmp_path, config)
+    fixed = ReplayWindow(tmp_path, window_positions=400, max_sample_reuse=0, min_positions=50)
+    assert window.window_size == 50 and len(window) == 0
+    sizes = []
+    for start in range(0, 1_200, 10):  # shards of 10: joined into blocks once the window passes 320
+        add_shard(tmp_path, range(start, start + 10))
+        window.refresh(force=True)
+        fixed.refresh(force=True)
+        added = window.positions_added
+        assert added == start + 10
+        assert len(window) == config.window_size(added) == window.total - window.first
+        assert window.window_size == max(50, config.window_size(added))
+        assert len(fixed) == min(added, 400)
+        if added < 50:
+            assert window.waiting_reason(10) == WAIT_POSITIONS
+        else:
+            ids = sampled_ids(window, 200)
+            assert ids.min() >= added - len(window) and ids.max() < added
+        sizes.append(len(window))
+        if added == 600:  # the oldest positions fall out of view sooner than with the fixed window
+            assert len(window) == 296 < len(fixed) and window.first > fixed.first
+            assert sampled_ids(window, 2_000).min() >= 600 - 296 > sampled_ids(fixed, 2_000).min()
+            state, size = window.state(), window.window_size
+            restarted = growing_window(tmp_path, config, seed=99)
+            restarted.restore(state)
+            assert restarted.window_size == size  # before the first scan: it reads back the window it had
+            restarted.refresh()
+            assert restarted.positions_added == 600 and len(restarted) == len(window) == 296
+            assert restarted.total - restarted.first == window.total - window.first
+            assert restarted.shards_loaded == 30 and restarted.skipped_shards == 0  # its window read back, no more
+            np.testing.assert_array_equal(sampled_ids(restarted, 300), sampled_ids(window, 300))
+    assert sizes == sorted(sizes) and sizes[-1] == 400 and sizes.index(400) > 90  # grew to the cap, late
+
+
+def test_the_learner_grows_self_plays_window_and_reads_a_given_folder_whole(tmp_path: Path) -> None:
+    from alphazero.store.rundir import RunDir
+    from learner.loop import Learner
+
+    run, config = RunDir.create_or_open(tmp_path / "run", get_preset("tiny"), [
+        "network.blocks=1", "network.filters=8", "network.policy_filters=8", "network.value_filters=2",
+        "network.value_hidden=8", "learner.device=cpu", "learner.cpu_precision=float32",
+        "learner.min_window_positions=50", "learner.window_positions=400", "learner.window_exponent=0.5",
+        "learner.validation_share=0"])
+    for start in range(0, 600, 100):
+        add_shard(run.selfplay, range(start, start + 100))
+        add_shard(tmp_path / "data", range(start, start + 100))
+    with Learner(run, config) as learner:
+        assert learner.window.window_size == 50
+        learner.window.refresh(force=True)
+        # Without a checkpoint it starts as a fresh run: min_window_positions of the newest shards (one).
+        assert learner.window.positions_added == 100
+        assert len(learner.window) == learner.window.window_size == config.learner.window_size(100) == 91
+        add_shard(run.selfplay, range(600, 700))
+        learner.window.refresh(force=True)
+        assert len(learner.window) == learner.window.window_size == config.learner.window_size(200) == 150
+    with Learner(run, config, shards=tmp_path / "data") as learner:
+        learner.window.refresh(force=True)
+        assert learner.window.window_size == 400 and len(learner.window) == 400

@@ -569,3 +569,87 @@ def test_the_devices_own_busy_share_is_sampled_and_averaged(monkeypatch):
     failing.stop()
     assert bench._busy_text(failing, 1) == "unavailable (cannot read GPU 0's utilisation: no nvidia-smi)"
 
+
+
+# --- latency: games reach the learner early, actors switch networks mid-game (issue 48) -----------
+
+
+def test_a_shard_goes_out_with_the_first_game_and_when_its_oldest_game_has_waited():
+    from selfplay.records import GameWriter
+
+    now = [0.0]
+    sent: list[int] = []
+    writer = GameWriter(lambda shard: sent.append(shard.games), "w", shard_games=4, save_pgn=False,
+                        shard_seconds=20.0, clock=lambda: now[0])
+    writer.add(game_record(0, 0, None))
+    assert sent == [1]  # the writer's first game goes out alone: the learner's first data
+    writer.add(game_record(0, 0, None))
+    now[0] = 19.0
+    writer.add(game_record(0, 0, None))
+    assert writer.tick() is None and sent == [1]  # the oldest has waited 19 s of 20
+    now[0] = 20.0
+    assert writer.tick() is not None and sent == [1, 2]
+    for _ in range(4):
+        writer.add(game_record(0, 0, None))
+    assert sent == [1, 2, 4]  # a full shard at once, whatever the clock
+    patient = GameWriter(lambda shard: sent.append(shard.games), "p", shard_games=4, shard_seconds=0.0,
+                         clock=lambda: now[0])
+    patient.add(game_record(0, 0, None))
+    patient.add(game_record(0, 0, None))
+    now[0] = 1e9
+    assert patient.tick() is None and sent == [1, 2, 4, 1]  # shard_seconds 0: only full shards after the first
+
+
+def test_a_game_that_changes_network_mid_game_records_the_step_of_each_position(tmp_path):
+    run, config = fast_run(tmp_path / "run", "search.ply_limit=60", "selfplay.games_per_actor=3",
+                           "selfplay.shard_games=8", "selfplay.shard_seconds=0")
+    worker = _worker(run, config, max_games=6)
+    assert worker.step == -1
+    while min(worker.search.game_plies()) < 6:  # every game a few moves in
+        worker.play(0.05)
+    switched_at = worker.search.game_plies().copy()
+    model = AlphaZeroNet(config.network)
+    worker.set_weights(9, model.state_dict())  # as the driver pushes a checkpoint, between play() calls
+    _play_out(worker)
+    games = [(shard, number, game) for path in list_shards(run.selfplay)
+             for shard in [read_shard(path)] for number, game in enumerate(shard.games)]
+    assert len(games) == 6
+    spanning = 0
+    for shard, number, game in games:
+        rows = np.flatnonzero(shard.game == number)
+        steps, plies = shard.weights_steps[rows], shard.ply[rows]
+        assert steps[0] == game["weights_step_first"] and steps[-1] == game["weights_step"] == 9
+        assert np.all(np.diff(steps) >= 0)  # never back to older weights
+        if game["weights_step_first"] == -1:  # one of the three games in flight at the switch
+            spanning += 1
+            first_new = int(plies[steps == 9].min())
+            assert first_new in switched_at.tolist()  # the game's ply when the weights came
+            assert np.all(steps[plies < first_new] == -1) and np.all(steps[plies >= first_new] == 9)
+        else:
+            assert np.all(steps == 9)  # started after the switch
+    assert spanning == 3
+
+
+def test_an_idle_inference_server_takes_what_is_ready_without_waiting_for_a_full_batch(tmp_path):
+    import asyncio
+
+    from alphazero.config import to_toml
+    from selfplay.inference import InferenceServer
+
+    run, config = fast_run(tmp_path / "run")
+    server = InferenceServer(str(run.root), to_toml(config), device="cpu", max_batch=1024)  # selfplay.server_wait_ms
+    rng = np.random.default_rng(0)
+    request = (rng.integers(0, 2**63, size=(3, 112), dtype=np.uint64), np.zeros((3, 7), np.float32),
+               rng.integers(0, 4672, size=(3, 5)).astype(np.int32), np.full(3, 5, np.int32))
+
+    async def one_request():
+        answer = asyncio.ensure_future(server.evaluate_legal(*request))
+        for _ in range(3):  # the request is queued, then the batcher runs: no timer in between
+            await asyncio.sleep(0)
+        taken = not server.pending
+        return taken, await answer
+
+    taken, (legal, values, _) = asyncio.run(one_request())
+    assert taken  # a waiting server would still hold it, for company that may never come
+    assert server.stats()["passes"] == 1 and server.stats()["positions"] == 3
+    assert legal.shape == (3, 5) and values.shape == (3,)

@@ -153,3 +153,22 @@ def test_games_of_older_shards_get_ids_from_the_file_name(tmp_path, records):
     broken.write_bytes(b"garbage")
     with pytest.raises(ShardError, match="broken.npz"):
         read_shard_games(broken)
+
+
+def test_each_samples_network_step_round_trips_and_is_checked(tmp_path, records):
+    # Self-play writes the learner step that searched each sample (issue 48); older shards lack the array.
+    with_steps = [{**record, "weights_steps": np.where(record["plies_of_samples"] < 4, 3, 5).astype(np.int32)}
+                  for record in records]
+    path = tmp_path / shard_name("test")
+    write_shard(path, shard_from_records(with_steps))
+    back = read_shard(path)
+    np.testing.assert_array_equal(back.weights_steps,
+                                  np.concatenate([record["weights_steps"] for record in with_steps]))
+    assert back.weights_steps.dtype == np.int32
+    joined = concatenate([back, shard_from_records(with_steps[:1])])
+    assert len(joined.weights_steps) == len(joined)
+    assert concatenate([back, shard_from_records(records)]).weights_steps is None  # one part lacks them
+    assert shard_from_records(records).weights_steps is None
+    broken = shard_from_records(with_steps)
+    with pytest.raises(ShardError, match="weights_steps is int32"):
+        write_shard(tmp_path / "x.npz", type(broken)(**{**vars(broken), "weights_steps": broken.weights_steps[1:]}))

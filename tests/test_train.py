@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -26,6 +28,11 @@ def test_train_writes_games_checkpoints_and_curves_then_resumes(tmp_path, capsys
     out = capsys.readouterr().out
     assert "train: no checkpoint yet: the learner starts at step 0" in out and "learner at step" in out
     assert "learner at step" in out and "train: resign" in out
+    # How soon the run learned, from the launch: its first game, learner step and checkpoint after that step.
+    first_game, first_step, first_saved, saved_step = map(int, re.search(
+        r"train: from the start: first game (\d+) s, first learner step (\d+) s, first checkpoint after it "
+        r"(\d+) s \(step (\d+)\)", out).groups())
+    assert first_game <= first_step <= first_saved and saved_step > 0
     assert list_shards(run.selfplay) and list(run.games.glob("*.pgn"))
     first = latest_checkpoint(run)
     assert first is not None and step_of(first) > 0

@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,6 +34,8 @@ from alphazero.store.rundir import RunDir, add_run_arguments, learner_lock, open
 if TYPE_CHECKING:  # imported where used: `alphazero perft` must not load torch
     from alphazero.store.sources import Weights
     from eval.evaluate import PeriodicEvaluation
+    from learner.loop import Learner
+    from selfplay.driver import Totals
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,6 +65,7 @@ def run(args: argparse.Namespace) -> None:
             learner on the run, a corrupt checkpoint, or a failure in the
             learner or an actor.
     """
+    launched = time.time()  # the run's milestones count from here (compilation and Ray's start included)
     if args.minutes is not None and args.minutes <= 0:
         raise UserError(f"--minutes must be positive, got {args.minutes}")
     if args.from_checkpoint is not None and args.from_checkpoint < 0:
@@ -74,10 +78,10 @@ def run(args: argparse.Namespace) -> None:
     if init is not None:
         print(f"train: fine-tuning defaults for --init (--set changes any): {' '.join(defaults)}", flush=True)
     with learner_lock(run_dir, "alphazero train"):
-        _train(args, run_dir, config, init)
+        _train(args, run_dir, config, init, launched)
 
 
-def _train(args: argparse.Namespace, run_dir: RunDir, config: Config, init: Weights | None) -> None:
+def _train(args: argparse.Namespace, run_dir: RunDir, config: Config, init: Weights | None, launched: float) -> None:
     """Runs self-play and the learner on an open run (the learner lock held)."""
     from selfplay.cli import actor_count
     from selfplay.driver import connect_ray
@@ -87,7 +91,7 @@ def _train(args: argparse.Namespace, run_dir: RunDir, config: Config, init: Weig
     started_ray = connect_ray(None, num_cpus=max(actors + 1, os.cpu_count() or 1), num_gpus=args.gpus or None)
     try:
         with checkpoint_hooks(run_dir, config, publish=True) as hooks:
-            _learn_and_play(args, run_dir, config, init, actors, hooks)
+            _learn_and_play(args, run_dir, config, init, actors, hooks, launched)
     finally:
         if started_ray:
             import ray
@@ -96,7 +100,7 @@ def _train(args: argparse.Namespace, run_dir: RunDir, config: Config, init: Weig
 
 
 def _learn_and_play(args: argparse.Namespace, run_dir: RunDir, config: Config, init: Weights | None, actors: int,
-                    hooks: CheckpointHooks) -> None:
+                    hooks: CheckpointHooks, launched: float) -> None:
     """Runs the learner in a thread and self-play in this one until the end; prints what was done."""
     import torch
 
@@ -130,11 +134,21 @@ def _learn_and_play(args: argparse.Namespace, run_dir: RunDir, config: Config, i
 
     thread = threading.Thread(target=learn, name="learner", daemon=True)
     thread.start()
+    seen: list[Totals] = []  # the driver's totals (one object, updated in place), for the live line's milestones
+
+    def keep(totals: Totals) -> None:
+        if not seen:
+            seen.append(totals)
+
+    def suffix(width: int | None) -> str:
+        first = milestones_text(launched, seen[0] if seen else None, learner)
+        return (f"{learner.status(width)}\n{fit_line([hooks.evaluation.status()], width)}\n"
+                f"{fit_line([first], width)}")
+
     try:
         totals = run_selfplay(run_dir, config, actors=actors, gpus=args.gpus, minutes=args.minutes,
-                              progress=not args.quiet, stop=stop,
-                              status_suffix=lambda width: (f"{learner.status(width)}\n"
-                                                           f"{fit_line([hooks.evaluation.status()], width)}"))
+                              progress=not args.quiet, stop=stop, on_update=keep,
+                              status_suffix=suffix)
     finally:
         stop.set()
         hooks.evaluation.stopping.set()  # the deadline ends the evaluation too: no new one for the last checkpoint
@@ -144,6 +158,7 @@ def _learn_and_play(args: argparse.Namespace, run_dir: RunDir, config: Config, i
         raise failure[0]
     print(f"train: {totals.games} games, {totals.moves:,} positions; learner at step {learner.step:,}; "
           f"run in {run_dir.root} (tensorboard --logdir {run_dir.tb})")
+    print(f"train: {milestones_text(launched, totals, learner)}")
     waiting = learner.waiting_text()
     if waiting:  # with many games in flight (GPU presets) the first ones finish late: say so, not just "step 0"
         print(f"train: the learner is {waiting}")
@@ -151,6 +166,21 @@ def _learn_and_play(args: argparse.Namespace, run_dir: RunDir, config: Config, i
     if learner.validation:
         print(f"train: validation at {learner.validation_text()}")
     print(f"train: {hooks.evaluation.status()}")
+
+
+def milestones_text(launched: float, totals: Totals | None, learner: Learner) -> str:
+    """Says how many seconds after ``launched`` (time.time()) the run's first game ended, its learner made its first
+    step and wrote its first checkpoint after one: how soon a run learns (issue 48), 'not yet' for each still to come.
+
+    Counted in this sitting: a resumed run's learner counts its first step since the restart.
+    """
+    def after(moment: float | None) -> str:
+        return f"{moment - launched:.0f} s" if moment is not None else "not yet"
+
+    checkpoint = learner.first_checkpoint
+    saved = f"{after(checkpoint[1])} (step {checkpoint[0]:,})" if checkpoint is not None else "not yet"
+    return (f"from the start: first game {after(totals.first_game_time if totals is not None else None)}, "
+            f"first learner step {after(learner.first_step_time)}, first checkpoint after it {saved}")
 
 
 class CheckpointHooks:

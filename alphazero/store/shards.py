@@ -20,12 +20,18 @@ root_values        float32   [S]         the search's value of the position for 
 games              uint8     [bytes]     JSON list, one object per game (see GAME_KEYS)
 meta               uint8     [bytes]     JSON object: writer, created_at, ...
 policy_wins        float32   [P]         optional: the mover's win probability after each move
+weights_steps      int32     [S]         optional: the network step that searched each sample
 =================  ========  ==========  ==============================================
 
 ``policy_wins`` (added within version 1) is written by Stockfish labels
 (learner.labels): Stockfish's win probability for the mover after each legal
 move, NaN where it scored none. It is what a policy's regret is measured
 against (eval.probe); self-play shards and older labels lack it.
+
+``weights_steps`` (added within version 1) is written by self-play: the
+learner step of the weights the actor searched each sample with (-1: fresh
+weights). Actors take new weights between moves, so a game's samples may
+name several steps, never decreasing; older shards and labels lack it.
 
 Each game's JSON object holds GAME_KEYS. Added within version 1 (older
 shards lack them, and readers take that): ``game_id`` (a uuid stamped by the
@@ -93,8 +99,9 @@ GAME_KEYS = ("start_fen", "moves", "result", "winner", "termination", "plies", "
 # Record keys that are not game metadata: the sample arrays, and per-move
 # arrays the metadata summarises (move_values -> resign_values).
 _RECORD_ARRAYS = {"planes", "scalars", "plies_of_samples", "root_values", "policy_offsets", "policy_indices",
-                  "policy_probs", "policy_wins", "results", "full_search", "move_values"}
+                  "policy_probs", "policy_wins", "weights_steps", "results", "full_search", "move_values"}
 POLICY_WINS = "policy_wins"
+WEIGHTS_STEPS = "weights_steps"
 
 
 class ShardError(ValueError):
@@ -117,6 +124,7 @@ class Shard:
     games: list[dict[str, Any]]
     meta: dict[str, Any] = field(default_factory=dict)
     policy_wins: np.ndarray | None = None  # float32 [P], see the module docstring
+    weights_steps: np.ndarray | None = None  # int32 [S], see the module docstring
 
     def __len__(self) -> int:
         return len(self.results)
@@ -186,6 +194,8 @@ def shard_from_records(records: Sequence[Mapping[str, Any]], meta: Mapping[str, 
         meta=dict(meta or {}),
         policy_wins=join("policy_wins", np.dtype(np.float32))
         if records and all("policy_wins" in r for r in records) else None,
+        weights_steps=join(WEIGHTS_STEPS, np.dtype(np.int32))
+        if records and all(WEIGHTS_STEPS in r for r in records) else None,
     )
 
 
@@ -208,6 +218,8 @@ def encode_shard(shard: Shard) -> bytes:
     }
     if shard.policy_wins is not None:
         arrays[POLICY_WINS] = shard.policy_wins
+    if shard.weights_steps is not None:
+        arrays[WEIGHTS_STEPS] = shard.weights_steps
     buffer = io.BytesIO()
     np.savez_compressed(buffer, **arrays)
     return buffer.getvalue()
@@ -262,7 +274,8 @@ def read_shard(path: str | os.PathLike[str]) -> Shard:
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ShardError(f"{path}: unreadable metadata ({error})") from None
     shard = Shard(**{name: arrays[name] for name in (*SAMPLE_ARRAYS, *POLICY_ARRAYS, "policy_offsets")},
-                  games=games, meta=meta, policy_wins=arrays.get(POLICY_WINS))
+                  games=games, meta=meta, policy_wins=arrays.get(POLICY_WINS),
+                  weights_steps=arrays.get(WEIGHTS_STEPS))
     validate(shard, str(path))
     return shard
 
@@ -352,6 +365,9 @@ def validate(shard: Shard, source: str = "shard") -> None:
     wins = shard.policy_wins
     if wins is not None and (wins.dtype != np.float32 or wins.shape != (entries,)):
         raise ShardError(f"{source}: {POLICY_WINS} is {wins.dtype}{list(wins.shape)}, expected float32[{entries}]")
+    steps = shard.weights_steps
+    if steps is not None and (steps.dtype != np.int32 or steps.shape != (samples,)):
+        raise ShardError(f"{source}: {WEIGHTS_STEPS} is {steps.dtype}{list(steps.shape)}, expected int32[{samples}]")
     if entries and (shard.policy_indices.min() < 0 or shard.policy_indices.max() >= NUM_MOVES):
         raise ShardError(f"{source}: a policy index lies outside 0..{NUM_MOVES - 1}")
     if samples:
@@ -390,6 +406,7 @@ def concatenate(shards: Iterable[Shard]) -> Shard:
 
     arrays: dict[str, Any] = {name: join(name) for name in (*SAMPLE_ARRAYS, *POLICY_ARRAYS) if name != "game"}
     wins = [s.policy_wins for s in shards if s.policy_wins is not None]
+    steps = [s.weights_steps for s in shards if s.weights_steps is not None]
     targets = {s.meta.get("value_target") for s in shards}
     if len(targets) > 1:
         raise ShardError(f"cannot join shards with different value targets: {sorted(map(str, targets))}")
@@ -400,5 +417,6 @@ def concatenate(shards: Iterable[Shard]) -> Shard:
         policy_offsets=np.concatenate(offsets),
         games=games,
         policy_wins=np.concatenate(wins) if wins and len(wins) == len(shards) else None,
+        weights_steps=np.concatenate(steps) if steps and len(steps) == len(shards) else None,
         meta=meta,
     )

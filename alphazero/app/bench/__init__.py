@@ -57,6 +57,23 @@ def precision_list(text: str) -> list[str]:
     return names
 
 
+def int_list(text: str, *, what: str, most: int | None = None) -> list[int]:
+    """Parses comma-separated positive integers (at most ``most``), sorted and each once; ``what`` names them in
+    the error (an argparse type, through functools.partial).
+
+    >>> int_list("256, 64,64", what="batch sizes")
+    [64, 256]
+    """
+    try:
+        values = [int(part) for part in text.replace(" ", ",").split(",") if part]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1 or (most is not None and max(values) > most):
+        bound = f"1..{most}" if most is not None else "positive integers"
+        raise argparse.ArgumentTypeError(f"{what} must be {bound}, got {text!r}")
+    return sorted(set(values))
+
+
 def preset_list(text: str) -> list[str]:
     """Parses a --preset value: comma-separated preset names (argparse type)."""
     from alphazero.presets import PRESET_NAMES

@@ -28,11 +28,12 @@ the whole default run near a minute there; the output says what was skipped.
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from alphazero.app.bench import bench_devices, precision_list, preset_list, rate, ratio
+from alphazero.app.bench import bench_devices, int_list, precision_list, preset_list, rate, ratio
 from alphazero.config import FORWARD_MODES, apply_overrides
 from alphazero.errors import UserError
 from alphazero.presets import PRESET_NAMES, get_preset
@@ -67,14 +68,7 @@ class Point:
         return self.batch / self.seconds_per_pass if self.seconds_per_pass > 0 else 0.0
 
 
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(part) for part in text.replace(" ", ",").split(",") if part]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"batch sizes must be positive integers, got {text!r}")
-    return sorted(set(values))
+_int_list = functools.partial(int_list, what="batch sizes")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

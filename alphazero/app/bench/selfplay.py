@@ -13,7 +13,14 @@ device's own utilisation, sampled by NVML every half second; '-' on the CPU)
 beside the passes' own GPU time (CUDA events from the forward pass to the
 copy out, leaving out passes that captured, compiled or were checked), the
 share of the actors' wall time spent waiting for the network, and
-self-play's evaluations/s as a ratio of the network alone.
+self-play's evaluations/s as a ratio of the network alone, and how soon the
+first game ended (the games all start at once, on actors already up).
+
+With ``--games 2048,1024,512,...`` the same actors measure each number of
+games in flight in turn, each from new games, and a table gives each one's
+evaluations/s as a share of the best, how often each game moves, its first
+game, and the knee: the fewest games within KNEE_SHARE of the best (issue
+48: throughput and latency both, for the GPU defaults).
 
 With ``--transport ray`` the actors send their shards to a shard sink as
 `alphazero selfplay` does on a cluster, and the bench also prints the load
@@ -26,15 +33,17 @@ scale with the number of actors.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import resource
 import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from alphazero.app.bench import rate, ratio
+from alphazero.app.bench import int_list, rate, ratio
 from alphazero.errors import UserError
 
 
@@ -52,6 +61,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="actors write their shards ('disk') or send them to a shard sink ('ray'), which adds "
                              "the sink's and the driver's load to the figures (default: the preset's "
                              "selfplay.transport)")
+    parser.add_argument("--games", type=functools.partial(int_list, what="games per actor"), default=None,
+                        metavar="COUNTS",
+                        help="games in flight per actor, comma-separated: each measured in turn by the same actors, "
+                             "from new games, then a table with the knee (the fewest games within 90%% of the "
+                             "best evaluations/s); default: the preset's (selfplay.gpu_games_per_actor with --gpus)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="config override (repeatable)")
 
@@ -180,23 +194,42 @@ FLOAT32_EAGER = ["selfplay.cpu_precision=float32", "selfplay.cpu_forward=eager"]
 """The baseline on a CPU: the pass self-play ran before issue 32."""
 
 
+KNEE_SHARE = 0.9
+"""The knee of a --games sweep: the fewest games in flight whose evaluations/s reach this share of the best."""
+
+
+@dataclass(frozen=True)
+class Point:
+    """What one number of games in flight gave."""
+
+    games: int                    # games in flight per actor
+    evaluations_per_s: float
+    positions_per_s: float
+    first_game_s: float | None    # from the games' start to the first finished game; None: none in `looked_s`
+    looked_s: float               # how long the first game was waited for (the warm-up and the measured time)
+
+
 def run(args: argparse.Namespace) -> None:
-    """Measures self-play as configured; on the CPU, when its network runs bf16, again in float32 eagerly (the
-    pass before issue 32) beside it."""
+    """Measures self-play as configured (with --games, at each number of games in flight, then the table and its
+    knee); on the CPU, when its network runs bf16, again in float32 eagerly (the pass before issue 32) beside it."""
     if args.actors < 1 or args.seconds <= 0 or args.gpus < 0:
         raise UserError("--actors must be at least 1, --seconds positive and --gpus at least 0")
-    evaluations, precision = _run_once(args, [])
+    points, precision = _run_once(args, [], args.games or [None])
+    if len(points) > 1:
+        print(sweep_table(points, args.actors))
     if args.gpus == 0 and precision.startswith("bf16"):
         print(f"\nthe same as before bf16 and compiling on the CPU (--set {' --set '.join(FLOAT32_EAGER)}), "
               f"measured after it:")
-        float32, _ = _run_once(args, FLOAT32_EAGER)
-        print(f"precision: the network runs {precision}: {rate(evaluations)} evaluations/s; float32, eager: "
-              f"{rate(float32)}; the default is {ratio(evaluations, float32)} that")
+        float32, _ = _run_once(args, FLOAT32_EAGER, [points[0].games])
+        print(f"precision: the network runs {precision}: {rate(points[0].evaluations_per_s)} evaluations/s; "
+              f"float32, eager: {rate(float32[0].evaluations_per_s)}; the default is "
+              f"{ratio(points[0].evaluations_per_s, float32[0].evaluations_per_s)} that")
 
 
-def _run_once(args: argparse.Namespace, extra: list[str]) -> tuple[float, str]:
-    """Measures and prints self-play once with ``extra`` overrides; returns its evaluations/s and what the actors'
-    networks ran in ('' with a server)."""
+def _run_once(args: argparse.Namespace, extra: list[str], counts: list[int | None]) -> tuple[list[Point], str]:
+    """Measures and prints self-play with ``extra`` overrides at each of ``counts`` games in flight per actor (None:
+    the config's), with one set of actors made for the most; returns the points and what the actors' networks ran
+    in ('' with a server)."""
     import ray
 
     from alphazero.config import apply_overrides, for_gpus
@@ -204,66 +237,88 @@ def _run_once(args: argparse.Namespace, extra: list[str]) -> tuple[float, str]:
     from alphazero.store.rundir import RunDir
     from selfplay.driver import connect_ray
     from selfplay.fleet import SelfPlayFleet
-    from selfplay.worker import lane_games, uses_overlap
 
     overrides = [*args.overrides, *([f"selfplay.transport={args.transport}"] if args.transport else []), *extra]
+    most = max((count for count in counts if count is not None), default=None)
+    if most is not None:
+        overrides.append(f"selfplay.{'gpu_' if args.gpus > 0 else ''}games_per_actor={most}")
     config = for_gpus(apply_overrides(get_preset(args.preset), overrides), args.gpus)
-    before: dict[str, Any] = {}
-    sink_after = None
+    points: list[Point] = []
+    precision = ""
     with tempfile.TemporaryDirectory(prefix="alphazero-bench-") as folder:
         run_dir, config = RunDir.create_or_open(folder, config)
         fleet = SelfPlayFleet(run_dir, config, actors=args.actors, gpus=args.gpus, inference=args.inference)
         started = connect_ray(None, num_cpus=fleet.cpus, num_gpus=args.gpus or None)
-        busy = DeviceBusy(math.ceil(args.gpus)) if args.gpus > 0 else None
         try:
             with fleet:
-                handles, servers, sink = fleet.actors, fleet.servers, fleet.sink
-
-                def snapshot() -> None:  # after the warm-up
-                    before["served"] = [ray.get(server.stats.remote()) for server in servers]
-                    before["sink"] = ray.get(sink.stats.remote()) if sink is not None else None
-                    before["cpu"] = _cpu_seconds()
-                    if busy is not None:
-                        busy.start()
-
-                stats, wall = _measure(handles, args.seconds, snapshot)
-                if busy is not None:
-                    busy.stop()
-                driver_cpu = _cpu_seconds() - before["cpu"]
-                served_before = before["served"]
-                if sink is not None:
-                    sink_after = ray.get(sink.stats.remote())
-                    idle = _idle_cpu(sink, IDLE_SECONDS)
-                served = [ray.get(server.stats.remote()) for server in servers]
-                passes = sum(a["passes"] - b["passes"] for a, b in zip(served, served_before))
-                positions = sum(a["positions"] - b["positions"] for a, b in zip(served, served_before))
-                evaluations, batches = sum(s.evaluations for s in stats), max(sum(s.batches for s in stats), 1)
-                # The network alone at self-play's batch: a server's passes, else an actor's requests.
-                batch = positions / passes if passes else evaluations / batches
-                alone = ray.get(handles[0].network_rate.remote(min(args.seconds, 10.0), round(batch)))
+                for count in counts:
+                    games = count or config.selfplay.games_per_actor
+                    # New games, all at once, on actors that are up: the first game's time counts from here.
+                    ray.get([handle.restart_games.remote(games) for handle in fleet.actors])
+                    point, precision = _measure_point(args, fleet, run_dir, config, games)
+                    points.append(point)
         finally:
             if started:
                 ray.shutdown()
-        stored = _stored(run_dir, config)
-    inference, servers_wanted = fleet.inference, fleet.server_count
+    return points, precision
+
+
+def _measure_point(args: argparse.Namespace, fleet: Any, run_dir: Any, config: Any,
+                   games: int) -> tuple[Point, str]:
+    """Measures and prints self-play with ``games`` in flight per actor, from their start; returns the point and
+    what the actors' networks run in."""
+    import ray
+
+    from selfplay.worker import lane_games, uses_overlap
+
+    handles, servers, sink = fleet.actors, fleet.servers, fleet.sink
+    before: dict[str, Any] = {}
+    busy = DeviceBusy(math.ceil(args.gpus)) if args.gpus > 0 else None
+    games_started = time.time()
+
+    def snapshot() -> None:  # after the warm-up
+        before["served"] = [ray.get(server.stats.remote()) for server in servers]
+        before["sink"] = ray.get(sink.stats.remote()) if sink is not None else None
+        before["cpu"] = _cpu_seconds()
+        if busy is not None:
+            busy.start()
+
+    stats, wall = _measure(handles, args.seconds, snapshot)
+    looked = time.time() - games_started
+    if busy is not None:
+        busy.stop()
+    driver_cpu = _cpu_seconds() - before["cpu"]
+    served_before, sink_before, sink_after = before["served"], before["sink"], None
+    if sink is not None:
+        sink_after = ray.get(sink.stats.remote())
+        idle = _idle_cpu(sink, IDLE_SECONDS)
+    served = [ray.get(server.stats.remote()) for server in servers]
+    passes = sum(a["passes"] - b["passes"] for a, b in zip(served, served_before))
+    positions = sum(a["positions"] - b["positions"] for a, b in zip(served, served_before))
+    evaluations, batches = sum(s.evaluations for s in stats), max(sum(s.batches for s in stats), 1)
+    # The network alone at self-play's batch: a server's passes, else an actor's requests.
+    batch = positions / passes if passes else evaluations / batches
+    alone = ray.get(handles[0].network_rate.remote(min(args.seconds, 10.0), round(batch)))
+    firsts = [s.first_game_time for s in stats if s.first_game_time is not None]
+    point = Point(games, evaluations / wall, sum(s.moves for s in stats) / wall,
+                  min(firsts) - games_started if firsts else None, looked)
     gpu_seconds = sum(a["gpu_seconds"] - b["gpu_seconds"] for a, b in zip(served, served_before)) if servers \
         else sum(s.gpu_seconds for s in stats)
-    sink_before = before["sink"]
     network = sum(s.network_seconds for s in stats)
-    moves = sum(s.moves for s in stats)
-    lanes = len(lane_games(config.selfplay.games_per_actor,
-                           uses_overlap(config.selfplay.overlap, None if servers else _actor_device(config))))
-    where = f"{inference} inference on {'GPU' if args.gpus > 0 else 'the CPU'}"
-    print(f"self-play, preset {args.preset}: {args.actors} actor(s), {config.selfplay.games_per_actor} games each "
+    lanes = len(lane_games(games, uses_overlap(config.selfplay.overlap,
+                                               None if servers else _actor_device(config))))
+    where = f"{fleet.inference} inference on {'GPU' if args.gpus > 0 else 'the CPU'}"
+    print(f"self-play, preset {args.preset}: {args.actors} actor(s), {games} games each "
           f"({lanes} lane{'s' if lanes > 1 else ''}), {config.search.simulations} simulations per move, {where}, "
           f"{wall:.0f} s measured")
-    print(f"  positions played:    {rate(moves / wall)}/s ({sum(s.games for s in stats)} games finished)")
+    print(f"  positions played:    {rate(point.positions_per_s)}/s ({sum(s.games for s in stats)} games finished)")
     batch_text = f"average batch {evaluations / batches:.1f} per request"
     if passes:
         batch_text += f", {positions / passes:.1f} per server pass"
-    print(f"  network evaluations: {rate(evaluations / wall)}/s, {batch_text}")
-    games = args.actors * config.selfplay.games_per_actor
-    print(f"  {latency_text(games, moves / wall, evaluations / wall, config.search.simulations)}")
+    print(f"  network evaluations: {rate(point.evaluations_per_s)}/s, {batch_text}")
+    simulations = config.search.simulations
+    print(f"  {latency_text(args.actors * games, point.positions_per_s, point.evaluations_per_s, simulations)}")
+    print(f"  the first game ended {first_game_text(point)}")
     print(f"  GPU busy (the device's own utilisation, sampled): {_busy_text(busy, args.gpus)}")
     if args.gpus > 0:
         # Each actor times its own passes; passes of actors sharing a GPU interleave, so the sum may pass 100%.
@@ -274,16 +329,57 @@ def _run_once(args: argparse.Namespace, extra: list[str]) -> tuple[float, str]:
           f"(search, encoding, Python and Ray: {1 - network / (wall * args.actors):.1%})")
     # On the CPU each actor has its own network; a GPU or a server is shared by all the actors.
     shared = args.gpus > 0 or bool(servers)
-    reached = evaluations / wall / (max(servers_wanted, 1) if shared else args.actors)
+    reached = point.evaluations_per_s / (max(fleet.server_count, 1) if shared else args.actors)
     whose = "all actors together" if shared else "per actor"
     print(f"  the network alone through the same path, at batch {round(batch)}: {rate(alone)} evaluations/s; "
           f"self-play reaches {ratio(reached, alone)} of it ({whose})")
     if sink_before is not None and sink_after is not None:
-        _print_transport_load(args.actors, stats, wall, driver_cpu, sink_before, sink_after, stored, idle)
+        _print_transport_load(args.actors, stats, wall, driver_cpu, sink_before, sink_after,
+                              _stored(run_dir, config), idle)
     precision = next((s.precision for s in stats if s.precision), "")
     if precision:
         print(f"  the actors' network runs {precision}")
-    return evaluations / wall, precision
+    return point, precision
+
+
+def first_game_text(point: Point) -> str:
+    """Says when the first game ended, counted from the games' start.
+
+    >>> first_game_text(Point(256, 1e5, 500.0, 21.5, 40.0))
+    '21.5 s after the games started'
+    >>> first_game_text(Point(2048, 9e5, 4400.0, None, 42.0))
+    'not within the 42 s the games were watched'
+    """
+    if point.first_game_s is None:
+        return f"not within the {point.looked_s:.0f} s the games were watched"
+    return f"{point.first_game_s:.1f} s after the games started"
+
+
+def sweep_table(points: list[Point], actors: int) -> str:
+    """Formats a --games sweep as a table, each point's evaluations/s as a share of the best, and names the knee:
+    the fewest games in flight within KNEE_SHARE of the best.
+
+    >>> print(sweep_table([Point(64, 5e4, 250.0, 9.0, 30.0), Point(256, 9.5e4, 480.0, 30.0, 30.0),
+    ...                    Point(1024, 1e5, 500.0, None, 30.0)], actors=2))
+    games per actor | in flight | evaluations/s | of the best | positions/s | each game moves every | first game
+                 64 |       128 |         50.0k |         50% |         250 |                0.51 s |      9.0 s
+                256 |       512 |         95.0k |         95% |         480 |                1.07 s |     30.0 s
+               1024 |     2,048 |        100.0k |        100% |         500 |                4.10 s |   > 30.0 s
+    the knee: 256 games per actor (512 in flight), 95% of the best evaluations/s
+    """
+    best = max(point.evaluations_per_s for point in points)
+    lines = ["games per actor | in flight | evaluations/s | of the best | positions/s | each game moves every "
+             "| first game"]
+    for point in points:
+        every = f"{actors * point.games / point.positions_per_s:.2f} s" if point.positions_per_s > 0 else "-"
+        first = f"{point.first_game_s:.1f} s" if point.first_game_s is not None else f"> {point.looked_s:.1f} s"
+        lines.append(f"{point.games:>15} | {actors * point.games:>9,} | {rate(point.evaluations_per_s):>13} | "
+                     f"{point.evaluations_per_s / best:>11.0%} | {rate(point.positions_per_s):>11} | "
+                     f"{every:>21} | {first:>10}")
+    knee = min((p for p in points if p.evaluations_per_s >= KNEE_SHARE * best), key=lambda p: p.games)
+    lines.append(f"the knee: {knee.games} games per actor ({actors * knee.games:,} in flight), "
+                 f"{knee.evaluations_per_s / best:.0%} of the best evaluations/s")
+    return "\n".join(lines)
 
 
 def _print_transport_load(actors: int, stats: list[Any], wall: float, driver_cpu: float,

@@ -24,13 +24,14 @@ second engine with eager passes is the baseline, in bf16 and in float32.
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from alphazero.app.bench import rate, ratio
+from alphazero.app.bench import int_list, rate, ratio
 from alphazero.errors import UserError
 
 if TYPE_CHECKING:
@@ -65,14 +66,7 @@ class Row:
         return self.nodes / self.seconds if self.seconds > 0 else 0.0
 
 
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(part) for part in text.replace(" ", ",").split(",") if part]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 1 or max(values) > 256:
-        raise argparse.ArgumentTypeError(f"LeavesPerBatch values lie in 1..256, got {text!r}")
-    return sorted(set(values))
+_int_list = functools.partial(int_list, what="LeavesPerBatch values", most=256)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
