@@ -473,6 +473,7 @@ class PretrainConfig(_Section):
     """Supervised pretraining data (alphazero pretrain): Stockfish labels and PGN games."""
 
     SECTION: ClassVar[str] = "pretrain"
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"pgn_value": ("eval", "result")}
     MINIMUM: ClassVar[dict[str, float]] = {
         "temperature": 0.0, "multipv": 0, "hash_mb": 1, "shard_positions": 1, "opening_plies": 0,
         "random_move_fraction": 0.0, "game_plies": 1, "pgn_smoothing": 0.0, "mate_preference": 0.0,
@@ -493,6 +494,9 @@ class PretrainConfig(_Section):
                                         "a restart resumes from)")
     pgn_smoothing: float = _field(0.0, "PGN games: share of the played move's policy target spread evenly "
                                        "over all legal moves (0 = the played move only)")
+    pgn_value: str = _field("eval", "PGN games: the value target: 'eval' (an engine's evaluation in a move's "
+                                    "comment, TCEC's wv= or [%eval], as a win probability; the game's result "
+                                    "where a position has none) or 'result' (the game's result)")
     mate_preference: float = _field(2.0, "Stockfish labels: logits added to a mate in N moves' policy logit per move "
                                          "below 10 (taken from being mated), so the policy finishes won games")
     random_side_fraction: float = _field(0.25, "Stockfish labels: share of labelling games in which one side plays "

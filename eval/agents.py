@@ -91,6 +91,22 @@ class Agent(abc.ABC):
     def new_game(self) -> None:  # noqa: B027 - a hook: most agents keep nothing between games
         """Hears that a game is starting (one call per game; games overlap in a match)."""
 
+    def choose_fresh(self, boards: Sequence[chess.Board]) -> list[Choice]:
+        """Chooses a move for each board as the first search of a new game; one Choice per board, in order.
+
+        Nothing the agent kept from another board or an earlier call (a UCI
+        engine's hash table, a search tree) enters the answer, so the answers
+        depend neither on the order of the boards nor on how many come in one
+        call. The yardsticks (eval.epd, eval.puzzles) ask this way. The boards'
+        contract is choose()'s; each keeps its move stack, so the history still
+        counts.
+
+        This default calls choose(): right for agents that keep nothing
+        between boards (the network agents search every board from an empty
+        tree). Agents that do keep something override it.
+        """
+        return self.choose(boards)
+
     def choose_on_clock(self, board: chess.Board, clock: chess.engine.Limit) -> Choice:
         """Chooses a move for one board under a game clock, as a GUI asks a UCI engine.
 
@@ -289,17 +305,28 @@ class StockfishAgent(Agent):
 
     def choose(self, boards: Sequence[chess.Board]) -> list[Choice]:
         """Searches each board with the configured limit; in parallel over the engines."""
+        return self._choose(boards, fresh=False)
+
+    def choose_fresh(self, boards: Sequence[chess.Board]) -> list[Choice]:
+        """Searches each board as a new game: `ucinewgame` before each search clears the engine's hash and
+        move-ordering histories, whichever engine searched what before."""
+        return self._choose(boards, fresh=True)
+
+    def _choose(self, boards: Sequence[chess.Board], *, fresh: bool) -> list[Choice]:
         if not self._engines:
             raise RuntimeError(f"{self.name} is closed")
+
+        def search(engine: chess.engine.SimpleEngine, board: chess.Board) -> Choice:
+            # python-chess sends ucinewgame when `game` differs from the engine's last one.
+            return _play(engine, board, self.limit, object() if fresh else self._game, self.name)
+
         n = min(len(self._engines), len(boards))
         if n <= 1:
-            return [self._search(self._engines[0], board) for board in boards]
+            return [search(self._engines[0], board) for board in boards]
         if self._pool is None:
             self._pool = ThreadPoolExecutor(len(self._engines), thread_name_prefix="stockfish")
         # Engine k takes boards k, k + n, k + 2n, ...; each engine runs in one thread.
-        parts = list(
-            self._pool.map(lambda k: [self._search(self._engines[k], b) for b in boards[k::n]], range(n))
-        )
+        parts = list(self._pool.map(lambda k: [search(self._engines[k], b) for b in boards[k::n]], range(n)))
         return [parts[i % n][i // n] for i in range(len(boards))]
 
     plays_on_clock = True
@@ -309,9 +336,6 @@ class StockfishAgent(Agent):
         if not self._engines:
             raise RuntimeError(f"{self.name} is closed")
         return _play(self._engines[0], board, clock, self._game, self.name)
-
-    def _search(self, engine: chess.engine.SimpleEngine, board: chess.Board) -> Choice:
-        return _play(engine, board, self.limit, self._game, self.name)
 
     def close(self) -> None:
         """Quits every engine process (killing one that does not answer)."""
@@ -383,18 +407,23 @@ class UciAgent(Agent):
 
     def choose(self, boards: Sequence[chess.Board]) -> list[Choice]:
         """Searches the boards one after another with the agent's limit."""
-        return [self._play(board, self.limit) for board in boards]
+        return [self._play(board, self.limit, self._game) for board in boards]
+
+    def choose_fresh(self, boards: Sequence[chess.Board]) -> list[Choice]:
+        """Searches each board as a new game: `ucinewgame` before each search, so the engine starts from an
+        empty tree and reuses nothing of the board searched before."""
+        return [self._play(board, self.limit, object()) for board in boards]
 
     plays_on_clock = True
 
     def choose_on_clock(self, board: chess.Board, clock: chess.engine.Limit) -> Choice:
         """Searches the board on the game's clock (the engine's time management decides the move's time)."""
-        return self._play(board, clock)
+        return self._play(board, clock, self._game)
 
-    def _play(self, board: chess.Board, limit: chess.engine.Limit) -> Choice:
+    def _play(self, board: chess.Board, limit: chess.engine.Limit, game: object) -> Choice:
         if self._engine is None:
             raise RuntimeError(f"{self.name} is closed")
-        return _play(self._engine, board, limit, self._game, self.name)
+        return _play(self._engine, board, limit, game, self.name)
 
     def close(self) -> None:
         """Quits the engine process (killing it if it does not answer)."""

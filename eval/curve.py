@@ -445,9 +445,22 @@ def write_curve_json(path: Path, points: Sequence[CurvePoint], ratings: Ratings,
     atomic_write_text(path, json.dumps(payload, indent=2) + "\n")
 
 
+def curve_title(run: RunDir, simulations: int) -> str:
+    """The curve's title: the run's name (its folder's), never its path, which names the machine it was drawn on.
+
+    >>> curve_title(RunDir("/home/me/runs/zero3h"), 64)
+    'zero3h: Elo of search:64 over the run'
+    """
+    name = run.root.name or run.root.resolve().name  # "." has no name of its own
+    return f"{name}: Elo of search:{simulations} over the run"
+
+
 def draw_curve(path: Path, points: Sequence[CurvePoint], ratings: Ratings, anchors: dict[str, float],
                title: str) -> None:
-    """Draws Elo against the run's hours, 95% intervals as error bars, the anchors and random as lines."""
+    """Draws Elo against the run's hours, 95% intervals as error bars, the anchors and random as lines.
+
+    The title is drawn above the axes and kept in the PNG's ``Title`` text, where a program reads it.
+    """
     import io
 
     import matplotlib
@@ -471,7 +484,7 @@ def draw_curve(path: Path, points: Sequence[CurvePoint], ratings: Ratings, ancho
         axes.set_title(title, fontsize=10)
         axes.grid(alpha=0.3)
         buffer = io.BytesIO()
-        figure.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
+        figure.savefig(buffer, format="png", dpi=120, bbox_inches="tight", metadata={"Title": title})
     finally:
         plt.close(figure)
     from alphazero.store.rundir import atomic_write_bytes
@@ -540,7 +553,7 @@ def report_curve(run: RunDir, chosen: Sequence[Checkpoint], settings: CurveSetti
                  console: Any) -> list[CurvePoint]:
     """Fits the games on disk and writes the table, curve.json, curve.png and TensorBoard; returns the points."""
     points, ratings, anchors = fit_curve(curve_games(run, settings), chosen, settings)
-    title = f"{run.root}: Elo of search:{settings.simulations} over the run"
+    title = curve_title(run, settings.simulations)
     console.print(curve_table(points, ratings, anchors, title))
     folder = run.root / "curve"
     check_writable_directory(folder, "the curve")
@@ -559,6 +572,6 @@ def report_curve(run: RunDir, chosen: Sequence[Checkpoint], settings: CurveSetti
 
 
 __all__ = [
-    "Checkpoint", "CurvePoint", "CurveSettings", "choose_checkpoints", "curve_games", "fit_curve", "head_to_head",
-    "pairings", "play_curve_games", "report_curve", "run_checkpoints", "run_curve_command",
+    "Checkpoint", "CurvePoint", "CurveSettings", "choose_checkpoints", "curve_games", "curve_title", "fit_curve",
+    "head_to_head", "pairings", "play_curve_games", "report_curve", "run_checkpoints", "run_curve_command",
 ]

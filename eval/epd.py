@@ -14,6 +14,11 @@ Each line is a position with operations (python-chess's ``Board.from_epd``):
 (``STS(v1.0) Undermining.001`` is theme ``STS(v1.0) Undermining``), and the
 report gives points and found moves per theme and in all.
 
+Each position is searched as a new game (Agent.choose_fresh: ``ucinewgame``
+for a UCI player, an empty tree for ours), so a position's answer does not
+depend on the positions searched before it: the order of the file and
+``concurrency`` change no score.
+
 Example::
 
     positions = read_epd("eval/data/sts.epd", limit=100)
@@ -220,13 +225,14 @@ class EpdReport:
 
 def score_epd(player: Agent, positions: Sequence[EpdPosition], *, concurrency: int = 16,
               on_done: Callable[[EpdResult], object] | None = None) -> EpdReport:
-    """Asks ``player`` for a move in every position (``concurrency`` positions a call) and scores it."""
+    """Asks ``player`` for a move in every position (``concurrency`` positions a call, each a new game) and
+    scores it."""
     if concurrency < 1:
         raise UserError(f"concurrency must be at least 1, got {concurrency}")
     results = []
     for start in range(0, len(positions), concurrency):
         batch = positions[start:start + concurrency]
-        choices = player.choose([chess.Board(position.fen) for position in batch])
+        choices = player.choose_fresh([chess.Board(position.fen) for position in batch])
         for position, choice in zip(batch, choices, strict=True):
             result = EpdResult(position.name, position.theme, choice.move.uci(), position.found(choice.move),
                                position.score(choice.move), position.max_points)

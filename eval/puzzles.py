@@ -14,7 +14,11 @@ player finds every one of its moves (ChessBench's rule); a move that mates
 counts wherever the solution mates, as on Lichess, since a mate in one may
 have several. Puzzles are played many at once (``concurrency``): each step
 asks the player for the move of every puzzle waiting for one in one call,
-which is how a network player batches them.
+which is how a network player batches them. Every search is a new game
+(Agent.choose_fresh: ``ucinewgame`` for a UCI player, an empty tree for
+ours; the board still carries the puzzle's moves), so nothing carries from
+one puzzle, or one move of a puzzle, to the next: the order of the file and
+``concurrency`` change no answer.
 
 Example::
 
@@ -242,7 +246,7 @@ def solve_puzzles(player: Agent, puzzles: Sequence[Puzzle], *, concurrency: int 
         while pending and len(running) < concurrency:
             index, puzzle = pending.pop()
             running.append((index, _Attempt(puzzle)))
-        choices = player.choose([attempt.board.copy() for _, attempt in running])
+        choices = player.choose_fresh([attempt.board.copy() for _, attempt in running])
         still = []
         for (index, attempt), choice in zip(running, choices, strict=True):
             if attempt.answer(choice.move):

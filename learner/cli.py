@@ -112,7 +112,8 @@ def add_pretrain_arguments(parser: argparse.ArgumentParser) -> None:
     data = parser.add_argument_group("data (written to RUN/pretrain/; give --pgn, --stockfish, or both)")
     data.add_argument("--pgn", nargs="+", default=[], metavar="FILE",
                       help="PGN files of games (.pgn, .pgn.gz, .pgn.bz2, .pgn.zst): each mainline position, "
-                           "its played move (pretrain.pgn_smoothing) and the game's result")
+                           "its played move (pretrain.pgn_smoothing) and an engine's evaluation in the comment of "
+                           "the move before it (TCEC's wv=, [%%eval]), else the game's result (pretrain.pgn_value)")
     data.add_argument("--stockfish", type=int, default=None, metavar="NODES",
                       help="label positions with Stockfish's MultiPV scores at NODES nodes each")
     data.add_argument("--positions", type=int, default=None, metavar="P",
@@ -176,7 +177,8 @@ def run_pretrain(args: argparse.Namespace) -> None:
         from learner.pgn_data import convert_pgn
 
         report = convert_pgn(run_dir.pretrain, args.pgn, smoothing=config.pretrain.pgn_smoothing,
-                             shard_positions=config.pretrain.shard_positions, progress=not args.quiet)
+                             shard_positions=config.pretrain.shard_positions, progress=not args.quiet,
+                             use_evals=config.pretrain.pgn_value == "eval")
         print(report.summary(run_dir.pretrain), flush=True)
     if args.stockfish is not None:
         from learner.labels import LabelSettings

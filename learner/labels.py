@@ -5,7 +5,7 @@ over every legal move (``pretrain.multipv``, 0 = all):
 
 - the win probability of each scored move for the mover, as Lichess turns
   centipawns into one: ``w = 1/2 + 1/2 * (2 / (1 + exp(-0.00368208 cp)) - 1)``;
-  a mate for the mover is 1, against it 0;
+  a mate for the mover is 1, against it 0 (alphazero.chess.scores.win_probability);
 - the policy target, a softmax of w / ``pretrain.temperature`` over the scored
   moves (0: all on the best move); moves Stockfish left unscored get 0. Every
   mate has w = 1, so w alone cannot tell a mate in one from a mate in nine:
@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import math
 import os
 import queue
 import threading
@@ -75,6 +74,7 @@ import chess.engine
 import numpy as np
 
 from alphazero.chess.pgn_reader import READ_ERRORS, PgnGame, open_text, read_games
+from alphazero.chess.scores import WIN_SLOPE, win_probability
 from alphazero.chess.stockfish import require_stockfish
 from alphazero.config import PretrainConfig
 from alphazero.errors import UserError
@@ -94,25 +94,14 @@ from mcts_ext.encode import encode_board, legal_move_indices, new_batch
 
 __all__ = [
     "LAB_KIND", "MATE_HORIZON", "LabelReport", "LabelSettings", "Labeller", "endgame_start", "label_positions",
-    "mate_bonus", "policy_target", "win_probability",
+    "WIN_SLOPE", "mate_bonus", "policy_target", "win_probability",
 ]
 
-WIN_SLOPE = 0.00368208  # Lichess's centipawn-to-win-probability slope
 MATE_HORIZON = 10  # mates in this many moves or more count as plain wins in the policy target
 _INFO = chess.engine.INFO_SCORE | chess.engine.INFO_PV  # all a label needs from Stockfish's output
 
 
 # --- scores to targets ---------------------------------------------------------------------------
-
-
-def win_probability(score: chess.engine.Score) -> float:
-    """Gets the mover's win probability in [0, 1] of a score from the mover's view (Lichess's formula)."""
-    mate = score.mate()
-    if mate is not None:
-        return 1.0 if mate > 0 else 0.0  # Mate(0) (the mover is mated) has no move to score: never seen here
-    centipawns = score.score()
-    assert centipawns is not None
-    return 0.5 + 0.5 * (2.0 / (1.0 + math.exp(-WIN_SLOPE * centipawns)) - 1.0)
 
 
 def mate_bonus(mates: np.ndarray, preference: float) -> np.ndarray:

@@ -1,4 +1,11 @@
-"""PGN games as pretraining data: each mainline position, its played move and the game's result, into shards.
+"""PGN games as pretraining data: each mainline position, its played move and its value, into shards.
+
+The value target is the game's result, or, with ``use_evals``
+(``pretrain.pgn_value = "eval"``), the engine's evaluation in the comment
+after the previous move where there is one (alphazero.chess.pgn_reader says
+which comments count and which position each values); such shards say
+``meta["value_target"] = VALUE_FROM_ROOT`` and hold the values in
+``root_values`` (``results`` keep the game's result).
 
 ``convert_pgn`` writes them into a folder (``alphazero pretrain --pgn`` uses
 RUN/pretrain/), skipping the files and games a previous run already wrote, so
@@ -25,10 +32,12 @@ PGN_KIND = "pgn"  # meta["kind"] of shards converted from PGN games
 
 @dataclasses.dataclass
 class PgnReport:
-    """What converting PGN files did: games and positions written, games skipped by reason."""
+    """What converting PGN files did: games and positions written, games skipped by reason, evaluations read."""
 
     games: int = 0
     positions: int = 0
+    evaluated: int = 0  # positions whose value target came from an engine's evaluation
+    malformed_evals: int = 0  # comments of the games written whose evaluation could not be read
     skipped: Counter[str] = dataclasses.field(default_factory=Counter)
     files_done_before: int = 0  # files a previous run had converted completely
     damaged: list[str] = dataclasses.field(default_factory=list)  # "FILE: reason" of files that stopped early
@@ -41,6 +50,9 @@ class PgnReport:
         if self.skipped:
             reasons = ", ".join(f"{count:,} {reason}" for reason, count in self.skipped.most_common())
             lines.append(f"pgn: skipped {sum(self.skipped.values()):,} games: {reasons}")
+        if self.evaluated or self.malformed_evals:
+            lines.append(f"pgn: {self.evaluated:,} of {self.positions:,} positions valued by an engine's evaluation; "
+                         f"{self.malformed_evals:,} malformed evaluations ignored")
         lines += [f"pgn: warning: {text}" for text in self.damaged]
         return "\n".join(lines)
 
@@ -66,8 +78,10 @@ def _pgn_progress(directory: Path) -> dict[str, dict[str, Any]]:
 class _PgnShardWriter:
     """Collects game records of one file and writes them a shard at a time, with how far the file was read."""
 
-    def __init__(self, directory: Path, key: str, size: int, shard_positions: int, first_game: int) -> None:
+    def __init__(self, directory: Path, key: str, size: int, shard_positions: int, first_game: int,
+                 value_target: str | None = None) -> None:
         self.directory, self.key, self.size = directory, key, size
+        self.value_target = value_target  # meta["value_target"], when not the results
         self.shard_positions = shard_positions
         self.records: list[dict[str, Any]] = []
         self.positions = 0
@@ -95,6 +109,8 @@ class _PgnShardWriter:
         meta = {"writer": "alphazero pretrain", "kind": PGN_KIND, "file": self.key, "size": self.size,
                 "games_from": self.games_from, "games_to": games_to, "positions": self.positions,
                 "complete": complete, "skipped": dict(self.skipped)}
+        if self.value_target is not None:
+            meta["value_target"] = self.value_target
         try:
             write_shard(self.directory / shard_name("pgn"), shard_from_records(self.records, meta))
         except OSError as error:
@@ -104,17 +120,21 @@ class _PgnShardWriter:
 
 
 def convert_pgn(directory: str | os.PathLike[str], files: list[str], *, smoothing: float = 0.0,
-                shard_positions: int = 1024, progress: bool = True) -> PgnReport:
+                shard_positions: int = 1024, progress: bool = True, use_evals: bool = True) -> PgnReport:
     """Converts the games of PGN files into shards in ``directory``, resuming where an earlier call stopped.
 
     A damaged file (a corrupt or truncated archive) is reported, its games up
     to the damage kept. Skipped games are counted by reason (alphazero.chess.pgn_reader).
+    With ``use_evals``, a position's value target is the evaluation in the
+    comment after the previous move where there is one (game_record), and the
+    shards say so (VALUE_FROM_ROOT); without, the game's result.
 
     Raises:
         UserError: a file is missing or unreadable, or changed size since an
             earlier call converted part of it; the folder cannot be written.
     """
     from alphazero.chess.pgn_reader import READ_ERRORS, SKIP_START, PgnGame, game_record, open_text, read_games
+    from alphazero.store.shards import VALUE_FROM_ROOT
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -132,7 +152,8 @@ def convert_pgn(directory: str | os.PathLike[str], files: list[str], *, smoothin
                 report.files_done_before += 1
                 bar.advance_file(size)
                 continue
-            writer = _PgnShardWriter(directory, key, size, shard_positions, before["games"] + 1)
+            writer = _PgnShardWriter(directory, key, size, shard_positions, before["games"] + 1,
+                                     VALUE_FROM_ROOT if use_evals else None)
             number = before["games"]
             try:
                 with open_text(path) as handle:
@@ -145,7 +166,8 @@ def convert_pgn(directory: str | os.PathLike[str], files: list[str], *, smoothin
                             report.skipped[item] += 1
                             continue
                         try:
-                            record = game_record(item, smoothing=smoothing, game_id=f"{Path(path).name}:{number}")
+                            record = game_record(item, smoothing=smoothing, game_id=f"{Path(path).name}:{number}",
+                                                 use_evals=use_evals)
                         except ValueError:
                             writer.skipped[SKIP_START] += 1
                             report.skipped[SKIP_START] += 1
@@ -153,6 +175,8 @@ def convert_pgn(directory: str | os.PathLike[str], files: list[str], *, smoothin
                         writer.add(record)
                         report.games += 1
                         report.positions += int(record["plies"])
+                        report.evaluated += int(record["evals"])
+                        report.malformed_evals += item.malformed_evals
                         bar.count(games=1, positions=int(record["plies"]))
                         if writer.full:
                             writer.flush(number)

@@ -141,3 +141,26 @@ def test_a_run_without_checkpoints_is_a_clear_error_and_ctrl_c_keeps_the_games(t
     captured = capsys.readouterr()
     assert "finished games are kept" in captured.err and "step 20" in captured.out  # fitted what was played
     assert len(curve_games(run, CurveSettings(games=2, simulations=2, ply_limit=12))) == 2
+
+
+def test_the_picture_is_titled_with_the_runs_name_not_its_path(tmp_path: Path, monkeypatch) -> None:
+    """docs/zero3h-curve.png's title named the folder of the machine it was drawn on; the run's name is enough."""
+    import matplotlib
+    from matplotlib import pyplot
+    from PIL import Image
+
+    run = _run_with_checkpoints(tmp_path / "zero3h", hours=(0.0, 1.0))
+    drawn: list[str] = []
+    close = pyplot.close
+
+    def read_the_title_then_close(figure: matplotlib.figure.Figure) -> None:
+        drawn.extend(axes.get_title() for axes in figure.axes)
+        close(figure)
+
+    monkeypatch.setattr(pyplot, "close", read_the_title_then_close)
+    assert main(["curve", "--run", str(run.root), "--no-play", *FAST]) == 0
+    title = "zero3h: Elo of search:2 over the run"
+    assert drawn == [title]
+    assert Image.open(run.root / "curve" / "curve.png").text["Title"] == title  # the PNG says it too
+    monkeypatch.chdir(run.root)
+    assert curve_module.curve_title(RunDir("."), 2) == title  # "." is named by the folder it stands for

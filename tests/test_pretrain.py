@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import io
 import math
 import os
 import shutil
@@ -16,17 +17,38 @@ from pathlib import Path
 
 import chess
 import chess.engine
+import chess.pgn
 import numpy as np
 import pytest
 
 from alphazero.app import cli
 from alphazero.chess.moves import legal_move_indices, move_to_index
-from alphazero.chess.pgn_reader import SKIP_ILLEGAL, SKIP_NO_RESULT, SKIP_VARIANT, PgnGame, open_text, read_games
+from alphazero.chess.pgn_reader import (
+    SKIP_ILLEGAL,
+    SKIP_NO_RESULT,
+    SKIP_NONSTANDARD_START,
+    SKIP_VARIANT,
+    PgnGame,
+    comment_eval,
+    game_record,
+    open_text,
+    read_games,
+)
+from alphazero.chess.scores import win_probability as scores_win_probability
 from alphazero.config import PretrainConfig
 from alphazero.errors import UserError
 from alphazero.store.checkpoint import latest_checkpoint
 from alphazero.store.rundir import RunDir
-from alphazero.store.shards import Shard, concatenate, game_ids, list_shards, read_shard, read_shard_meta, value_targets
+from alphazero.store.shards import (
+    VALUE_FROM_ROOT,
+    Shard,
+    concatenate,
+    game_ids,
+    list_shards,
+    read_shard,
+    read_shard_meta,
+    value_targets,
+)
 from learner.labels import (
     MATE_HORIZON,
     LabelSettings,
@@ -45,9 +67,10 @@ from tests.reference_encoder import reference_compact
 ROOT = Path(__file__).resolve().parent.parent
 GAMES = ROOT / "tests" / "data" / "pretrain_games.pgn"
 POSITIONS = ROOT / "tests" / "data" / "pretrain_positions.epd"
-# The games of GAMES that are read, by number, with their plies; the others are skipped.
-READ = {1: 7, 3: 14, 6: 131, 7: 8}
-SKIPPED = {SKIP_ILLEGAL: 1, SKIP_VARIANT: 1, SKIP_NO_RESULT: 1}
+# The games of GAMES that are read, by number, with their plies; the others are skipped (game 3, from a
+# set-up position, as a non-standard start).
+READ = {1: 7, 6: 131, 7: 8}
+SKIPPED = {SKIP_ILLEGAL: 1, SKIP_NONSTANDARD_START: 1, SKIP_VARIANT: 1, SKIP_NO_RESULT: 1}
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -72,12 +95,8 @@ def test_pgn_mainlines_skip_variations_comments_nags_and_broken_games() -> None:
     # Variations (1... c5, 2... Nf6, 3... g6), comments and NAGs leave the mainline alone.
     assert games[1].moves == ["e2e4", "e7e5", "f1c4", "b8c6", "d1h5", "g8f6", "h5f7"]
     assert games[1].result == "1-0"
-    set_up = games[3]
-    assert set_up.start_fen == "8/8/8/4k3/8/8/8/3QK3 b - - 0 1" and set_up.moves[0] == "e5e4"
-    board = chess.Board(set_up.start_fen)
-    for uci in set_up.moves:
-        board.push_uci(uci)
-    assert board.is_checkmate()
+    assert games[1].evals == [None] * 7 and games[1].malformed_evals == 0  # comments without an evaluation
+    assert items[2] == SKIP_NONSTANDARD_START  # game 3 starts from a set-up position
     assert games[7].result == "1/2-1/2"
 
 
@@ -151,13 +170,13 @@ def test_pgn_samples_agree_with_the_reference_encoder_and_python_chess(tmp_path:
 
 def test_pgn_conversion_resumes_after_the_last_written_shard(tmp_path: Path) -> None:
     directory = tmp_path / "pretrain"
-    first = convert_pgn(directory, [str(GAMES)], shard_positions=10, progress=False)
+    first = convert_pgn(directory, [str(GAMES)], shard_positions=5, progress=False)
     shards = list_shards(directory)
-    assert len(shards) == 3 and read_shard_meta(shards[-1])["complete"]  # games 1 and 3; 6; 7 and the end
+    assert len(shards) == 4 and read_shard_meta(shards[-1])["complete"]  # games 1; 2 to 6; 7; the end
     for path in shards[1:]:  # as if killed after the first shard
         path.unlink()
-    again = convert_pgn(directory, [str(GAMES)], shard_positions=10, progress=False)
-    assert again.games == 2 and again.skipped == Counter({SKIP_VARIANT: 1, SKIP_NO_RESULT: 1})  # games 4 to 7
+    again = convert_pgn(directory, [str(GAMES)], shard_positions=5, progress=False)
+    assert again.games == 2 and again.skipped == Counter(SKIPPED)  # games 2 to 7
     shard = _all_samples(directory)
     assert len(shard) == first.positions
     assert sorted(game_ids(shard.games, "any.npz")) == [f"pretrain_games.pgn:{n}" for n in sorted(READ)]
@@ -181,11 +200,11 @@ def test_pretrain_on_pgn_trains_and_a_rerun_resumes(tmp_path: Path, capsys) -> N
             "--export", str(tmp_path / "net.pt")]
     assert cli.main(args) == 0
     out = capsys.readouterr().out
-    assert "4 games (160 positions)" in out and "skipped 3 games" in out
+    assert "3 games (146 positions)" in out and "skipped 4 games" in out
     assert latest_checkpoint(run).name == "step_000000004.pt"
     assert (tmp_path / "net.pt").is_file() and list((run.tb / "learner").iterdir())
     shards = list_shards(run.pretrain)
-    assert [is_validation_game(f"pretrain_games.pgn:{n}", 0.3) for n in sorted(READ)] == [False, False, True, True]
+    assert [is_validation_game(f"pretrain_games.pgn:{n}", 0.3) for n in sorted(READ)] == [False, True, True]
     assert cli.main([*args[:6], "6", *args[7:]]) == 0  # the same data, two more steps
     assert "0 games (0 positions)" in capsys.readouterr().out and list_shards(run.pretrain) == shards
     assert latest_checkpoint(run).name == "step_000000006.pt"
@@ -200,6 +219,229 @@ def test_pretrain_minutes_ends_training_without_a_step_limit(tmp_path: Path, cap
     assert latest_checkpoint(run) is not None
     assert cli.main([*args[:6], "0", *args[7:]]) == 2
     assert "--minutes must be positive" in capsys.readouterr().err
+
+
+# --- evaluations in PGN comments --------------------------------------------------------------------------
+
+# Games with evaluations in their comments, each with what read_games makes of it.
+EVAL_PGN = """[Event "Lichess annotations: the comment before the first move and in the variation value nothing"]
+[Result "1-0"]
+
+{ [%eval 9.99] } 1. e4 { [%eval 0.17] [%clk 0:03:00] } 1... e5 { [%eval 0.2,23] [%clk 0:03:00] }
+2. Bc4 { [%eval 0.4] } { [%clk 0:02:59] } 2... Nc6 { [%eval -1.25,23] } 3. Qh5 { [%eval x] } 3... Nf6
+(3... g6 { [%eval 0.5] } 4. Qf3) { [%eval #1] } 4. Qxf7# { [%eval #0] } 1-0
+
+[Event "TCEC"]
+[Result "1/2-1/2"]
+
+1. d4 {book, mb=+0+0+0+0+0,} 1... d5 {book, mb=+0+0+0+0+0,} 2. c4 {d=34, sd=34, mt=120609, tl=1682391,
+s=42612199, n=5139372176, pv=e6 Nc3, tb=59, h=57.2, ph=0.0, wv=1.38, R50=48, Rd=-11, Rr=-1000,
+mb=-1+0+0+0+0,} 2... e6 {d=30, wv=-0.5, R50=50,} 3. Nc3 {d=1, wv=abc,} 3... Nf6 {d=2, wv=,} 4. Bg5 {wv=-M5,}
+4... Be7 {wv=M5,} 5. e3 {wv=#21,} 5... O-O {wv=-#21,} 6. Nf3 1/2-1/2
+
+[Event "No comments"]
+[Result "0-1"]
+
+1. f3 e5 2. g4 Qh4# 0-1
+
+[Event "TCEC Chess960"]
+[Result "1-0"]
+[Variant "fischerandom"]
+[SetUp "1"]
+[FEN "bqnb1rkr/pp3ppp/3ppn2/2p5/5P2/P2P4/NPP1P1PP/BQ1BNRKR w HFhf - 2 9"]
+
+9. g3 {wv=0.31,} d5 {wv=0.40,} 10. Nf3 {wv=0.52,} 1-0
+
+[Event "A set-up position"]
+[Result "1-0"]
+[SetUp "1"]
+[FEN "8/8/8/4k3/8/8/8/3QK3 b - - 0 1"]
+
+1... Ke4 { [%eval #7] } 2. Qd3+ { [%eval #6] } 1-0
+
+[Event "Unfinished"]
+[Result "*"]
+
+1. e4 { [%eval 0.3] } 1... c5 { [%eval 0.35] } *
+
+[Event "The standard start, set up"]
+[Result "1/2-1/2"]
+[SetUp "1"]
+[FEN "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"]
+
+1. Nf3 { [%eval 0.1] } 1... Nf6 { wv=0.05, } 1/2-1/2
+"""
+EVAL_SKIPPED = {4: SKIP_VARIANT, 5: SKIP_NONSTANDARD_START, 6: SKIP_NO_RESULT}
+# White's scores after each move of the TCEC game: book moves and malformed wv= have none.
+TCEC_SCORES = [None, None, chess.engine.Cp(138), chess.engine.Cp(-50), None, None, chess.engine.Mate(-5),
+               chess.engine.Mate(5), chess.engine.Mate(21), chess.engine.Mate(-21), None]
+EVAL_MALFORMED = {1: 1, 2: 2, 3: 0, 7: 0}  # kept games: malformed evaluation comments
+
+
+def _oracle_games(text: str) -> list[chess.pgn.Game]:
+    handle, games = io.StringIO(text), []
+    while (game := chess.pgn.read_game(handle)) is not None:
+        games.append(game)
+    return games
+
+
+def _white_scores(game: chess.pgn.Game) -> list[chess.engine.Score | None]:
+    """White's score after each mainline move: python-chess's node.eval(), or TCEC's wv= as TCEC_SCORES has it."""
+    if game.headers["Event"] == "TCEC":
+        return TCEC_SCORES
+    scores = []
+    for node in game.mainline():
+        score = node.eval()
+        if score is None and "wv=" in node.comment:
+            score = chess.engine.PovScore(chess.engine.Cp(round(float(node.comment.split("wv=")[1].split(",")[0])
+                                                                  * 100)), chess.WHITE)
+        scores.append(None if score is None else score.white())
+    return scores
+
+
+def _expected_values(game: chess.pgn.Game) -> tuple[list[float], int]:
+    """The value target of each position before a move (the mover's 2 w - 1 of the previous move's evaluation,
+    else the result), computed with python-chess; and how many came from an evaluation."""
+    white = {"1-0": 1, "0-1": -1, "1/2-1/2": 0}[game.headers["Result"]]
+    scores = _white_scores(game)
+    values, evaluated = [], 0
+    for ply, node in enumerate(game.mainline()):
+        board = node.parent.board()  # the position before the move
+        score = scores[ply - 1] if ply > 0 else None
+        if score is None:
+            values.append(float(white if board.turn == chess.WHITE else -white))
+        else:
+            mover = chess.engine.PovScore(score, chess.WHITE).pov(board.turn)
+            values.append(2 * scores_win_probability(mover) - 1)
+            evaluated += 1
+    return values, evaluated
+
+
+@pytest.mark.parametrize(("comment", "white", "malformed"), [
+    ("d=34, sd=34, pv=Bc4 Nh6 d4, tb=59, h=57.2, ph=0.0, wv=1.38, R50=48, Rd=-11, Rr=-1000, mb=-1+0+0+0+0,",
+     chess.engine.Cp(138), False),
+    ("d=30, wv=-0.5,", chess.engine.Cp(-50), False),
+    ("wv=M5,", chess.engine.Mate(5), False),
+    ("wv=-M5,", chess.engine.Mate(-5), False),
+    ("wv=#21,", chess.engine.Mate(21), False),
+    ("wv=-#21,", chess.engine.Mate(-21), False),
+    ("[%eval 0.17] [%clk 0:03:00]", chess.engine.Cp(17), False),
+    ("[%eval #-3]", chess.engine.Mate(-3), False),
+    ("[%eval -1.25,23]", chess.engine.Cp(-125), False),
+    ("[%eval 0.5] d=3, wv=2.0,", chess.engine.Cp(50), False),  # [%eval] first
+    ("book, mb=+0+0+0+0+0,", None, False),
+    ("[%clk 0:03:00]", None, False),
+    ("", None, False),
+    ("d=1, wv=abc,", None, True),
+    ("d=1, wv=,", None, True),
+    ("[%eval x]", None, True),
+    ("[%eval] wv=1.0,", None, True),  # a malformed [%eval] is not replaced by wv=
+])
+def test_an_evaluation_in_a_comment_is_white_s_score(comment: str, white: chess.engine.Score | None,
+                                                     malformed: bool) -> None:
+    for turn in (chess.WHITE, chess.BLACK):  # the side to move after the move changes nothing but a mate in 0
+        score, bad = comment_eval(comment, turn)
+        assert bad is malformed
+        if white is None:
+            assert score is None
+        else:
+            assert score is not None and score.white() == white
+
+
+def test_a_mate_in_0_is_the_side_to_move_mated() -> None:
+    for comment in ("[%eval #0]", "wv=M0,"):
+        assert comment_eval(comment, chess.BLACK) == (chess.engine.PovScore(chess.engine.Mate(0), chess.BLACK), False)
+        score, _ = comment_eval(comment, chess.WHITE)
+        assert score is not None and score.white() == chess.engine.Mate(0) and score.black() == chess.engine.MateGiven
+
+
+def test_pgn_evaluations_and_skips_agree_with_python_chess() -> None:
+    items = list(read_games(io.StringIO(EVAL_PGN)))
+    oracles = _oracle_games(EVAL_PGN)
+    assert len(items) == len(oracles) == 7
+    for number, (item, oracle) in enumerate(zip(items, oracles, strict=True), 1):
+        if number in EVAL_SKIPPED:
+            assert item == EVAL_SKIPPED[number]
+            assert oracle.board().chess960 or oracle.board().fen() != chess.STARTING_FEN \
+                or oracle.headers["Result"] == "*"
+            continue
+        assert isinstance(item, PgnGame) and item.number == number
+        nodes = list(oracle.mainline())
+        assert item.moves == [node.move.uci() for node in nodes]
+        assert item.result == oracle.headers["Result"] and item.start_fen == chess.STARTING_FEN
+        assert len(item.evals) == len(nodes) and item.malformed_evals == EVAL_MALFORMED[number]
+        for ours, node in zip(item.evals, nodes, strict=True):
+            if "wv=" not in node.comment:
+                assert ours == node.eval(), node.comment  # [%eval]: python-chess's score of the node's position
+        assert [None if s is None else s.white() for s in item.evals] == _white_scores(oracle)
+    lichess = items[0]
+    assert isinstance(lichess, PgnGame)
+    # The comment before 1. e4 (9.99) and the one inside the variation (0.5) value no move; the one after the
+    # variation is Nf6's; two comments after a move are read as one.
+    assert lichess.evals[0] == chess.engine.PovScore(chess.engine.Cp(17), chess.WHITE)
+    assert lichess.evals[2] == chess.engine.PovScore(chess.engine.Cp(40), chess.WHITE)
+    assert lichess.evals[4] is None
+    assert lichess.evals[5] == chess.engine.PovScore(chess.engine.Mate(1), chess.WHITE)
+
+
+def test_pgn_value_targets_are_the_previous_move_s_evaluation_for_the_side_to_move() -> None:
+    games = [item for item in read_games(io.StringIO(EVAL_PGN)) if isinstance(item, PgnGame)]
+    oracles = {number: game for number, game in enumerate(_oracle_games(EVAL_PGN), 1)}
+    for game in games:
+        record = game_record(game)
+        expected, evaluated = _expected_values(oracles[game.number])
+        np.testing.assert_allclose(record["root_values"], expected, rtol=1e-6, atol=1e-7)
+        assert record["evals"] == evaluated
+        white = {"1-0": 1, "0-1": -1, "1/2-1/2": 0}[game.result]
+        assert record["results"].dtype == np.int8
+        np.testing.assert_array_equal(record["results"], [white if ply % 2 == 0 else -white
+                                                          for ply in range(len(game.moves))])
+        plain = game_record(game, use_evals=False)
+        np.testing.assert_array_equal(plain["root_values"], record["results"].astype(np.float32))
+        assert plain["evals"] == 0
+    lichess, tcec, no_comments = games[:3]
+    values = game_record(lichess)["root_values"]
+    # After 1. e4 {+0.17}, Black to move: Black's side of White's +0.17; after 1... e5 {+0.20}, White's.
+    assert values[1] == pytest.approx(2 * scores_win_probability(chess.engine.Cp(-17)) - 1) and values[1] < 0
+    assert values[2] == pytest.approx(2 * scores_win_probability(chess.engine.Cp(20)) - 1) and values[2] > 0
+    assert values[0] == 1.0 and values[5] == -1.0  # the result: no (readable) evaluation
+    assert values[6] == 1.0  # White mates in 1, White to move
+    # A mate for Black with Black to move, for White with White to move, for White with Black to move, ...
+    np.testing.assert_array_equal(game_record(tcec)["root_values"][7:], [1.0, 1.0, -1.0, -1.0])
+    assert game_record(tcec)["evals"] == 6 and game_record(no_comments)["evals"] == 0
+
+
+def test_pgn_conversion_values_positions_by_their_evaluations(tmp_path: Path) -> None:
+    source = tmp_path / "engine_games.pgn"
+    source.write_text(EVAL_PGN)
+    oracles = {f"engine_games.pgn:{number}": game for number, game in enumerate(_oracle_games(EVAL_PGN), 1)}
+    report = convert_pgn(tmp_path / "eval", [str(source)], shard_positions=8, progress=False)
+    assert report.games == 4  # the games with malformed comments are kept
+    assert report.skipped == Counter(EVAL_SKIPPED.values())
+    assert report.malformed_evals == 3 and report.evaluated == 5 + 6 + 0 + 1  # not the last move's
+    assert report.positions == 7 + 11 + 4 + 2
+    assert "12 of 24 positions valued by an engine's evaluation; 3 malformed evaluations ignored" \
+        in report.summary(tmp_path / "eval")
+    shards = [read_shard(path) for path in list_shards(tmp_path / "eval")]
+    assert len(shards) > 1 and all(shard.meta["value_target"] == VALUE_FROM_ROOT for shard in shards)
+    for shard in shards:
+        targets = value_targets(shard)
+        for row in range(len(shard)):
+            game = shard.games[int(shard.game[row])]
+            expected, _ = _expected_values(oracles[game["game_id"]])
+            assert targets[row] == pytest.approx(expected[int(shard.ply[row])], abs=1e-6)
+            white = {"1-0": 1, "0-1": -1, "1/2-1/2": 0}[game["result"]]
+            assert shard.results[row] == (white if int(shard.ply[row]) % 2 == 0 else -white)
+    plain = convert_pgn(tmp_path / "result", [str(source)], progress=False, use_evals=False)
+    assert plain.evaluated == 0 and plain.positions == report.positions
+    shard = _all_samples(tmp_path / "result")
+    assert "value_target" not in shard.meta
+    np.testing.assert_array_equal(value_targets(shard), shard.results)
+
+
+def test_win_probability_lives_in_one_place() -> None:
+    assert win_probability is scores_win_probability
+    assert scores_win_probability(chess.engine.MateGiven) == 1.0 and scores_win_probability(chess.engine.Mate(0)) == 0.0
 
 
 # --- Stockfish labels ------------------------------------------------------------------------------------
@@ -419,9 +661,10 @@ def test_labels_from_pgn_and_epd_files(tmp_path: Path) -> None:
     labelled = concatenate(chunks[i] for i in sorted(chunks))
     convert_pgn(tmp_path / "games", [str(GAMES)], progress=False)
     games = _all_samples(tmp_path / "games")
-    # The first 24 positions of the file: game 1's 7, game 3's 14, game 6's first 3, in order.
+    # The first 24 positions of the file: game 1's 7, game 6's first 17, in order (game 3, from a set-up
+    # position, is skipped).
     np.testing.assert_array_equal(labelled.planes, games.planes[:24])
-    assert game_ids(labelled.games, "any.npz")[:2] == ["pretrain_games.pgn:1", "pretrain_games.pgn:3"]
+    assert game_ids(labelled.games, "any.npz")[:2] == ["pretrain_games.pgn:1", "pretrain_games.pgn:6"]
 
 
 def test_other_label_settings_in_the_run_are_refused(tmp_path: Path) -> None:

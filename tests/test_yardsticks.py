@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,6 +15,7 @@ from alphazero.errors import UserError
 from eval.agents import Agent, Choice
 from eval.epd import read_epd, score_epd
 from eval.puzzles import read_puzzles, solve_puzzles
+from tests.helpers import ROOT, stockfish_or_skip
 
 HEADER = "PuzzleId,FEN,Moves,Rating,RatingDeviation,Popularity,NbPlays,Themes,GameUrl,OpeningTags\n"
 # Black's a7a6, then White mates on the back rank: Rd8 (the solution) and Re8 both mate.
@@ -199,3 +201,111 @@ def test_a_budget_goes_to_the_option_each_player_takes_it_by() -> None:
         with_budget("search:400", nodes=64)  # the bare 400 is search's simulations
     with pytest.raises(UserError, match="takes no --movetime budget"):
         with_budget("search", movetime=100)
+
+
+# --- each position a new game: the order and --concurrency change no answer ---------------------------------
+
+DATA = ROOT / "eval" / "data"
+
+
+def _sts(count: int) -> list[str]:
+    """The Strategic Test Suite's first ``count`` lines."""
+    return (DATA / "sts.epd").read_text().splitlines()[:count]
+
+
+def _puzzle_rows(count: int, *, lowest: int = 0, moves: int = 2) -> tuple[list[str], list[list[str]]]:
+    """The header and the first ``count`` rows of the shipped Lichess sample rated ``lowest`` or more whose
+    solution has ``moves`` moves or more (the opponent's first)."""
+    with (DATA / "lichess_puzzles_sample.csv").open(newline="") as file:
+        reader = csv.reader(file)
+        header = next(reader)
+        rating, solution = header.index("Rating"), header.index("Moves")
+        return header, [row for row in reader
+                        if int(row[rating]) >= lowest and len(row[solution].split()) >= moves][:count]
+
+
+def _write_csv(path: Path, header: list[str], rows: list[list[str]]) -> Path:
+    with path.open("w", newline="") as file:
+        csv.writer(file).writerows([header, *rows])
+    return path
+
+
+def _answers(command: str, path: Path, player: str, concurrency: int, out: Path) -> dict[str, object]:
+    """Runs `alphazero epd|puzzles` and returns each item's answer from its JSON: (move, points) of a position,
+    (solved, moves played) of a puzzle."""
+    assert main([command, str(path), "--player", player, "--concurrency", str(concurrency), "--json", str(out),
+                 "--no-progress"]) == 0
+    summary = json.loads(out.read_text())
+    if command == "epd":
+        return {row["name"]: (row["move"], row["points"]) for row in summary["positions"]}
+    return {row["puzzle_id"]: (row["solved"], row["played"]) for row in summary["puzzles"]}
+
+
+def test_stockfish_answers_each_position_as_a_new_game(tmp_path: Path) -> None:
+    """Issue 49: Stockfish's hash carried over from position to position, so STS points moved with the order and
+    --concurrency (586 against 620 on the first 100 positions at depth 6). Two engines: --concurrency 2 spreads
+    the positions over both, --concurrency 1 gives them all to the first."""
+    stockfish_or_skip()
+    player = "stockfish:depth=6,processes=2"
+    suite, backwards = tmp_path / "sts.epd", tmp_path / "backwards.epd"
+    lines = _sts(12)
+    suite.write_text("\n".join(lines) + "\n")
+    backwards.write_text("\n".join(reversed(lines)) + "\n")
+    header, rows = _puzzle_rows(12, lowest=1800)  # hard enough that the engine's state can change a move
+    puzzles = _write_csv(tmp_path / "puzzles.csv", header, rows)
+    puzzles_backwards = _write_csv(tmp_path / "backwards.csv", header, rows[::-1])
+    for command, forwards, reverse in (("epd", suite, backwards), ("puzzles", puzzles, puzzles_backwards)):
+        one = _answers(command, forwards, player, 1, tmp_path / "one.json")
+        assert len(one) == 12
+        assert _answers(command, forwards, player, 2, tmp_path / "two.json") == one, command
+        assert _answers(command, reverse, player, 1, tmp_path / "reversed.json") == one, command
+
+
+class Recorder(Agent):
+    """Passes the yardsticks' questions to ``agent`` and keeps each answer whole, by the game that led to the
+    position: the move, line, nodes and visits in ``answers``, the value and Q in ``values``."""
+
+    def __init__(self, agent: Agent) -> None:
+        super().__init__(agent.name)
+        self.agent = agent
+        self.answers: dict[str, tuple[object, ...]] = {}
+        self.values: dict[str, float] = {}
+
+    def choose(self, boards: Sequence[chess.Board]) -> list[Choice]:
+        raise AssertionError("the yardsticks ask for fresh games (choose_fresh)")
+
+    def choose_fresh(self, boards: Sequence[chess.Board]) -> list[Choice]:
+        choices = self.agent.choose_fresh(boards)
+        for board, choice in zip(boards, choices, strict=True):
+            game = " ".join([board.root().fen(), *(move.uci() for move in board.move_stack)])
+            info = choice.info
+            self.answers[game] = (choice.move.uci(), info["pv"], info["nodes"], info["visits"])
+            self.values[f"{game} value"], self.values[f"{game} q"] = float(choice.value or 0.0), info["q"]
+        return choices
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_our_search_answers_each_position_alike_whatever_the_order_and_concurrency(tmp_path: Path) -> None:
+    """The network's search starts every position from an empty tree: one agent, asked in any order and any
+    number at once, gives each position, and each move of a puzzle, the same answer, visits included (a tree
+    kept from the puzzle's move before would add some). The search is noiseless: no seed enters. Values agree
+    to rounding only: the network's batches differ in size."""
+    from eval.agents import parse_player
+
+    suite = tmp_path / "sts.epd"
+    suite.write_text("\n".join(_sts(12)) + "\n")
+    positions = read_epd(suite)
+    header, rows = _puzzle_rows(12, moves=4)  # easy ones of two moves or more: some get past their first move
+    puzzles = read_puzzles(_write_csv(tmp_path / "puzzles.csv", header, rows))
+    with parse_player("search:sims=16,algorithm=puct,weights=builtin,device=cpu") as search:
+        def answers(concurrency: int, order: int) -> Recorder:
+            player = Recorder(search)
+            score_epd(player, positions[::order], concurrency=concurrency)
+            solve_puzzles(player, puzzles[::order], concurrency=concurrency)
+            return player
+
+        one = answers(1, 1)
+        assert len(one.answers) > len(positions) + len(puzzles)  # some puzzles went past their first move
+        for other in (answers(3, 1), answers(4, -1)):
+            assert other.answers == one.answers
+            assert other.values == pytest.approx(one.values, abs=1e-4)

@@ -1,2 +1,3 @@
 """Chess beside the Cython core: move indices for python-chess, PGN written
-and read, Stockfish's path."""
+and read (engines' evaluations in comments included), engine scores as win
+probabilities, Stockfish's path."""
