@@ -452,6 +452,8 @@ def test_win_probability_is_lichess_formula_and_mates_are_certain() -> None:
     assert win_probability(chess.engine.Cp(200)) == pytest.approx(0.5 + 0.5 * (2 / (1 + math.exp(-0.736416)) - 1))
     assert win_probability(chess.engine.Cp(-200)) == pytest.approx(1 - win_probability(chess.engine.Cp(200)))
     assert win_probability(chess.engine.Mate(3)) == 1.0 and win_probability(chess.engine.Mate(-2)) == 0.0
+    # TCEC's archive holds evaluations of thousands of pawns (wv=9999): certain, and no overflow.
+    assert win_probability(chess.engine.Cp(-999_900)) == 0.0 and win_probability(chess.engine.Cp(999_900)) == 1.0
 
 
 def test_policy_target_is_a_softmax_of_scored_moves() -> None:

@@ -15,6 +15,8 @@ Example::
     0.5
     >>> round(win_probability(chess.engine.Cp(100)), 3), win_probability(chess.engine.Mate(-3))
     (0.591, 0.0)
+    >>> win_probability(chess.engine.Cp(-999_900)), win_probability(chess.engine.Cp(999_900))
+    (0.0, 1.0)
 """
 
 from __future__ import annotations
@@ -35,4 +37,10 @@ def win_probability(score: chess.engine.Score) -> float:
         return 1.0 if score > chess.engine.Cp(0) else 0.0
     centipawns = score.score()
     assert centipawns is not None
-    return 0.5 + 0.5 * (2.0 / (1.0 + math.exp(-WIN_SLOPE * centipawns)) - 1.0)
+    # The formula is the logistic 1 / (1 + exp(-x)); written so that exp never overflows, whatever an engine's
+    # comment claims (TCEC's archive holds evaluations of thousands of pawns).
+    x = WIN_SLOPE * centipawns
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    odds = math.exp(x)
+    return odds / (1.0 + odds)
