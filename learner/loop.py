@@ -719,9 +719,11 @@ class Learner:
 
 @contextlib.contextmanager
 def _stop_on_interrupt(stop: threading.Event, interrupted: threading.Event, progress: _Progress) -> Iterator[None]:
-    """Makes the first Ctrl-C set ``stop`` (and ``interrupted``) instead of raising; the second raises.
+    """Makes the first Ctrl-C or SIGTERM set ``stop`` (and ``interrupted``) instead of raising; the second raises.
 
-    Only the main thread can handle signals; elsewhere this does nothing.
+    SIGTERM (systemd, `docker stop`, Kubernetes, `timeout`) stops as Ctrl-C
+    does: the step in flight is finished and saved. Only the main thread can
+    handle signals; elsewhere this does nothing.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -734,11 +736,12 @@ def _stop_on_interrupt(stop: threading.Event, interrupted: threading.Event, prog
         stop.set()
         progress.message("stopping after this step and saving a checkpoint (Ctrl-C again to quit without saving)")
 
-    previous = signal.signal(signal.SIGINT, handle)
+    previous = {signum: signal.signal(signum, handle) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def run_learner(run: RunDir, config: Config, *, steps: int | None = None, device: str | None = None,

@@ -21,13 +21,15 @@ the sink too; the driver resubmits their work.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
+import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,16 +61,33 @@ def connect_ray(address: str | None, num_cpus: int, num_gpus: float | None = Non
     if ray.is_initialized():
         return False
     _quiet_ray_auth_banner()
-    if address:
-        try:
-            ray.init(address=address, namespace=NAMESPACE, logging_level=logging.WARNING)
-        except (ConnectionError, RuntimeError, ValueError) as error:
-            raise UserError(f"cannot connect to the Ray cluster at {address}: {error}") from None
-        return True
-    # A node's resources are whole numbers: --gpus 0.5 declares one GPU, of which self-play asks half.
-    ray.init(num_cpus=num_cpus, num_gpus=math.ceil(num_gpus) if num_gpus else None, include_dashboard=False,
-             namespace=NAMESPACE, logging_level=logging.WARNING)
+    with _keeping_sigterm_handler():
+        if address:
+            try:
+                ray.init(address=address, namespace=NAMESPACE, logging_level=logging.WARNING)
+            except (ConnectionError, RuntimeError, ValueError) as error:
+                raise UserError(f"cannot connect to the Ray cluster at {address}: {error}") from None
+            return True
+        # A node's resources are whole numbers: --gpus 0.5 declares one GPU, of which self-play asks half.
+        ray.init(num_cpus=num_cpus, num_gpus=math.ceil(num_gpus) if num_gpus else None, include_dashboard=False,
+                 namespace=NAMESPACE, logging_level=logging.WARNING)
     return True
+
+
+@contextlib.contextmanager
+def _keeping_sigterm_handler() -> Iterator[None]:
+    """Puts back this process's SIGTERM handler after ray.init, which replaces it with abseil's failure handler
+    (a stack dump, then an abort 3 s later; ray-project/ray issues 37288 and 64829): SIGTERM stops our commands
+    as Ctrl-C does (alphazero.app.cli), with the finished work saved."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        if handler is not None:  # None: installed outside Python, nothing of ours to put back
+            signal.signal(signal.SIGTERM, handler)
 
 
 _RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
