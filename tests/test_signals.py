@@ -58,13 +58,13 @@ def _stop(process: subprocess.Popen[str], signum: int) -> tuple[str, str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_train_stops_on_sigterm_as_on_ctrl_c(tmp_path: Path, signum: int) -> None:
+def test_train_stops_on_sigterm_as_on_ctrl_c(tmp_path: Path) -> None:
+    # What Ctrl-C does (selfplay.driver's KeyboardInterrupt path): the games written, the summary printed.
     run = tmp_path / "run"
     process = _start("train", "--run", str(run), "--actors", "1", "--quiet", *_sets(TRAIN_FAST))
     _wait_for(lambda: any(step_of(path) > 0 for path in (run / "checkpoints").glob("step_*.pt")), process,
               "a checkpoint after a learner step")
-    out, err = _stop(process, signum)
+    out, err = _stop(process, signal.SIGTERM)
     assert process.returncode == 0, err
     assert "self-play: stopping; writing the finished games" in out
     assert re.search(r"train: \d+ games, [\d,]+ positions; learner at step [1-9]", out)
