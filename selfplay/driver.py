@@ -40,7 +40,7 @@ from alphazero.store.checkpoint import latest_checkpoint, load_checkpoint
 from alphazero.store.resign import ResignCalibrator
 from alphazero.store.rundir import RunDir, remove_stale_temporaries
 from selfplay import NAMESPACE
-from selfplay.fleet import Placement, SelfPlayFleet
+from selfplay.fleet import Placement, SelfPlayFleet, actors_that_fit
 from selfplay.worker import PlayStats
 
 log = logging.getLogger(__name__)
@@ -337,8 +337,11 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
     remove_stale_temporaries(run.selfplay)
     resign = _ResignFollower(run, config)
     fleet.resign_threshold = resign.calibrator.threshold  # what transport 'ray' actors start with
-    started_ray = connect_ray(address, num_cpus=max(fleet.cpus, os.cpu_count() or 1), num_gpus=gpus or None)
+    # A local Ray has the machine's cores, whatever was asked: Ray starts a process for every actor it can place,
+    # and 256 of them exhaust a laptop's memory (issue 50).
+    started_ray = connect_ray(address, num_cpus=os.cpu_count() or 1, num_gpus=gpus or None)
     try:
+        _fit_actors(fleet, games)
         with fleet:
             return _play(fleet, resign, Totals(weights_step=step if step is not None else -1),
                          _Reporter(run, progress, extra_scalars=resign.calibrator.scalars,
@@ -348,6 +351,25 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
     finally:
         if started_ray:
             ray.shutdown()
+
+
+def _fit_actors(fleet: SelfPlayFleet, games: int | None) -> None:
+    """Starts no more actors than the cluster holds (one CPU and ACTOR_MEMORY_BYTES each): says so and lowers
+    ``fleet.count`` (and the games each plays) when fewer fit than were asked.
+
+    Raises:
+        UserError: not even one actor fits.
+    """
+    import ray
+
+    fit, why = actors_that_fit(fleet.count, ray.cluster_resources(), servers=fleet.server_count)
+    if fit < 1:
+        raise UserError(f"no self-play actor fits: {why}")
+    if fit < fleet.count:
+        print(f"self-play: {why}; starting {fit} (more need more CPUs or memory: another node, or fewer actors)",
+              flush=True)
+        fleet.count = fit
+        fleet.quota = math.ceil(games / fit) if games else None
 
 
 def _starting_text(config: Config) -> str:
@@ -468,14 +490,19 @@ def _drain(pending: dict[Any, int], totals: Totals, idle: set[int], timeout: flo
         _collect(ref, totals, pending.pop(ref), idle)
 
 
+FLUSH_SECONDS = 60.0  # the most a stop waits for the actors to write their finished games, all together
+
+
 def _flush(handles: list[Any], totals: Totals) -> None:
     """Asks every actor to write the finished games it still holds."""
     import ray
     from ray.exceptions import RayError
 
+    # One deadline for all: an actor still starting (or lost) holds no game, and must not hold up the stop.
     refs = [handle.flush.remote() for handle in handles]
-    for ref in refs:
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=FLUSH_SECONDS)
+    for ref in ready:
         try:
-            totals.shards.extend(ray.get(ref, timeout=60))
-        except (RayError, TimeoutError):
+            totals.shards.extend(ray.get(ref))
+        except RayError:
             continue

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -41,6 +41,37 @@ from selfplay.worker import PlayStats, SelfPlayWorker
 
 Placement = Callable[[int], dict[str, Any]]
 """Extra Ray options for actor i (a scheduling strategy, resources)."""
+
+
+ACTOR_MEMORY_BYTES = 768 * 2**20
+"""The memory an actor reserves in Ray's accounting, so that Ray places no more actors on a node than its memory
+holds: a tiny-preset actor on the CPU held 0.41 GiB resident on the 2-core machine (issue 50), with room for a
+larger network's buffers."""
+
+
+def actors_that_fit(asked: int, resources: Mapping[str, float], *, servers: int = 0) -> tuple[int, str]:
+    """Gets how many of ``asked`` actors a cluster holds, and (when fewer) the sentence that says why.
+
+    ``resources`` are the cluster's (ray.cluster_resources()); each actor
+    needs one CPU and ACTOR_MEMORY_BYTES of memory, beside the CPU of each of
+    ``servers`` inference servers.
+
+    >>> fit, why = actors_that_fit(256, {"CPU": 2.0, "memory": 16 * 2**30})
+    >>> fit, why.split(": ")[-1]
+    (2, '2 fit (the CPUs are the limit)')
+    >>> actors_that_fit(2, {"CPU": 2.0, "memory": 16 * 2**30})
+    (2, '')
+    """
+    cpus = int(resources.get("CPU", 0)) - servers
+    by_memory = int(resources.get("memory", 0) // ACTOR_MEMORY_BYTES)
+    fit = max(0, min(asked, cpus, by_memory))
+    if fit == asked:
+        return fit, ""
+    limit = "the CPUs are" if cpus <= by_memory else "its memory is"
+    held = f", {servers} of them held by inference servers" if servers else ""
+    return fit, (f"{asked} actors asked, but the cluster has {int(resources.get('CPU', 0))} CPUs{held} and "
+                 f"{resources.get('memory', 0) / 2**30:.1f} GiB of memory for Ray, and each actor needs 1 CPU and "
+                 f"{ACTOR_MEMORY_BYTES / 2**30:.2f} GiB: {fit} fit ({limit} the limit)")
 
 
 def actor_name_prefix(run: RunDir) -> str:
@@ -227,9 +258,9 @@ class SelfPlayFleet:
         one_thread = gpu_env(per_actor_gpu > 0, {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                                                                           "MKL_NUM_THREADS",
                                                                           "TORCHINDUCTOR_COMPILE_THREADS")})
-        options: dict[str, Any] = {"num_cpus": 1, "max_restarts": -1, "max_task_retries": 0,
-                                   "name": f"{actor_name_prefix(self.run)}{index}", "namespace": NAMESPACE,
-                                   "runtime_env": one_thread}
+        options: dict[str, Any] = {"num_cpus": 1, "memory": ACTOR_MEMORY_BYTES, "max_restarts": -1,
+                                   "max_task_retries": 0, "name": f"{actor_name_prefix(self.run)}{index}",
+                                   "namespace": NAMESPACE, "runtime_env": one_thread}
         if per_actor_gpu:
             options["num_gpus"] = per_actor_gpu
         if self.placement is not None:

@@ -82,3 +82,31 @@ def test_selfplay_stops_on_sigterm_as_on_ctrl_c(tmp_path: Path) -> None:
     assert "self-play: stopping; writing the finished games" in out
     assert re.search(r"self-play: \d+ games, \d+ positions in \d+ shards", out)
     assert not [dump for dump in DUMPS if dump in err], err
+
+
+@pytest.mark.slow
+def test_more_actors_than_fit_start_as_many_as_fit_and_ctrl_c_stops_them_while_they_start(tmp_path: Path) -> None:
+    # Issue 50: 256 actors asked on a 2-CPU machine started Python processes until memory ran out, and Ctrl-C
+    # waited for every one of them. Now the command says what fits before it starts them, starts that many,
+    # and a signal while they start stops it.
+    run = tmp_path / "run"
+    process = _start("selfplay", "--run", str(run), "--actors", "256", "--no-progress", "--minutes", "30",
+                     *_sets(SELFPLAY_FAST))
+    lines: list[str] = []
+
+    def said_what_fits() -> bool:
+        assert process.stdout is not None
+        lines.append(process.stdout.readline())
+        return "actors asked, but the cluster has" in lines[-1]
+
+    _wait_for(said_what_fits, process, "a word of what fits")
+    fit = re.search(r"256 actors asked, but the cluster has (\d+) CPUs .* each actor needs 1 CPU and [\d.]+ GiB: "
+                    r"(\d+) fit .*; starting (\d+)", lines[-1])
+    assert fit is not None, lines[-1]
+    cpus, fits, starting = map(int, fit.groups())
+    assert fits == starting <= cpus < 256
+    out, err = _stop(process, signal.SIGINT)  # at once, while the actors start
+    # In the play loop it writes what finished; in the split second the actors are submitted it just ends.
+    assert process.returncode == 0 and "self-play: stopping; writing the finished games" in out \
+        or process.returncode == 130, (out, err)
+    assert not [dump for dump in DUMPS if dump in err], err

@@ -88,7 +88,8 @@ def _train(args: argparse.Namespace, run_dir: RunDir, config: Config, init: Weig
 
     actors = actor_count(args.actors, config.selfplay.actors, gpus=args.gpus,
                          gpu_configured=config.selfplay.gpu_actors)
-    started_ray = connect_ray(None, num_cpus=max(actors + 1, os.cpu_count() or 1), num_gpus=args.gpus or None)
+    # The machine's cores, not the actors asked: more actors than fit are not started (selfplay.driver says so).
+    started_ray = connect_ray(None, num_cpus=os.cpu_count() or 1, num_gpus=args.gpus or None)
     try:
         with checkpoint_hooks(run_dir, config, publish=True) as hooks:
             _learn_and_play(args, run_dir, config, init, actors, hooks, launched)
