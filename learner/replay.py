@@ -50,6 +50,9 @@ Example::
 
 from __future__ import annotations
 
+import ctypes
+import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -183,11 +186,41 @@ class _Block:
         )
 
 
+@dataclass(frozen=True)
+class _Read:
+    """What refresh keeps of a shard it read until it appends it: the stores' blocks, not the shard."""
+
+    name: str
+    train: bool                 # whether its training games enter the window
+    held_out: _Block | None     # its held-out games' samples (None: none)
+    training: _Block | None     # the others' (None: none, or not wanted)
+
+
 def _ranges(lengths: np.ndarray) -> np.ndarray:
     """Concatenated aranges [0..l0), [0..l1), ... for the lengths l."""
     total = int(lengths.sum())
     ends = np.cumsum(lengths)
     return np.arange(total, dtype=np.int64) - np.repeat(ends - lengths, lengths)
+
+
+_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+
+
+@functools.cache
+def _arrays_outside_the_heap() -> None:
+    """Makes glibc give every allocation of 128 KiB or more its own mapping, returned to the system when freed.
+
+    A shard's arrays (about 1 MB each) are freed when their block is merged
+    into a bigger one; glibc's default raises its mmap threshold after the
+    first such free, so later ones land on the heap, where the long-lived
+    merged blocks pin them: loading 8.4M positions (8.7 GiB of window) held
+    16.8 GiB, 10.2 GiB with this (EXPERIMENTS.md, "Issue 49"). Elsewhere than
+    glibc this does nothing.
+    """
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, 128 * 1024)
+    except (OSError, AttributeError):
+        pass
 
 
 def _scan_names(directory: Path) -> list[str]:
@@ -237,13 +270,13 @@ class _Store:
             self.capacity = capacity
             self._block_target = max(1, capacity // _BLOCKS_PER_WINDOW)
 
-    def append(self, name: str, shard: Shard, rows: np.ndarray, ids: Sequence[str] = ()) -> int:
-        """Adds the samples ``rows`` of ``shard``; returns how many."""
-        if len(rows) == 0:
+    def append_block(self, block: _Block | None) -> int:
+        """Adds a block made by _Block.of (its ``start`` is set here); returns its samples (0 for None)."""
+        if block is None:
             return 0
-        self.blocks.append(_Block.of(name, self.total, shard, rows, ids))
+        self.blocks.append(dataclasses.replace(block, start=self.total))
         self._join_small_blocks()
-        return len(rows)
+        return len(block.results)
 
     def _join_small_blocks(self) -> None:
         """Joins the newest run of small blocks into one once together they reach the block size."""
@@ -334,6 +367,7 @@ class ReplayWindow:
         if window_positions < 1 or validation_positions < 1:
             raise ValueError(f"window_positions and validation_positions must be at least 1, "
                              f"got {window_positions} and {validation_positions}")
+        _arrays_outside_the_heap()
         self.directory = Path(directory)
         self.window_positions = window_positions
         self.max_sample_reuse = max_sample_reuse
@@ -464,7 +498,9 @@ class ReplayWindow:
         if not new:
             return 0
         self._known.update(new)
-        loaded: list[tuple[str, Shard, bool]] = []  # (name, shard, whether its training games enter)
+        # Only what the stores keep of each shard is held until it is appended (the shards themselves are let
+        # go at once): a backlog of millions of positions is read within about the memory its window takes.
+        loaded: list[_Read] = []
         covered = held_out = 0  # training and held-out positions of the shards read
         counted = 0  # of the training positions, those that count as new (add to positions_added)
         # Newest first, until the new shards alone fill the window (as large as the positions read
@@ -481,13 +517,16 @@ class ReplayWindow:
                 continue
             shard = self._read(name)
             if shard is not None and len(shard):
-                loaded.append((name, shard, wanted_for_training))
-                in_held_out = int(self._held_out_rows(name, shard)[0].sum())
+                read = self._blocks_of(name, shard, wanted_for_training)
+                loaded.append(read)
+                in_held_out = len(read.held_out.results) if read.held_out is not None else 0
                 covered += len(shard) - in_held_out
                 held_out += in_held_out
                 if wanted_for_training and name > self._counted_up_to:
                     counted += len(shard) - in_held_out
-        added = sum(self._append(name, shard, train) for name, shard, train in reversed(loaded))
+        added = 0
+        while loaded:  # oldest first; each let go once appended (merged blocks copy it)
+            added += self._append(loaded.pop())
         self._train.grow(self._capacity(self.positions_added))
         self._train.evict()
         self._held_out.evict()
@@ -512,15 +551,22 @@ class ReplayWindow:
         held_out_games = np.array([is_validation_game(i, self.validation_share) for i in ids], dtype=np.bool_)
         return held_out_games[shard.game], ids
 
-    def _append(self, name: str, shard: Shard, train: bool) -> int:
+    def _blocks_of(self, name: str, shard: Shard, train: bool) -> _Read:
+        """Takes from a shard what the stores keep: its held-out games' samples and (``train``) the others."""
         held_out, ids = self._held_out_rows(name, shard)
-        self.validation_added += self._held_out.append(name, shard, np.flatnonzero(held_out), ids)
-        if not train:
+        held_out_rows, train_rows = np.flatnonzero(held_out), np.flatnonzero(~held_out)
+        return _Read(name, train,
+                     _Block.of(name, 0, shard, held_out_rows, ids) if len(held_out_rows) else None,
+                     _Block.of(name, 0, shard, train_rows) if train and len(train_rows) else None)
+
+    def _append(self, read: _Read) -> int:
+        self.validation_added += self._held_out.append_block(read.held_out)
+        if not read.train:
             return 0
-        entered = self._train.append(name, shard, np.flatnonzero(~held_out))
+        entered = self._train.append_block(read.training)
         self.shards_loaded += 1
-        self._newest_name = max(self._newest_name, name)
-        if name <= self._counted_up_to:
+        self._newest_name = max(self._newest_name, read.name)
+        if read.name <= self._counted_up_to:
             return 0
         self.positions_added += entered
         return entered
