@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+KEEP_ROOT = Path("/run/alphazero-test-hosts")  # mount points that hold paths under /tmp aside (see _start_init)
 HANG_BOUND_S = 60.0  # a host's init is ready in well under a second; this only stops a hang
 REFUSALS = ("Operation not permitted", "Permission denied")  # what a step the machine refuses says
 
@@ -164,7 +165,15 @@ class Network:
         home_ray = Path.home() / ".ray"
         home_ray.mkdir(exist_ok=True)  # the mount point of each host's own ~/.ray (Ray makes it anyway)
         tag = f"{self.prefix}-{host.name}"
-        mounts = [f"mount -t tmpfs -o size=1g,mode=1777 {tag}-tmp /tmp",
+        # What the host runs but that lies under /tmp (a checkout or a virtualenv there, as in a CI's clone) is
+        # held aside before /tmp is covered by the host's own, then bound back at the same path.
+        kept = _under_tmp([Path(__file__).resolve().parents[1], Path(sys.prefix).resolve(),
+                           *(Path(entry).resolve() for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                             if entry)])
+        holds = [KEEP_ROOT / f"{tag}-{index}" for index in range(len(kept))]
+        mounts = [*(f'mkdir -p "{hold}" && mount --bind "{path}" "{hold}"' for path, hold in zip(kept, holds)),
+                  f"mount -t tmpfs -o size=1g,mode=1777 {tag}-tmp /tmp",
+                  *(f'mkdir -p "{path}" && mount --bind "{hold}" "{path}"' for path, hold in zip(kept, holds)),
                   f"mount -t tmpfs -o size=1g,mode=1777 {tag}-shm /dev/shm",
                   f"mount -t tmpfs -o size=16m,mode=0700 {tag}-ray {home_ray}",
                   f"hostname {tag}"]
@@ -200,6 +209,8 @@ class Network:
             self._kill_all_in(netns)
             _ip("netns", "del", netns, check=False)
         self._made.clear()
+        for hold in KEEP_ROOT.glob(f"{self.prefix}-*"):  # empty out here: the binds were the hosts' own
+            hold.rmdir()
 
     @staticmethod
     def _kill_all_in(netns: str) -> None:
@@ -214,6 +225,13 @@ class Network:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"processes {pids} outlived SIGKILL in {netns}")
             time.sleep(0.05)
+
+
+def _under_tmp(paths: Sequence[Path]) -> list[Path]:
+    """Gets the paths under /tmp among ``paths``, none inside another."""
+    tmp = Path("/tmp")
+    inside = sorted({path for path in paths if tmp in path.parents})
+    return [path for path in inside if not any(other in path.parents for other in inside)]
 
 
 def _init() -> None:
