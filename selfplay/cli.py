@@ -96,3 +96,5 @@ def run(args: argparse.Namespace) -> None:
                           progress=not args.quiet)
     print(f"self-play: {totals.games} games, {totals.moves} positions in {len(totals.shards)} shards "
           f"under {run_dir.selfplay}; {totals.resign_status}")
+    if totals.lost_actors:
+        print(f"self-play: {totals.lost_text()}")

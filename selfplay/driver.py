@@ -166,6 +166,9 @@ class Totals:
     weights_step: int = -1
     resign_status: str = ""  # the resignation calibration's last status line
     first_game_time: float | None = None  # time.time() when the first game of any actor ended
+    lost_actors: int = 0     # actor processes lost (crashed, killed, or with their host) and restarted by Ray
+    games_lost: int = 0      # their games started but never stored (finished or in flight)
+    finished_lost: int = 0   # ... of which they had finished (counted in `games` when they reported them)
 
     def add(self, stats: PlayStats) -> None:
         self.games += stats.games
@@ -209,6 +212,7 @@ class Totals:
             "results/draws": self.results["draw"] / decided,
             "results/black_wins": self.results["black"] / decided,
             "resign/resigned_share": self.resigned / decided,
+            "selfplay/games_lost": self.games_lost,
         }
         if self.plies:
             values["selfplay/game_length"] = sum(self.plies) / len(self.plies)
@@ -222,10 +226,128 @@ class Totals:
             f"{compact_number(self.moves)} positions ({compact_number(self.moves / self.elapsed)}/s)",
             weights,
             f"W/D/B {self.results['white']}/{self.results['draw']}/{self.results['black']}",
-            f"{actors_alive}/{actors} actors",
+            f"{actors_alive}/{actors} actors" + (f", {self.games_lost} games lost" if self.lost_actors else ""),
             f"{compact_number(self.evaluations / self.elapsed)} evals/s",
             f"batch {self.evaluations / max(self.batches, 1):.1f}",
         ], width)
+
+
+    def lost_text(self) -> str:
+        """The summary's words on lost actors ('' when none was lost)."""
+        if not self.lost_actors:
+            return ""
+        return (f"{self.lost_actors} actor processes lost (and restarted), with {self.games_lost} games: "
+                f"{self.finished_lost} finished but not yet stored, the rest unfinished")
+
+
+@dataclass
+class _ActorProcess:
+    """What the driver last heard from one actor process (Ray's restart of an actor is a new one)."""
+
+    incarnation: str = ""
+    host: str = ""
+    started: int = 0    # games it started
+    finished: int = 0   # games it reported finished (summed over its play() calls)
+    stored: int = 0     # games in shards it saw stored
+    unreachable: bool = False  # said so already
+    lost_at: float | None = None  # time.monotonic() when the actor at its index was lost, until its restart reports
+
+
+class _Losses:
+    """Follows each actor's process: says which was lost, on which host, with how many games, and its restart.
+
+    A process is lost when a call to it fails with ActorDiedError (its
+    process, or its node, died) or when a restart answers in its place. Its
+    lost games are those it had started by its last answer (every
+    ``chunk_seconds``) minus those the sink stored from it (the sink counts
+    by process; with transport 'disk', what it reported stored): its games in
+    flight and its finished games not yet stored. Games it started after its
+    last answer were never known here and are not counted. A host that is
+    unreachable for a while (ActorUnavailableError) loses nothing until Ray
+    declares its node dead.
+    """
+
+    def __init__(self, fleet: SelfPlayFleet, totals: Totals, note: Callable[[str], None]) -> None:
+        self.fleet, self.totals, self.note = fleet, totals, note
+        self.processes: dict[int, _ActorProcess] = {}
+
+    def heard(self, index: int, stats: PlayStats) -> None:
+        """Takes a play() call's answer from actor ``index``."""
+        process = self.processes.setdefault(index, _ActorProcess())
+        if stats.incarnation != process.incarnation:
+            if process.incarnation:  # a restart answered before a failed call said the process was gone
+                self._count(index, process, "unreachable, then replaced" if process.unreachable else "replaced",
+                            restarted_on=stats.host)
+            elif process.lost_at is not None:
+                self.note(f"self-play: actor {index} restarted on {stats.host}, "
+                          f"{time.monotonic() - process.lost_at:.0f} s after it was lost")
+            process = self.processes[index] = _ActorProcess(stats.incarnation, stats.host)
+        process.finished += stats.games
+        process.started, process.stored = stats.games_started, stats.games_stored
+
+    def failed(self, index: int, error: Exception) -> None:
+        """Takes a failed call to actor ``index`` (a RayActorError)."""
+        from ray.exceptions import ActorUnavailableError
+
+        process = self.processes.setdefault(index, _ActorProcess())
+        if isinstance(error, ActorUnavailableError):
+            if process.incarnation and not process.unreachable:
+                process.unreachable = True
+                self.note(f"self-play: actor {index} on {process.host} is unreachable; its games are kept if it "
+                          f"comes back before Ray declares its node dead")
+            return
+        if not process.incarnation:
+            if process.lost_at is None:  # never heard from: it held no finished game the driver knew of
+                self.note(f"self-play: actor {index} was lost before its first answer ({_why(error)}); "
+                          f"Ray restarts it")
+                process.lost_at = time.monotonic()
+            return
+        self._count(index, process, _why(error))
+
+    def gone(self, index: int, why: str) -> None:
+        """Counts the games of actor ``index`` as lost, whatever the error (at the stop: no more chances)."""
+        process = self.processes.get(index)
+        if process is not None and process.incarnation:
+            self._count(index, process, why, restarts=False)
+
+    def _count(self, index: int, process: _ActorProcess, why: str, restarts: bool = True,
+               restarted_on: str = "") -> None:
+        stored = self._stored(process)
+        lost, finished = max(0, process.started - stored), max(0, process.finished - stored)
+        self.totals.lost_actors += 1
+        self.totals.games_lost += lost
+        self.totals.finished_lost += finished
+        then = f"; Ray restarted it on {restarted_on}" if restarted_on else \
+            "; Ray restarts it where a CPU is free" if restarts else ""
+        self.note(f"self-play: lost actor {index} on {process.host} ({why}): {lost} games lost ({finished} "
+                  f"finished but not stored, the rest unfinished; counted to its last answer){then}")
+        self.processes[index] = _ActorProcess(lost_at=time.monotonic())
+
+    def _stored(self, process: _ActorProcess) -> int:
+        """The games the sink stored from the process (it may have stored more since its last answer)."""
+        import ray
+        from ray.exceptions import GetTimeoutError, RayError
+
+        if self.fleet.sink is None:
+            return process.stored
+        try:
+            return max(process.stored, int(ray.get(self.fleet.sink.games_stored.remote(process.incarnation),
+                                                   timeout=SINK_ASK_SECONDS)))
+        except (RayError, GetTimeoutError):
+            return process.stored
+
+
+SINK_ASK_SECONDS = 10.0  # how long the driver waits for the sink's count of a lost actor's stored games
+
+
+def _why(error: Exception) -> str:
+    """Why Ray says an actor died, in a few words."""
+    text = str(error)
+    if "node" in text and ("died" in text or "dead" in text):
+        return "its node died"
+    if "killed" in text:
+        return "it was killed"
+    return "its process died"
 
 
 class _ResignFollower:
@@ -366,8 +488,9 @@ def _fit_actors(fleet: SelfPlayFleet, games: int | None) -> None:
     if fit < 1:
         raise UserError(f"no self-play actor fits: {why}")
     if fit < fleet.count:
-        print(f"self-play: {why}; starting {fit} (more need more CPUs or memory: another node, or fewer actors)",
-              flush=True)
+        later = "the rest start as nodes join the cluster" if fleet.gpus == 0 else \
+            "more need more CPUs or memory: another node, or fewer actors"
+        print(f"self-play: {why}; starting {fit} ({later})", flush=True)
         fleet.count = fit
         fleet.quota = math.ceil(games / fit) if games else None
 
@@ -404,7 +527,9 @@ def _play(fleet: SelfPlayFleet, resign: _ResignFollower, totals: Totals, reporte
     """Keeps every actor playing `chunk_seconds` calls until `until`; then flushes their games and reports."""
     import ray
 
-    handles, actors = fleet.actors, fleet.count
+    handles = fleet.actors  # grows when nodes join (_Growth)
+    losses = _Losses(fleet, totals, reporter.note)
+    growth = _Growth(fleet, reporter.note)
 
     def suffix(width: int | None) -> str:
         left = until.left_text()
@@ -420,7 +545,7 @@ def _play(fleet: SelfPlayFleet, resign: _ResignFollower, totals: Totals, reporte
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
             for ref in ready:
                 index = pending.pop(ref)
-                stats = _collect(ref, totals, index, idle)
+                stats = _collect(ref, totals, index, idle, losses)
                 if index in idle:
                     continue
                 if stats is not None:
@@ -435,26 +560,59 @@ def _play(fleet: SelfPlayFleet, resign: _ResignFollower, totals: Totals, reporte
                     resign.push(handles[index])
                 if not until.reached(totals):
                     pending[handles[index].play.remote(chunk_seconds)] = index
+            if not until.reached(totals):
+                for index in growth.check():
+                    resign.push(handles[index])
+                    pending[handles[index].play.remote(chunk_seconds)] = index
             fleet.follow_weights()
             resign.update(handles)
-            reporter.update(totals, actors - len(idle), actors, suffix=suffix)
+            reporter.update(totals, fleet.count - len(idle), fleet.count, suffix=suffix)
             if on_update is not None:
                 on_update(totals)
             if until.reached(totals):
-                _drain(pending, totals, idle, timeout=4 * chunk_seconds + 30)
+                _drain(pending, totals, idle, losses, timeout=4 * chunk_seconds + 30)
                 break
     except KeyboardInterrupt:
         print("\nself-play: stopping; writing the finished games", flush=True)
     finally:
-        _flush(handles, totals)
+        _flush(handles, totals, losses)
         resign.update([], force=True)
         totals.resign_status = resign.calibrator.status()
-        reporter.update(totals, actors - len(idle), actors, force=True, suffix=suffix)
+        reporter.update(totals, fleet.count - len(idle), fleet.count, force=True, suffix=suffix)
         reporter.close()
     return totals
 
 
-def _collect(ref: Any, totals: Totals, index: int, idle: set[int]) -> PlayStats | None:
+GROW_CHECK_SECONDS = 5.0  # how often a driver with fewer actors than asked looks for nodes that joined
+
+
+class _Growth:
+    """Starts the actors asked for but not started for want of room, as nodes join the cluster."""
+
+    def __init__(self, fleet: SelfPlayFleet, note: Callable[[str], None]) -> None:
+        self.fleet, self.note = fleet, note
+        self.checked = time.monotonic()
+
+    def check(self) -> list[int]:
+        """Every GROW_CHECK_SECONDS while actors are missing: starts those that now fit; returns their indices."""
+        import ray
+
+        # With GPUs each actor's share was fixed at the start (--gpus over the actors): no more are started.
+        if self.fleet.count >= self.fleet.asked or self.fleet.gpus > 0 or \
+                time.monotonic() - self.checked < GROW_CHECK_SECONDS:
+            return []
+        self.checked = time.monotonic()
+        fit, _ = actors_that_fit(self.fleet.asked, ray.cluster_resources(), servers=self.fleet.server_count)
+        if fit <= self.fleet.count:
+            return []
+        first = self.fleet.count
+        self.fleet.grow(fit)
+        self.note(f"self-play: the cluster grew; started actors {first}-{fit - 1} "
+                  f"({fit} of the {self.fleet.asked} asked now run)")
+        return list(range(first, fit))
+
+
+def _collect(ref: Any, totals: Totals, index: int, idle: set[int], losses: _Losses) -> PlayStats | None:
     """Adds a finished play() call's statistics and returns them (None: the actor was lost); adds `index`
     to `idle` when that actor has nothing more to do.
 
@@ -466,43 +624,49 @@ def _collect(ref: Any, totals: Totals, index: int, idle: set[int]) -> PlayStats 
 
     try:
         stats: PlayStats = ray.get(ref)
-    except RayActorError:
-        # Killed or crashed: Ray restarts it; its finished shards are on disk,
-        # its games in flight are lost. Give it a moment and carry on.
+    except RayActorError as error:
+        # Killed, crashed or gone with its node: Ray restarts it; its stored shards are kept, its other games
+        # are lost (and counted). Give it a moment and carry on.
         totals.lost_calls += 1
+        losses.failed(index, error)
         time.sleep(0.5)
         return None
     except RayTaskError as error:
         cause = error.cause if isinstance(error.cause, Exception) else error
         raise UserError(f"a self-play actor failed: {cause}") from None
+    losses.heard(index, stats)
     totals.add(stats)
     if stats.games == 0 and stats.batches == 0:
         idle.add(index)  # its game quota is played
     return stats
 
 
-def _drain(pending: dict[Any, int], totals: Totals, idle: set[int], timeout: float) -> None:
+def _drain(pending: dict[Any, int], totals: Totals, idle: set[int], losses: _Losses, timeout: float) -> None:
     """Waits for the play() calls in progress (they end within a chunk) and counts them."""
     import ray
 
     ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=timeout)
     for ref in ready:
-        _collect(ref, totals, pending.pop(ref), idle)
+        _collect(ref, totals, pending.pop(ref), idle, losses)
 
 
 FLUSH_SECONDS = 60.0  # the most a stop waits for the actors to write their finished games, all together
 
 
-def _flush(handles: list[Any], totals: Totals) -> None:
-    """Asks every actor to write the finished games it still holds."""
+def _flush(handles: list[Any], totals: Totals, losses: _Losses) -> None:
+    """Asks every actor to write the finished games it still holds; counts the games of those that cannot."""
     import ray
-    from ray.exceptions import RayError
+    from ray.exceptions import RayActorError, RayError
 
     # One deadline for all: an actor still starting (or lost) holds no game, and must not hold up the stop.
-    refs = [handle.flush.remote() for handle in handles]
-    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=FLUSH_SECONDS)
+    refs = {handle.flush.remote(): index for index, handle in enumerate(handles)}
+    ready, late = ray.wait(list(refs), num_returns=len(refs), timeout=FLUSH_SECONDS)
     for ref in ready:
         try:
             totals.shards.extend(ray.get(ref))
+        except RayActorError as error:
+            losses.gone(refs[ref], _why(error))
         except RayError:
             continue
+    for ref in late:
+        losses.gone(refs[ref], f"no answer to the stop's flush within {FLUSH_SECONDS:.0f} s")

@@ -205,7 +205,8 @@ class SelfPlayFleet:
         if actors < 1:
             raise UserError(f"--actors must be at least 1, got {actors}")
         self.run, self.config, self.gpus, self.quota = run, config, gpus, quota
-        self.count = actors
+        self.count = actors   # the actors started (or to start); fewer than asked where the cluster is too small
+        self.asked = actors
         self.inference = inference or (config.selfplay.inference if gpus > 0 else "local")
         self.server_count = max(1, int(gpus)) if self.inference == "server" else 0
         self.resign_threshold = resign_threshold
@@ -213,6 +214,7 @@ class SelfPlayFleet:
         self.actors: list[Any] = []
         self.servers: list[Any] = []
         self.feed: WeightFeed | None = None
+        self._actor_args: tuple[str | None, str] = (None, "")  # run_path and config TOML, set by start()
 
     @property
     def cpus(self) -> int:
@@ -245,9 +247,16 @@ class SelfPlayFleet:
             .remote(run_path, config_toml, actors=served)
             for _ in range(self.server_count)
         ]
+        self._actor_args = (run_path, config_toml)
         for index in range(self.count):
             self._start_actor(index, run_path, config_toml)
         return self
+
+    def grow(self, count: int) -> None:
+        """Starts actors up to ``count`` in all (when nodes joined); the new ones share the existing servers."""
+        while self.count < count:
+            self._start_actor(self.count, *self._actor_args)
+            self.count += 1
 
     def _start_actor(self, index: int, run_path: str | None, config_toml: str) -> None:
         import ray

@@ -46,6 +46,7 @@ class DiskOutput:
     def __init__(self, run: RunDir) -> None:
         self.run = run
         self.stored: list[str] = []
+        self.games_stored = 0
 
     def put(self, shard: ShardFile) -> None:
         """Writes the shard now.
@@ -54,6 +55,7 @@ class DiskOutput:
             OSError: the run directory is unwritable or the disk is full.
         """
         self.stored.append(str(store_shard_file(self.run, shard)))
+        self.games_stored += shard.games
 
     def settle(self, wait: bool = False) -> list[str]:
         """Gets the paths stored since the last call (all are stored at once here)."""
@@ -79,8 +81,9 @@ class ShardSink:
         self.games = 0
         self.bytes = 0
         self.busy_seconds = 0.0  # summed over the threads: time inside store_shard_file
+        self.games_by_sender: dict[str, dict[str, int]] = {}  # sender -> shard name -> its games
 
-    def write(self, shard: ShardFile) -> str:
+    def write(self, shard: ShardFile, sender: str = "") -> str:
         """Stores ``shard`` atomically; returns its path.
 
         Raises:
@@ -94,7 +97,16 @@ class ShardSink:
             self.shards += 1
             self.games += shard.games
             self.bytes += len(shard.data) + len((shard.pgn or "").encode())
+            self.games_by_sender.setdefault(sender, {})[shard.name] = shard.games  # a shard sent again counts once
         return str(path)
+
+    def games_stored(self, sender: str) -> int:
+        """Gets the games of the shards stored from ``sender`` (one actor process) since this sink started.
+
+        The driver asks when it loses an actor: what the actor finished and this sink holds is not lost.
+        """
+        with self.lock:
+            return sum(self.games_by_sender.get(sender, {}).values())
 
     def stats(self) -> dict[str, float]:
         """Gets what this sink (since its last start) stored, its busy seconds and its process's CPU seconds."""
@@ -108,9 +120,11 @@ class SinkSender:
 
     At most ``window`` shards are out unacknowledged; ``put`` waits for room.
     The sink is looked up by its name (in NAMESPACE) when first needed.
+    ``sender`` names this actor process to the sink, which counts what it
+    stored from each (ShardSink.games_stored).
     """
 
-    def __init__(self, sink: str, window: int) -> None:
+    def __init__(self, sink: str, window: int, sender: str = "") -> None:
         if window < 1:
             raise ValueError(f"the sink window must be at least 1, got {window}")
         self.sink_name = sink
@@ -121,6 +135,8 @@ class SinkSender:
         self.wait_seconds = 0.0  # time put() and settle(wait=True) spent waiting for the sink
         self.holding = False  # put() holds a shard, waiting for room in the window (a threaded actor's caller sees it)
         self.resent = 0
+        self.sender = sender
+        self.games_stored = 0  # in acknowledged shards
         self._retry_s = RETRY_FIRST_S
 
     def put(self, shard: ShardFile) -> None:
@@ -160,7 +176,7 @@ class SinkSender:
             except ValueError:  # not (or no longer) there: the driver that runs it is starting or gone
                 log.warning("no shard sink %r yet; looking again in %.1f s", self.sink_name, self._retry_s)
                 self._back_off()
-        self.in_flight[self._sink.write.remote(shard)] = shard
+        self.in_flight[self._sink.write.remote(shard, self.sender)] = shard
 
     def _back_off(self) -> None:
         time.sleep(self._retry_s)
@@ -179,6 +195,7 @@ class SinkSender:
             shard = self.in_flight.pop(ref)
             try:
                 self.stored.append(ray.get(ref))
+                self.games_stored += shard.games
                 self._retry_s = RETRY_FIRST_S
                 continue
             except RayTaskError as error:

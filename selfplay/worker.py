@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import time
 import uuid
 from collections.abc import Callable
@@ -71,6 +72,13 @@ class PlayStats:
     gpu_seconds: float = 0.0          # GPU time of the local passes (CUDA events; 0 on the CPU or with a server)
     precision: str = ""               # what the local network runs in, and why ('' with a server)
     first_game_time: float | None = None  # time.time() when the worker's first game ended (since restart_games)
+    # Since this actor process started (a restarted actor starts again at 0): what the driver counts as lost when
+    # the process is lost.
+    incarnation: str = ""             # this actor process, as opposed to the one Ray restarts after a crash
+    host: str = ""                    # where it runs: 'hostname (node IP)'
+    games_started: int = 0
+    games_stored: int = 0             # in shards the run directory (or the sink) holds
+    games_in_flight: int = 0
 
 
 def _one_thread() -> None:
@@ -154,6 +162,8 @@ class SelfPlayWorker:
         self.step = -1
         self.weights_checked = 0.0
         self.first_game_time: float | None = None  # time.time() at the first finished game (bench selfplay's latency)
+        self.incarnation = uuid.uuid4().hex[:12]
+        self.host = _host_text()
         selfplay = self.config.selfplay
         torch_device = pick_device(device or selfplay.device) if server is None else None
         games = lane_games(selfplay.games_per_actor, uses_overlap(selfplay.overlap, torch_device))
@@ -190,14 +200,15 @@ class SelfPlayWorker:
         total = sum(games)
         self.games_to_start = None if max_games is None else max_games - total
         slots = [(lane, slot) for lane in self.lanes for slot in range(lane.search.games)]
-        for lane, slot in slots[max_games if max_games is not None and max_games < total else total:]:
+        self.games_started = min(total, max_games) if max_games is not None else total
+        for lane, slot in slots[self.games_started:]:
             lane.search.clear(slot)
         self.output: DiskOutput | SinkSender
         if sink is None:
             assert self.run is not None  # checked above: a run directory or a sink
             self.output = DiskOutput(self.run)
         else:
-            self.output = SinkSender(sink, selfplay.sink_window)
+            self.output = SinkSender(sink, selfplay.sink_window, sender=self.incarnation)
         self.writer = GameWriter(self.output.put, name, shard_games=selfplay.shard_games, save_pgn=selfplay.save_pgn,
                                  shard_seconds=selfplay.shard_seconds)
 
@@ -317,10 +328,17 @@ class SelfPlayWorker:
         stats.moves = self._total_moves() - moves_before
         stats.weights_step = self.step
         stats.first_game_time = self.first_game_time
+        self._count_games(stats)
         if self.evaluator is not None:
             stats.gpu_seconds = self.evaluator.gpu_seconds - gpu_before
             stats.precision = self.evaluator.precision_text()
         return stats
+
+    def _count_games(self, stats: PlayStats) -> None:
+        """Notes in ``stats`` who this actor process is and the games it started, stored and has in flight."""
+        stats.incarnation, stats.host = self.incarnation, self.host
+        stats.games_started, stats.games_stored = self.games_started, self.output.games_stored
+        stats.games_in_flight = sum(lane.search.searching() for lane in self.lanes)
 
     def _step(self, lane: _Lane, stats: PlayStats, *, submit: bool) -> None:
         """Collects the lane's finished games and, when `submit`, sends its next leaves to the network."""
@@ -365,6 +383,7 @@ class SelfPlayWorker:
             if self.games_to_start is None or self.games_to_start > 0:
                 lane.search.start_game(slot)
                 lane.steps[slot] = [(0, self.step)]
+                self.games_started += 1
                 if self.games_to_start is not None:
                     self.games_to_start -= 1
         self.writer.tick()  # a shard whose oldest game has waited selfplay.shard_seconds goes out now
@@ -424,6 +443,7 @@ class SelfPlayWorker:
                 if slot < count:
                     lane.search.start_game(slot)
                     lane.steps[slot] = [(0, self.step)]
+                    self.games_started += 1
         self.first_game_time = None
 
     def flush(self) -> list[str]:
@@ -446,6 +466,17 @@ def measure_rate(evaluator: Evaluator, planes: np.ndarray, scalars: np.ndarray, 
         evaluator.evaluate_legal(planes, scalars, indices, counts)
         done += len(planes)
     return done / (time.perf_counter() - start)
+
+
+def _host_text() -> str:
+    """Where this process runs, as the driver names a lost actor's host: 'hostname (node IP)'."""
+    try:
+        import ray
+
+        address = ray.util.get_node_ip_address() if ray.is_initialized() else ""
+    except Exception:  # noqa: BLE001 - a name for messages only; never worth failing an actor over
+        address = ""
+    return f"{socket.gethostname()} ({address})" if address else socket.gethostname()
 
 
 def _other(colour: str) -> str:

@@ -48,7 +48,7 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return done
 
 
-def _children_of(pid: int) -> list[int]:
+def children_of(pid: int) -> list[int]:
     """The processes whose parent is ``pid`` (this kernel may lack /proc/PID/task/TID/children)."""
     children = []
     for entry in os.listdir("/proc"):
@@ -107,6 +107,7 @@ class Network:
     logs: Path | None = None
     prefix: str = field(default_factory=lambda: f"az-{secrets.token_hex(3)}")
     hosts: dict[str, Host] = field(default_factory=dict)
+    _subnet: ipaddress.IPv4Network = ipaddress.IPv4Network("10.213.0.0/24")  # the bridge's, chosen on entry
     _made: list[str] = field(default_factory=list)  # network namespaces made, to delete
 
     @property
@@ -141,25 +142,43 @@ class Network:
         self._made.append(self.bridge_netns)
 
     def _make(self) -> None:
-        subnet = _free_subnet()
+        self._subnet = _free_subnet()
         _ip("-n", self.bridge_netns, "link", "add", "br0", "type", "bridge")
         _ip("-n", self.bridge_netns, "link", "set", "br0", "up")
-        for number, name in enumerate(self.names, start=1):
-            host = Host(name, f"{self.prefix}-{name}", str(subnet[number]))
-            _ip("netns", "add", host.netns)
-            self._made.append(host.netns)
-            self.hosts[name] = host
-            # One veth pair: eth0 in the host, its peer on the bridge, both made inside namespaces of ours.
-            _ip("-n", self.bridge_netns, "link", "add", f"v-{name}", "type", "veth", "peer", "name", "eth0",
-                "netns", host.netns)
-            _ip("-n", self.bridge_netns, "link", "set", f"v-{name}", "master", "br0", "up")
-            _ip("-n", host.netns, "addr", "add", f"{host.address}/{subnet.prefixlen}", "dev", "eth0")
-            _ip("-n", host.netns, "link", "set", "eth0", "up")
-            _ip("-n", host.netns, "link", "set", "lo", "up")
-            # A default route, as a machine has, by which Ray finds the host's own address; beyond the bridge
-            # nothing answers.
-            _ip("-n", host.netns, "route", "add", "default", "dev", "eth0")
-            self._start_init(host)
+        for name in self.names:
+            self.add_host(name)
+
+    def add_host(self, name: str) -> Host:
+        """Makes host ``name`` on the bridge, its init started (a machine that joins the network)."""
+        subnet = self._subnet
+        host = Host(name, f"{self.prefix}-{name}", str(subnet[len(self.hosts) + 1]))
+        _ip("netns", "add", host.netns)
+        self._made.append(host.netns)
+        self.hosts[name] = host
+        # One veth pair: eth0 in the host, its peer on the bridge, both made inside namespaces of ours.
+        _ip("-n", self.bridge_netns, "link", "add", f"v-{name}", "type", "veth", "peer", "name", "eth0",
+            "netns", host.netns)
+        _ip("-n", self.bridge_netns, "link", "set", f"v-{name}", "master", "br0", "up")
+        _ip("-n", host.netns, "addr", "add", f"{host.address}/{subnet.prefixlen}", "dev", "eth0")
+        _ip("-n", host.netns, "link", "set", "eth0", "up")
+        _ip("-n", host.netns, "link", "set", "lo", "up")
+        # A default route, as a machine has, by which Ray finds the host's own address; beyond the bridge
+        # nothing answers.
+        _ip("-n", host.netns, "route", "add", "default", "dev", "eth0")
+        self._start_init(host)
+        return host
+
+    def set_link(self, name: str, up: bool) -> None:
+        """Takes host ``name``'s link to the bridge down (its packets are lost, as on a pulled cable) or up."""
+        _ip("-n", self.bridge_netns, "link", "set", f"v-{name}", "up" if up else "down")
+
+    def kill(self, name: str) -> None:
+        """Kills every process of host ``name`` at once, as a power cut would: its init exits, and the kernel
+        SIGKILLs the rest of its PID namespace. Its address stays on the bridge, unanswered."""
+        host = self.hosts[name]
+        self._stop_init(host)
+        self._kill_all_in(host.netns)  # the nsenter parents of its commands, outside its PID namespace
+        host.pid = 0
 
     def _start_init(self, host: Host) -> None:
         home_ray = Path.home() / ".ray"
@@ -190,27 +209,31 @@ class Network:
         if line.strip() != b"ready":
             said = log.read_text().strip() if self.logs else ""
             raise RuntimeError(f"host {host.name}'s init did not start: {said or line!r}")
-        (host.pid,) = _children_of(host.init.pid)
+        (host.pid,) = children_of(host.init.pid)
 
     def close(self) -> None:
         """Stops every host (its init, then anything left in its network namespace) and deletes the namespaces."""
         for host in self.hosts.values():
-            if host.init is not None and host.init.poll() is None:
-                assert host.init.stdin is not None
-                host.init.stdin.close()  # the init exits; the kernel kills the rest of its PID namespace
-                try:
-                    host.init.wait(HANG_BOUND_S)
-                except subprocess.TimeoutExpired:
-                    os.killpg(host.init.pid, signal.SIGKILL)
-                    host.init.wait(HANG_BOUND_S)
-            if host.init is not None and host.init.stdout is not None:
-                host.init.stdout.close()
+            self._stop_init(host)
         for netns in self._made:
             self._kill_all_in(netns)
             _ip("netns", "del", netns, check=False)
         self._made.clear()
         for hold in KEEP_ROOT.glob(f"{self.prefix}-*"):  # empty out here: the binds were the hosts' own
             hold.rmdir()
+
+    @staticmethod
+    def _stop_init(host: Host) -> None:
+        if host.init is not None and host.init.poll() is None:
+            assert host.init.stdin is not None
+            host.init.stdin.close()  # the init exits; the kernel kills the rest of its PID namespace
+            try:
+                host.init.wait(HANG_BOUND_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(host.init.pid, signal.SIGKILL)
+                host.init.wait(HANG_BOUND_S)
+        if host.init is not None and host.init.stdout is not None:
+            host.init.stdout.close()
 
     @staticmethod
     def _kill_all_in(netns: str) -> None:

@@ -164,6 +164,8 @@ def _learn_and_play(args: argparse.Namespace, run_dir: RunDir, config: Config, i
     if waiting:  # with many games in flight (GPU presets) the first ones finish late: say so, not just "step 0"
         print(f"train: the learner is {waiting}")
     print(f"train: {totals.resign_status}")
+    if totals.lost_actors:
+        print(f"train: {totals.lost_text()}")
     if learner.validation:
         print(f"train: validation at {learner.validation_text()}")
     print(f"train: {hooks.evaluation.status()}")
