@@ -253,7 +253,7 @@ class _ActorProcess:
     lost_at: float | None = None  # time.monotonic() when the actor at its index was lost, until its restart reports
 
 
-class _Losses:
+class ActorLosses:
     """Follows each actor's process: says which was lost, on which host, with how many games, and its restart.
 
     A process is lost when a call to it fails with ActorDiedError (its
@@ -463,7 +463,7 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
     # and 256 of them exhaust a laptop's memory (issue 50).
     started_ray = connect_ray(address, num_cpus=os.cpu_count() or 1, num_gpus=gpus or None)
     try:
-        _fit_actors(fleet, games)
+        _fit_actors(fleet, games, grows=address is not None and not gpus)
         with fleet:
             return _play(fleet, resign, Totals(weights_step=step if step is not None else -1),
                          _Reporter(run, progress, extra_scalars=resign.calibrator.scalars,
@@ -475,9 +475,11 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
             ray.shutdown()
 
 
-def _fit_actors(fleet: SelfPlayFleet, games: int | None) -> None:
+def _fit_actors(fleet: SelfPlayFleet, games: int | None, grows: bool) -> None:
     """Starts no more actors than the cluster holds (one CPU and ACTOR_MEMORY_BYTES each): says so and lowers
-    ``fleet.count`` (and the games each plays) when fewer fit than were asked.
+    ``fleet.count`` (and the games each plays) when fewer fit than were asked. Where the cluster ``grows``
+    (one reached by --address, without GPUs, whose shares are fixed at the start) the rest start as nodes join
+    (_Growth); elsewhere the actors that fit are all there will be.
 
     Raises:
         UserError: not even one actor fits.
@@ -488,10 +490,12 @@ def _fit_actors(fleet: SelfPlayFleet, games: int | None) -> None:
     if fit < 1:
         raise UserError(f"no self-play actor fits: {why}")
     if fit < fleet.count:
-        later = "the rest start as nodes join the cluster" if fleet.gpus == 0 else \
-            "more need more CPUs or memory: another node, or fewer actors"
+        later = "the rest start as nodes join the cluster" if grows else \
+            "more need more CPUs or memory: a cluster, or fewer actors"
         print(f"self-play: {why}; starting {fit} ({later})", flush=True)
         fleet.count = fit
+        if not grows:
+            fleet.asked = fit
         fleet.quota = math.ceil(games / fit) if games else None
 
 
@@ -528,7 +532,7 @@ def _play(fleet: SelfPlayFleet, resign: _ResignFollower, totals: Totals, reporte
     import ray
 
     handles = fleet.actors  # grows when nodes join (_Growth)
-    losses = _Losses(fleet, totals, reporter.note)
+    losses = ActorLosses(fleet, totals, reporter.note)
     growth = _Growth(fleet, reporter.note)
 
     def suffix(width: int | None) -> str:
@@ -597,9 +601,7 @@ class _Growth:
         """Every GROW_CHECK_SECONDS while actors are missing: starts those that now fit; returns their indices."""
         import ray
 
-        # With GPUs each actor's share was fixed at the start (--gpus over the actors): no more are started.
-        if self.fleet.count >= self.fleet.asked or self.fleet.gpus > 0 or \
-                time.monotonic() - self.checked < GROW_CHECK_SECONDS:
+        if self.fleet.count >= self.fleet.asked or time.monotonic() - self.checked < GROW_CHECK_SECONDS:
             return []
         self.checked = time.monotonic()
         fit, _ = actors_that_fit(self.fleet.asked, ray.cluster_resources(), servers=self.fleet.server_count)
@@ -612,7 +614,7 @@ class _Growth:
         return list(range(first, fit))
 
 
-def _collect(ref: Any, totals: Totals, index: int, idle: set[int], losses: _Losses) -> PlayStats | None:
+def _collect(ref: Any, totals: Totals, index: int, idle: set[int], losses: ActorLosses) -> PlayStats | None:
     """Adds a finished play() call's statistics and returns them (None: the actor was lost); adds `index`
     to `idle` when that actor has nothing more to do.
 
@@ -641,7 +643,7 @@ def _collect(ref: Any, totals: Totals, index: int, idle: set[int], losses: _Loss
     return stats
 
 
-def _drain(pending: dict[Any, int], totals: Totals, idle: set[int], losses: _Losses, timeout: float) -> None:
+def _drain(pending: dict[Any, int], totals: Totals, idle: set[int], losses: ActorLosses, timeout: float) -> None:
     """Waits for the play() calls in progress (they end within a chunk) and counts them."""
     import ray
 
@@ -653,7 +655,7 @@ def _drain(pending: dict[Any, int], totals: Totals, idle: set[int], losses: _Los
 FLUSH_SECONDS = 60.0  # the most a stop waits for the actors to write their finished games, all together
 
 
-def _flush(handles: list[Any], totals: Totals, losses: _Losses) -> None:
+def _flush(handles: list[Any], totals: Totals, losses: ActorLosses) -> None:
     """Asks every actor to write the finished games it still holds; counts the games of those that cannot."""
     import ray
     from ray.exceptions import RayActorError, RayError

@@ -146,10 +146,6 @@ class _ShardsOnDisk:
                 if condition(name, game)}
 
 
-def _written_time(shard_name: str) -> int:
-    return int(shard_name.split("-")[0])
-
-
 # --- without a cluster ------------------------------------------------------------------------
 
 
@@ -196,13 +192,13 @@ def test_a_config_written_before_the_transport_keys_loads_as_disk():
 class StallsOnWrite(ShardSink):
     """A sink that holds every write until a 'release' file appears beside the run, noting each arrival."""
 
-    def write(self, shard: Any) -> str:
+    def write(self, shard: Any, sender: str = "") -> str:
         folder = self.run.root.parent
         (folder / f"arrived-{shard.name}").touch()
         deadline = time.monotonic() + WAIT_S
         while not (folder / "release").exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-        return super().write(shard)
+        return super().write(shard, sender)
 
 
 class CountsShards(SelfPlayWorker):
@@ -269,9 +265,9 @@ class StopsToBeKilled(ShardSink):
     it acknowledges: that shard is on disk and its actor will send it again.
     """
 
-    def write(self, shard: Any) -> str:
+    def write(self, shard: Any, sender: str = "") -> str:
         self._stop_once(BEFORE_RENAME, shard.name)
-        path = super().write(shard)
+        path = super().write(shard, sender)
         if (self.run.root.parent / FIRST_KILL_DONE).exists():
             self._stop_once(AFTER_RENAME, shard.name)
         return path
@@ -340,8 +336,8 @@ def test_selfplay_with_address_uses_the_ray_transport_and_starts_actors_with_the
 
 
 @pytest.mark.slow
-def test_actors_on_two_nodes_get_pushed_weights_and_outlive_their_node(cluster, tmp_path, monkeypatch):
-    """Runs last in this file: it removes worker_a (and adds a new one at the end)."""
+def test_actors_on_two_nodes_get_the_learners_pushed_weights(cluster, tmp_path, monkeypatch):
+    """An actor that outlives its node, restarted elsewhere with the newest weights, is tests/test_hosts.py's."""
     monkeypatch.setattr(fleet, "SelfPlayWorker", AuditedWorker)
     # The driver looks at the run's checkpoints only at the start and when an actor restarts: the
     # weights the actors play in between are the ones the learner pushes.
@@ -358,51 +354,27 @@ def test_actors_on_two_nodes_get_pushed_weights_and_outlive_their_node(cluster, 
         seen["reports"].append(answer)
         return answer
 
-    def publish(step: int) -> None:
-        seen["taken"].append(publisher.publish(step, new_checkpoint(run, config, step)))
-
     def next_phase(totals: driver.Totals) -> None:
         phase = seen["phase"]
         if phase == "both nodes playing" and on_disk.actors_with(lambda name, game: True) == {"0", "1"}:
             seen["first nodes"] = [report(0)["node"], report(1)["node"]]
-            publish(77)
+            seen["taken"].append(publisher.publish(77, new_checkpoint(run, config, 77)))
             seen["phase"] = "pushed 77"
         elif phase == "pushed 77" and on_disk.actors_with(lambda n, game: game["weights_step"] == 77) == {"0", "1"}:
-            report(0), report(1)
-            cluster.cluster.remove_node(cluster.workers.pop("worker_a"))
-            seen["removed at"] = time.time_ns()
-            seen["phase"] = "worker_a removed"
-        elif phase == "worker_a removed" and "0" in on_disk.actors_with(
-                lambda name, game: _written_time(name) > seen["removed at"]):
-            seen["actor 0 moved to"] = report(0)["node"]
-            publish(78)
-            seen["phase"] = "pushed 78"
-        elif phase == "pushed 78" and on_disk.actors_with(lambda n, game: game["weights_step"] == 78) == {"0", "1"}:
             report(0), report(1)
             seen["phase"] = "done"
             stop.set()
 
-    try:
-        totals = driver.run_selfplay(run, config, actors=2, minutes=WAIT_S / 60, progress=False, chunk_seconds=0.5,
-                                     stop=stop, on_update=next_phase, placement=soft_on(node_a, node_b))
-    finally:
-        if "worker_a" not in cluster.workers:
-            cluster.add_worker("worker_a")
+    driver.run_selfplay(run, config, actors=2, minutes=WAIT_S / 60, progress=False, chunk_seconds=0.5, stop=stop,
+                        on_update=next_phase, placement=soft_on(node_a, node_b))
     assert seen["phase"] == "done"
     assert seen["first nodes"] == [node_a, node_b]  # one actor on each worker node
-    assert seen["actor 0 moved to"] == node_b  # restarted on the node that is left
-    assert totals.lost_calls >= 1
-    assert seen["taken"] == [2, 2]  # the learner's pushes reached both actors, before and after the move
+    assert seen["taken"] == [2]  # the learner's push reached both actors
     # The actors never knew the run directory and wrote nothing there: the sink on the head did.
     for answer in seen["reports"]:
         assert not answer["has_run"]
         assert not [path for path in answer["written"] if path.startswith(str(tmp_path))]
-    games = on_disk.refresh()
-    ids = [game["game_id"] for _, game in games]
+    ids = [game["game_id"] for _, game in on_disk.refresh()]
     assert len(ids) == len(set(ids))
-    # The restarted actor played on, from the first game after the move, with the newest checkpoint.
-    moved = [game for name, game in games if _written_time(name) > seen["removed at"] and
-             game["actor"].startswith("actor0-")]
-    assert moved and all(game["weights_step"] >= 77 for game in moved)
     for path in list_shards(run.selfplay):
         check_shard_invariants(path)

@@ -178,14 +178,18 @@ class Scenario:
         """Notes a phase's time (printed with a failure's output)."""
         print(f"{time.monotonic() - self.started:6.1f} s: {what}", flush=True)
 
-    def games(self, actor: int | None = None, *, after_ns: int = 0) -> int:
+    def shards(self, actor: int | None = None, *, after_ns: int = 0) -> list[Path]:
         """Shards on disk (one game each) of actor ``actor`` (any), made after ``after_ns`` (time.time_ns())."""
-        count = 0
+        found = []
         for path in list_shards(self.here / "selfplay"):
             match = SHARD.match(path.name)
             assert match is not None, path.name
-            count += int(match.group(1)) > after_ns and (actor is None or int(match.group(2)) == actor)
-        return count
+            if int(match.group(1)) > after_ns and (actor is None or int(match.group(2)) == actor):
+                found.append(path)
+        return found
+
+    def games(self, actor: int | None = None, *, after_ns: int = 0) -> int:
+        return len(self.shards(actor, after_ns=after_ns))
 
     def step(self) -> int:
         """The learner's newest checkpoint's step (-1: none yet)."""
@@ -273,6 +277,9 @@ def test_selfplay_and_learn_on_hosts_started_as_the_docs_say_through_faults(clus
               f"a game of actor {moved}, restarted, and the learner's next steps", selfplay, learn)
     assert _said("selfplay", logs, rf"actor {moved} .*restarted (it )?on {prefix}-w3 "), \
         (logs / "selfplay.out").read_text()
+    # The restart plays the newest weights from its first game (the driver pushes them before its first move).
+    assert min(game["weights_step"] for path in scene.shards(moved, after_ns=killed_ns)
+               for game in read_shard(path).games) >= before[1]
     scene.figure("worker host killed", since, before, f"{lost.group(2)} games ({lost.group(3)} finished)")
 
     # A worker's link is down for 30 s. Whether Ray declares its node dead in that time or not, its actor plays
@@ -316,7 +323,9 @@ def test_selfplay_and_learn_on_hosts_started_as_the_docs_say_through_faults(clus
     driver = _pid_of(selfplay)
     _wait_for(lambda: scene.games(after_ns=restarted_ns) >= 3, "three games of the driver started again", selfplay,
               learn)
-    scene.figure("driver Ctrl-C and restart", since, before, f"{totals[0][1]} games")
+    scene.figure("driver Ctrl-C and restart", since, before,
+                 f"none at the stop (the first driver's summary: {totals[0][0]} games finished, {totals[0][1]} lost "
+                 f"with its lost actors, {totals[0][2]} of them finished)")
 
     # SIGTERM, as systemd, docker stop and timeout send it: both commands end as under Ctrl-C.
     since, before = time.monotonic(), (scene.games(), scene.step())
@@ -332,7 +341,8 @@ def test_selfplay_and_learn_on_hosts_started_as_the_docs_say_through_faults(clus
     stopped = re.search(r"stopped at step ([\d,]+); checkpoint saved", learned)
     assert stopped is not None and int(stopped.group(1).replace(",", "")) == scene.step(), learned
     totals.append(_summary(second))
-    scene.figure("driver and learner SIGTERM", since, before, f"{totals[1][1]} games")
+    scene.figure("driver and learner SIGTERM (time: to stop)", since, before,
+                 f"none (the second driver's summary: {totals[1][0]} games finished, {totals[1][1]} lost)")
 
     # Every shard valid, every game on disk once; every game a driver counted finished is on disk, or counted
     # lost by it.

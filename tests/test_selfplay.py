@@ -247,6 +247,65 @@ def test_the_live_line_fits_an_80_column_terminal():
     assert line.startswith("self-play 123,456 games | 98.8M positions (1,143/s) | weights step 1,234,000")
 
 
+def _answer(incarnation: str, host: str, *, games: int, started: int, stored: int) -> PlayStats:
+    return PlayStats(incarnation=incarnation, host=host, games=games, games_started=started, games_stored=stored,
+                     games_in_flight=started - games)
+
+
+def test_the_driver_names_a_lost_actor_its_host_its_games_and_its_restart():
+    from ray.exceptions import ActorDiedError
+
+    from selfplay.driver import ActorLosses, Totals
+
+    notes: list[str] = []
+    totals = Totals()
+    losses = ActorLosses(types.SimpleNamespace(sink=None), totals, notes.append)  # transport 'disk': no sink to ask
+    losses.heard(0, _answer("a", "w1 (10.0.0.2)", games=5, started=7, stored=3))
+    losses.heard(0, _answer("a", "w1 (10.0.0.2)", games=1, started=8, stored=4))  # 6 finished, 4 stored, 2 playing
+    losses.failed(0, ActorDiedError())
+    assert (totals.lost_actors, totals.games_lost, totals.finished_lost) == (1, 4, 2)
+    assert re.search(r"lost actor 0 on w1 \(10.0.0.2\) \(its process died\): 4 games lost \(2 finished", notes[-1])
+    losses.failed(0, ActorDiedError())  # the restart's first call fails too: nothing more was known to be lost
+    assert totals.games_lost == 4
+    losses.heard(0, _answer("b", "w3 (10.0.0.4)", games=0, started=2, stored=0))
+    assert notes[-1].startswith("self-play: actor 0 restarted on w3 (10.0.0.4), ")
+    assert totals.lost_text().startswith("1 actor processes lost (and restarted), with 4 games: 2 finished")
+
+
+def test_an_unreachable_actor_loses_nothing_until_a_restart_answers_for_it():
+    from ray.exceptions import ActorUnavailableError
+
+    from selfplay.driver import ActorLosses, Totals
+
+    notes: list[str] = []
+    totals = Totals()
+    losses = ActorLosses(types.SimpleNamespace(sink=None), totals, notes.append)
+    losses.heard(1, _answer("a", "w2 (10.0.0.3)", games=3, started=5, stored=3))
+    losses.failed(1, ActorUnavailableError("the link is down", None))
+    losses.failed(1, ActorUnavailableError("the link is down", None))
+    assert totals.lost_actors == 0 and len(notes) == 1 and "w2 (10.0.0.3) is unreachable" in notes[0]
+    losses.heard(1, _answer("a", "w2 (10.0.0.3)", games=1, started=6, stored=4))  # back: the same process
+    assert totals.lost_actors == 0
+    losses.failed(1, ActorUnavailableError("down again", None))
+    losses.heard(1, _answer("b", "w2 (10.0.0.3)", games=0, started=2, stored=0))  # Ray replaced it meanwhile
+    assert (totals.lost_actors, totals.games_lost, totals.finished_lost) == (1, 2, 0)
+    assert re.search(r"lost actor 1 on w2 .* \(unreachable, then replaced\): 2 games lost .*; Ray restarted it on "
+                     r"w2 \(10.0.0.3\)$", notes[-1])
+
+
+def test_the_sink_counts_each_senders_stored_games_once(tmp_path):
+    from selfplay.records import build_shard_file
+    from selfplay.sink import ShardSink
+
+    run = RunDir.create_or_open(tmp_path / "run", get_preset("tiny"))[0]
+    sink = ShardSink(str(run.root))
+    shard = build_shard_file([game_record(0.1, -0.1, None), game_record(0.2, -0.2, "white")], "actor0-1")
+    sink.write(shard, "a")
+    sink.write(shard, "a")  # sent again after a lost acknowledgement: the same file, counted once
+    sink.write(build_shard_file([game_record(0.1, -0.1, None)], "actor1-1"), "b")
+    assert (sink.games_stored("a"), sink.games_stored("b"), sink.games_stored("c")) == (2, 1, 0)
+
+
 @pytest.mark.slow
 def test_a_local_ray_starts_with_token_authentication_and_without_its_banner():
     if not hasattr(ray._raylet, "get_authentication_mode"):
