@@ -578,6 +578,8 @@ def _play(fleet: SelfPlayFleet, resign: _ResignFollower, totals: Totals, reporte
                 break
     except KeyboardInterrupt:
         print("\nself-play: stopping; writing the finished games", flush=True)
+        # The calls in progress end within a chunk: their games (whose shards may already be stored) are counted.
+        _drain(pending, totals, idle, losses, timeout=2 * chunk_seconds + 5)
     finally:
         _flush(handles, totals, losses)
         resign.update([], force=True)

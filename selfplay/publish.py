@@ -12,6 +12,9 @@ from selfplay import NAMESPACE
 from selfplay.driver import connect_ray
 from selfplay.fleet import actor_name_prefix
 
+PUBLISH_WAIT_SECONDS = 10.0
+"""How long a push waits for the actors to take it (one play() call, 2 s by default, and Ray's round trip)."""
+
 
 class WeightPublisher:
     """Sends each new checkpoint's weights to the named self-play actors of one run.
@@ -24,33 +27,45 @@ class WeightPublisher:
     def __init__(self, run_path: str | Path, address: str | None) -> None:
         self.prefix = actor_name_prefix(RunDir(run_path))
         self.started_ray = connect_ray(address, num_cpus=1)
+        self.unanswered: dict[str, Any] = {}  # actor name -> its push still unanswered after the deadline
 
-    def actors(self) -> list[Any]:
+    def actors(self) -> dict[str, Any]:
+        """Gets the run's self-play actors that exist now, by name."""
         import ray
 
         names = [entry["name"] for entry in ray.util.list_named_actors(all_namespaces=True)
                  if entry.get("namespace") == NAMESPACE and entry["name"].startswith(self.prefix)]
-        handles = []
+        handles = {}
         for name in names:
             try:
-                handles.append(ray.get_actor(name, namespace=NAMESPACE))
+                handles[name] = ray.get_actor(name, namespace=NAMESPACE)
             except ValueError:
                 continue  # gone between listing and lookup
         return handles
 
     def publish(self, step: int, path: Path) -> int:
-        """Sends the weights of checkpoint `path` (step `step`); returns how many actors took them."""
+        """Sends the weights of checkpoint `path` (step `step`); returns how many actors took them within
+        PUBLISH_WAIT_SECONDS.
+
+        An actor that has not answered an earlier push (a host out of reach, a
+        stalled shard sink) gets this one too, but is not waited for until it
+        answers: the learner, which calls this after every checkpoint, never
+        waits on a lost link.
+        """
         import ray
         from ray.exceptions import RayError
 
+        if self.unanswered:
+            answered, _ = ray.wait(list(self.unanswered.values()), num_returns=len(self.unanswered), timeout=0)
+            self.unanswered = {name: ref for name, ref in self.unanswered.items() if ref not in answered}
         handles = self.actors()
         if not handles:
             return 0
         weights = ray.put(load_checkpoint(path, "cpu", mmap=True, check_optimizer=False)["model"])
-        refs = [handle.set_weights.remote(step, weights) for handle in handles]
-        # One deadline for all: an actor held up (by a stalled shard sink, say) must not hold up the learner
-        # for long; it takes the weights when it gets to them, counted or not.
-        done, _ = ray.wait(refs, num_returns=len(refs), timeout=60)
+        refs = {name: handle.set_weights.remote(step, weights) for name, handle in handles.items()}
+        waited = [ref for name, ref in refs.items() if name not in self.unanswered]
+        done, late = ray.wait(waited, num_returns=len(waited), timeout=PUBLISH_WAIT_SECONDS) if waited else ([], [])
+        self.unanswered.update({name: ref for name, ref in refs.items() if ref in late})
         taken = 0
         for ref in done:
             try:
