@@ -50,7 +50,7 @@ class WeightPublisher:
         An actor that has not answered an earlier push (a host out of reach, a
         stalled shard sink) gets this one too, but is not waited for until it
         answers: the learner, which calls this after every checkpoint, never
-        waits on a lost link.
+        waits on a lost link (EXPERIMENTS.md, "Issue 50": it stalled there).
         """
         import ray
         from ray.exceptions import RayError
