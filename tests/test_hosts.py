@@ -248,9 +248,9 @@ def test_selfplay_and_learn_on_hosts_started_as_the_docs_say_through_faults(clus
               "three nodes in `ray status`")
     scene.reached("three nodes in `ray status`")
 
+    # The learner's output is no terminal: plain lines (its stop's "stopped at step N"), no live line.
     learn = cluster.start(head, "learn", "alphazero", "learn", "--run", run, "--preset", "tiny", "--address",
-                          "auto", "--steps", "1000000", "--threads", "1", *_sets())  # its output is no terminal:
-    # plain lines, no live line
+                          "auto", "--steps", "1000000", "--threads", "1", *_sets())
     _wait_for(lambda: (scene.here / "config.toml").is_file(), "the learner to make the run", learn)
     selfplay_args = ["alphazero", "selfplay", "--run", run, "--address", "auto", "--actors", "3", "--no-progress",
                      *_sets()]
