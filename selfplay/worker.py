@@ -78,7 +78,6 @@ class PlayStats:
     host: str = ""                    # where it runs: 'hostname (node IP)'
     games_started: int = 0
     games_stored: int = 0             # in shards the run directory (or the sink) holds
-    games_in_flight: int = 0
 
 
 def _one_thread() -> None:
@@ -335,10 +334,9 @@ class SelfPlayWorker:
         return stats
 
     def _count_games(self, stats: PlayStats) -> None:
-        """Notes in ``stats`` who this actor process is and the games it started, stored and has in flight."""
+        """Notes in ``stats`` who this actor process is and the games it started and saw stored."""
         stats.incarnation, stats.host = self.incarnation, self.host
         stats.games_started, stats.games_stored = self.games_started, self.output.games_stored
-        stats.games_in_flight = sum(lane.search.searching() for lane in self.lanes)
 
     def _step(self, lane: _Lane, stats: PlayStats, *, submit: bool) -> None:
         """Collects the lane's finished games and, when `submit`, sends its next leaves to the network."""

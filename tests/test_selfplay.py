@@ -248,8 +248,7 @@ def test_the_live_line_fits_an_80_column_terminal():
 
 
 def _answer(incarnation: str, host: str, *, games: int, started: int, stored: int) -> PlayStats:
-    return PlayStats(incarnation=incarnation, host=host, games=games, games_started=started, games_stored=stored,
-                     games_in_flight=started - games)
+    return PlayStats(incarnation=incarnation, host=host, games=games, games_started=started, games_stored=stored)
 
 
 def test_the_driver_names_a_lost_actor_its_host_its_games_and_its_restart():
