@@ -695,7 +695,8 @@ def _make_stockfish(options: dict[str, str], context: Mapping[str, Any]) -> Agen
 
 
 _UCI_FLAGS = {
-    "weights": "a model file or checkpoint, or 'builtin' (default: the run's latest checkpoint, else builtin)",
+    "weights": "a model file or checkpoint, or 'builtin' (or 'builtin-DATE', one that shipped before; default: the "
+               "run's latest checkpoint, else builtin)",
     "device": "auto, cpu, cuda or cuda:N (default: the match's --device)",
 }
 _UCI_LIMITS = {"movetime": "milliseconds a move (go movetime)", "nodes": "simulations a move (go nodes)"}

@@ -471,7 +471,8 @@ def add_uci_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--run", type=Path, default=None,
                         help=f"run whose latest checkpoint plays (default {DEFAULT_RUN_DIR})")
     source.add_argument("--weights", type=Path, default=None,
-                        help="a model file or checkpoint to play with; 'builtin' is the network that ships")
+                        help="a model file or checkpoint to play with; 'builtin' is the network that ships "
+                             "('builtin-DATE' one that shipped before)")
     parser.add_argument("--fresh", action="store_true",
                         help="let a run without checkpoints play freshly initialised (about random) weights "
                              "instead of the built-in network (or, for a run that does not exist, instead of "

@@ -55,7 +55,7 @@ DEFAULT_SIMULATIONS = 400
 _NETWORK_OPTIONS = {
     "checkpoint": "a step of the run (e.g. 1200) or a checkpoint file; default the run's latest",
     "weights": "a model file (or any checkpoint, or another run's directory) outside the run; 'builtin' for the "
-               "network that ships",
+               "network that ships ('builtin-DATE' for one that shipped before)",
     "run": "the run directory (default: the caller's, else runs/default)",
     "device": "auto, cpu, cuda or cuda:N (default auto)",
     "precision": "auto, bf16 or float32 (default auto: on a CPU bf16 where native and measured faster)",

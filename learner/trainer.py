@@ -35,8 +35,9 @@ averaged over the batch, plus c * ||theta||^2 (c = learner.weight_decay):
 Optimiser: SGD with momentum (AlphaZero), Adam with L2 weight decay, or AdamW /
 NAdam with decoupled weight decay on the weight matrices (``momentum`` and
 ``beta2`` are the Adam family's betas), with ``learner.learning_rate(step)``
-(warm-up included) set before each step. On CUDA the forward pass runs under
-bf16 autocast (no loss scaling needed for bf16) in channels_last; the losses
+(warm-up included) set before each step. The model trains in channels_last
+(on a CPU in float32 too: EXPERIMENTS.md, "Issue 49"); on CUDA the forward
+pass runs under bf16 autocast (no loss scaling needed for bf16); the losses
 are computed in float32. The gradient norm is measured every step and clipped
 only when ``clip_grad_norm`` is given.
 
@@ -346,12 +347,11 @@ TIMING_ROWS = 64  # the batch of the training step timed at start to choose the 
 def time_training_step(model: nn.Module, config: LearnerConfig, device: torch.device, bf16: bool,
                        rows: int = TIMING_ROWS) -> float:
     """Times forward and backward passes of a copy of ``model`` in training mode on ``rows`` random positions
-    (precision.seconds_per_call): seconds per step, under bf16 autocast in channels_last (True) or in float32
-    (False). The loss stands in for the real one: a log-sum-exp of the logits and the squared value."""
+    (precision.seconds_per_call): seconds per step in channels_last, as the Trainer runs, under bf16 autocast
+    (True) or in float32 (False). The loss stands in for the real one: a log-sum-exp of the logits and the
+    squared value."""
     planes, scalars = random_positions(rows, device)
-    candidate = copy.deepcopy(model).to(device)
-    if bf16:
-        candidate = candidate.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # (stubs)
+    candidate = copy.deepcopy(model).to(device).to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     training_mode(candidate, freeze_batch_norm=config.freeze_batch_norm)
     set_trainable(candidate, config.trainable)
 
@@ -367,11 +367,11 @@ def time_training_step(model: nn.Module, config: LearnerConfig, device: torch.de
 class Trainer:
     """A network, its optimiser and one training step.
 
-    The model is moved to ``device`` (channels_last on CUDA and in bf16)
-    and kept in training mode; ``compile`` wraps it in torch.compile for the
-    steps. bf16 is autocast: the weights and the optimiser's state stay
-    float32, the losses are computed in float32 and the heads' last layers run
-    in float32 (alphazero.nn.network.float32_head).
+    The model is moved to ``device`` in channels_last and kept in training
+    mode; ``compile`` wraps it in torch.compile for the steps. bf16 is
+    autocast: the weights and the optimiser's state stay float32, the losses
+    are computed in float32 and the heads' last layers run in float32
+    (alphazero.nn.network.float32_head).
 
     Args:
         model: the network to train (its weights are updated in place).
@@ -393,8 +393,9 @@ class Trainer:
             setting, device, key=(architecture_hash(model_config(self.model)), "train", config.trainable),
             timer=functools.partial(time_training_step, self.model, config, device))
         self.autocast = self.precision_choice.bf16
-        if device.type == "cuda" or self.autocast:  # as the Evaluator: channels_last on CUDA, and in bf16
-            self.model = self.model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # (stubs)
+        # channels_last on every device: on a CPU in float32 as well, where it trains 25-65% faster than the
+        # default layout (EXPERIMENTS.md, "Issue 49", "channels_last").
+        self.model = self.model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # (stubs)
         training_mode(self.model, freeze_batch_norm=config.freeze_batch_norm)
         set_trainable(self.model, config.trainable)
         self.optimizer = build_optimizer(self.model, config)

@@ -83,6 +83,27 @@ def test_without_a_builtin_network_the_fallback_is_fresh_and_builtin_is_refused(
         load_network(NetworkSource(weights=Path("builtin")), device="cpu")
 
 
+def test_a_network_that_shipped_before_is_named_builtin_and_its_date(tmp_path: Path, monkeypatch,
+                                                                     capsys) -> None:
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    (weights / "builtin.pt").write_bytes(BUILTIN_FILE.read_bytes())
+    (weights / "builtin-2026-11-25.pt").write_bytes(BUILTIN_FILE.read_bytes())
+    monkeypatch.setattr(alphazero.nn.builtin, "BUILTIN_FILE", weights / "builtin.pt")
+    assert resolve_source(NetworkSource(weights=Path("builtin-2026-11-25"))).path == weights / "builtin-2026-11-25.pt"
+    network = load_network(NetworkSource(tmp_path / "nowhere", weights=Path("builtin-2026-11-25")), device="cpu")
+    assert network.tag == "builtin-2026-11-25" and network.label == "built-in network builtin-2026-11-25"
+    agent = parse_player("policy:weights=builtin-2026-11-25", device="cpu", networks=NetworkCache())
+    assert agent.name == "policy@builtin-2026-11-25"
+    with pytest.raises(UserError, match=r"no shipped network is named 'builtin-1999'.*has: builtin, "
+                                        r"builtin-2026-11-25"):
+        resolve_source(NetworkSource(weights=Path("builtin-1999")))
+    # A file of that name where the option points is that file, not a shipped network.
+    monkeypatch.chdir(tmp_path)
+    save_model(tmp_path / "builtin-mine", AlphaZeroNet(TINY.network), step=1, summary="a user's net")
+    assert resolve_source(NetworkSource(weights=Path("builtin-mine"))).path == Path("builtin-mine")
+
+
 def test_uci_plays_the_builtin_network(empty_run: Path) -> None:
     for run, weights in ((None, "builtin"), (empty_run, None)):
         out, err = io.StringIO(), io.StringIO()

@@ -495,6 +495,13 @@ def test_a_crash_loses_only_the_steps_after_the_last_checkpoint(run: tuple[RunDi
     learner.close()
     monkeypatch.undo()
     assert sorted(step_of(p) for p in rundir.checkpoints.glob("step_*.pt")) == [0, 3, 6]
+    # TensorBoard reads a run's event files in name order, and a name is events.out.tfevents.SECOND.HOST.PID.N:
+    # a restart is a new process, seconds later. In this one process both files may share the second, and then
+    # N (9 then 10) sorts them backwards; date the crashed learner's file a second earlier, as a restart sees it.
+    for crashed in (rundir.tb / "learner").glob("events.out.tfevents.*"):
+        fields = crashed.name.split(".")
+        fields[3] = str(int(fields[3]) - 1)
+        crashed.rename(crashed.with_name(".".join(fields)))
     with Learner(rundir, config) as restarted:
         assert restarted.resume() == 6
         for a, b in zip(at_checkpoint[6], momentum_buffers(restarted.optimizer), strict=True):

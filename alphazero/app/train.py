@@ -52,7 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_from_checkpoint_argument(parser)
     parser.add_argument("--init", metavar="FILE_OR_RUN", default=None,
                         help="start a new run from these weights: a model file, a checkpoint, a run directory "
-                             "(its latest checkpoint) or 'builtin' (the network that ships)")
+                             "(its latest checkpoint), 'builtin' (the network that ships) or 'builtin-DATE' "
+                             "(one that shipped before)")
 
 
 def run(args: argparse.Namespace) -> None:

@@ -151,7 +151,7 @@ def resolve_source(source: NetworkSource) -> ResolvedSource:
     if source.fallback not in (BUILTIN, FRESH):
         raise UserError(f"fallback must be {BUILTIN!r} or {FRESH!r}, got {source.fallback!r}")
     if is_builtin(source.weights):
-        return ResolvedSource(require_builtin(), None, None, from_run=False, builtin=True)
+        return ResolvedSource(require_builtin(str(source.weights)), None, None, from_run=False, builtin=True)
     if source.weights is not None:
         return _resolve_weights(Path(source.weights).expanduser())
     try:
@@ -301,7 +301,9 @@ def load_network(
     config = resolved.config if resolved.config is not None else _config_in_file(extra)
     if resolved.note is not None:
         print(f"note: {resolved.note}", file=warn if warn is not None else sys.stderr, flush=True)
-    if resolved.builtin:
+    if resolved.builtin and resolved.path.stem != BUILTIN:
+        label, tag = f"built-in network {resolved.path.stem}", resolved.path.stem  # one that shipped before
+    elif resolved.builtin:
         label, tag = "built-in network", BUILTIN
     elif step is not None and resolved.from_run:
         label, tag = f"step {step}", f"step{step}"
