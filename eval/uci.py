@@ -958,6 +958,8 @@ class UciEngine:
         count = torch.get_num_threads()
         threads = f" ({count} thread{'s' if count != 1 else ''})" if device.type == "cpu" else ""
         self.info_string(f"network: {network.label} on {device}{threads}, {network.evaluator.precision_text()}")
+        if network.notice:  # the attribution a licence of its data asks for travels with the weights
+            self.info_string(f"network notice: {network.notice}")
         return network
 
 

@@ -133,6 +133,9 @@ def add_pretrain_arguments(parser: argparse.ArgumentParser) -> None:
     training.add_argument("--export", type=Path, default=None, metavar="FILE",
                           help="when training is done, save the network as a model file (e.g. "
                                "alphazero/weights/builtin.pt)")
+    training.add_argument("--notice", default=None, metavar="TEXT",
+                          help="with --export: the data's attribution and licence (e.g. what CC BY-SA asks), "
+                               "written into the model file; the UCI engine, doctor and train --init show it")
     training.add_argument("--device", default=None, help="training device: auto, cpu, cuda or cuda:N")
     training.add_argument("--threads", type=int, default=0, metavar="N",
                           help="torch CPU threads for training (default: torch's choice)")
@@ -153,6 +156,8 @@ def _check_pretrain(args: argparse.Namespace) -> None:
         raise UserError("--workers and --threads must be 0 (the default) or more")
     if args.steps is not None and args.steps < 0:
         raise UserError(f"--steps must be 0 or more, got {args.steps}")
+    if args.notice is not None and (args.export is None or not args.notice.strip()):
+        raise UserError("--notice TEXT goes with --export FILE, and TEXT must not be empty")
     if args.minutes is not None and not args.minutes > 0:
         raise UserError(f"--minutes must be positive, got {args.minutes}")
     for path in [*args.pgn, *args.positions_from]:
@@ -197,6 +202,6 @@ def run_pretrain(args: argparse.Namespace) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)  # this process's, set by the command
     pretrain_network(run_dir, config, steps=args.steps, minutes=args.minutes, device=args.device,
-                     export=args.export, progress=not args.quiet)
+                     export=args.export, notice=args.notice, progress=not args.quiet)
     print(f"pretrain: done; start self-play from it with `alphazero train --run NEW_RUN --init {run_dir.root}`",
           flush=True)

@@ -104,9 +104,11 @@ def _positions_in(directory: Path) -> int:
 
 
 def pretrain_network(run: RunDir, config: Config, *, steps: int | None = None, minutes: float | None = None,
-                     device: str | None = None, export: Path | None = None, progress: bool = True) -> int:
+                     device: str | None = None, export: Path | None = None, notice: str | None = None,
+                     progress: bool = True) -> int:
     """Trains the run's network on run/pretrain until ``steps`` (default learner.training_steps) or
-    ``minutes`` of training, whichever comes first; saves it to ``export`` when given; returns the step.
+    ``minutes`` of training, whichever comes first; saves it to ``export`` when given (with ``notice``, the
+    data's attribution and licence, in the file); returns the step.
 
     Raises:
         UserError: no data, no end, an unusable device, a corrupt checkpoint, a full disk.
@@ -153,9 +155,10 @@ def pretrain_network(run: RunDir, config: Config, *, steps: int | None = None, m
         if export is not None:
             summary = (f"pretrained by alphazero pretrain on {positions:,} positions of {run.pretrain.name}/ "
                        f"for {trainer.step:,} steps")
+            extra = {"notice": notice.strip()} if notice else {}
             try:
                 save_model(export, trainer.model, step=trainer.step, config_toml=to_toml(config),
-                           summary=summary, positions=positions)
+                           summary=summary, positions=positions, **extra)
             except OSError as error:
                 raise UserError(f"cannot write {export}: {error.strerror or error}") from None
             print(f"pretrain: exported the network at step {trainer.step:,} to {export}", flush=True)

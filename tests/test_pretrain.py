@@ -49,6 +49,8 @@ from alphazero.store.shards import (
     read_shard_meta,
     value_targets,
 )
+from alphazero.store.sources import read_weights
+from eval.uci import UciEngine
 from learner.labels import (
     MATE_HORIZON,
     LabelSettings,
@@ -66,6 +68,7 @@ from tests.reference_encoder import reference_compact
 
 ROOT = Path(__file__).resolve().parent.parent
 GAMES = ROOT / "tests" / "data" / "pretrain_games.pgn"
+NOTICE = "Trained on TCEC games (github.com/TCEC-Chess/tcecgames), CC BY-SA 3.0; these weights: CC BY-SA 3.0"
 POSITIONS = ROOT / "tests" / "data" / "pretrain_positions.epd"
 # The games of GAMES that are read, by number, with their plies; the others are skipped (game 3, from a
 # set-up position, as a non-standard start).
@@ -197,17 +200,31 @@ def test_pretrain_on_pgn_trains_and_a_rerun_resumes(tmp_path: Path, capsys) -> N
     # A share at which games 6 and 7 are held out (by their ids): training goes on with the others.
     args = ["pretrain", "--run", str(run.root), "--pgn", str(GAMES), "--steps", "4", "--quiet",
             "--set", "learner.batch_size=16", "--set", "learner.log_every=2", "--set", "learner.validation_share=0.3",
-            "--export", str(tmp_path / "net.pt")]
+            "--export", str(tmp_path / "net.pt"), "--notice", NOTICE]
     assert cli.main(args) == 0
     out = capsys.readouterr().out
     assert "3 games (146 positions)" in out and "skipped 4 games" in out
     assert latest_checkpoint(run).name == "step_000000004.pt"
     assert (tmp_path / "net.pt").is_file() and list((run.tb / "learner").iterdir())
+    # The attribution a licence of the data asks for travels in the file, and where the network is described.
+    assert read_weights(tmp_path / "net.pt").notice == NOTICE
+    engine, err = io.StringIO(), io.StringIO()
+    UciEngine(None, str(tmp_path / "net.pt"), "cpu", stdin=io.StringIO("uci\nisready\nquit\n"), stdout=engine,
+              stderr=err, threads=1).run()
+    assert f"info string network notice: {NOTICE}" in engine.getvalue().splitlines()
     shards = list_shards(run.pretrain)
     assert [is_validation_game(f"pretrain_games.pgn:{n}", 0.3) for n in sorted(READ)] == [False, True, True]
-    assert cli.main([*args[:6], "6", *args[7:]]) == 0  # the same data, two more steps
+    assert cli.main([*args[:6], "6", *args[7:-2]]) == 0  # the same data, two more steps
     assert "0 games (0 positions)" in capsys.readouterr().out and list_shards(run.pretrain) == shards
     assert latest_checkpoint(run).name == "step_000000006.pt"
+
+
+def test_a_notice_needs_an_export_and_text(tmp_path: Path, capsys) -> None:
+    base = ["pretrain", "--run", str(tmp_path / "run"), "--pgn", str(GAMES), "--steps", "1"]
+    for extra in (["--notice", NOTICE], ["--export", str(tmp_path / "net.pt"), "--notice", " "]):
+        assert cli.main([*base, *extra]) == 2
+        assert "--notice TEXT goes with --export FILE" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()  # refused before anything was written
 
 
 def test_pretrain_minutes_ends_training_without_a_step_limit(tmp_path: Path, capsys) -> None:

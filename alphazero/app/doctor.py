@@ -159,7 +159,8 @@ def _network(args: argparse.Namespace) -> tuple[Any, dict[str, Any], str]:
         torch.manual_seed(0)
         return config, cpu_state_dict(build_network(config)), f"preset {args.preset}'s network, fresh weights"
     weights = read_weights(args.weights)
-    return weights.network, weights.state, weights.summary
+    notice = f"; notice: {weights.notice}" if weights.notice else ""
+    return weights.network, weights.state, weights.summary + notice
 
 
 def _evaluator(mode: Mode, config: Any, state: dict[str, Any], max_batch: int, settings: ParitySettings) -> Evaluator:

@@ -123,6 +123,8 @@ def _learn_and_play(args: argparse.Namespace, run_dir: RunDir, config: Config, i
         if init is not None:
             load_weights(learner.model, init.state, init.path)
             print(f"train: starting from {init.summary}", flush=True)
+            if init.notice:
+                print(f"train: the weights' notice: {init.notice}", flush=True)
         else:
             print("train: no checkpoint yet: the learner starts at step 0", flush=True)
         learner.save()  # actors and learner start from the same weights

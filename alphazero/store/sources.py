@@ -221,6 +221,7 @@ class Network:
     path: Path | None
     fresh: bool
     config: Config | None = None
+    notice: str = ""  # what the weights file asks be shown with it: its data's attribution and licence
 
     def evaluate(self, planes: np.ndarray, scalars: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Evaluates compact positions: (logits [B, 4672], values [B]) for each side to move."""
@@ -310,7 +311,7 @@ def load_network(
     else:
         label, tag = f"weights {resolved.path.name}", resolved.path.stem
     evaluator = Evaluator(model, torch_device, precision=precision, forward=forward, max_batch=max_batch)
-    return _said(Network(evaluator, label, tag, step, resolved.path, False, config), warn)
+    return _said(Network(evaluator, label, tag, step, resolved.path, False, config, notice_of(extra)), warn)
 
 
 def _checked_precision(precision: str) -> str:
@@ -379,6 +380,7 @@ class Weights:
     step: int | None
     summary: str  # one line for people: what the weights are
     trained_with: Config | None = None  # the config they were trained with, when the file says
+    notice: str = ""  # the data's attribution and licence, when the file carries them (pretrain --notice)
 
     def overrides(self) -> list[str]:
         """Gets ``network.KEY=VALUE`` overrides that give a new run this architecture."""
@@ -417,4 +419,10 @@ def read_weights(spec: PathLike) -> Weights:
     shape = f"{network.blocks}x{network.filters}"
     name = "the built-in network" if resolved.builtin else str(path)
     described = f"{name} ({shape}{f', step {step}' if step is not None else ''}{f'; {summary}' if summary else ''})"
-    return Weights(path, network, payload["model"], step, described, trained_with)
+    return Weights(path, network, payload["model"], step, described, trained_with, notice_of(extra))
+
+
+def notice_of(extra: dict[str, Any]) -> str:
+    """Gets the notice a weights file carries (its data's attribution and licence), or ''."""
+    notice = extra.get("notice")
+    return notice.strip() if isinstance(notice, str) else ""
