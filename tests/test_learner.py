@@ -9,6 +9,7 @@ import errno
 import logging
 import math
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -651,6 +652,13 @@ def test_the_learner_bench_prints_training_beside_inference(capsys: pytest.Captu
     out = capsys.readouterr().out
     assert "tiny on cpu" in out and "training samples/s at batch 8 = " in out
     assert out.count("x inference") == 1 and "x training" in out
+    # --set measures another tower, named by it and counted as it is
+    bench.run(parser.parse_args(["--preset", "tiny", "--device", "cpu", "--batch-size", "8", "--seconds", "0.05",
+                                 "--set", "network.blocks=1", "--set", "network.filters=8"]))
+    smaller = capsys.readouterr().out
+    assert "tiny (1x8) on cpu" in smaller
+    params = [float(re.search(r"(\d+\.\d+)M", text).group(1)) for text in (out, smaller)]  # type: ignore[union-attr]
+    assert params[1] < params[0]
 
 
 @pytest.mark.slow

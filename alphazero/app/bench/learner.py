@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from alphazero.app.bench import bench_devices, precision_list, preset_list, rate, ratio
 from alphazero.chess.moves import NUM_MOVES
+from alphazero.config import apply_overrides
 from alphazero.errors import UserError
 from alphazero.presets import get_preset
 
@@ -77,6 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--precision", type=precision_list, default=precision_list("auto"), metavar="LIST",
                         help="comma-separated precisions to measure each in: auto (bf16 on CUDA; on a CPU bf16 "
                              "where native and faster), bf16, float32; e.g. float32,auto (default: auto)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config field of every measured preset, e.g. --set network.blocks=8 "
+                             "--set network.filters=96 (repeatable)")
 
 
 def _batch_size(preset: str, device: torch.device, requested: int) -> int:
@@ -158,7 +162,7 @@ def _measure(preset: str, device: torch.device, precision: str, args: argparse.N
     import numpy as np
     import torch
 
-    config = get_preset(preset)
+    config = apply_overrides(get_preset(preset), args.overrides)
     batch_size = _batch_size(preset, device, args.batch_size)
     batch = synthetic_batch(batch_size, np.random.default_rng(0))
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -166,7 +170,8 @@ def _measure(preset: str, device: torch.device, precision: str, args: argparse.N
     train_s, parameters, chosen = _training_seconds(config, batch, device, precision, args, sync)
     infer_s = _inference_seconds(config, batch, device, precision, args, sync)
     sample_s = _sampling_seconds(batch_size, args.seconds)
-    return Point(preset, parameters, _device_label(device, chosen), batch_size, train_s, infer_s, sample_s)
+    name = _tower(preset, config.network) if args.overrides else preset
+    return Point(name, parameters, _device_label(device, chosen), batch_size, train_s, infer_s, sample_s)
 
 
 def _training_seconds(config: Any, batch: Any, device: torch.device, precision: str, args: argparse.Namespace,
@@ -197,6 +202,12 @@ def _inference_seconds(config: Any, batch: Any, device: torch.device, precision:
     torch.manual_seed(0)
     evaluator = Evaluator(build_network(config.network), device, compile=args.compile, precision=precision)
     return _fastest(lambda: evaluator.evaluate(batch.planes, batch.scalars), args.seconds, sync)
+
+
+def _tower(preset: str, network: Any) -> str:
+    """Names a preset whose network --set changed by its tower: 'small (8x96)'."""
+    shape = f"{network.blocks}x{network.filters}" if network.kind == "resnet" else network.kind
+    return f"{preset} ({shape})"
 
 
 def _device_label(device: torch.device, precision: str) -> str:
@@ -233,6 +244,6 @@ def run(args: argparse.Namespace) -> None:
               f"{ratio(p.per_second(p.train_s), p.per_second(p.infer_s))} inference; replay batch assembly "
               f"{rate(p.per_second(p.sample_s))} samples/s = {ratio(p.per_second(p.sample_s), p.per_second(p.train_s))}"
               f" training")
-    if any(p.batch < get_preset(p.preset).learner.batch_size for p in points):
+    if any(p.batch < get_preset(p.preset.split()[0]).learner.batch_size for p in points):
         print("on a CPU the alphazero preset runs a small batch (its 4096 would take minutes a step); "
               "--batch-size N measures another")
