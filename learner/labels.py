@@ -463,7 +463,8 @@ def _file_positions(paths: Sequence[str], skipped: Counter[str]) -> Iterator[tup
     """Yields (game id, start FEN, moves before the position, next move or '') for every position of the files.
 
     PGN games give each position before a mainline move; EPD lines (files
-    named .epd, optionally compressed) one position each. Skipped games and
+    named .epd, optionally compressed; a whole FEN on a line is read too)
+    one position each. Skipped games and
     lines are counted in ``skipped``; a damaged file is reported and left.
     """
     for path in paths:
@@ -477,7 +478,7 @@ def _file_positions(paths: Sequence[str], skipped: Counter[str]) -> Iterator[tup
                         if not text or text.startswith("#"):
                             continue
                         try:
-                            board, _ = chess.Board.from_epd(text)
+                            board = _epd_board(text)
                             Board(board.fen())
                         except (ValueError, ChessError):
                             skipped["unreadable EPD line"] += 1
@@ -501,6 +502,19 @@ def _file_positions(paths: Sequence[str], skipped: Counter[str]) -> Iterator[tup
         except READ_ERRORS as error:
             skipped["damaged file"] += 1
             print(f"warning: stopped reading {path}: {error}", flush=True)
+
+
+def _epd_board(text: str) -> chess.Board:
+    """Reads an EPD line, or a whole FEN on the line: the official-stockfish books' endgames.epd and UHO_*
+    files write the halfmove clock and move number where EPD puts its operations.
+
+    Raises:
+        ValueError: neither.
+    """
+    fields = text.split()
+    if len(fields) == 6 and fields[4].isdigit() and fields[5].isdigit():
+        return chess.Board(text)
+    return chess.Board.from_epd(text)[0]
 
 
 def _segments(items: list[tuple[str, str, list[str], str]]) -> list[_Segment]:

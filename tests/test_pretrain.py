@@ -672,8 +672,14 @@ def test_labels_from_pgn_and_epd_files(tmp_path: Path) -> None:
     stockfish_or_skip()
     settings = LabelSettings(40, 100, PretrainConfig(shard_positions=16), (str(POSITIONS),))
     report = label_positions(tmp_path / "epd", settings, workers=1)
-    assert report.labelled == 3 and report.exhausted
+    assert report.labelled == 4 and report.exhausted
     assert report.skipped == Counter({"unreadable EPD line": 1, "EPD position without a move to label": 1})
+    # The last line is a whole FEN (its halfmove clock counts towards the fifty-move rule): as python-chess reads it.
+    last = concatenate(_chunks(tmp_path / "epd").values())
+    fen = POSITIONS.read_text().splitlines()[-1]
+    planes, scalars = reference_compact(chess.Board(fen))
+    np.testing.assert_array_equal(last.planes[-1], planes)
+    np.testing.assert_array_equal(last.scalars[-1], scalars)
     settings = LabelSettings(40, 24, PretrainConfig(shard_positions=16), (str(GAMES),))
     assert label_positions(tmp_path / "pgn", settings, workers=2).labelled == 24
     chunks = _chunks(tmp_path / "pgn")
