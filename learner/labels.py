@@ -62,6 +62,7 @@ import concurrent.futures
 import contextlib
 import os
 import queue
+import subprocess
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -98,7 +99,8 @@ __all__ = [
 ]
 
 MATE_HORIZON = 10  # mates in this many moves or more count as plain wins in the policy target
-_INFO = chess.engine.INFO_SCORE | chess.engine.INFO_PV  # all a label needs from Stockfish's output
+START_SECONDS = 30.0  # the most Stockfish may take to start and answer the UCI handshake
+ANSWER_SECONDS = 120.0  # the most one position's search may take (a few ms at the usual node counts)
 
 
 # --- scores to targets ---------------------------------------------------------------------------
@@ -224,6 +226,12 @@ class LabelReport:
 class Labeller:
     """One Stockfish process (one thread, fixed hash) that labels positions one at a time.
 
+    It speaks UCI itself and reads of each MultiPV line only its last score
+    and first move: python-chess's client parses every move of every line of
+    every depth, which cost more than Stockfish's search (2.5x fewer
+    positions a second, with the same labels: EXPERIMENTS.md, "Issue 49").
+    The tests hold its labels to python-chess's ``chess.engine.analyse``.
+
     Raises:
         UserError: Stockfish is missing or does not start.
     """
@@ -231,52 +239,122 @@ class Labeller:
     def __init__(self, settings: LabelSettings, path: str | None = None) -> None:
         self.settings = settings
         path = path or require_stockfish()
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._multipv = 0
         try:
-            self.engine = chess.engine.SimpleEngine.popen_uci(path, timeout=30)
-            self.engine.configure({"Threads": 1, "Hash": settings.pretrain.hash_mb})
-        except (chess.engine.EngineError, OSError, TimeoutError) as error:
-            raise UserError(f"Stockfish at {path} did not start: {error or type(error).__name__}") from None
-        self.name = str(self.engine.id.get("name", "unknown engine"))
+            self._process = subprocess.Popen([path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                             stderr=subprocess.DEVNULL, text=True, bufsize=1)
+        except OSError as error:
+            raise UserError(f"Stockfish at {path} did not start: {error.strerror or error}") from None
+        threading.Thread(target=self._read, daemon=True, name="stockfish-reader").start()
+        try:
+            self._send("uci")
+            ids = self._until("uciok", START_SECONDS)
+            self._send(f"setoption name Threads value 1\nsetoption name Hash value {settings.pretrain.hash_mb}")
+        except UserError as error:
+            self.close()
+            raise UserError(f"Stockfish at {path} did not start: {error}") from None
+        names = [line[len("id name "):].strip() for line in ids if line.startswith("id name ")]
+        self.name = names[0] if names else "unknown engine"
+
+    def _read(self) -> None:
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            self._lines.put(line)
+        self._lines.put(None)  # the process closed its output: it exited
+
+    def _send(self, text: str) -> None:
+        assert self._process.stdin is not None
+        try:
+            self._process.stdin.write(text + "\n")
+            self._process.stdin.flush()
+        except OSError:
+            raise UserError("it exited") from None
+
+    def _until(self, prefix: str, seconds: float) -> list[str]:
+        """Reads lines up to the first that starts with ``prefix``; returns them, that one included."""
+        lines: list[str] = []
+        while True:
+            try:
+                line = self._lines.get(timeout=seconds)
+            except queue.Empty:
+                raise UserError(f"no {prefix!r} in {seconds:g} s") from None
+            if line is None:
+                raise UserError("it exited")
+            lines.append(line)
+            if line.startswith(prefix):
+                return lines
 
     def close(self) -> None:
-        with contextlib.suppress(chess.engine.EngineError, OSError, TimeoutError, RuntimeError):
-            self.engine.quit()
+        with contextlib.suppress(OSError, UserError):
+            self._send("quit")
+        with contextlib.suppress(OSError):
+            if self._process.stdin is not None:
+                self._process.stdin.close()
+        try:
+            self._process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
 
-    def label(self, board: chess.Board, legal: Sequence[str]) -> tuple[np.ndarray, float, np.ndarray]:
-        """Scores ``board`` (whose legal moves are ``legal``, UCI, in the order of the result).
+    def label(self, start_fen: str, moves: Sequence[str], legal: Sequence[str]) -> tuple[np.ndarray, float, np.ndarray]:
+        """Scores the position after ``moves`` from ``start_fen`` (Stockfish is given the moves, so it knows
+        repetitions), whose legal moves are ``legal`` (UCI, in the order of the result).
 
         Returns (policy over ``legal`` float32, value in [-1, 1] for the mover, the mover's win
         probability after each move of ``legal``, float32, NaN where Stockfish scored none).
 
         Raises:
-            UserError: Stockfish died or answered nothing usable (the message names the FEN).
+            UserError: Stockfish died or answered nothing usable (the message names the position).
         """
         wanted = self.settings.pretrain.multipv
         multipv = len(legal) if wanted <= 0 else min(wanted, len(legal))
+        position = f"position fen {start_fen}" + (f" moves {' '.join(moves)}" if moves else "")
         try:
-            # A new game object makes python-chess send ucinewgame: hash and histories cleared,
-            # so the result does not depend on what this process searched before.
-            infos = self.engine.analyse(board, chess.engine.Limit(nodes=self.settings.nodes), multipv=multipv,
-                                        game=object(), info=_INFO)
-        except (chess.engine.EngineError, chess.engine.EngineTerminatedError, TimeoutError) as error:
-            raise UserError(f"Stockfish failed on {board.fen()}: {error or type(error).__name__}") from None
-        position = {uci: i for i, uci in enumerate(legal)}
+            if multipv != self._multipv:
+                self._send(f"setoption name MultiPV value {multipv}")
+                self._multipv = multipv
+            # ucinewgame clears the hash and histories: the result does not depend on what this process
+            # searched before (what python-chess sends for a new game, isready included).
+            self._send("ucinewgame\nisready")
+            self._until("readyok", ANSWER_SECONDS)
+            self._send(f"{position}\ngo nodes {self.settings.nodes}")
+            lines = self._until("bestmove", ANSWER_SECONDS)
+        except UserError as error:
+            raise UserError(f"Stockfish failed on {position}: {error}") from None
+        index = {uci: i for i, uci in enumerate(legal)}
         wins = np.zeros(len(legal), dtype=np.float64)
         mates = np.zeros(len(legal), dtype=np.int64)
         scored = np.zeros(len(legal), dtype=bool)
-        for info in infos:
-            pv, score = info.get("pv"), info.get("score")
-            if not pv or score is None or pv[0].uci() not in position:
-                continue
-            index = position[pv[0].uci()]
-            wins[index], scored[index] = win_probability(score.relative), True
-            mates[index] = score.relative.mate() or 0
+        for move, score in _last_lines(lines).values():
+            if move in index:
+                wins[index[move]], scored[index[move]] = win_probability(score), True
+                mates[index[move]] = score.mate() or 0
         if not scored.any():
-            raise UserError(f"Stockfish scored no move of {board.fen()} at {self.settings.nodes} nodes")
+            raise UserError(f"Stockfish scored no move of {position} at {self.settings.nodes} nodes")
         pretrain = self.settings.pretrain
         bonus = mate_bonus(mates, pretrain.mate_preference)
         policy = policy_target(wins, scored, pretrain.temperature, bonus)
         return policy, 2.0 * float(wins[scored].max()) - 1.0, np.where(scored, wins, np.nan).astype(np.float32)
+
+
+def _last_lines(lines: Sequence[str]) -> dict[int, tuple[str, chess.engine.Score]]:
+    """Gets, per MultiPV line, the first move and the score (for the side to move) of its last report."""
+    last: dict[int, tuple[str, chess.engine.Score]] = {}
+    for line in lines:
+        if not line.startswith("info ") or " pv " not in line or " score " not in line:
+            continue
+        tokens = line.split()
+        try:
+            rank = int(tokens[tokens.index("multipv") + 1]) if "multipv" in tokens else 1
+            at = tokens.index("score")
+            kind, number = tokens[at + 1], int(tokens[at + 2])
+            move = tokens[tokens.index("pv") + 1]
+        except (ValueError, IndexError):
+            continue  # a line this reader does not understand scores nothing
+        if kind in ("cp", "mate"):
+            last[rank] = (move, chess.engine.Cp(number) if kind == "cp" else chess.engine.Mate(number))
+    return last
 
 
 # --- games and chunks ----------------------------------------------------------------------------------
@@ -334,9 +412,6 @@ def _label_game(labeller: Labeller, game: _GameLabels, choose: Chooser, room: in
     (a PGN game goes on after a repetition nobody claimed).
     """
     board = Board.from_moves(game.history, game.start_fen, ply_limit=None)
-    py_board = chess.Board(game.start_fen)
-    for uci in game.history:
-        py_board.push_uci(uci)
     while len(game.rows) < room:
         if stop.is_set():
             raise _Stopped
@@ -345,7 +420,7 @@ def _label_game(labeller: Labeller, game: _GameLabels, choose: Chooser, room: in
         if termination is not None and (draw_rules_end or not legal):
             game.termination = termination
             return
-        policy, value, wins = labeller.label(py_board, legal)
+        policy, value, wins = labeller.label(game.start_fen, game.history + game.played, legal)
         planes, scalars = new_batch(1)
         encode_board(board, planes, scalars)
         game.rows.append((planes, scalars, legal_move_indices(board), policy, value, wins))
@@ -354,7 +429,6 @@ def _label_game(labeller: Labeller, game: _GameLabels, choose: Chooser, room: in
         if move is None:
             return
         board.push_uci(move)
-        py_board.push_uci(move)
         game.played.append(move)
 
 

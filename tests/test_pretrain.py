@@ -666,6 +666,34 @@ def test_labelled_positions_are_the_encoder_s_and_stockfish_s(tmp_path: Path) ->
             wins = {move_to_index(line["pv"][0], board.turn): win_probability(line["score"].relative) for line in info}
             assert wins[best] == max(wins.values())
             assert shard.root_values[row] == pytest.approx(2 * max(wins.values()) - 1)
+            # Every scored move's win probability is python-chess's reading of Stockfish's lines (the labeller
+            # reads them itself), and only those are scored (NaN: no line; at 40 nodes Stockfish has few).
+            labelled = {int(index): win for index, win in zip(shard.policy_indices[lo:hi], shard.policy_wins[lo:hi],
+                                                              strict=True) if not math.isnan(win)}
+            assert labelled == pytest.approx(wins, abs=1e-6)
+
+
+def _fake_engine(tmp_path: Path, body: str) -> str:
+    """An executable that speaks as much UCI as ``body`` (bash) says."""
+    path = tmp_path / "fake-engine"
+    path.write_text(f"#!/bin/bash\n{body}\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_a_stockfish_that_dies_or_never_answers_is_a_message(tmp_path: Path, monkeypatch) -> None:
+    import learner.labels
+
+    settings = LabelSettings(40, 4, PretrainConfig(shard_positions=4))
+    # Answers the handshake, then exits at the first search.
+    dies = _fake_engine(tmp_path, 'while read line; do case "$line" in uci) echo "id name Fake"; echo uciok;; '
+                                  'isready) echo readyok;; go*) exit 3;; esac; done')
+    with pytest.raises(UserError, match=r"Stockfish failed on position fen .* it exited"):
+        label_positions(tmp_path / "dies", settings, workers=1, stockfish=dies)
+    monkeypatch.setattr(learner.labels, "START_SECONDS", 0.2)
+    silent = _fake_engine(tmp_path, "cat > /dev/null")
+    with pytest.raises(UserError, match=r"did not start: no 'uciok' in 0.2 s"):
+        label_positions(tmp_path / "silent", settings, workers=1, stockfish=silent)
 
 
 def test_labels_from_pgn_and_epd_files(tmp_path: Path) -> None:
