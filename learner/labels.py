@@ -62,8 +62,10 @@ import concurrent.futures
 import contextlib
 import os
 import queue
+import select
 import subprocess
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -239,14 +241,13 @@ class Labeller:
     def __init__(self, settings: LabelSettings, path: str | None = None) -> None:
         self.settings = settings
         path = path or require_stockfish()
-        self._lines: queue.Queue[str | None] = queue.Queue()
         self._multipv = 0
+        self._pending = b""  # what Stockfish wrote after the last line a caller waited for
         try:
             self._process = subprocess.Popen([path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                             stderr=subprocess.DEVNULL, text=True, bufsize=1)
+                                             stderr=subprocess.DEVNULL, bufsize=0)
         except OSError as error:
             raise UserError(f"Stockfish at {path} did not start: {error.strerror or error}") from None
-        threading.Thread(target=self._read, daemon=True, name="stockfish-reader").start()
         try:
             self._send("uci")
             ids = self._until("uciok", START_SECONDS)
@@ -257,33 +258,33 @@ class Labeller:
         names = [line[len("id name "):].strip() for line in ids if line.startswith("id name ")]
         self.name = names[0] if names else "unknown engine"
 
-    def _read(self) -> None:
-        assert self._process.stdout is not None
-        for line in self._process.stdout:
-            self._lines.put(line)
-        self._lines.put(None)  # the process closed its output: it exited
-
     def _send(self, text: str) -> None:
         assert self._process.stdin is not None
         try:
-            self._process.stdin.write(text + "\n")
-            self._process.stdin.flush()
+            self._process.stdin.write((text + "\n").encode())
         except OSError:
             raise UserError("it exited") from None
 
     def _until(self, prefix: str, seconds: float) -> list[str]:
-        """Reads lines up to the first that starts with ``prefix``; returns them, that one included."""
-        lines: list[str] = []
-        while True:
-            try:
-                line = self._lines.get(timeout=seconds)
-            except queue.Empty:
-                raise UserError(f"no {prefix!r} in {seconds:g} s") from None
-            if line is None:
+        """Reads lines up to the first that starts with ``prefix``; returns them, that one included.
+
+        Reads the pipe in large pieces and splits them in one call: a search writes hundreds of lines, and
+        a line at a time through Python cost more than Stockfish's search.
+        """
+        assert self._process.stdout is not None
+        descriptor, wanted = self._process.stdout.fileno(), prefix.encode()
+        deadline = time.monotonic() + seconds
+        text = self._pending
+        while (end := _end_of_line_starting(text, wanted)) < 0:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([descriptor], [], [], remaining)[0]:
+                raise UserError(f"no {prefix!r} in {seconds:g} s")
+            piece = os.read(descriptor, 1 << 16)
+            if not piece:
                 raise UserError("it exited")
-            lines.append(line)
-            if line.startswith(prefix):
-                return lines
+            text += piece
+        self._pending = text[end + 1:]
+        return text[:end].decode(errors="replace").splitlines()
 
     def close(self) -> None:
         with contextlib.suppress(OSError, UserError):
@@ -326,7 +327,7 @@ class Labeller:
         wins = np.zeros(len(legal), dtype=np.float64)
         mates = np.zeros(len(legal), dtype=np.int64)
         scored = np.zeros(len(legal), dtype=bool)
-        for move, score in _last_lines(lines).values():
+        for move, score in _last_lines(lines, multipv).values():
             if move in index:
                 wins[index[move]], scored[index[move]] = win_probability(score), True
                 mates[index[move]] = score.mate() or 0
@@ -338,10 +339,18 @@ class Labeller:
         return policy, 2.0 * float(wins[scored].max()) - 1.0, np.where(scored, wins, np.nan).astype(np.float32)
 
 
-def _last_lines(lines: Sequence[str]) -> dict[int, tuple[str, chess.engine.Score]]:
+def _end_of_line_starting(text: bytes, prefix: bytes) -> int:
+    """Gets the index of the newline that ends the first line of ``text`` starting with ``prefix``, or -1."""
+    start = 0 if text.startswith(prefix) else text.find(b"\n" + prefix)
+    return -1 if start < 0 else text.find(b"\n", start + 1)
+
+
+def _last_lines(lines: Sequence[str], multipv: int) -> dict[int, tuple[str, chess.engine.Score]]:
     """Gets, per MultiPV line, the first move and the score (for the side to move) of its last report."""
     last: dict[int, tuple[str, chess.engine.Score]] = {}
-    for line in lines:
+    for line in reversed(lines):  # the newest report of each line first; the older ones are never parsed
+        if len(last) == multipv:
+            break
         if not line.startswith("info ") or " pv " not in line or " score " not in line:
             continue
         tokens = line.split()
@@ -352,7 +361,7 @@ def _last_lines(lines: Sequence[str]) -> dict[int, tuple[str, chess.engine.Score
             move = tokens[tokens.index("pv") + 1]
         except (ValueError, IndexError):
             continue  # a line this reader does not understand scores nothing
-        if kind in ("cp", "mate"):
+        if kind in ("cp", "mate") and rank not in last:
             last[rank] = (move, chess.engine.Cp(number) if kind == "cp" else chess.engine.Mate(number))
     return last
 
