@@ -15,8 +15,8 @@ from tests.helpers import TRAIN_FAST
 
 pytest.importorskip("ray")
 
-def train(run_path, minutes: float) -> int:
-    overrides = [item for override in TRAIN_FAST for item in ("--set", override)]
+def train(run_path, minutes: float, *more: str) -> int:
+    overrides = [item for override in [*TRAIN_FAST, *more] for item in ("--set", override)]
     return cli.main(["train", "--run", str(run_path), "--minutes", str(minutes), "--actors", "1", "--quiet",
                      *overrides])
 
@@ -24,8 +24,10 @@ def train(run_path, minutes: float) -> int:
 @pytest.mark.slow
 def test_train_writes_games_checkpoints_and_curves_then_resumes(tmp_path, capsys):
     run = RunDir(tmp_path / "run")
-    assert train(run.root, 0.5) == 0
+    # Ends when the learner reaches its training_steps (the minutes are a cap the test does not reach).
+    assert train(run.root, 3, "learner.training_steps=12") == 0
     out = capsys.readouterr().out
+    assert "train: training is finished: step 12 reached learner.training_steps" in out
     assert "train: no checkpoint yet: the learner starts at step 0" in out and "learner at step" in out
     assert "learner at step" in out and "train: resign" in out
     # How soon the run learned, from the launch: its first game, learner step and checkpoint after that step.
@@ -46,11 +48,11 @@ def test_train_writes_games_checkpoints_and_curves_then_resumes(tmp_path, capsys
     assert (run.root / "resign.json").is_file()  # the threshold in force, for the actors and a restart
 
     shards_before = set(list_shards(run.selfplay))
-    assert train(run.root, 0.3) == 0  # a rerun resumes: nothing is lost, the step goes on
+    assert train(run.root, 3, "learner.training_steps=15") == 0  # a rerun resumes: nothing is lost, the step goes on
     # Said without a terminal too (capsys is none), as `alphazero learn` says it.
     assert f"train: learner resumed from {first} (step {step_of(first):,})" in capsys.readouterr().out
     assert shards_before <= set(list_shards(run.selfplay))
-    assert step_of(latest_checkpoint(run)) >= step_of(first)
+    assert step_of(latest_checkpoint(run)) == 15
 
 
 @pytest.mark.slow
@@ -67,13 +69,14 @@ def test_at_learning_rate_zero_self_play_and_learning_leave_every_parameter_bit_
     torch.manual_seed(7)
     start = AlphaZeroNet(get_preset("tiny").network)
     save_model(tmp_path / "start.pt", start)
-    overrides = [item for override in [*TRAIN_FAST, "learner.learning_rates=0,0,0,0"] for item in ("--set", override)]
+    overrides = [item for override in [*TRAIN_FAST, "learner.learning_rates=0,0,0,0", "learner.training_steps=10"]
+                 for item in ("--set", override)]
     run = RunDir(tmp_path / "run")
-    assert cli.main(["train", "--run", str(run.root), "--init", str(tmp_path / "start.pt"), "--minutes", "0.4",
+    assert cli.main(["train", "--run", str(run.root), "--init", str(tmp_path / "start.pt"), "--minutes", "3",
                      "--actors", "1", "--quiet", *overrides]) == 0
     assert run.read_config().learner.freeze_batch_norm
     final = latest_checkpoint(run)
-    assert final is not None and step_of(final) >= 10 and list_shards(run.selfplay)
+    assert final is not None and step_of(final) == 10 and list_shards(run.selfplay)
     weights = load_checkpoint(final)["model"]
     assert set(weights) == set(start.state_dict())
     for name, tensor in start.state_dict().items():

@@ -57,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    """Trains until --minutes pass or Ctrl-C; prints what was done.
+    """Trains until --minutes pass, the learner reaches learner.training_steps, or Ctrl-C; prints what was done.
 
     Holds the run's learner lock (alphazero.store.rundir.learner_lock) throughout.
 
@@ -134,7 +134,7 @@ def _learn_and_play(args: argparse.Namespace, run_dir: RunDir, config: Config, i
             learner.train(stop=stop)
         except BaseException as error:  # noqa: BLE001 - handed to the main thread
             failure.append(error)
-            stop.set()
+        stop.set()  # a failure, or learner.training_steps reached: self-play for no learner stops too
 
     thread = threading.Thread(target=learn, name="learner", daemon=True)
     thread.start()
@@ -160,6 +160,8 @@ def _learn_and_play(args: argparse.Namespace, run_dir: RunDir, config: Config, i
         learner.close()
     if failure:
         raise failure[0]
+    if 0 < config.learner.training_steps <= learner.step:
+        print(f"train: training is finished: step {learner.step:,} reached learner.training_steps", flush=True)
     print(f"train: {totals.games} games, {totals.moves:,} positions; learner at step {learner.step:,}; "
           f"run in {run_dir.root} (tensorboard --logdir {run_dir.tb})")
     print(f"train: {milestones_text(launched, totals, learner)}")
