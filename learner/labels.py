@@ -230,8 +230,8 @@ class Labeller:
 
     It speaks UCI itself and reads of each MultiPV line only its last score
     and first move: python-chess's client parses every move of every line of
-    every depth, which cost more than Stockfish's search (2.5x fewer
-    positions a second, with the same labels: EXPERIMENTS.md, "Issue 49").
+    every depth, which cost more than Stockfish's search (fewer positions a
+    second, the same labels: EXPERIMENTS.md, "Issue 49").
     The tests hold its labels to python-chess's ``chess.engine.analyse``.
 
     Raises:

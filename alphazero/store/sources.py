@@ -417,7 +417,8 @@ def read_weights(spec: PathLike) -> Weights:
         except UserError:
             pass  # a config this version cannot read: the weights still load
     shape = f"{network.blocks}x{network.filters}"
-    name = "the built-in network" if resolved.builtin else str(path)
+    name = ("the built-in network" + ("" if path.stem == BUILTIN else f" {path.stem}")) if resolved.builtin \
+        else str(path)
     described = f"{name} ({shape}{f', step {step}' if step is not None else ''}{f'; {summary}' if summary else ''})"
     return Weights(path, network, payload["model"], step, described, trained_with, notice_of(extra))
 
