@@ -69,8 +69,10 @@ def connect_ray(address: str | None, num_cpus: int, num_gpus: float | None = Non
                 raise UserError(f"cannot connect to the Ray cluster at {address}: {error}") from None
             return True
         # A node's resources are whole numbers: --gpus 0.5 declares one GPU, of which self-play asks half.
-        ray.init(num_cpus=num_cpus, num_gpus=math.ceil(num_gpus) if num_gpus else None, include_dashboard=False,
-                 namespace=NAMESPACE, logging_level=logging.WARNING)
+        # "local": a Ray of its own, as --address's help says; with no address Ray would join the cluster that
+        # RAY_ADDRESS or the newest `ray start` on this machine names, and refuse num_cpus there.
+        ray.init(address="local", num_cpus=num_cpus, num_gpus=math.ceil(num_gpus) if num_gpus else None,
+                 include_dashboard=False, namespace=NAMESPACE, logging_level=logging.WARNING)
     return True
 
 

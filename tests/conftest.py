@@ -11,6 +11,14 @@ import torch
 from alphazero.presets import get_preset
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Runs the files that hold slow tests first (each file's tests stay together, in their order): the suite
+    runs on two workers (pyproject.toml's addopts), and a long test handed out last would leave one worker
+    running it alone at the end."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow_files)
+
+
 @pytest.fixture(autouse=True)
 def float32_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     """Runs this process's networks in float32 on the CPU whatever the processor has (precision 'auto' would

@@ -35,7 +35,7 @@ ray = pytest.importorskip("ray")
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, namespace="alphazero", logging_level="ERROR")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, namespace="alphazero", logging_level="ERROR")
     yield
     ray.shutdown()
 
@@ -307,6 +307,8 @@ def test_the_sink_counts_each_senders_stored_games_once(tmp_path):
 
 @pytest.mark.slow
 def test_a_local_ray_starts_with_token_authentication_and_without_its_banner():
+    """Also: without --address the command starts a Ray of its own, even where RAY_ADDRESS names a cluster (one
+    that is gone, here) or another process's cluster runs on the machine (as under `pytest -n 2`)."""
     if not hasattr(ray._raylet, "get_authentication_mode"):
         pytest.skip(f"ray {ray.__version__} has no token authentication")
     code = ("from selfplay.driver import connect_ray; import ray; connect_ray(None, 1); "
@@ -314,6 +316,7 @@ def test_a_local_ray_starts_with_token_authentication_and_without_its_banner():
             "print('token' if get_authentication_mode() == AuthenticationMode.TOKEN else 'no token'); ray.shutdown()")
     repo = Path(__file__).resolve().parents[1]
     env = {name: value for name, value in os.environ.items() if name != "RAY_AUTH_MODE"}  # Ray's own default
+    env["RAY_ADDRESS"] = "127.0.0.1:9"  # a cluster no longer there
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
