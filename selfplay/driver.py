@@ -25,12 +25,14 @@ import contextlib
 import logging
 import math
 import os
+import secrets
 import signal
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from alphazero.config import Config, for_gpus
@@ -61,6 +63,8 @@ def connect_ray(address: str | None, num_cpus: int, num_gpus: float | None = Non
     if ray.is_initialized():
         return False
     _quiet_ray_auth_banner()
+    if not address:
+        _ensure_ray_token()
     with _keeping_sigterm_handler():
         if address:
             try:
@@ -115,6 +119,29 @@ def _quiet_ray_auth_banner() -> None:
     logger = logging.getLogger(_RAY_AUTH_LOGGER)
     if not any(isinstance(f, _DropRayAuthBanner) for f in logger.filters):
         logger.addFilter(_DropRayAuthBanner())
+
+
+def _ensure_ray_token(path: Path | None = None) -> None:
+    """Writes the token of a local Ray's authentication (~/.ray/auth_token) when there is none, under a
+    temporary name linked into place, where ray.init would write it in place: two commands starting their
+    first Ray at once (two test workers on a fresh machine) could each write one, and a cluster's processes
+    read its rival's. The token is Ray's kind (32 random bytes in hex), readable by this user alone."""
+    if os.environ.get("RAY_AUTH_MODE", "").lower() == "disabled" or "RAY_AUTH_TOKEN" in os.environ \
+            or "RAY_AUTH_TOKEN_PATH" in os.environ:
+        return  # no token wanted, or the user's own
+    path = path if path is not None else Path.home() / ".ray" / "auth_token"
+    if path.exists():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    with open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as file:
+        file.write(secrets.token_hex(32))
+    try:
+        os.link(temporary, path)  # never replaces: the first command's token stands
+    except FileExistsError:
+        pass
+    finally:
+        temporary.unlink()
 
 
 def _check_reachable(address: str) -> None:
