@@ -64,7 +64,7 @@ def connect_ray(address: str | None, num_cpus: int, num_gpus: float | None = Non
         return False
     _quiet_ray_auth_banner()
     if not address:
-        _ensure_ray_token()
+        ensure_ray_token()
     with _keeping_sigterm_handler():
         if address:
             try:
@@ -121,7 +121,7 @@ def _quiet_ray_auth_banner() -> None:
         logger.addFilter(_DropRayAuthBanner())
 
 
-def _ensure_ray_token(path: Path | None = None) -> None:
+def ensure_ray_token(path: Path | None = None) -> None:
     """Writes the token of a local Ray's authentication (~/.ray/auth_token) when there is none, under a
     temporary name linked into place, where ray.init would write it in place: two commands starting their
     first Ray at once (two test workers on a fresh machine) could each write one, and a cluster's processes

@@ -327,18 +327,18 @@ def test_a_local_ray_starts_with_token_authentication_and_without_its_banner():
 def test_the_first_local_ray_token_is_written_whole_and_never_replaced(tmp_path, monkeypatch):
     """Two commands starting their first local Ray at once (two test workers on a fresh machine) keep one
     token: Ray itself writes ~/.ray/auth_token in place, so a cluster's processes could read its rival's."""
-    from selfplay.driver import _ensure_ray_token
+    from selfplay.driver import ensure_ray_token
 
     for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
         monkeypatch.delenv(name, raising=False)
     path = tmp_path / ".ray" / "auth_token"
-    _ensure_ray_token(path)
+    ensure_ray_token(path)
     token = path.read_text()
     assert re.fullmatch(r"[0-9a-f]{64}", token) and path.stat().st_mode & 0o777 == 0o600
-    _ensure_ray_token(path)  # the second command
+    ensure_ray_token(path)  # the second command
     assert path.read_text() == token and list(path.parent.iterdir()) == [path]
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # no token wanted: none written
-    _ensure_ray_token(tmp_path / "other" / "auth_token")
+    ensure_ray_token(tmp_path / "other" / "auth_token")
     assert not (tmp_path / "other").exists()
 
 
