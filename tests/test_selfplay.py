@@ -308,7 +308,8 @@ def test_the_sink_counts_each_senders_stored_games_once(tmp_path):
 @pytest.mark.slow
 def test_a_local_ray_starts_with_token_authentication_and_without_its_banner():
     """Also: without --address the command starts a Ray of its own, even where RAY_ADDRESS names a cluster (one
-    that is gone, here) or another process's cluster runs on the machine (as under `pytest -n 2`)."""
+    that is gone, here); Ray reads /tmp/ray/ray_current_cluster, which another process's cluster writes (as
+    under `pytest -n 2`), the same way."""
     if not hasattr(ray._raylet, "get_authentication_mode"):
         pytest.skip(f"ray {ray.__version__} has no token authentication")
     code = ("from selfplay.driver import connect_ray; import ray; connect_ray(None, 1); "
