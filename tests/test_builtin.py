@@ -52,6 +52,17 @@ def test_the_builtin_network_ships_with_its_card_and_is_package_data() -> None:
         assert any(fnmatch.fnmatch(name, pattern) for pattern in patterns), name
 
 
+def test_the_builtin_network_carries_its_card_s_notice_and_the_one_before_stays_by_name() -> None:
+    # The licence of part of its data (CC BY-SA) asks for the attribution to travel with the weights: the file
+    # carries the notice the card quotes, which `alphazero uci` says as `info string network notice: ...`.
+    card = BUILTIN_FILE.with_name("README.md").read_text()
+    quoted = " ".join(line.removeprefix("> ") for line in card.splitlines() if line.startswith("> "))
+    assert "CC BY-SA 3.0" in quoted and read_weights("builtin").notice == quoted
+    earlier = alphazero.nn.builtin.shipped_networks()
+    assert "builtin-2026-11-25" in earlier  # the network it replaced, for comparisons
+    assert earlier["builtin-2026-11-25"].read_bytes() != BUILTIN_FILE.read_bytes()
+
+
 def test_weights_builtin_loads_and_plays(tmp_path: Path) -> None:
     network = load_network(NetworkSource(tmp_path / "nowhere", weights=Path("builtin")), device="cpu")
     assert network.label == "built-in network" and network.tag == "builtin" and not network.fresh
