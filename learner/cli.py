@@ -119,8 +119,12 @@ def add_pretrain_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--positions", type=int, default=None, metavar="P",
                       help="positions to label with --stockfish (a rerun labels only those not yet written)")
     data.add_argument("--positions-from", nargs="+", default=[], metavar="FILE",
-                      help="label the positions of these PGN or EPD files (in order) instead of random-opening "
-                           "games")
+                      help="label the positions of these PGN, EPD or Lichess puzzle CSV files (in order) instead "
+                           "of random-opening games")
+    data.add_argument("--held-out", nargs="*", default=[], metavar="FILE",
+                      help="puzzle CSVs whose puzzles --positions-from leaves out, by PuzzleId and position "
+                           "(default: the puzzle yardstick, eval/data/lichess_puzzles_sample.csv; none: --held-out "
+                           "with no file)")
     data.add_argument("--workers", type=int, default=0, metavar="W",
                       help="Stockfish processes (default: one per CPU core)")
     training = parser.add_argument_group("training")
@@ -160,7 +164,7 @@ def _check_pretrain(args: argparse.Namespace) -> None:
         raise UserError("--notice TEXT goes with --export FILE, and TEXT must not be empty")
     if args.minutes is not None and not args.minutes > 0:
         raise UserError(f"--minutes must be positive, got {args.minutes}")
-    for path in [*args.pgn, *args.positions_from]:
+    for path in [*args.pgn, *args.positions_from, *args.held_out]:
         if not Path(path).is_file():
             what = "is a directory, not a file" if Path(path).is_dir() else "does not exist"
             raise UserError(f"{path} {what}")
@@ -190,7 +194,7 @@ def run_pretrain(args: argparse.Namespace) -> None:
         from learner.pretrain import label_stockfish
 
         settings = LabelSettings.of(config.pretrain, nodes=args.stockfish, positions=args.positions,
-                                    files=args.positions_from)
+                                    files=args.positions_from, held_out=args.held_out)
         label_stockfish(run_dir.pretrain, settings, workers=args.workers or os.cpu_count() or 1,
                         progress=not args.quiet)
     if args.data_only:

@@ -36,7 +36,12 @@ Where positions come from:
   sees how a lone king is mated, the ending a weak opponent leaves it in;
   when such a game is lopsided, the defending side is the random one.
 - **files** (``--positions-from``): the mainline positions of PGN games (with
-  their history) and the positions of EPD lines, in file order.
+  their history), the positions of EPD lines, and the positions of Lichess
+  puzzles (a CSV with ``FEN`` and ``Moves`` columns: the position before the
+  opponent's move and each one after it but the last, with their history), in
+  file order. Puzzles of the ``held_out`` CSVs (the puzzle yardstick, by
+  default) are left out, matched by ``PuzzleId`` and by every position, so a
+  network trained on the labels is still tested on puzzles it never saw.
 
 Positions are cut into chunks of ``pretrain.shard_positions`` (the last one
 shorter); chunk c is one shard, written when complete, by whichever
@@ -60,6 +65,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import csv
 import os
 import queue
 import select
@@ -70,7 +76,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import chess
 import chess.engine
@@ -97,6 +103,7 @@ from mcts_ext.encode import encode_board, legal_move_indices, new_batch
 
 __all__ = [
     "LAB_KIND", "MATE_HORIZON", "LabelReport", "LabelSettings", "Labeller", "endgame_start", "label_positions",
+    "puzzle_keys",
     "WIN_SLOPE", "mate_bonus", "policy_target", "win_probability",
 ]
 
@@ -161,17 +168,19 @@ _NEWER_FIELDS = ("mate_preference", "random_side_fraction", "endgame_fraction")
 class LabelSettings:
     """What to label: ``positions`` positions at ``nodes`` nodes, drawn as the run's ``pretrain`` section says.
 
-    ``files`` (PGN or EPD paths) replace random-opening play as the source.
+    ``files`` (PGN, EPD or puzzle CSV paths) replace random-opening play as
+    the source; the puzzles of the ``held_out`` CSVs are left out of them.
     """
 
     nodes: int
     positions: int
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     files: tuple[str, ...] = ()
+    held_out: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, config: PretrainConfig, *, nodes: int, positions: int, files: Sequence[str | os.PathLike[str]] = ()
-           ) -> LabelSettings:
+    def of(cls, config: PretrainConfig, *, nodes: int, positions: int, files: Sequence[str | os.PathLike[str]] = (),
+           held_out: Sequence[str | os.PathLike[str]] = ()) -> LabelSettings:
         """Builds the settings from the run's pretrain section and the command's figures.
 
         Raises:
@@ -181,7 +190,8 @@ class LabelSettings:
             raise UserError(f"--stockfish takes the nodes per position, at least 1, got {nodes}")
         if positions < 1:
             raise UserError(f"--positions must be at least 1, got {positions}")
-        return cls(nodes, positions, config, tuple(str(Path(f).resolve()) for f in files))
+        return cls(nodes, positions, config, tuple(str(Path(f).resolve()) for f in files),
+                   tuple(str(Path(f).resolve()) for f in held_out) if files else ())
 
     @property
     def chunks(self) -> int:
@@ -201,6 +211,8 @@ class LabelSettings:
         if self.files:  # random-play settings do not apply
             for name in _RANDOM_PLAY_FIELDS:
                 del fields[name]
+        if self.held_out:  # absent when none: labels made before puzzles were read still resume
+            fields["held_out"] = list(self.held_out)
         for name in _NEWER_FIELDS:
             if fields.get(name) == 0:
                 del fields[name]  # off: the labels of the settings before these existed, which still resume
@@ -542,34 +554,25 @@ def _segments_chunk(labeller: Labeller, segments: list[_Segment], stop: threadin
 # --- positions from files ---------------------------------------------------------------------------------
 
 
-def _file_positions(paths: Sequence[str], skipped: Counter[str]) -> Iterator[tuple[str, str, list[str], str]]:
+def _file_positions(paths: Sequence[str], skipped: Counter[str], held_out: frozenset[str] = frozenset()
+                    ) -> Iterator[tuple[str, str, list[str], str]]:
     """Yields (game id, start FEN, moves before the position, next move or '') for every position of the files.
 
     PGN games give each position before a mainline move; EPD lines (files
     named .epd, optionally compressed; a whole FEN on a line is read too)
-    one position each. Skipped games and
-    lines are counted in ``skipped``; a damaged file is reported and left.
+    one position each; puzzle CSVs (named .csv) each puzzle's positions but
+    those of ``held_out`` (puzzle_keys). Skipped games, lines and puzzles are
+    counted in ``skipped``; a damaged file is reported and left.
     """
     for path in paths:
         name = Path(path).name
-        is_epd = ".epd" in Path(path).suffixes
+        suffixes = Path(path).suffixes
         try:
             with open_text(path) as handle:
-                if is_epd:
-                    for number, line in enumerate(handle, 1):
-                        text = line.strip()
-                        if not text or text.startswith("#"):
-                            continue
-                        try:
-                            board = _epd_board(text)
-                            Board(board.fen())
-                        except (ValueError, ChessError):
-                            skipped["unreadable EPD line"] += 1
-                            continue
-                        if not any(board.legal_moves) or board.chess960:
-                            skipped["EPD position without a move to label"] += 1
-                            continue
-                        yield f"{name}:{number}", board.fen(), [], ""
+                if ".csv" in suffixes:
+                    yield from _puzzle_file_positions(handle, name, skipped, held_out)
+                elif ".epd" in suffixes:
+                    yield from _epd_file_positions(handle, name, skipped)
                 else:
                     for item in read_games(handle):
                         if not isinstance(item, PgnGame):
@@ -585,6 +588,102 @@ def _file_positions(paths: Sequence[str], skipped: Counter[str]) -> Iterator[tup
         except READ_ERRORS as error:
             skipped["damaged file"] += 1
             print(f"warning: stopped reading {path}: {error}", flush=True)
+
+
+def _epd_file_positions(handle: TextIO, name: str, skipped: Counter[str]) -> Iterator[tuple[str, str, list[str], str]]:
+    """Yields each readable EPD line's position (file_positions' items)."""
+    for number, line in enumerate(handle, 1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        try:
+            board = _epd_board(text)
+            Board(board.fen())
+        except (ValueError, ChessError):
+            skipped["unreadable EPD line"] += 1
+            continue
+        if not any(board.legal_moves) or board.chess960:
+            skipped["EPD position without a move to label"] += 1
+            continue
+        yield f"{name}:{number}", board.fen(), [], ""
+
+
+PUZZLE_COLUMNS = ("FEN", "Moves")
+"""The columns of a Lichess puzzle CSV that labelling reads (PuzzleId names a puzzle where present)."""
+
+
+def _puzzle_rows(handle: TextIO, name: str) -> Iterator[tuple[str, str, list[str] | None]]:
+    """Yields (puzzle id, FEN, moves) for each row of a puzzle CSV; moves is None where the row is unreadable.
+
+    Raises:
+        ValueError: the header lacks FEN or Moves.
+    """
+    reader = csv.DictReader(handle)
+    missing = [column for column in PUZZLE_COLUMNS if column not in (reader.fieldnames or [])]
+    if missing:
+        raise ValueError(f"{name} is not a Lichess puzzle CSV: its header lacks {', '.join(missing)}")
+    for number, row in enumerate(reader, 1):
+        puzzle_id = (row.get("PuzzleId") or "").strip() or str(number)
+        fen, moves = (row.get("FEN") or "").strip(), (row.get("Moves") or "").split()
+        yield puzzle_id, fen, (moves if fen and moves else None)
+
+
+def _puzzle_position_keys(fen: str, moves: Sequence[str]) -> list[str]:
+    """The positions of a puzzle before each of its moves, without clocks (``board.epd()``): what a held-out
+    puzzle is recognised by, whatever its id. python-chess checks every rule on the way.
+
+    Raises:
+        ValueError: a bad FEN, a Chess960 castling right, an illegal or malformed move.
+    """
+    board = chess.Board(fen)
+    if board.chess960 or not board.is_valid():
+        raise ValueError(f"unsupported position {fen!r}")
+    keys = []
+    for uci in moves:
+        keys.append("position " + board.epd())
+        move = chess.Move.from_uci(uci)
+        if not board.is_legal(move):
+            raise ValueError(f"illegal move {uci!r} in {board.fen()}")
+        board.push(move)
+    return keys
+
+
+def puzzle_keys(paths: Sequence[str | os.PathLike[str]]) -> frozenset[str]:
+    """Reads the ids and positions of the puzzles in these CSVs: the keys that leave a puzzle out of labelling.
+
+    Raises:
+        UserError: a file cannot be read or is not a puzzle CSV.
+    """
+    keys: set[str] = set()
+    for path in paths:
+        try:
+            with open_text(path) as handle:
+                for puzzle_id, fen, moves in _puzzle_rows(handle, Path(path).name):
+                    keys.add("id " + puzzle_id)
+                    with contextlib.suppress(ValueError):
+                        keys.update(_puzzle_position_keys(fen, moves or []))
+        except READ_ERRORS as error:
+            raise UserError(f"cannot read the held-out puzzles {path}: {error}") from None
+    return frozenset(keys)
+
+
+def _puzzle_file_positions(handle: TextIO, name: str, skipped: Counter[str], held_out: frozenset[str]
+                           ) -> Iterator[tuple[str, str, list[str], str]]:
+    """Yields the positions of each puzzle (before each of its moves) not held out (file_positions' items)."""
+    for puzzle_id, fen, moves in _puzzle_rows(handle, name):
+        try:
+            if moves is None:
+                raise ValueError("no FEN or no moves")
+            positions = _puzzle_position_keys(fen, moves)
+            Board(fen)
+        except (ValueError, ChessError):
+            skipped["unreadable puzzle"] += 1
+            continue
+        if "id " + puzzle_id in held_out or any(key in held_out for key in positions):
+            skipped["held-out puzzle"] += 1
+            continue
+        for ply, move in enumerate(moves):
+            yield f"{name}:{puzzle_id}", fen, moves[:ply], move
 
 
 def _epd_board(text: str) -> chess.Board:
@@ -736,7 +835,8 @@ def _jobs(settings: LabelSettings, pending: list[int], report: LabelReport) -> I
     wanted = set(pending)
     items: list[tuple[str, str, list[str], str]] = []
     filled = chunk = 0
-    for item in _file_positions(settings.files, report.skipped):
+    held_out = puzzle_keys(settings.held_out) if settings.held_out else frozenset()
+    for item in _file_positions(settings.files, report.skipped, held_out):
         if chunk >= settings.chunks:
             break
         filled += 1

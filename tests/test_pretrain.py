@@ -58,6 +58,7 @@ from learner.labels import (
     label_positions,
     mate_bonus,
     policy_target,
+    puzzle_keys,
     win_probability,
 )
 from learner.pgn_data import convert_pgn
@@ -718,6 +719,61 @@ def test_labels_from_pgn_and_epd_files(tmp_path: Path) -> None:
     # position, is skipped).
     np.testing.assert_array_equal(labelled.planes, games.planes[:24])
     assert game_ids(labelled.games, "any.npz")[:2] == ["pretrain_games.pgn:1", "pretrain_games.pgn:6"]
+
+
+PUZZLE_YARDSTICK = ROOT / "eval" / "data" / "lichess_puzzles_sample.csv"
+
+
+def test_labels_from_puzzles_leave_the_held_out_ones_out(tmp_path: Path, capsys) -> None:
+    stockfish_or_skip()
+    header, *rows = PUZZLE_YARDSTICK.read_text().splitlines()[:6]
+    held_out = tmp_path / "held_out.csv"
+    held_out.write_text("\n".join([header, rows[0], rows[1]]) + "\n")
+    renamed = "zzzzz" + rows[1][5:]  # the second held-out puzzle under another id: its positions give it away
+    bad = rows[3].replace(rows[3].split(",")[2].split()[1], "a1a1")  # its first solving move made illegal
+    puzzles = tmp_path / "puzzles.csv"
+    puzzles.write_text("\n".join([header, rows[0], renamed, rows[2], bad, rows[4]]) + "\n")
+    settings = LabelSettings.of(PretrainConfig(shard_positions=16), nodes=40, positions=100, files=[puzzles],
+                                held_out=[held_out])
+    report = label_positions(tmp_path / "labels", settings, workers=1)
+    assert report.skipped == Counter({"held-out puzzle": 2, "unreadable puzzle": 1})
+    assert report.exhausted
+    # Every position of the two puzzles left (before each move: the opponent's, then the solver's and the
+    # opponent's replies in turn), in order, as python-chess plays their moves.
+    expected = []
+    for row in (rows[2], rows[4]):
+        fields = row.split(",")
+        board = chess.Board(fields[1])
+        for uci in fields[2].split():
+            expected.append(board.fen())
+            board.push_uci(uci)
+    labelled = _all_samples(tmp_path / "labels")
+    assert report.labelled == len(labelled) == len(expected)
+    fens = []
+    for row in range(len(labelled)):
+        game = labelled.games[int(labelled.game[row])]
+        board = chess.Board(game["start_fen"])
+        for uci in game["moves"][: int(labelled.ply[row])]:
+            board.push_uci(uci)
+        fens.append(board.fen())
+        np.testing.assert_array_equal(labelled.planes[row], reference_compact(board)[0])
+    assert fens == expected
+    # A CSV that is not a puzzle file is reported and left, not a traceback.
+    other = tmp_path / "other.csv"
+    other.write_text("a,b\n1,2\n")
+    settings = LabelSettings.of(PretrainConfig(shard_positions=16), nodes=40, positions=10, files=[other])
+    report = label_positions(tmp_path / "other", settings, workers=1)
+    assert report.labelled == 0 and report.skipped == Counter({"damaged file": 1})
+    assert "not a Lichess puzzle CSV: its header lacks FEN, Moves" in capsys.readouterr().out
+
+
+def test_pretrain_holds_the_puzzle_yardstick_out_by_default() -> None:
+    parser = cli.build_parser()
+    args = parser.parse_args(["pretrain", "--stockfish", "10", "--positions", "5", "--positions-from", "p.csv"])
+    assert [Path(path).resolve() for path in args.held_out] == [PUZZLE_YARDSTICK.resolve()]
+    assert parser.parse_args(["pretrain", "--held-out"]).held_out == []
+    keys = puzzle_keys([PUZZLE_YARDSTICK])
+    assert sum(key.startswith("id ") for key in keys) == 1027
 
 
 def test_other_label_settings_in_the_run_are_refused(tmp_path: Path) -> None:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 from alphazero import __version__
 from alphazero.errors import UserError
@@ -119,11 +121,19 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_lazy("alphazero.app.train", "run"))
 
 
+def _puzzle_yardstick() -> Path:
+    """The shipped puzzle yardstick (eval/data), found without importing eval: labelling leaves its puzzles out."""
+    spec = importlib.util.find_spec("eval")
+    assert spec is not None and spec.origin is not None, "the eval package is part of this distribution"
+    return Path(spec.origin).parent / "data" / "lichess_puzzles_sample.csv"
+
+
 def _add_pretrain(sub: argparse._SubParsersAction) -> None:
     from learner.cli import add_pretrain_arguments
 
     p = sub.add_parser("pretrain", help="supervised training from PGN games or Stockfish-labelled positions")
     add_pretrain_arguments(p)
+    p.set_defaults(held_out=[str(_puzzle_yardstick())])
     p.set_defaults(func=_lazy("learner.cli", "run_pretrain"))
 
 
