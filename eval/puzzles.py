@@ -30,7 +30,6 @@ Example::
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import io
 import math
@@ -41,6 +40,7 @@ from pathlib import Path
 import chess
 import chess.pgn
 
+from alphazero.chess.puzzles import puzzle_rows, solution_boards
 from alphazero.errors import UserError
 from eval.agents import Agent
 
@@ -67,20 +67,9 @@ class Puzzle:
 
 def _check_puzzle(puzzle: Puzzle) -> None:
     """Raises ValueError unless the FEN is legal and every move of the solution is legal in turn."""
-    try:
-        board = chess.Board(puzzle.fen)
-    except ValueError as error:
-        raise ValueError(f"bad FEN {puzzle.fen!r} ({error})") from None
     if len(puzzle.moves) < 2:
         raise ValueError("the solution needs the opponent's move and at least one of the solver's")
-    for ply, uci in enumerate(puzzle.moves, start=1):
-        try:
-            move = chess.Move.from_uci(uci)
-        except ValueError:
-            raise ValueError(f"move {ply} {uci!r} is not a UCI move") from None
-        if not board.is_legal(move):
-            raise ValueError(f"move {ply} {uci!r} is illegal in {board.fen()}")
-        board.push(move)
+    solution_boards(puzzle.fen, puzzle.moves)
 
 
 def _start_fen(row: dict[str, str]) -> str:
@@ -111,23 +100,17 @@ def read_puzzles(path: str | Path, *, limit: int | None = None, rating_range: tu
         raise UserError(f"cannot read the puzzle file {str(path)!r}: {error.strerror or error}") from None
     except UnicodeDecodeError:
         raise UserError(f"{path} is not a text file (a compressed .zst? decompress it first)") from None
-    reader = csv.DictReader(io.StringIO(text))
-    columns = reader.fieldnames or []
-    missing = [column for column in REQUIRED_COLUMNS if column not in columns]
-    if not any(column in columns for column in POSITION_COLUMNS):
-        missing.append(" or ".join(POSITION_COLUMNS))
-    if missing:
-        raise UserError(f"{path}: the header lacks {', '.join(missing)}; a Lichess puzzle CSV starts with "
-                        f"'PuzzleId,FEN,Moves,Rating,...' (got {','.join(columns)!r})")
+    try:
+        rows = puzzle_rows(io.StringIO(text), str(path), REQUIRED_COLUMNS, any_of=POSITION_COLUMNS)
+    except ValueError as error:
+        raise UserError(str(error)) from None
     puzzles: list[Puzzle] = []
-    for row_number, row in enumerate(reader):
-        line = reader.line_num
+    for puzzle_id, line, row in rows:
         try:
-            puzzle = Puzzle((row.get("PuzzleId") or str(row_number)).strip(), int(row["Rating"]), _start_fen(row),
-                            tuple((row["Moves"] or "").split()))
+            puzzle = Puzzle(puzzle_id, int(row["Rating"]), _start_fen(row), tuple((row["Moves"] or "").split()))
             _check_puzzle(puzzle)
         except (ValueError, TypeError, AttributeError) as error:
-            message = f"{path}, line {line} (puzzle {row.get('PuzzleId') or str(row_number)!r}): {error}"
+            message = f"{path}, line {line} (puzzle {puzzle_id!r}): {error}"
             if on_reject is None:
                 raise UserError(message) from None
             on_reject(message)

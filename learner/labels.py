@@ -65,7 +65,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import csv
 import os
 import queue
 import select
@@ -83,6 +82,7 @@ import chess.engine
 import numpy as np
 
 from alphazero.chess.pgn_reader import READ_ERRORS, PgnGame, open_text, read_games
+from alphazero.chess.puzzles import puzzle_rows, solution_boards
 from alphazero.chess.scores import WIN_SLOPE, win_probability
 from alphazero.chess.stockfish import require_stockfish
 from alphazero.config import PretrainConfig
@@ -608,44 +608,14 @@ def _epd_file_positions(handle: TextIO, name: str, skipped: Counter[str]) -> Ite
         yield f"{name}:{number}", board.fen(), [], ""
 
 
-PUZZLE_COLUMNS = ("FEN", "Moves")
-"""The columns of a Lichess puzzle CSV that labelling reads (PuzzleId names a puzzle where present)."""
-
-
-def _puzzle_rows(handle: TextIO, name: str) -> Iterator[tuple[str, str, list[str] | None]]:
-    """Yields (puzzle id, FEN, moves) for each row of a puzzle CSV; moves is None where the row is unreadable.
-
-    Raises:
-        ValueError: the header lacks FEN or Moves.
-    """
-    reader = csv.DictReader(handle)
-    missing = [column for column in PUZZLE_COLUMNS if column not in (reader.fieldnames or [])]
-    if missing:
-        raise ValueError(f"{name} is not a Lichess puzzle CSV: its header lacks {', '.join(missing)}")
-    for number, row in enumerate(reader, 1):
-        puzzle_id = (row.get("PuzzleId") or "").strip() or str(number)
-        fen, moves = (row.get("FEN") or "").strip(), (row.get("Moves") or "").split()
-        yield puzzle_id, fen, (moves if fen and moves else None)
-
-
 def _puzzle_position_keys(fen: str, moves: Sequence[str]) -> list[str]:
     """The positions of a puzzle before each of its moves, without clocks (``board.epd()``): what a held-out
-    puzzle is recognised by, whatever its id. python-chess checks every rule on the way.
+    puzzle is recognised by, whatever its id.
 
     Raises:
-        ValueError: a bad FEN, a Chess960 castling right, an illegal or malformed move.
+        ValueError: a bad FEN, not standard chess, an illegal or malformed move.
     """
-    board = chess.Board(fen)
-    if board.chess960 or not board.is_valid():
-        raise ValueError(f"unsupported position {fen!r}")
-    keys = []
-    for uci in moves:
-        keys.append("position " + board.epd())
-        move = chess.Move.from_uci(uci)
-        if not board.is_legal(move):
-            raise ValueError(f"illegal move {uci!r} in {board.fen()}")
-        board.push(move)
-    return keys
+    return ["position " + board.epd() for board in solution_boards(fen, moves, standard=True)]
 
 
 def puzzle_keys(paths: Sequence[str | os.PathLike[str]]) -> frozenset[str]:
@@ -658,10 +628,10 @@ def puzzle_keys(paths: Sequence[str | os.PathLike[str]]) -> frozenset[str]:
     for path in paths:
         try:
             with open_text(path) as handle:
-                for puzzle_id, fen, moves in _puzzle_rows(handle, Path(path).name):
+                for puzzle_id, _, row in puzzle_rows(handle, Path(path).name):
                     keys.add("id " + puzzle_id)
                     with contextlib.suppress(ValueError):
-                        keys.update(_puzzle_position_keys(fen, moves or []))
+                        keys.update(_puzzle_position_keys(row["FEN"] or "", (row["Moves"] or "").split()))
         except READ_ERRORS as error:
             raise UserError(f"cannot read the held-out puzzles {path}: {error}") from None
     return frozenset(keys)
@@ -670,10 +640,11 @@ def puzzle_keys(paths: Sequence[str | os.PathLike[str]]) -> frozenset[str]:
 def _puzzle_file_positions(handle: TextIO, name: str, skipped: Counter[str], held_out: frozenset[str]
                            ) -> Iterator[tuple[str, str, list[str], str]]:
     """Yields the positions of each puzzle (before each of its moves) not held out (file_positions' items)."""
-    for puzzle_id, fen, moves in _puzzle_rows(handle, name):
+    for puzzle_id, _, row in puzzle_rows(handle, name):
+        fen, moves = (row["FEN"] or "").strip(), (row["Moves"] or "").split()
         try:
-            if moves is None:
-                raise ValueError("no FEN or no moves")
+            if not moves:
+                raise ValueError("no moves")
             positions = _puzzle_position_keys(fen, moves)
             Board(fen)
         except (ValueError, ChessError):

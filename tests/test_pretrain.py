@@ -764,7 +764,7 @@ def test_labels_from_puzzles_leave_the_held_out_ones_out(tmp_path: Path, capsys)
     settings = LabelSettings.of(PretrainConfig(shard_positions=16), nodes=40, positions=10, files=[other])
     report = label_positions(tmp_path / "other", settings, workers=1)
     assert report.labelled == 0 and report.skipped == Counter({"damaged file": 1})
-    assert "not a Lichess puzzle CSV: its header lacks FEN, Moves" in capsys.readouterr().out
+    assert "other.csv: the header lacks FEN, Moves; a Lichess puzzle CSV starts with" in capsys.readouterr().out
 
 
 def test_pretrain_holds_the_puzzle_yardstick_out_by_default() -> None:
