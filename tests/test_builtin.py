@@ -58,9 +58,9 @@ def test_the_builtin_network_carries_its_card_s_notice_and_the_one_before_stays_
     card = BUILTIN_FILE.with_name("README.md").read_text()
     quoted = " ".join(line.removeprefix("> ") for line in card.splitlines() if line.startswith("> "))
     assert "CC BY-SA 3.0" in quoted and read_weights("builtin").notice == quoted
-    earlier = alphazero.nn.builtin.shipped_networks()
-    assert "builtin-2026-11-25" in earlier  # the network it replaced, for comparisons
-    assert earlier["builtin-2026-11-25"].read_bytes() != BUILTIN_FILE.read_bytes()
+    shipped = alphazero.nn.builtin.shipped_networks()
+    assert {"builtin", "builtin-2026-11-25", "builtin-2026-11-28"} <= set(shipped)  # those it replaced, by name
+    assert len({path.read_bytes() for path in shipped.values()}) == len(shipped)  # each a network of its own
 
 
 def test_weights_builtin_loads_and_plays(tmp_path: Path) -> None:

@@ -6,7 +6,8 @@ header naming ``PuzzleId``, ``FEN``, ``Moves``, ``Rating`` and more, then one
 puzzle a row. ``FEN`` is the position before the opponent's move; ``Moves``
 is the solution in UCI, its first move the opponent's, then the solver's and
 the opponent's replies in turn. A puzzle without a ``PuzzleId`` is named by
-its row, counted from 1.
+its row, counted from 0 (as ChessBench's ``puzzles.csv``, which has none,
+is indexed).
 
 Example::
 
@@ -52,7 +53,7 @@ def puzzle_rows(handle: TextIO, name: str, required: Sequence[str] = ("FEN", "Mo
 
 
 def _rows(reader: csv.DictReader[str]) -> Iterator[tuple[str, int, dict[str, str]]]:
-    for number, row in enumerate(reader, 1):
+    for number, row in enumerate(reader):
         yield (row.get("PuzzleId") or "").strip() or str(number), reader.line_num, row
 
 
