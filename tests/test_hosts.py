@@ -157,7 +157,8 @@ def _wait_to_end(process: subprocess.Popen[str], name: str, logs: Path, codes: t
         process.wait(HANG_BOUND_S)
     except subprocess.TimeoutExpired:
         process.kill()
-        pytest.fail(f"{name} did not end within {HANG_BOUND_S} s")
+        said = "\n".join((logs / f"{name}.{stream}").read_text()[-3000:] for stream in ("out", "err"))
+        pytest.fail(f"{name} did not end within {HANG_BOUND_S} s; it said, last:\n{said}")
     out, err = (logs / f"{name}.out").read_text(), (logs / f"{name}.err").read_text()
     assert process.returncode in codes, f"{name} failed ({process.returncode}):\n{out}\n{err}"
     return out

@@ -54,7 +54,9 @@ def _stop(process: subprocess.Popen[str], signum: int) -> tuple[str, str]:
         return process.communicate(timeout=HANG_BOUND_S)
     except subprocess.TimeoutExpired:
         process.kill()
-        pytest.fail(f"the command did not end within {HANG_BOUND_S} s of signal {signum}")
+        out, err = process.communicate()
+        pytest.fail(f"the command did not end within {HANG_BOUND_S} s of signal {signum}; it said, last:\n"
+                    f"{out[-3000:]}\n{err[-3000:]}")
 
 
 @pytest.mark.slow
