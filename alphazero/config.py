@@ -477,7 +477,7 @@ class PretrainConfig(_Section):
     MINIMUM: ClassVar[dict[str, float]] = {
         "temperature": 0.0, "multipv": 0, "hash_mb": 1, "shard_positions": 1, "opening_plies": 0,
         "random_move_fraction": 0.0, "game_plies": 1, "pgn_smoothing": 0.0, "mate_preference": 0.0,
-        "random_side_fraction": 0.0, "endgame_fraction": 0.0,
+        "random_side_fraction": 0.0, "endgame_fraction": 0.0, "puzzle_alternatives": 0,
     }
 
     temperature: float = _field(0.05, "Stockfish labels: temperature of the softmax over the legal moves' "
@@ -505,6 +505,10 @@ class PretrainConfig(_Section):
     endgame_fraction: float = _field(0.2, "Stockfish labels: share of labelling games that start from a random won "
                                           "endgame (a queen or rook and more against a king with at most two "
                                           "pawns): how a lone king is mated")
+    puzzle_alternatives: int = _field(0, "Stockfish labels of puzzle CSVs: for each position where the solver "
+                                         "moves, also label the positions after up to this many of its other "
+                                         "legal moves, drawn at random: what a missed tactic leads to, so the "
+                                         "value head learns to tell a puzzle's moves apart (0 = none)")
 
     def _check(self) -> None:
         for name in ("random_move_fraction", "pgn_smoothing", "random_side_fraction", "endgame_fraction"):

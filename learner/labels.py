@@ -38,7 +38,10 @@ Where positions come from:
 - **files** (``--positions-from``): the mainline positions of PGN games (with
   their history), the positions of EPD lines, and the positions of Lichess
   puzzles (a CSV with ``FEN`` and ``Moves`` columns: the position before the
-  opponent's move and each one after it but the last, with their history), in
+  opponent's move and each one after it but the last, with their history; with
+  ``pretrain.puzzle_alternatives`` K > 0, after a puzzle's own positions, the
+  positions after up to K other legal moves of the solver in each of its
+  positions, drawn by a generator seeded by the puzzle's id and ply), in
   file order. Puzzles of the ``held_out`` CSVs (the puzzle yardstick, by
   default) are left out, matched by ``PuzzleId`` and by every position, so a
   network trained on the labels is still tested on puzzles it never saw.
@@ -67,6 +70,7 @@ import concurrent.futures
 import contextlib
 import os
 import queue
+import random
 import select
 import subprocess
 import threading
@@ -153,14 +157,15 @@ def policy_target(wins: np.ndarray, scored: np.ndarray, temperature: float,
 
 
 LABEL_FIELDS = ("temperature", "multipv", "hash_mb", "seed", "opening_plies", "random_move_fraction", "game_plies",
-                "shard_positions", "mate_preference", "random_side_fraction", "endgame_fraction")
+                "shard_positions", "mate_preference", "random_side_fraction", "endgame_fraction",
+                "puzzle_alternatives")
 """The PretrainConfig fields that shape Stockfish labels (pgn_smoothing shapes PGN targets only)."""
 
 _RANDOM_PLAY_FIELDS = ("seed", "opening_plies", "random_move_fraction", "game_plies", "random_side_fraction",
                        "endgame_fraction")
 """The fields of random-opening play, which labels from files do not use."""
 
-_NEWER_FIELDS = ("mate_preference", "random_side_fraction", "endgame_fraction")
+_NEWER_FIELDS = ("mate_preference", "random_side_fraction", "endgame_fraction", "puzzle_alternatives")
 """Fields added after the first labels were made: at 0 (off) they are left out of the identity."""
 
 
@@ -211,6 +216,8 @@ class LabelSettings:
         if self.files:  # random-play settings do not apply
             for name in _RANDOM_PLAY_FIELDS:
                 del fields[name]
+        else:  # nor do those of files to random play
+            del fields["puzzle_alternatives"]
         if self.held_out:  # absent when none: labels made before puzzles were read still resume
             fields["held_out"] = list(self.held_out)
         for name in _NEWER_FIELDS:
@@ -554,14 +561,15 @@ def _segments_chunk(labeller: Labeller, segments: list[_Segment], stop: threadin
 # --- positions from files ---------------------------------------------------------------------------------
 
 
-def _file_positions(paths: Sequence[str], skipped: Counter[str], held_out: frozenset[str] = frozenset()
-                    ) -> Iterator[tuple[str, str, list[str], str]]:
+def _file_positions(paths: Sequence[str], skipped: Counter[str], held_out: frozenset[str] = frozenset(),
+                    alternatives: int = 0) -> Iterator[tuple[str, str, list[str], str]]:
     """Yields (game id, start FEN, moves before the position, next move or '') for every position of the files.
 
     PGN games give each position before a mainline move; EPD lines (files
     named .epd, optionally compressed; a whole FEN on a line is read too)
     one position each; puzzle CSVs (named .csv) each puzzle's positions but
-    those of ``held_out`` (puzzle_keys). Skipped games, lines and puzzles are
+    those of ``held_out`` (puzzle_keys), each followed by the positions after
+    up to ``alternatives`` other moves of the solver. Skipped games, lines and puzzles are
     counted in ``skipped``; a damaged file is reported and left.
     """
     for path in paths:
@@ -570,7 +578,7 @@ def _file_positions(paths: Sequence[str], skipped: Counter[str], held_out: froze
         try:
             with open_text(path) as handle:
                 if ".csv" in suffixes:
-                    yield from _puzzle_file_positions(handle, name, skipped, held_out)
+                    yield from _puzzle_file_positions(handle, name, skipped, held_out, alternatives)
                 elif ".epd" in suffixes:
                     yield from _epd_file_positions(handle, name, skipped)
                 else:
@@ -608,14 +616,23 @@ def _epd_file_positions(handle: TextIO, name: str, skipped: Counter[str]) -> Ite
         yield f"{name}:{number}", board.fen(), [], ""
 
 
-def _puzzle_position_keys(fen: str, moves: Sequence[str]) -> list[str]:
+def _puzzle_boards(fen: str, moves: Sequence[str]) -> list[chess.Board]:
+    """The standard-chess boards before each move of a puzzle (solution_boards).
+
+    Raises:
+        ValueError: a bad FEN, not standard chess, an illegal or malformed move.
+    """
+    return solution_boards(fen, moves, standard=True)
+
+
+def _puzzle_position_keys(boards: Sequence[chess.Board]) -> list[str]:
     """The positions of a puzzle before each of its moves, without clocks (``board.epd()``): what a held-out
     puzzle is recognised by, whatever its id.
 
     Raises:
         ValueError: a bad FEN, not standard chess, an illegal or malformed move.
     """
-    return ["position " + board.epd() for board in solution_boards(fen, moves, standard=True)]
+    return ["position " + board.epd() for board in boards]
 
 
 def puzzle_keys(paths: Sequence[str | os.PathLike[str]]) -> frozenset[str]:
@@ -631,30 +648,51 @@ def puzzle_keys(paths: Sequence[str | os.PathLike[str]]) -> frozenset[str]:
                 for puzzle_id, _, row in puzzle_rows(handle, Path(path).name):
                     keys.add("id " + puzzle_id)
                     with contextlib.suppress(ValueError):
-                        keys.update(_puzzle_position_keys(row["FEN"] or "", (row["Moves"] or "").split()))
+                        keys.update(_puzzle_position_keys(_puzzle_boards(row["FEN"] or "",
+                                                                         (row["Moves"] or "").split())))
         except READ_ERRORS as error:
             raise UserError(f"cannot read the held-out puzzles {path}: {error}") from None
     return frozenset(keys)
 
 
-def _puzzle_file_positions(handle: TextIO, name: str, skipped: Counter[str], held_out: frozenset[str]
-                           ) -> Iterator[tuple[str, str, list[str], str]]:
-    """Yields the positions of each puzzle (before each of its moves) not held out (file_positions' items)."""
+def _puzzle_file_positions(handle: TextIO, name: str, skipped: Counter[str], held_out: frozenset[str],
+                           alternatives: int = 0) -> Iterator[tuple[str, str, list[str], str]]:
+    """Yields the positions of each puzzle (before each of its moves) not held out, then those after up to
+    ``alternatives`` other moves of the solver in each of its positions (file_positions' items)."""
     for puzzle_id, _, row in puzzle_rows(handle, name):
         fen, moves = (row["FEN"] or "").strip(), (row["Moves"] or "").split()
         try:
             if not moves:
                 raise ValueError("no moves")
-            positions = _puzzle_position_keys(fen, moves)
+            boards = _puzzle_boards(fen, moves)
             Board(fen)
         except (ValueError, ChessError):
             skipped["unreadable puzzle"] += 1
             continue
-        if "id " + puzzle_id in held_out or any(key in held_out for key in positions):
+        if "id " + puzzle_id in held_out or any(key in held_out for key in _puzzle_position_keys(boards)):
             skipped["held-out puzzle"] += 1
             continue
         for ply, move in enumerate(moves):
             yield f"{name}:{puzzle_id}", fen, moves[:ply], move
+        for ply in range(1, len(moves), 2) if alternatives > 0 else ():  # the solver moves at odd plies
+            for other in _other_moves(boards[ply], moves[ply], alternatives, f"{puzzle_id}:{ply}"):
+                yield f"{name}:{puzzle_id}", fen, [*moves[:ply], other], ""
+
+
+def _other_moves(board: chess.Board, played: str, count: int, seed: str) -> list[str]:
+    """Up to ``count`` legal moves of ``board`` other than ``played``, drawn at random by a generator seeded
+    by ``seed``, that do not end the game (a position without a move has nothing to label)."""
+    others = sorted(move.uci() for move in board.legal_moves if move.uci() != played)
+    random.Random(seed).shuffle(others)
+    chosen: list[str] = []
+    for uci in others:
+        if len(chosen) == count:
+            break
+        board.push_uci(uci)
+        if any(board.legal_moves):
+            chosen.append(uci)
+        board.pop()
+    return chosen
 
 
 def _epd_board(text: str) -> chess.Board:
@@ -807,7 +845,7 @@ def _jobs(settings: LabelSettings, pending: list[int], report: LabelReport) -> I
     items: list[tuple[str, str, list[str], str]] = []
     filled = chunk = 0
     held_out = puzzle_keys(settings.held_out) if settings.held_out else frozenset()
-    for item in _file_positions(settings.files, report.skipped, held_out):
+    for item in _file_positions(settings.files, report.skipped, held_out, settings.pretrain.puzzle_alternatives):
         if chunk >= settings.chunks:
             break
         filled += 1

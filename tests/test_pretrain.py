@@ -54,6 +54,7 @@ from eval.uci import UciEngine
 from learner.labels import (
     MATE_HORIZON,
     LabelSettings,
+    _file_positions,
     endgame_start,
     label_positions,
     mate_bonus,
@@ -724,6 +725,20 @@ def test_labels_from_pgn_and_epd_files(tmp_path: Path) -> None:
 PUZZLE_YARDSTICK = ROOT / "eval" / "data" / "lichess_puzzles_sample.csv"
 
 
+def _labelled_boards(directory: Path) -> list[chess.Board]:
+    """The board of each labelled position in ``directory``'s shards, as python-chess plays its game's moves."""
+    labelled = _all_samples(directory)
+    boards = []
+    for row in range(len(labelled)):
+        game = labelled.games[int(labelled.game[row])]
+        board = chess.Board(game["start_fen"])
+        for uci in game["moves"][: int(labelled.ply[row])]:
+            board.push_uci(uci)
+        np.testing.assert_array_equal(labelled.planes[row], reference_compact(board)[0])
+        boards.append(board)
+    return boards
+
+
 def test_labels_from_puzzles_leave_the_held_out_ones_out(tmp_path: Path, capsys) -> None:
     stockfish_or_skip()
     header, *rows = PUZZLE_YARDSTICK.read_text().splitlines()[:6]
@@ -747,17 +762,9 @@ def test_labels_from_puzzles_leave_the_held_out_ones_out(tmp_path: Path, capsys)
         for uci in fields[2].split():
             expected.append(board.fen())
             board.push_uci(uci)
-    labelled = _all_samples(tmp_path / "labels")
-    assert report.labelled == len(labelled) == len(expected)
-    fens = []
-    for row in range(len(labelled)):
-        game = labelled.games[int(labelled.game[row])]
-        board = chess.Board(game["start_fen"])
-        for uci in game["moves"][: int(labelled.ply[row])]:
-            board.push_uci(uci)
-        fens.append(board.fen())
-        np.testing.assert_array_equal(labelled.planes[row], reference_compact(board)[0])
-    assert fens == expected
+    boards = _labelled_boards(tmp_path / "labels")
+    assert report.labelled == len(boards) == len(expected)
+    assert [board.fen() for board in boards] == expected
     # A CSV that is not a puzzle file is reported and left, not a traceback.
     other = tmp_path / "other.csv"
     other.write_text("a,b\n1,2\n")
@@ -765,6 +772,49 @@ def test_labels_from_puzzles_leave_the_held_out_ones_out(tmp_path: Path, capsys)
     report = label_positions(tmp_path / "other", settings, workers=1)
     assert report.labelled == 0 and report.skipped == Counter({"damaged file": 1})
     assert "other.csv: the header lacks FEN, Moves; a Lichess puzzle CSV starts with" in capsys.readouterr().out
+
+
+def test_puzzle_alternatives_label_what_the_solver_s_other_moves_lead_to(tmp_path: Path) -> None:
+    stockfish_or_skip()
+    header, *rows = PUZZLE_YARDSTICK.read_text().splitlines()[:4]
+    puzzles = tmp_path / "puzzles.csv"
+    puzzles.write_text("\n".join([header, *rows]) + "\n")
+    config = PretrainConfig(shard_positions=16, puzzle_alternatives=2)
+    settings = LabelSettings.of(config, nodes=40, positions=200, files=[puzzles], held_out=[])
+    report = label_positions(tmp_path / "labels", settings, workers=1)
+    assert report.exhausted and not report.skipped
+    boards = _labelled_boards(tmp_path / "labels")
+    assert report.labelled == len(boards)
+    # Each puzzle: its own positions (before each move), then for each position where the solver moves (the
+    # second, the fourth, ...) the positions after two of its other legal moves, none of them ending the game.
+    seen = 0
+    for row in rows:
+        fields = row.split(",")
+        board, solution = chess.Board(fields[1]), fields[2].split()
+        own = []
+        for uci in solution:
+            own.append(board.copy())
+            board.push_uci(uci)
+        assert [b.fen() for b in boards[seen:seen + len(own)]] == [b.fen() for b in own]
+        seen += len(own)
+        for ply in range(1, len(solution), 2):
+            for child in boards[seen:seen + 2]:
+                parent, last = child.copy(), child.peek()
+                parent.pop()
+                assert parent.fen() == own[ply].fen() and last.uci() != solution[ply]
+                assert not child.is_game_over()
+            seen += 2
+    assert seen == len(boards)
+    # The same file gives the same moves again; another count, a prefix of the same shuffle.
+    items = list(_file_positions([str(puzzles)], Counter(), frozenset(), 2))
+    assert items == list(_file_positions([str(puzzles)], Counter(), frozenset(), 2))
+    fewer = [item for item in _file_positions([str(puzzles)], Counter(), frozenset(), 1) if not item[3]]
+    assert all(item in items for item in fewer) and len(fewer) == sum(1 for item in items if not item[3]) // 2
+    # The option is part of the labels' identity only where it applies: puzzle files, more than none.
+    assert settings.identity("sf")["puzzle_alternatives"] == 2
+    assert "puzzle_alternatives" not in LabelSettings.of(PretrainConfig(), nodes=40, positions=200,
+                                                         files=[puzzles]).identity("sf")
+    assert "puzzle_alternatives" not in LabelSettings.of(config, nodes=40, positions=200).identity("sf")
 
 
 def test_pretrain_holds_the_puzzle_yardstick_out_by_default() -> None:
