@@ -505,6 +505,9 @@ class PretrainConfig(_Section):
     endgame_fraction: float = _field(0.2, "Stockfish labels: share of labelling games that start from a random won "
                                           "endgame (a queen or rook and more against a king with at most two "
                                           "pawns): how a lone king is mated")
+    label_value: bool = _field(True, "Stockfish labels: false writes them without a value target (shards marked "
+                                     "value_target 'none', Stockfish's value kept for analysis): the learner trains "
+                                     "only the policy on them")
     puzzle_alternatives: int = _field(0, "Stockfish labels of puzzle CSVs: for each position where the solver "
                                          "moves, also label the positions after up to this many of its other "
                                          "legal moves, drawn at random: what a missed tactic leads to, so the "

@@ -56,7 +56,7 @@ import torch
 from alphazero.errors import UserError
 from alphazero.nn.planes import compact_to_torch
 from alphazero.store.rundir import RunDir, atomic_write_text
-from alphazero.store.shards import LAB_KIND, ShardError, concatenate, list_shards, read_shard, value_targets
+from alphazero.store.shards import LAB_KIND, ShardError, concatenate, list_shards, read_shard
 from eval.cli import PROBE_POSITIONS as DEFAULT_PROBE_POSITIONS
 
 PROBE_FIGURES = ("top1", "regret", "value_mse", "entropy", "cross_entropy")
@@ -105,14 +105,18 @@ class ProbeSet:
             raise UserError(f"{folder} holds shards that are not Stockfish labels (self-play games?): the probe "
                             f"measures against Stockfish's labels, from `alphazero pretrain --data-only`")
         shards.sort(key=lambda shard: (int(shard.meta.get("chunk", 0)), shard.meta.get("created_at", 0)))
-        shard = concatenate(shards)
+        try:
+            shard = concatenate(shards)
+        except ShardError as error:
+            raise UserError(f"cannot read the probe set: {error}") from None
         count = len(shard) if positions is None else min(positions, len(shard))
         end = int(shard.policy_offsets[count])
         wins = shard.policy_wins
         return cls(shard.planes[:count], shard.scalars[:count], shard.policy_offsets[:count + 1].copy(),
                    shard.policy_indices[:end].astype(np.int64), shard.policy_probs[:end].astype(np.float64),
                    None if wins is None else wins[:end].astype(np.float64),
-                   value_targets(shard)[:count].astype(np.float64), folder)
+                   # Stockfish's value, also where the labels train no value (VALUE_NONE)
+                   np.clip(shard.root_values[:count], -1.0, 1.0).astype(np.float64), folder)
 
 
 @dataclass(frozen=True)

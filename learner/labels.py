@@ -18,6 +18,9 @@ over every legal move (``pretrain.multipv``, 0 = all):
 - the value target, the best move's w mapped to [-1, 1] (``2 w - 1``), stored as
   the shard's ``root_values`` with ``meta["value_target"] = "root_values"``
   (alphazero.store.shards.value_targets); ``results`` hold its nearest result class.
+  With ``pretrain.label_value`` false the shard says ``"none"`` instead
+  (VALUE_NONE): the learner trains only the policy on its positions, and the
+  value stays in ``root_values`` for analysis (eval.probe).
 
 Where positions come from:
 
@@ -94,6 +97,7 @@ from alphazero.errors import UserError
 from alphazero.store.shards import (
     LAB_KIND,
     VALUE_FROM_ROOT,
+    VALUE_NONE,
     ShardError,
     list_shards,
     nearest_results,
@@ -158,7 +162,7 @@ def policy_target(wins: np.ndarray, scored: np.ndarray, temperature: float,
 
 LABEL_FIELDS = ("temperature", "multipv", "hash_mb", "seed", "opening_plies", "random_move_fraction", "game_plies",
                 "shard_positions", "mate_preference", "random_side_fraction", "endgame_fraction",
-                "puzzle_alternatives")
+                "puzzle_alternatives", "label_value")
 """The PretrainConfig fields that shape Stockfish labels (pgn_smoothing shapes PGN targets only)."""
 
 _RANDOM_PLAY_FIELDS = ("seed", "opening_plies", "random_move_fraction", "game_plies", "random_side_fraction",
@@ -223,6 +227,8 @@ class LabelSettings:
         for name in _NEWER_FIELDS:
             if fields.get(name) == 0:
                 del fields[name]  # off: the labels of the settings before these existed, which still resume
+        if self.pretrain.label_value:
+            del fields["label_value"]  # likewise: labels with a value are the labels made before the choice
         return {**fields, "engine": engine}
 
 
@@ -903,7 +909,8 @@ def _write_chunk(directory: Path, job: _Job, games: list[_GameLabels], identity:
     """
     positions = sum(len(game.rows) for game in games)
     meta = {"writer": "alphazero pretrain", "kind": LAB_KIND, "chunk": job.chunk, "positions": positions,
-            "files_ended": job.files_ended, "labels": identity, "value_target": VALUE_FROM_ROOT}
+            "files_ended": job.files_ended, "labels": identity,
+            "value_target": VALUE_FROM_ROOT if identity.get("label_value", True) else VALUE_NONE}
     shard = shard_from_records([game.record() for game in games], meta)
     try:
         write_shard(directory / shard_name(f"sf-c{job.chunk:06d}"), shard)

@@ -88,7 +88,7 @@ class Batch:
     scalars: np.ndarray  # float32 [B, 7] raw scalars
     policy: np.ndarray  # float32 [B, 4672] visit shares (zero off the visited moves)
     legal: np.ndarray  # bool [B, 4672] True at the position's legal moves
-    z: np.ndarray  # float32 [B] the game's result for the side to move: 1, 0 or -1
+    z: np.ndarray  # float32 [B] the value target for the side to move: a result 1, 0, -1 or a value; NaN: none
     q: np.ndarray | None = None  # float32 [B] the search's root value for the side to move (None: unknown)
 
     def __len__(self) -> int:

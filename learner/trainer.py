@@ -18,7 +18,10 @@ averaged over the batch, plus c * ||theta||^2 (c = learner.weight_decay):
   or with ``value_target_q_weight`` w > 0 (Leela's q-ratio) t = (1 - w) z + w q,
   q the search's root value of the position; a 'wdl' head then takes the soft
   target (1 - w) onehot(z) + w (max(q, 0), 1 - |q|, max(-q, 0)), whose mean
-  value is t.
+  value is t. A position whose z is NaN has no value target (a shard marked
+  alphazero.store.shards.VALUE_NONE, such as labels made with
+  ``pretrain.label_value = false``): it trains the policy alone, and the
+  value figures are means over the positions that have one.
 - **Weight decay**: the optimiser's L2 weight decay, set to 2c, the gradient
   of c * ||theta||^2, so the objective is AlphaZero's exactly (every parameter,
   batch-norm scales and biases included, as in the paper). The term is left out
@@ -175,12 +178,16 @@ class _PerSample:
     entropy: torch.Tensor
     correct: torch.Tensor  # 1 where the predicted result class is z's
     log_p: torch.Tensor  # [B, 4672] the legal-move log-softmax
+    valued: torch.Tensor  # 1 where the position has a value target (the value terms are 0 elsewhere)
 
 
 def _per_sample(out: NetOutput, policy: torch.Tensor, legal: torch.Tensor, z: torch.Tensor,
                 q: torch.Tensor | None, q_weight: float) -> _PerSample:
     log_p = masked_log_softmax(out.policy_logits, legal)
     value = out.value.float()
+    valued = torch.isfinite(z)
+    z = torch.where(valued, z, torch.zeros_like(z))  # NaN: no value target; its terms are zeroed below
+    q = torch.where(valued, q, torch.zeros_like(q)) if q is not None else None
     target = value_target(z, q, q_weight)
     value_mse = (target - value).square()
     if out.wdl_logits is not None:
@@ -188,8 +195,9 @@ def _per_sample(out: NetOutput, policy: torch.Tensor, legal: torch.Tensor, z: to
     else:
         value_loss = value_mse
     correct = (value_classes(value, out.wdl_logits) == result_classes(z)).float()
-    return _PerSample(-_legal_sum(policy * log_p, legal), value_loss, value_mse,
-                      -_legal_sum(log_p.exp() * log_p, legal), correct, log_p)
+    weight = valued.float()
+    return _PerSample(-_legal_sum(policy * log_p, legal), value_loss * weight, value_mse * weight,
+                      -_legal_sum(log_p.exp() * log_p, legal), correct * weight, log_p, weight)
 
 
 def compute_losses(out: NetOutput, policy: torch.Tensor, legal: torch.Tensor, z: torch.Tensor,
@@ -206,11 +214,12 @@ def compute_losses(out: NetOutput, policy: torch.Tensor, legal: torch.Tensor, z:
         q_weight: the share of q in the value target (see the module docstring).
     """
     terms = _per_sample(out, policy, legal, z, q, q_weight)
-    policy_loss, value_loss = terms.policy.mean(), terms.value.mean()
+    valued = terms.valued.sum().clamp_min(1.0)  # the value terms' means are over the positions with a target
+    policy_loss, value_loss = terms.policy.mean(), terms.value.sum() / valued
     total = policy_loss + value_loss_weight * value_loss
     zero = torch.zeros((), device=total.device)
-    return StepStats(total, policy_loss.detach(), value_loss.detach(), terms.value_mse.mean().detach(),
-                     terms.entropy.mean().detach(), terms.correct.mean(), zero, zero, zero, zero)
+    return StepStats(total, policy_loss.detach(), value_loss.detach(), (terms.value_mse.sum() / valued).detach(),
+                     terms.entropy.mean().detach(), terms.correct.sum() / valued, zero, zero, zero, zero)
 
 
 VALIDATION_FIGURES = ("policy_loss", "policy_top1", "value_loss", "value_mse", "value_accuracy")
@@ -218,7 +227,8 @@ VALIDATION_FIGURES = ("policy_loss", "policy_top1", "value_loss", "value_mse", "
 
 def validation_sums(out: NetOutput, policy: torch.Tensor, legal: torch.Tensor, z: torch.Tensor,
                     q: torch.Tensor | None = None, *, q_weight: float = 0.0) -> torch.Tensor:
-    """Sums VALIDATION_FIGURES over a batch (float64 [5]; divide by the batch size for means).
+    """Sums VALIDATION_FIGURES over a batch, then the positions with a value target (float64 [6]; divide
+    the policy's sums by the batch size, the value's by the last, for means).
 
     policy_top1 counts the positions whose most likely legal move under the
     network has the largest visit share (any of them, when several tie).
@@ -228,7 +238,7 @@ def validation_sums(out: NetOutput, policy: torch.Tensor, legal: torch.Tensor, z
         top = terms.log_p.argmax(dim=1, keepdim=True)  # -inf at illegal moves: never chosen
         agree = (policy.gather(1, top).squeeze(1) >= policy.max(dim=1).values).float()
         return torch.stack([terms.policy.sum(), agree.sum(), terms.value.sum(), terms.value_mse.sum(),
-                            terms.correct.sum()]).double()
+                            terms.correct.sum(), terms.valued.sum()]).double()
 
 
 def soft_policy_targets(policy: torch.Tensor, legal: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -244,14 +254,17 @@ def auxiliary_losses(aux: Any, policy: torch.Tensor, legal: torch.Tensor, root_v
     Args:
         aux: the heads' outputs (alphazero.nn.chessformer.AuxOutput).
         policy, legal: as for compute_losses.
-        root_values: float32 [B] the search's root values; None gives a q loss of 0.
+        root_values: float32 [B] the search's root values, NaN where a position has none (its q term is
+            left out); None gives a q loss of 0.
         temperature: T of the soft targets pi^(1/T).
     """
     log_p = masked_log_softmax(aux.soft_policy_logits, legal)
     soft = -_legal_sum(soft_policy_targets(policy, legal, temperature) * log_p, legal).mean()
     if root_values is None:
         return soft, torch.zeros((), device=soft.device)
-    return soft, (aux.q.float() - root_values).square().mean()
+    valued = torch.isfinite(root_values)
+    error = torch.where(valued, aux.q.float() - root_values, torch.zeros_like(root_values)).square()
+    return soft, error.sum() / valued.sum().clamp_min(1)
 
 
 def anchor_loss(out: NetOutput, start: NetOutput, legal: torch.Tensor) -> torch.Tensor:
@@ -491,7 +504,9 @@ class Trainer:
         if config.q_loss_weight > 0:
             if batch.q is None:
                 raise ValueError("learner.q_loss_weight > 0 needs batches with root values")
-            root_values = torch.from_numpy(np.ascontiguousarray(batch.q, dtype=np.float32)).to(self.device)
+            # A position without a value target (z NaN) trains no value-like head.
+            q_targets = np.where(np.isfinite(batch.z), batch.q, np.nan).astype(np.float32)
+            root_values = torch.from_numpy(q_targets).to(self.device)
         soft, q = auxiliary_losses(aux, policy, legal, root_values, temperature=config.soft_policy_temperature)
         total = stats.total + config.soft_policy_loss_weight * soft + config.q_loss_weight * q
         return replace(stats, total=total, soft_policy=soft.detach(), q=q.detach())
@@ -531,5 +546,6 @@ class Trainer:
                 positions += len(batch)
         if sums is None or positions == 0:
             return None
-        means = dict(zip(VALIDATION_FIGURES, (sums / positions).tolist(), strict=True))
+        policy_means, value_means = sums[:2] / positions, sums[2:5] / max(float(sums[5]), 1.0)
+        means = dict(zip(VALIDATION_FIGURES, [*policy_means.tolist(), *value_means.tolist()], strict=True))
         return {**means, "positions": float(positions)}

@@ -202,7 +202,8 @@ def test_validation_figures_on_a_hand_built_batch() -> None:
     policy[1, [5, 6]] = torch.tensor([0.5, 0.5])  # a tie: the net's move 6 is one of the most visited
     value, z = torch.tensor([0.5, -0.5]), torch.tensor([1.0, 0.0])
     sums = validation_sums(NetOutput(logits, value, None), policy, legal, z)
-    figures = dict(zip(VALIDATION_FIGURES, sums.tolist(), strict=True))
+    assert float(sums[5]) == 2.0  # both positions have a value target
+    figures = dict(zip(VALIDATION_FIGURES, sums[:5].tolist(), strict=True))
     norm0, norm1 = math.log(math.exp(2) + math.exp(1) + 1), math.log(1 + math.exp(3))
     cross_entropy = -(0.2 * (2 - norm0) + 0.7 * (1 - norm0) + 0.1 * (0 - norm0)) - 0.5 * ((0 - norm1) + (3 - norm1))
     assert figures["policy_loss"] == pytest.approx(cross_entropy)
@@ -210,6 +211,34 @@ def test_validation_figures_on_a_hand_built_batch() -> None:
     assert figures["value_loss"] == pytest.approx(0.5 ** 2 + 0.5 ** 2)
     assert figures["value_mse"] == pytest.approx(0.5)
     assert figures["value_accuracy"] == 1.0  # 0.5 predicts the win; -0.5 a loss where the game was drawn
+
+
+@pytest.mark.parametrize("value_head", ["scalar", "wdl"])
+def test_positions_without_a_value_target_train_the_policy_alone(value_head: str) -> None:
+    # Labels written with pretrain.label_value = false have z = NaN: the value terms are means over the other
+    # positions, and no gradient reaches the value from them, while their policy counts as any other's.
+    torch.manual_seed(0)
+    logits = torch.randn(4, 4672, requires_grad=True)
+    value = torch.tensor([0.5, -0.2, 0.3, 0.9], requires_grad=True)
+    wdl = torch.randn(4, 3, requires_grad=True) if value_head == "wdl" else None
+    legal = torch.zeros(4, 4672, dtype=torch.bool)
+    legal[:, :5] = True
+    policy = torch.zeros(4, 4672)
+    policy[:, :5] = 0.2
+    z = torch.tensor([1.0, float("nan"), -1.0, float("nan")])
+    q = torch.tensor([0.4, 0.1, -0.6, 0.2])
+    stats = compute_losses(NetOutput(logits, value, wdl), policy, legal, z, value_loss_weight=1.0, q=q, q_weight=0.5)
+    stats.total.backward()
+    assert torch.isfinite(stats.total)
+    valued = [0, 2]
+    target = 0.5 * z[valued] + 0.5 * q[valued]
+    assert float(stats.value_mse) == pytest.approx(float((target - value[valued].detach()).square().mean()))
+    assert float(stats.value_accuracy) == 0.5  # 0.5 predicts a win (z 1), 0.3 a draw (z -1): over two
+    value_grads = (value.grad if wdl is None else wdl.grad.abs().sum(dim=1)).tolist()
+    assert value_grads[1] == 0.0 and value_grads[3] == 0.0 and value_grads[0] != 0.0 and value_grads[2] != 0.0
+    assert bool((logits.grad[[1, 3], :5] != 0).any())  # the policy still learns from them
+    sums = validation_sums(NetOutput(logits, value, wdl), policy, legal, z, q, q_weight=0.5)
+    assert float(sums[5]) == 2.0 and torch.isfinite(sums).all()
 
 
 def test_the_optimiser_decays_weights_by_2c_and_adam_is_an_option() -> None:

@@ -20,6 +20,7 @@ import chess.engine
 import chess.pgn
 import numpy as np
 import pytest
+import torch
 
 from alphazero.app import cli
 from alphazero.chess.moves import legal_move_indices, move_to_index
@@ -37,6 +38,8 @@ from alphazero.chess.pgn_reader import (
 from alphazero.chess.scores import win_probability as scores_win_probability
 from alphazero.config import PretrainConfig
 from alphazero.errors import UserError
+from alphazero.nn.network import AlphaZeroNet
+from alphazero.presets import get_preset
 from alphazero.store.checkpoint import latest_checkpoint
 from alphazero.store.rundir import RunDir
 from alphazero.store.shards import (
@@ -64,6 +67,7 @@ from learner.labels import (
 )
 from learner.pgn_data import convert_pgn
 from learner.replay import ReplayWindow, is_validation_game
+from learner.trainer import Trainer
 from mcts_ext import Board
 from tests.helpers import stockfish_or_skip
 from tests.reference_encoder import reference_compact
@@ -535,6 +539,30 @@ def _moves_that_follow_the_label(directory: Path) -> list[tuple[list[bool], list
         played = move_to_index(chess.Move.from_uci(game["moves"][ply]), board.turn)
         games.setdefault(int(samples.game[row]), ([], []))[ply % 2].append(bool(played == best))
     return list(games.values())
+
+
+def test_labels_without_a_value_train_the_policy_alone(tmp_path: Path) -> None:
+    stockfish_or_skip()
+    _label(tmp_path / "valued", workers=1, positions=16)
+    _label(tmp_path / "policy", workers=1, positions=16, label_value=False)
+    valued, policy_only = concatenate(_chunks(tmp_path / "valued").values()), _chunks(tmp_path / "policy")
+    for shard in policy_only.values():
+        assert shard.meta["value_target"] == "none" and shard.meta["labels"]["label_value"] is False
+        assert np.isnan(value_targets(shard)).all()
+    # The same labels otherwise: Stockfish's value stays in root_values (for eval.probe), the policy the same.
+    policy_only_all = concatenate(policy_only.values())
+    np.testing.assert_array_equal(policy_only_all.root_values, valued.root_values)
+    np.testing.assert_array_equal(policy_only_all.policy_probs, valued.policy_probs)
+    assert "label_value" not in LabelSettings(40, 16).identity("sf")  # labels made before the choice resume
+    # The learner reads them as positions without a value target and trains on them.
+    window = ReplayWindow(tmp_path / "policy", window_positions=100, max_sample_reuse=0)
+    window.refresh(force=True)
+    batch = window.sample(8)
+    assert np.isnan(batch.z).all()
+    config = get_preset("tiny")
+    trainer = Trainer(AlphaZeroNet(config.network), config.learner, torch.device("cpu"), precision="float32")
+    stats = trainer.step(batch, 0).as_floats()
+    assert np.isfinite(stats["total"]) and stats["value"] == 0.0 and stats["policy"] > 0
 
 
 def test_in_lopsided_games_one_side_moves_at_random(tmp_path: Path) -> None:

@@ -44,7 +44,9 @@ with).
 The value target is ``results`` unless ``meta["value_target"]`` is
 ``"root_values"`` (VALUE_FROM_ROOT): then the learner trains the value on
 ``root_values``, a value in [-1, 1] (Stockfish labels, which have no game
-result; their ``results`` hold the nearest result class, nearest_results). See value_targets.
+result; their ``results`` hold the nearest result class, nearest_results), or ``"none"``
+(VALUE_NONE): the shard's positions have no value target (NaN) and train the
+policy alone; their ``root_values`` may still hold a value for analysis. See value_targets.
 
 Files are written to a temporary name and renamed (alphazero.store.rundir), so a
 reader sees whole shards or none; readers list only ``*.npz`` names that are
@@ -75,6 +77,7 @@ SHARD_VERSION = 1
 SHARD_SUFFIX = ".npz"
 LAB_KIND = "stockfish"  # meta["kind"] of Stockfish-labelled shards (learner.labels)
 VALUE_FROM_ROOT = "root_values"  # meta["value_target"] of shards whose value target is root_values
+VALUE_NONE = "none"  # meta["value_target"] of shards without a value target (the learner trains their policy alone)
 DRAW_BAND = 1.0 / 3.0
 """A value within this of 0 has the result class "draw" (the nearest of 1, 0, -1): labels' results, and the
 learner's value accuracy of a scalar head."""
@@ -335,7 +338,9 @@ def read_shard_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def value_targets(shard: Shard) -> np.ndarray:
     """Gets the value target of every sample [S]: ``results`` (int8), or ``root_values`` (float32) when
-    the shard's meta says so (see the module docstring)."""
+    the shard's meta says so, or NaN (float32) for a shard without value targets (see the module docstring)."""
+    if shard.meta.get("value_target") == VALUE_NONE:
+        return np.full(len(shard.results), np.nan, dtype=np.float32)
     if shard.meta.get("value_target") == VALUE_FROM_ROOT:
         return np.clip(shard.root_values, -1.0, 1.0).astype(np.float32)
     return shard.results
