@@ -510,8 +510,7 @@ class PretrainConfig(_Section):
                                      "only the policy on them")
     puzzle_alternatives: int = _field(0, "Stockfish labels of puzzle CSVs: for each position where the solver "
                                          "moves, also label the positions after up to this many of its other "
-                                         "legal moves, drawn at random: what a missed tactic leads to, so the "
-                                         "value head learns to tell a puzzle's moves apart (0 = none)")
+                                         "legal moves, drawn at random: what a missed tactic leads to (0 = none)")
 
     def _check(self) -> None:
         for name in ("random_move_fraction", "pgn_smoothing", "random_side_fraction", "endgame_fraction"):

@@ -622,22 +622,9 @@ def _epd_file_positions(handle: TextIO, name: str, skipped: Counter[str]) -> Ite
         yield f"{name}:{number}", board.fen(), [], ""
 
 
-def _puzzle_boards(fen: str, moves: Sequence[str]) -> list[chess.Board]:
-    """The standard-chess boards before each move of a puzzle (solution_boards).
-
-    Raises:
-        ValueError: a bad FEN, not standard chess, an illegal or malformed move.
-    """
-    return solution_boards(fen, moves, standard=True)
-
-
 def _puzzle_position_keys(boards: Sequence[chess.Board]) -> list[str]:
-    """The positions of a puzzle before each of its moves, without clocks (``board.epd()``): what a held-out
-    puzzle is recognised by, whatever its id.
-
-    Raises:
-        ValueError: a bad FEN, not standard chess, an illegal or malformed move.
-    """
+    """The positions of a puzzle before each of its moves (solution_boards), without clocks (``board.epd()``):
+    what a held-out puzzle is recognised by, whatever its id."""
     return ["position " + board.epd() for board in boards]
 
 
@@ -654,8 +641,8 @@ def puzzle_keys(paths: Sequence[str | os.PathLike[str]]) -> frozenset[str]:
                 for puzzle_id, _, row in puzzle_rows(handle, Path(path).name):
                     keys.add("id " + puzzle_id)
                     with contextlib.suppress(ValueError):
-                        keys.update(_puzzle_position_keys(_puzzle_boards(row["FEN"] or "",
-                                                                         (row["Moves"] or "").split())))
+                        boards = solution_boards(row["FEN"] or "", (row["Moves"] or "").split(), standard=True)
+                        keys.update(_puzzle_position_keys(boards))
         except READ_ERRORS as error:
             raise UserError(f"cannot read the held-out puzzles {path}: {error}") from None
     return frozenset(keys)
@@ -670,7 +657,7 @@ def _puzzle_file_positions(handle: TextIO, name: str, skipped: Counter[str], hel
         try:
             if not moves:
                 raise ValueError("no moves")
-            boards = _puzzle_boards(fen, moves)
+            boards = solution_boards(fen, moves, standard=True)
             Board(fen)
         except (ValueError, ChessError):
             skipped["unreadable puzzle"] += 1
