@@ -4,13 +4,21 @@ A run's ``config.toml`` is written once when the run is created and read back by
 every process that opens the run. Command-line overrides (``search.simulations=100``)
 change a config for one process; they are not written back.
 
-Sections and whether they may change when a run is reopened:
+Sections and whether they may change when a run is reopened
+(alphazero.config_compat says which fields are fixed):
 
 - ``network`` (fixed): the architecture; the checkpoints only load into it.
 - ``learner`` (free, except ``learner.optimizer``, fixed because the saved
   optimizer state only loads into the same optimizer).
 - ``search``, ``selfplay``, ``eval``, ``pretrain`` (free): they shape new games,
   matches and pretraining data, not what was already saved.
+
+This module holds the sections, the whole Config, its TOML text and the
+overrides. The search settings are defined in mcts_ext.params (the
+``[search]`` section is SearchSettings plus the resignation calibration), the
+types of field values in alphazero.config_values, reading a saved config in
+alphazero.presets, and the device self-play runs on in
+alphazero.selfplay_devices.
 
 Example::
 
@@ -22,34 +30,25 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import functools
-import hashlib
-import math
-import typing
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from alphazero.config_values import coerce, parse_text, toml_value, type_hints
 from alphazero.errors import UserError
+from alphazero.search import SELFPLAY, search_params
+from mcts_ext.params import SearchSettings, settings_of
 
 # AlphaZero's batch size: the learning rates below are quoted for it and scaled
 # linearly to the configured batch (Goyal et al., 2017).
 REFERENCE_BATCH_SIZE = 4096
 DEFAULT_PRESET = "tiny"  # the preset a config names when it names none (alphazero.presets)
-# Fields that may not differ between a run's saved config and a reopening
-# process: "section.*" is a whole section.
-FIXED_FIELDS = ("network.*", "learner.optimizer")
 # How a CUDA forward pass runs (alphazero.nn.forward): here so that the CLI lists them without loading torch.
 FORWARD_MODES = ("eager", "graphs", "compile")
 CPU_FORWARD_MODES = ("eager", "compile")  # a CPU has no CUDA graphs
 # When the Evaluator checks a fast pass against float32 eager (alphazero.nn.parity): here for the same reason.
 PARITY_MODES = ("auto", "always", "off")
 PRECISIONS = ("auto", "bf16", "float32")  # alphazero.nn.precision: on a CPU 'auto' is bf16 where native and faster
-
-
-@functools.cache
-def _type_hints(cls: Any) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
 
 
 def _field(default: Any, doc: str) -> Any:
@@ -65,10 +64,14 @@ class _Section:
     MINIMUM: ClassVar[dict[str, float]] = {}
 
     def __post_init__(self) -> None:
-        hints = _type_hints(type(self))  # type: ignore[arg-type]  # classes hash; mypy reads their instances'
+        hints = type_hints(type(self))  # type: ignore[arg-type]  # classes hash; mypy reads their instances'
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
-            value = _coerce(f"{self.SECTION}.{f.name}", getattr(self, f.name), hints[f.name])
+            value = coerce(f"{self.SECTION}.{f.name}", getattr(self, f.name), hints[f.name])
             object.__setattr__(self, f.name, value)
+        for name, spec in settings_of(type(self)).items():  # the search settings (mcts_ext.params)
+            problem = spec.problem(name, getattr(self, name))
+            if problem is not None:
+                raise UserError(f"{self.SECTION}.{problem}")
         for name, allowed in self.CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise UserError(f"{self.SECTION}.{name} must be one of {', '.join(map(repr, allowed))}, "
@@ -121,78 +124,37 @@ class NetworkConfig(_Section):
 
 
 @dataclass(frozen=True)
-class SearchConfig(_Section):
+class SearchConfig(_Section, SearchSettings):
     """The self-play search: PUCT (AlphaZero pseudocode values as defaults) or Gumbel AlphaZero.
 
-    Every field but CALIBRATION_FIELDS is also a field of mcts_ext.params.SearchParams;
-    alphazero.search.search_params turns this section into a search's parameters.
+    Its search settings, their help, ranges and choices are defined once, in
+    mcts_ext.params.SearchSettings; this section adds how self-play picks its
+    resignation threshold (CALIBRATION_FIELDS). alphazero.search.search_params
+    turns it into a search's parameters.
     """
 
     SECTION: ClassVar[str] = "search"
-    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"fpu_mode": ("reduction", "absolute"),
-                                                     "resign_mode": ("calibrated", "fixed", "off"),
-                                                     "algorithm": ("puct", "gumbel"),
-                                                     "gumbel_q_normalisation": ("tree", "node")}
-    MINIMUM: ClassVar[dict[str, float]] = {
-        "simulations": 1, "c_init": 0.0, "c_base": 1.0, "dirichlet_alpha": 0.0, "noise_weight": 0.0,
-        "temperature_plies": 0, "temperature": 0.0, "leaves_per_game": 1, "virtual_loss": 0.0,
-        "ply_limit": 1, "resign_consecutive": 1, "resign_disabled_fraction": 0.0,
-        "resign_false_positive_target": 0.0, "resign_min_cases": 1,
-        "playout_cap_fraction": 0.0, "playout_cap_simulations": 1,
-        "gumbel_considered": 1, "gumbel_scale": 0.0, "gumbel_c_visit": 0.0, "gumbel_c_scale": 0.0,
-    }
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"resign_mode": ("calibrated", "fixed", "off")}
+    MINIMUM: ClassVar[dict[str, float]] = {"resign_false_positive_target": 0.0, "resign_min_cases": 1}
     # Fields that tell the self-play driver how to pick the threshold; not MultiGameSearch options.
-    CALIBRATION_FIELDS: ClassVar[tuple[str, ...]] = ("resign_mode", "resign_false_positive_target",
-                                                     "resign_min_cases")
+    CALIBRATION_FIELDS: ClassVar[tuple[str, ...]] = ("resign_mode", "resign_threshold",
+                                                     "resign_false_positive_target", "resign_min_cases")
 
-    algorithm: str = _field("puct", "'puct' (AlphaZero) or 'gumbel' (Gumbel AlphaZero: Sequential Halving at "
-                                    "the root, improved-policy training targets; needs leaves_per_game = 1)")
-    simulations: int = _field(800, "simulations per move (the full budget)")
-    c_init: float = _field(1.25, "PUCT exploration constant: C(s) = log((1 + N + c_base) / c_base) + c_init")
-    c_base: float = _field(19652.0, "visit count over which exploration grows (see c_init)")
-    dirichlet_alpha: float = _field(0.3, "puct: Dirichlet noise concentration at the root (0.3 for chess)")
-    noise_weight: float = _field(0.25, "share of the root prior replaced by Dirichlet noise")
-    fpu_mode: str = _field("reduction", "value of unvisited children: 'reduction' (parent minus fpu_value) "
-                                        "or 'absolute' (fpu_value)")
-    fpu_value: float = _field(0.25, "first-play urgency: the reduction or the absolute value, by fpu_mode")
-    policy_temperature: float = _field(1.0, "softmax temperature of the prior: the search's priors are "
-                                            "softmax(logits / this) (lc0's PolicyTemperature; > 1 flattens)")
-    temperature_plies: int = _field(30, "puct: plies from the game start in which moves are sampled by visit "
-                                        "count (gumbel plays Sequential Halving's choice)")
-    temperature: float = _field(1.0, "temperature of that sampling; later moves take the most visited")
-    leaves_per_game: int = _field(1, "leaves collected per game per network batch (>1 uses virtual loss)")
-    virtual_loss: float = _field(1.0, "value subtracted from a path while its leaf awaits evaluation")
-    tree_reuse: bool = _field(False, "keep the subtree of the played move for the next search")
-    ply_limit: int = _field(512, "plies after which a game is a draw")
     resign_mode: str = _field("calibrated", "'calibrated': the threshold comes from the played-through games "
                                             "(AlphaGo Zero); 'fixed': resign_threshold; 'off': never resign")
     resign_threshold: float = _field(-0.9, "with resign_mode = 'fixed': resign when the root value stays below this")
-    resign_consecutive: int = _field(3, "consecutive own moves below the threshold before resigning")
-    resign_disabled_fraction: float = _field(0.1, "share of games played out to measure false resignations")
     resign_false_positive_target: float = _field(0.05, "calibrated: the highest threshold whose share of "
                                                        "would-resign sides that did not lose stays at most this")
     resign_min_cases: int = _field(100, "calibrated: would-have-resigned cases needed before anyone resigns")
-    playout_cap_fraction: float = _field(0.0, "0 = off; else the share of moves given the full budget "
-                                              "(the others use playout_cap_simulations, no training target)")
-    playout_cap_simulations: int = _field(100, "simulations of the cheap moves when playout_cap_fraction > 0")
-    gumbel_considered: int = _field(16, "gumbel: moves sampled at the root by Gumbel-Top-k (at most the legal ones)")
-    gumbel_scale: float = _field(1.0, "gumbel: scale of the root's Gumbel noise in self-play (evaluation uses 0)")
-    gumbel_c_visit: float = _field(50.0, "gumbel: sigma(q) = (gumbel_c_visit + most visits) * gumbel_c_scale * q")
-    gumbel_c_scale: float = _field(1.0, "gumbel: the scale of sigma (see gumbel_c_visit)")
-    gumbel_q_normalisation: str = _field("tree", "gumbel: q rescaled to [0, 1] by the tree's value range ('tree') "
-                                                 "or by each node's own Q values ('node', as DeepMind's mctx)")
 
     def _check(self) -> None:
-        for name in ("noise_weight", "resign_disabled_fraction", "playout_cap_fraction",
-                     "resign_false_positive_target"):
-            if getattr(self, name) > 1.0:
-                raise UserError(f"search.{name} must lie in [0, 1], got {getattr(self, name)}")
+        if self.resign_false_positive_target > 1.0:
+            raise UserError(f"search.resign_false_positive_target must lie in [0, 1], got "
+                            f"{self.resign_false_positive_target}")
         if not -1.0 <= self.resign_threshold <= 1.0:
             raise UserError(f"search.resign_threshold must lie in [-1, 1], got {self.resign_threshold}")
         # What the search itself refuses (Gumbel's rules among it) is checked where the search's
         # parameters are made: self-play's, from this section.
-        from alphazero.search import SELFPLAY, search_params
-
         try:
             search_params(self, SELFPLAY, resign_threshold=self.resign_threshold)
         except ValueError as error:
@@ -221,7 +183,7 @@ class SelfPlayConfig(_Section):
     games_per_actor: int = _field(64, "games each actor plays at once; their leaves share one network batch")
     shard_games: int = _field(64, "complete games per shard file in run/selfplay/")
     # Games finish one by one, so a full shard of a GPU actor's games could keep the first ones from the learner
-    # for minutes (issue 48): an actor's first game goes out alone, and no game waits longer than this.
+    # for minutes: an actor's first game goes out alone, and no game waits longer than this.
     shard_seconds: float = _field(20.0, "most seconds a finished game waits in its actor for the rest of its "
                                         "shard: older, the shard goes out with the games it has (an actor's "
                                         "first game goes out at once); 0 = only full shards")
@@ -231,8 +193,8 @@ class SelfPlayConfig(_Section):
     server_batch_size: int = _field(0, "most positions in one forward pass of an inference server; 0 = the requests "
                                        "of every lane it serves at once (its actors x games_per_actor x "
                                        "search.leaves_per_game), so that one pass merges several actors' batches")
-    # lc0's multiplexing backend and KataGo's waitPopUpToN take what is waiting and never idle the GPU for company
-    # (issue 48): requests that come during a pass make up the next one anyway.
+    # lc0's multiplexing backend and KataGo's waitPopUpToN take what is waiting and never idle the GPU for
+    # company: requests that come during a pass make up the next one anyway.
     server_wait_ms: float = _field(0.0, "longest an idle inference server waits for more requests before a pass; "
                                         "0 = it takes what is ready at once")
     weights_poll_seconds: float = _field(30.0, "how often an actor looks for a newer checkpoint")
@@ -249,11 +211,9 @@ class SelfPlayConfig(_Section):
                                 "0 = one per CPU core but one (the driver's)")
     overlap: str = _field("auto", "two batches in flight per actor (each half of its games searched while the "
                                   "other is in the network): 'auto' (on for a GPU or a server), 'on', 'off'")
-    # On one H100 (EXPERIMENTS.md, "GPU") 6x64 ran fastest as a CUDA graph up to batch 1024 (1.06M evals/s
-    # against 622k compiled) and compiled at 4096 (2.29M). On one H200 (EXPERIMENTS.md, "Issue 37") 20x256 ran
-    # faster compiled than as graphs at 1024, but 15 self-play actors each compiling their buckets at start
-    # had not finished when the bench's time ran out: graphs everywhere; 'compile' is for one long-lived
-    # process that can wait minutes (an inference server).
+    # Graphs everywhere: compiled passes can be faster, but self-play actors each compiling their buckets
+    # at start take minutes; 'compile' is for one long-lived process that can wait (an inference server).
+    # Measured in EXPERIMENTS.md, "GPU: one H100" and "Issue 37: the GPU path on a GPU".
     cuda_forward: str = _field("graphs", "how a CUDA pass runs: 'graphs' (a CUDA graph per batch-size bucket), "
                                          "'compile' (torch.compile reduce-overhead per bucket; minutes at start in "
                                          "each actor or server) or 'eager'; a bucket "
@@ -261,16 +221,15 @@ class SelfPlayConfig(_Section):
     cpu_precision: str = _field("auto", "the network's precision on a CPU (actors, a CPU server): 'auto' (bf16 "
                                         "autocast where the processor has native bf16, AVX512-BF16 or AMX, and a "
                                         "pass timed at start is faster; else float32), 'bf16' or 'float32'")
-    # On the 2-core machine (EXPERIMENTS.md, "Issue 32") the tiny net at an actor's batch of 32 ran about 1.3x
-    # float32 in bf16 eagerly and about 1.7-2x compiled in bf16, after a compilation of seconds at start (less
-    # once Inductor's cache holds it): it pays in any run longer than a minute.
+    # Compiled passes pay for their seconds of compilation at start in any run longer than a minute
+    # (EXPERIMENTS.md, "Issue 32: bf16 on the CPU").
     cpu_forward: str = _field("compile", "how an actor's (or a CPU server's) pass runs on a CPU: 'compile' "
                                          "(torch.compile with Inductor's C++ kernels for the largest batch, made "
                                          "when the actor starts; without a C++ compiler it runs eager, with one "
                                          "warning) or 'eager'")
-    # The parity check, after lc0's `check` backend: the fast pass (bf16, graphs or compiled) against float32 eager.
-    # bf16 moved the builtin 6x64 network's values by at most 0.015 and its legal-move probabilities by 0.011
-    # on 255 self-play leaves (CPU autocast, the heads' last layers in bf16); the tolerances leave room for deeper nets.
+    # The parity check, after lc0's `check` backend: the fast pass (bf16, graphs or compiled) against float32
+    # eager. The tolerances leave room above what bf16 moves the built-in network's outputs by, for deeper
+    # networks (EXPERIMENTS.md, "Issue 67: one definition of each setting, modules by concern").
     parity_check: str = _field("auto", "compare the fast CUDA pass with float32 eager on the same batch: 'auto' (the "
                                        "first pass of each batch-size bucket, the first after each weight update, "
                                        "and parity_share of the others), 'always' or 'off'; on a mismatch: one "
@@ -367,8 +326,8 @@ class LearnerConfig(_Section):
     trainable: str = _field("all", "what learns: 'all' the network, or 'policy_head' alone (the tower and the "
                                    "value head keep the weights they came with; needs freeze_batch_norm)")
     seed: int = _field(0, "seed of the learner's sampling and initial weights")
-    # A learner waiting at the reuse cap trains again as soon as the next shard lands (issue 48: no idle learner
-    # while games wait unread); listing the folder twice a second costs nothing beside a training step.
+    # A learner waiting at the reuse cap trains again as soon as the next shard lands (no idle learner while
+    # games wait unread); listing the folder twice a second costs nothing beside a training step.
     poll_seconds: float = _field(0.5, "how often a learner waiting for shards looks for new ones")
 
     def _check(self) -> None:
@@ -377,7 +336,7 @@ class LearnerConfig(_Section):
                             f"{len(self.learning_rates)} rates and {len(self.lr_boundaries)} boundaries")
         if list(self.lr_boundaries) != sorted(set(self.lr_boundaries)):
             raise UserError(f"learner.lr_boundaries must be strictly increasing, got {list(self.lr_boundaries)}")
-        # 0 is allowed: a run whose weights must not move (the loop's invariant, issue 22).
+        # 0 is allowed: a run whose weights must not move (what checks the training loop's invariants).
         if any(rate < 0 for rate in self.learning_rates):
             raise UserError(f"learner.learning_rates must be 0 or more, got {list(self.learning_rates)}")
         for name in ("value_target_q_weight", "validation_share", "mix_share"):
@@ -453,7 +412,7 @@ class EvalConfig(_Section):
                                       "(the Elo curve in TensorBoard; needs Stockfish); 0 = only when asked")
     time_share: float = _field(0.1, "most share of wall time the quick evaluations take: the next one waits "
                                     "until the last one's time is this share of the time since it started")
-    # 92 games (the suite's 46 openings, colours swapped) put a 95% interval of about +-70 Elo on an even match.
+    # 92 games: the suite's 46 openings, colours swapped.
     start_games: int = _field(92, "games of each agent against the same agent of the run's step-0 network (the "
                                   "start: the --init weights or fresh ones); quick evaluations play the policy's "
                                   "twin match at this size and the search's at 16 games; 0 = none")
@@ -541,77 +500,9 @@ SECTIONS: dict[str, type[Any]] = {
 }
 
 
-# --- values and their types ---------------------------------------------------
-
-def _describe(hint: Any) -> str:
-    if typing.get_origin(hint) is tuple:
-        return f"a list of {_describe(typing.get_args(hint)[0])}s"
-    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(hint, str(hint))
-
-
-def _coerce(dotted: str, value: Any, hint: Any) -> Any:
-    """Checks ``value`` against the field type ``hint``; widens int to float and lists to tuples.
-
-    Raises:
-        UserError: the value has the wrong type; the message names ``dotted``.
-    """
-    if typing.get_origin(hint) is tuple:
-        if isinstance(value, (list, tuple)):
-            item = typing.get_args(hint)[0]
-            return tuple(_coerce(f"{dotted}[{i}]", v, item) for i, v in enumerate(value))
-    elif hint is bool:
-        if isinstance(value, bool):
-            return value
-    elif hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            return float(value)
-    elif hint is str:
-        if isinstance(value, str):
-            return value
-    raise UserError(f"{dotted} must be {_describe(hint)}, got {value!r}")
-
-
-_TRUE_WORDS = frozenset({"true", "yes", "on", "1"})
-_FALSE_WORDS = frozenset({"false", "no", "off", "0"})
-
-
-def _parse_text(dotted: str, text: str, hint: Any) -> Any:
-    """Parses a command-line value for a field of type ``hint``.
-
-    Raises:
-        UserError: ``text`` does not parse as that type.
-    """
-    text = text.strip()
-    if typing.get_origin(hint) is tuple:
-        inner = text[1:-1] if text.startswith("[") and text.endswith("]") else text
-        items = [part for part in (p.strip() for p in inner.split(",")) if part]
-        return tuple(_parse_text(f"{dotted}[{i}]", part, typing.get_args(hint)[0]) for i, part in enumerate(items))
-    if hint is bool:
-        if text.lower() in _TRUE_WORDS | _FALSE_WORDS:
-            return text.lower() in _TRUE_WORDS
-    elif hint is int:
-        try:
-            return int(text)
-        except ValueError:
-            pass
-    elif hint is float:
-        try:
-            return float(text)
-        except ValueError:
-            pass
-    elif hint is str:
-        if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
-            return text[1:-1]
-        return text
-    raise UserError(f"{dotted} must be {_describe(hint)}, got {text!r}")
-
-
 def field_hints(section: str) -> dict[str, Any]:
     cls = SECTIONS[section]
-    hints = _type_hints(cls)  # type: ignore[arg-type]  # (as in _Section.__post_init__)
+    hints = type_hints(cls)  # type: ignore[arg-type]  # (as in _Section.__post_init__)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
@@ -626,76 +517,15 @@ def unknown_section(name: str) -> UserError:
     return UserError(f"unknown config section {name!r}; the sections are: {', '.join(SECTIONS)}")
 
 
-def selfplay_device(setting: str, gpus: float) -> str:
-    """Gets the device self-play's actors and servers run on when ``gpus`` GPUs are reserved for them.
-
-    'auto' is 'cuda' with GPUs and 'cpu' without: an actor or server that holds
-    no GPU runs on the CPU whatever the machine has (Ray no longer hides the
-    GPUs from it, and a CUDA context there would sit on GPU 0 unseen by Ray).
-
-    Raises:
-        UserError: 'cpu' with GPUs, or a CUDA device without; the message names selfplay.device.
-    """
-    setting = setting.strip().lower()
-    if gpus > 0:
-        if setting == "cpu":
-            raise UserError(f"--gpus {gpus:g} reserves GPUs for self-play, but selfplay.device is 'cpu': "
-                            f"leave out --gpus, or --set selfplay.device=auto")
-        return "cuda" if setting == "auto" else setting
-    if setting not in ("auto", "cpu"):
-        raise UserError(f"selfplay.device is {setting!r}, but self-play has no GPUs: pass --gpus N, "
-                        f"or --set selfplay.device=auto")
-    return "cpu"
-
-
-def for_gpus(config: Config, gpus: float) -> Config:
-    """Gets the config self-play runs with on ``gpus`` GPUs: selfplay.device resolved (selfplay_device) and, with
-    GPUs, selfplay.gpu_games_per_actor (when set) as selfplay.games_per_actor.
-
-    Raises:
-        UserError: selfplay.device contradicts ``gpus`` (selfplay_device).
-    """
-    selfplay = dataclasses.replace(config.selfplay, device=selfplay_device(config.selfplay.device, gpus))
-    if gpus > 0 and selfplay.gpu_games_per_actor > 0:
-        selfplay = dataclasses.replace(selfplay, games_per_actor=selfplay.gpu_games_per_actor)
-    return dataclasses.replace(config, selfplay=selfplay)
-
-
 # --- TOML -------------------------------------------------------------------------
 
-def _toml_string(text: str) -> str:
-    escapes = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
-    out = []
-    for char in text:
-        if char in escapes:
-            out.append(escapes[char])
-        elif ord(char) < 0x20 or ord(char) == 0x7F:
-            out.append(f"\\u{ord(char):04x}")
-        else:
-            out.append(char)
-    return '"' + "".join(out) + '"'
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return repr(value)  # shortest text that reads back to the same float ('0.0001', '1e-05')
-    if isinstance(value, str):
-        return _toml_string(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise TypeError(f"cannot write {type(value).__name__} as a TOML value: {value!r}")
-
-
-def _section_toml(section: Any, *, comments: bool) -> list[str]:
+def section_toml(section: Any, *, comments: bool) -> list[str]:
+    """Writes one section as TOML lines, each field after its help as a comment unless ``comments`` is False."""
     lines = [f"[{section.SECTION}]"]
     for f in dataclasses.fields(section):
         if comments:
             lines.append(f"# {f.metadata['doc']}")
-        lines.append(f"{f.name} = {_toml_value(getattr(section, f.name))}")
+        lines.append(f"{f.name} = {toml_value(getattr(section, f.name))}")
     return lines
 
 
@@ -708,14 +538,14 @@ def to_toml(config: Config, *, comments: bool = True) -> str:
     if comments:
         lines += ["# alphazero run configuration. Written once when the run was created;",
                   "# the [network] table and learner.optimizer may not change for this run.", ""]
-    lines.append(f"preset = {_toml_value(config.preset)}")
+    lines.append(f"preset = {toml_value(config.preset)}")
     for name in SECTIONS:
         lines.append("")
-        lines += _section_toml(getattr(config, name), comments=comments)
+        lines += section_toml(getattr(config, name), comments=comments)
     return "\n".join(lines) + "\n"
 
 
-# --- overrides, compatibility and hashes ----------------------------------------------
+# --- overrides -------------------------------------------------------------------------
 
 def _split_override(item: str) -> tuple[str, str, str]:
     key, sep, text = item.partition("=")
@@ -748,53 +578,9 @@ def apply_overrides(config: Config, overrides: Iterable[str]) -> Config:
     changes: dict[str, dict[str, Any]] = {}
     for item in overrides:
         section, name, text = _split_override(item)
-        changes.setdefault(section, {})[name] = _parse_text(f"{section}.{name}", text, field_hints(section)[name])
+        changes.setdefault(section, {})[name] = parse_text(f"{section}.{name}", text, field_hints(section)[name])
     sections = {name: dataclasses.replace(getattr(config, name), **values) for name, values in changes.items()}
     return dataclasses.replace(config, **sections)
-
-
-def _is_fixed(section: str, name: str) -> bool:
-    return f"{section}.*" in FIXED_FIELDS or f"{section}.{name}" in FIXED_FIELDS
-
-
-def incompatible_fields(saved: Config, requested: Config) -> list[str]:
-    """Lists the dotted names of FIXED_FIELDS on which ``requested`` differs from ``saved``.
-
-    These may not change when a run is reopened: the network architecture
-    (checkpoints only load into it) and the optimizer (its saved state only
-    loads into the same kind). Every other field may be overridden freely.
-    """
-    names = []
-    for section in SECTIONS:
-        old, new = getattr(saved, section), getattr(requested, section)
-        for f in dataclasses.fields(old):
-            if _is_fixed(section, f.name) and getattr(old, f.name) != getattr(new, f.name):
-                names.append(f"{section}.{f.name}")
-    return names
-
-
-def describe_differences(saved: Config, requested: Config, names: Sequence[str]) -> str:
-    """Formats 'network.blocks: run has 2, requested 4' for each dotted name, joined by '; '."""
-    parts = []
-    for dotted in names:
-        section, name = dotted.split(".", 1)
-        old = getattr(getattr(saved, section), name)
-        new = getattr(getattr(requested, section), name)
-        parts.append(f"{dotted}: run has {_toml_value(old)}, requested {_toml_value(new)}")
-    return "; ".join(parts)
-
-
-def architecture_hash(network: NetworkConfig | Config) -> str:
-    """Gets the sha256 hex digest of the canonical TOML of the network section."""
-    if isinstance(network, Config):
-        network = network.network
-    text = "\n".join(_section_toml(network, comments=False)) + "\n"
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def config_hash(config: Config) -> str:
-    """Gets the sha256 hex digest of the canonical TOML of the whole config."""
-    return hashlib.sha256(to_toml(config, comments=False).encode()).hexdigest()
 
 
 def network_config_from_dict(data: dict[str, Any]) -> NetworkConfig:

@@ -1,8 +1,8 @@
 """The presets a run starts from, and reading a saved config: the preset it names, then its own values.
 
 - ``tiny``: a CPU default. 2 blocks x 32 filters, Gumbel AlphaZero with 16
-  simulations (measured stronger than PUCT with 64 at equal time), games capped
-  at 256 plies, 32 at once per core; the learner starts on the first shard.
+  simulations, games capped at 256 plies, 32 at once per core; the learner
+  starts on the first shard.
 - ``small``: 6 blocks x 64 filters, 200 simulations: a real run on one GPU.
 - ``alphazero``: the values of Silver et al. (2018): 20 blocks x 256 filters,
   800 simulations, batch 4096, learning rate 0.2 dropping tenfold at 100k,
@@ -47,24 +47,20 @@ from alphazero.errors import UserError
 # --- the presets --------------------------------------------------------------------
 
 def _tiny() -> Config:
-    # Sized for a 2-core laptop: the net evaluates ~7k positions/s per core at
-    # batch 32, so 32 games x 64 simulations advance one ply in ~0.3 s and a game
-    # capped at 256 plies ends within about a minute and a half.
+    # Sized for a 2-core laptop: games that end within the first minutes, so that the learner starts early.
     return Config(
         preset="tiny",
         network=NetworkConfig(blocks=2, filters=32, policy_filters=32, policy_kernel=1,
                               value_filters=8, value_hidden=64),
-        # Gumbel AlphaZero with 16 simulations: 30-minute runs on 2 cores (EXPERIMENTS.md, "Issue 12")
-        # rated gumbel-16 463 Elo above PUCT with 64 simulations (+80 =12 -0, both searching 64 at
-        # play time) and PUCT-16 below both: its self-play collapsed into repetition draws.
+        # Gumbel AlphaZero with 16 simulations: chosen by games between 30-minute runs against PUCT with 16
+        # and 64 (EXPERIMENTS.md, "Issue 12: Gumbel AlphaZero with 16 simulations against PUCT with 64").
         search=SearchConfig(algorithm="gumbel", simulations=16, ply_limit=256),
         # gpu_games_per_actor is not measured: tiny is a CPU preset. Its device stays 'auto': without
         # --gpus that is the CPU (for_gpus), with --gpus the GPUs asked for.
         selfplay=SelfPlayConfig(games_per_actor=32, shard_games=16, weights_poll_seconds=10.0,
                                 gpu_games_per_actor=256),
-        # max_sample_reuse 2: 10-minute runs on 2 cores with 1, 2 and 4 (EXPERIMENTS.md, "Issue 11")
-        # rated on the same held-out games: 1 and 2 tied (value MSE 0.278 and 0.281), 4 was worse
-        # (0.347) and its held-out value loss was 3.6x its training one: memorised results.
+        # max_sample_reuse 2: 4 memorised results, 1 learnt no better than 2 (EXPERIMENTS.md, "Issue 11:
+        # sample reuse and the calibrated resignation").
         learner=LearnerConfig(batch_size=256, lr_boundaries=(10_000, 30_000, 50_000), training_steps=70_000,
                               window_positions=100_000, min_window_positions=2_000, max_sample_reuse=2.0,
                               checkpoint_every=200, keep_checkpoints=5, keep_every_steps=5_000, log_every=20,
@@ -77,19 +73,15 @@ def _small() -> Config:
     return Config(
         preset="small",
         network=NetworkConfig(blocks=6, filters=64, policy_filters=64, value_filters=16, value_hidden=128),
-        # PUCT: Gumbel won at 16 simulations against 64 on the tiny net (see _tiny); at 200 and 800
-        # simulations the two are unmeasured here, and the paper found them close at high budgets.
+        # PUCT: Gumbel's advantage was measured at 16 simulations (see _tiny); at 200 and 800 the two are
+        # unmeasured here, and the paper found them close at high budgets.
         search=SearchConfig(simulations=200),
-        # On one H100 (EXPERIMENTS.md, "GPU"; 14 actors, local inference, one batch per actor)
-        # 1024 games per actor gave 465k evals/s against 214k at 256 and 60.8k
-        # at 64, and a CUDA graph of this net ran fastest at batch 1024 (1.06M/s).
-        # With overlap an actor's games make two batches: 2048 games keep each
-        # at 1024. On one H200 (EXPERIMENTS.md, "Issue 37") 15 actors at 2048 ran 1.3x
-        # the network alone at batch 1024, the GPU 97% busy.
+        # gpu_games_per_actor: a CUDA graph of this net runs fastest at batch 1024, and with overlap an
+        # actor's games make two batches, so 2048 games keep each at 1024 (EXPERIMENTS.md, "GPU: one H100"
+        # and "Issue 37: the GPU path on a GPU").
         selfplay=SelfPlayConfig(games_per_actor=64, shard_games=32, gpu_games_per_actor=2048),
-        # The window starts with what the first games bring (two batches; the first minute of a GPU run
-        # writes a few thousand positions) and grows as a power law of the positions seen (KataGo's
-        # shuffler): about 283k positions after 1M seen, the 1M cap after about 5.4M (LearnerConfig.window_size).
+        # The window starts with what the first games bring (two batches) and grows as a power law of the
+        # positions seen, as KataGo's shuffler does (LearnerConfig.window_size).
         learner=LearnerConfig(batch_size=1024, lr_boundaries=(40_000, 120_000, 200_000), training_steps=280_000,
                               window_positions=1_000_000, min_window_positions=2_048, window_exponent=0.75,
                               max_sample_reuse=2.0, checkpoint_every=500, keep_every_steps=10_000,
@@ -100,15 +92,11 @@ def _small() -> Config:
 
 def _alphazero() -> Config:
     # The dataclass defaults are AlphaZero's values. The window is the exception:
-    # AlphaZero sampled from its last 1M games (~100M positions, ~100 GB in compact
-    # form); 20M positions keep the last ~200k games in ~20 GB.
-    # Inference: on one H100 (EXPERIMENTS.md, "GPU") each actor running the network itself gave
-    # 54.5k evals/s against 35.8k through an inference server (128 games per
-    # actor), so 'local' is the default. On one H200 (EXPERIMENTS.md, "Issue 37")
-    # 15 actors with 1024 games each (two lanes of 512) replaying CUDA graphs ran
-    # above the network alone at that batch, and 2048 games gained nothing. The
-    # net alone is faster compiled, but 15 actors compiling their buckets at start
-    # ran past the bench's limit, so graphs.
+    # AlphaZero sampled from its last 1M games (about 100M positions, 100 GB in
+    # compact form); 20M positions keep the last 200k games in 20 GB.
+    # Inference 'local' (each actor runs the network), 1024 games per actor and CUDA graphs, not
+    # compilation (15 actors compiling their buckets take too long to start), as measured on an H100 and
+    # an H200 (EXPERIMENTS.md, "GPU: one H100" and "Issue 37: the GPU path on a GPU").
     return Config(preset="alphazero", selfplay=SelfPlayConfig(inference="local", games_per_actor=128,
                                                               gpu_games_per_actor=1024, cuda_forward="graphs"))
 
@@ -122,11 +110,10 @@ _CHESSFORMER_LEARNER: dict[str, Any] = dict(optimizer="nadam", learning_rates=(1
 
 
 def _cf_tiny() -> Config:
-    # The tiny preset's search, self-play and schedule with a 2-layer Chessformer of
-    # about its FLOPs per evaluation (9.6M vs 10.7M, counted by `bench network`).
-    # On a CPU the attention's 64 x 64 matrices (softmax, the relative terms) cost
-    # more than their FLOPs say: with two heads, not four, it evaluates about
-    # 2.5x fewer positions per second than tiny, so its games take that much longer.
+    # The tiny preset's search, self-play and schedule with a 2-layer Chessformer of about its FLOPs per
+    # evaluation (`bench network` counts them). On a CPU the attention's 64 x 64 matrices cost more than
+    # their FLOPs say, so two heads, not four (EXPERIMENTS.md, "Issue 15: cf-tiny against resnets of its
+    # FLOPs and of 4x").
     tiny = _tiny()
     return dataclasses.replace(
         tiny,
@@ -150,26 +137,22 @@ def _cf_6m() -> Config:
     )
 
 
-# What `alphazero train --init` changes in the preset for a run that starts from trained weights (issue 22;
-# figures in EXPERIMENTS.md): self-play from the built-in network with the tiny preset as it is lost every
-# game to its start within 200 learner steps. The user's --set overrides win over these.
+# What `alphazero train --init` changes in the preset for a run that starts from trained weights: self-play
+# from the built-in network with the tiny preset as it is loses every game to its start within a few hundred
+# learner steps (EXPERIMENTS.md, "Issue 22: self-play from the built-in network, and why it lost strength",
+# and "Issue 33: self-play that climbs"). The user's --set overrides win over these.
 INIT_DEFAULTS: tuple[str, ...] = (
-    # The batch-norm statistics re-estimated on self-play positions alone cost 105 Elo (95%: 42..176),
-    # every parameter unchanged (a run at learning rate 0).
+    # Batch-norm statistics re-estimated on self-play positions alone cost strength, every weight unchanged.
     "learner.freeze_batch_norm=true",
-    # Game results of short self-play games are a poor value target for a net that already knows chess:
-    # against Stockfish's value of the same positions their squared error was 0.60, the search's root
-    # value's 0.08; learning results collapsed the value (0.12 -> 0.51 on held-out Stockfish labels).
+    # The results of short self-play games are a poorer value target than the search's root value for a
+    # network that already knows chess: learning results collapsed its value.
     "learner.value_target_q_weight=1.0",
-    # Gumbel's improved policy with 16 simulations picked worse moves than the net's own prior
-    # (Stockfish regret of the argmax 4.9% against 4.4%); PUCT's visits with 64 picked better (3.8%).
+    # Gumbel's improved policy with 16 simulations picked worse moves than the network's own prior; PUCT's
+    # visits with 64 picked better.
     "search.algorithm=puct",
     "search.simulations=64",
-    # Learning PUCT-64's visits sharpens the prior (entropy 2.76 -> 2.11 nats in an hour, the value frozen)
-    # and that alone cost 176 Elo; the same network with its logits divided by 2.1 scored +19 against the
-    # built-in network. The search softens the prior it reads, in self-play and in evaluation alike: the
-    # same hour at T 2 scored +30 (95%: -35..+98) against the built-in network at search:64, where T 1
-    # lost 105, and its policy beat the start's by 105 (+42..+176).
+    # Learning PUCT-64's visits sharpens the prior and that alone cost strength; the search softens the
+    # prior it reads, in self-play and in evaluation alike.
     "search.policy_temperature=2.0",
 )
 

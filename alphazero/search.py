@@ -1,4 +1,4 @@
-"""The one way into the search: a run's SearchConfig and a mode become one SearchParams.
+"""The one way into the search: a run's search settings and a mode become one SearchParams.
 
 Every MultiGameSearch of the project is built from a mcts_ext.params.SearchParams.
 Self-play, the evaluation agents and the UCI engine get theirs here, from the
@@ -28,12 +28,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Literal
+from typing import Any, Literal
 
-from mcts_ext.params import SearchParams
-
-if TYPE_CHECKING:
-    from alphazero.config import SearchConfig
+from mcts_ext.params import SearchParams, SearchSettings, settings_of
 
 SearchMode = Literal["selfplay", "analysis", "uci"]
 SELFPLAY: SearchMode = "selfplay"
@@ -51,9 +48,8 @@ UCI_LEAVES_PER_BATCH (mcts_ext.params.SearchParams.visits_per_leaf), because vir
 batch over moves a small tree would not try. Chosen by equal-time matches of 8, 16 and 32 and a full batch
 from the first call: EXPERIMENTS.md, "Issue 24"."""
 
-_CONSTANTS = ("c_init", "c_base", "fpu_mode", "fpu_value", "policy_temperature", "gumbel_considered",
-              "gumbel_c_visit", "gumbel_c_scale", "gumbel_q_normalisation")
-"""The fields analysis takes from the run's config: the algorithm's constants (no noise, no game rules)."""
+_ANALYSIS_FIELDS = tuple(name for name, spec in settings_of(SearchSettings).items() if spec.analysis)
+"""The settings analysis takes from the run's config: the algorithm and its constants (no noise, no game rules)."""
 
 
 def _float_or_nan(text: str) -> float:
@@ -88,11 +84,12 @@ def parse_cpuct(text: str) -> float:
     return value
 
 
-def search_params(config: SearchConfig, mode: SearchMode, *, algorithm: str | None = None,
+def search_params(config: SearchSettings, mode: SearchMode, *, algorithm: str | None = None,
                   simulations: int | None = None, leaves_per_game: int | None = None,
                   resign_threshold: float | None = None, policy_temperature: float | None = None,
                   visits_per_leaf: float | None = None, c_init: float | None = None) -> SearchParams:
-    """Gets the parameters of a search in ``mode`` for a run whose search section is ``config``.
+    """Gets the parameters of a search in ``mode`` for a run whose search section is ``config``
+    (alphazero.config.SearchConfig, or any SearchSettings).
 
     ``algorithm``, ``simulations``, ``policy_temperature`` and ``c_init``
     replace the config's (an agent's ``search:64,algorithm=puct,ptemp=2``,
@@ -107,14 +104,13 @@ def search_params(config: SearchConfig, mode: SearchMode, *, algorithm: str | No
     """
     if mode not in MODES:
         raise ValueError(f"the search mode must be one of {', '.join(MODES)}, got {mode!r}")
+    fields: dict[str, Any]
     if mode == SELFPLAY:
-        fields = dataclasses.asdict(config)
-        for name in config.CALIBRATION_FIELDS:
-            del fields[name]
+        fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(SearchSettings)}
         fields["resign_threshold"] = resign_threshold
     else:
-        fields = {name: getattr(config, name) for name in _CONSTANTS}
-        fields.update(autoplay=False, add_noise=False, gumbel_scale=0.0, ply_limit=None, algorithm=config.algorithm)
+        fields = {name: getattr(config, name) for name in _ANALYSIS_FIELDS}
+        fields.update(autoplay=False, add_noise=False, gumbel_scale=0.0, ply_limit=0)
         if mode == UCI:
             fields["solver"] = True
             fields["visits_per_leaf"] = UCI_VISITS_PER_LEAF

@@ -9,9 +9,10 @@ the parsed namespace, for alphazero/app/cli.py to wire in::
         add_match_arguments(p)
         p.set_defaults(func=run_match)
 
-At load time this module imports only the standard library and
-alphazero.store.rundir (no torch, no python-chess), so building the parser stays
-cheap; the runners import the rest. Runners raise UserError for bad input, which the CLI prints.
+At load time this module imports only the standard library,
+alphazero.store.rundir and the constants of eval.match and eval.probe_defaults
+(no torch), so building the parser stays cheap; the runners import the rest.
+Runners raise UserError for bad input, which the CLI prints.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 
 from alphazero.store.rundir import DEFAULT_RUN_DIR, add_run_option
 from eval.match import DEFAULT_CONCURRENCY
+from eval.probe_defaults import DEFAULT_PROBE_POSITIONS
 
 _VERSUS = "vs"
 
@@ -441,10 +443,6 @@ def add_curve_arguments(parser: argparse.ArgumentParser) -> None:
 
 # --- alphazero probe ---------------------------------------------------------------------------
 
-PROBE_POSITIONS = 8192
-"""The default size of a probe set (eval.probe.DEFAULT_PROBE_POSITIONS; here so that --help loads no torch)."""
-
-
 def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds the arguments of `alphazero probe --run DIR --data DIR [--steps LIST] [--weights FILE ...]`."""
     add_run_option(parser, "run directory")
@@ -455,8 +453,8 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the run's checkpoints to probe: 'all' (default), 'latest', or steps such as 0,400,1000")
     parser.add_argument("--weights", nargs="*", default=[], metavar="FILE",
                         help="also probe these networks: model files, checkpoints, runs or 'builtin'")
-    parser.add_argument("--positions", type=int, default=PROBE_POSITIONS, metavar="N",
-                        help=f"the first N positions of the set (default {PROBE_POSITIONS:,}; 0 = all)")
+    parser.add_argument("--positions", type=int, default=DEFAULT_PROBE_POSITIONS, metavar="N",
+                        help=f"the first N positions of the set (default {DEFAULT_PROBE_POSITIONS:,}; 0 = all)")
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda or auto")
     parser.add_argument("--json", type=Path, default=None, metavar="OUT", help="write the figures to this JSON file")
 

@@ -60,7 +60,8 @@ from alphazero.store.rundir import RunDir, atomic_write_text, check_writable_dir
 from alphazero.store.sources import Network, NetworkSource, load_network
 from eval.agents import Agent, RandomAgent, StockfishAgent
 from eval.elo import Ratings, Summary, fit_ratings, match_summary
-from eval.evaluate import QUICK_PLY_LIMIT, QUICK_SIMULATIONS, SETTINGS_FILE, stockfish_name
+from eval.eval_settings import QUICK_PLY_LIMIT, QUICK_SIMULATIONS, SETTINGS_FILE
+from eval.evaluate import stockfish_name
 from eval.match import match_id_of, play_match
 from eval.openings import load_openings
 

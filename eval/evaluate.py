@@ -40,13 +40,15 @@ the policy needs one network call a move, and the search's over
 QUICK_START_SEARCH_GAMES) finishes on a fresh tiny run in a few minutes on 2
 CPU cores. The training loop calls `evaluate_checkpoint` every
 K learner steps (PeriodicEvaluation), within a share of the wall time.
+
+The settings are eval.eval_settings'; the ratings' tables, file and
+TensorBoard curves are eval.checkpoint_ratings' (both re-exported here).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import sys
 import tempfile
@@ -55,15 +57,13 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from alphazero.chess.stockfish import INSTALL_HINT, find_stockfish
-from alphazero.config import Config, EvalConfig
+from alphazero.config import Config
 from alphazero.errors import UserError
 from alphazero.nn.forward import Evaluator
 from alphazero.nn.network import AlphaZeroNet, build_network, cpu_state_dict, model_config, pick_device
@@ -71,84 +71,28 @@ from alphazero.store.checkpoint import checkpoint_name
 from alphazero.store.rundir import RunDir, atomic_write_text, check_writable_directory
 from alphazero.store.sources import FRESH, Network, NetworkSource, load_network
 from eval.agents import Agent, RandomAgent, StockfishAgent
-from eval.elo import Rating, Ratings, Summary, fit_ratings
-from eval.match import DEFAULT_CONCURRENCY, MatchResult, match_id_of, play_match
+from eval.checkpoint_ratings import (
+    CheckpointRatings,
+    load_ratings,
+    ratings_json,
+    ratings_path,
+    ratings_table,
+    start_table,
+    versus_start,
+    write_ratings_tensorboard,
+)
+from eval.elo import fit_ratings
+from eval.eval_settings import QUICK_PLY_LIMIT, QUICK_SIMULATIONS, SETTINGS_FILE, EvalSettings
+from eval.match import MatchResult, match_id_of, play_match
 from eval.network_agents import PolicyAgent, SearchAgent, ValueAgent
 from eval.openings import Opening, load_openings, ordered_openings
 from eval.probe import ProbeFigures, ProbeSet, probe_network, write_probe_tensorboard
 
-QUICK_GAMES_PER_PAIR = 4
-QUICK_START_SEARCH_GAMES = 16  # enough to show a collapse; the policy's twin match shows 100 Elo
-QUICK_SIMULATIONS = 64
-QUICK_PLY_LIMIT = 200
-FULL_PLY_LIMIT = 512
 RANDOM_ANCHOR_ELO = 0.0
 """The rating of `random` when no Stockfish level is played (ratings are then relative to it)."""
 
-RATINGS_FORMAT = "alphazero-ratings"
-SETTINGS_FILE = "settings.json"
-"""In each step's folder of match records (run/eval/step_S/): the EvalSettings its games were played with."""
 START_PREFIX = "start:"
 """Names the step-0 network's agents: `start:policy` is the start's policy agent."""
-
-
-@dataclass(frozen=True)
-class EvalSettings:
-    """How big an evaluation is.
-
-    `games_per_pair` is rounded up to even (each opening with both colours);
-    `stockfish_depth`, when set, replaces the calibrated default search limit
-    of the Stockfish levels (for tests; the anchors keep their UCI_Elo).
-    `start_*_games` size each agent's twin match against the run's step-0
-    network (0: that twin does not play); `fall_margin` is the Elo below the
-    start at which an agent has fallen.
-    """
-
-    games_per_pair: int
-    simulations: int
-    stockfish_elos: tuple[int, ...]
-    stockfish_depth: int | None = None
-    include_random: bool = True
-    ply_limit: int = FULL_PLY_LIMIT
-    concurrency: int = DEFAULT_CONCURRENCY
-    seed: int = 0
-    start_policy_games: int = 0
-    start_value_games: int = 0
-    start_search_games: int = 0
-    fall_margin: float = 100.0
-    openings: str | None = None  # an opening book (EPD, PGN or the suite's format); None: the suite
-    openings_order: str = "sequential"
-
-    @classmethod
-    def full(cls, config: EvalConfig) -> EvalSettings:
-        """Returns the run's eval section as settings: config.eval.games per pair, its simulations and levels,
-        and every agent's twin match against the start over config.eval.start_games."""
-        games = config.start_games
-        return cls(config.games, config.simulations, tuple(config.stockfish_elos), start_policy_games=games,
-                   start_value_games=games, start_search_games=games, fall_margin=config.fall_margin)
-
-    @classmethod
-    def quick(cls, config: EvalConfig) -> EvalSettings:
-        """Returns settings for a CPU: 4 games per pair, 64 simulations, the lowest Stockfish level, 200 plies;
-        the policy's twin match over config.eval.start_games, the search's over QUICK_START_SEARCH_GAMES."""
-        elos = (min(config.stockfish_elos),) if config.stockfish_elos else ()
-        return cls(QUICK_GAMES_PER_PAIR, QUICK_SIMULATIONS, elos, ply_limit=QUICK_PLY_LIMIT,
-                   start_policy_games=config.start_games,
-                   start_search_games=min(QUICK_START_SEARCH_GAMES, config.start_games),
-                   fall_margin=config.fall_margin)
-
-    def check(self) -> None:
-        """Raises UserError on a value out of range."""
-        if self.games_per_pair < 1:
-            raise UserError(f"games per pair must be at least 1, got {self.games_per_pair}")
-        if self.simulations < 1:
-            raise UserError(f"simulations must be at least 1, got {self.simulations}")
-        if self.ply_limit < 1 or self.concurrency < 1:
-            raise UserError(f"ply limit and concurrency must be at least 1, got {self.ply_limit}, {self.concurrency}")
-        if len(set(self.stockfish_elos)) != len(self.stockfish_elos):
-            raise UserError(f"Stockfish levels repeat: {list(self.stockfish_elos)}")
-        if min(self.start_policy_games, self.start_value_games, self.start_search_games) < 0:
-            raise UserError("games against the start must be 0 or more")
 
 
 @dataclass
@@ -179,11 +123,6 @@ class _Pairing:
 def stockfish_name(elo: int) -> str:
     """Names the Stockfish agent of a UCI_Elo level: 'stockfish:elo=1500'."""
     return f"stockfish:elo={elo}"
-
-
-def ratings_path(run: RunDir, step: int) -> Path:
-    """Returns the ratings JSON of a step: run/eval/ratings_step_000001200.json."""
-    return run.eval / f"ratings_{checkpoint_name(step).removesuffix('.pt')}.json"
 
 
 # --- the pieces ------------------------------------------------------------------------------
@@ -303,156 +242,6 @@ class EvaluationStopped(Exception):
         self.step, self.games, self.folder = step, games, folder
 
 
-class CheckpointRatings(Ratings):
-    """The ratings of one evaluation (a Ratings) and each agent's difference from the start.
-
-    ``vs_start`` maps an agent ('search:64') to the Summary of its twin match
-    against the start's same agent (empty when no twin played);
-    ``fall_margin`` is the Elo below the start at which an agent has fallen.
-    """
-
-    def __init__(self, ratings: Ratings, vs_start: dict[str, Summary], fall_margin: float) -> None:
-        super().__init__(ratings, ratings.draw_elo)
-        self.vs_start = vs_start
-        self.fall_margin = fall_margin
-
-    def fallen(self) -> list[str]:
-        """Lists the agents whose difference from the start is below -fall_margin with all of its 95%
-        interval below 0: a fall that the games show, not noise."""
-        return [agent for agent, summary in self.vs_start.items()
-                if summary.elo is not None and summary.elo_high is not None
-                and summary.elo < -self.fall_margin and summary.elo_high < 0]
-
-    def fall_warnings(self) -> list[str]:
-        """One line per fallen agent: 'search:64 fell 180 Elo below the start (95%: -260..-100, 92 games)'."""
-        return [f"{agent} fell {-self.vs_start[agent].elo:.0f} Elo below the start "  # type: ignore[operator]
-                f"({_interval(self.vs_start[agent])}, {self.vs_start[agent].games} games)"
-                for agent in self.fallen()]
-
-    def start_text(self) -> str:
-        """The differences from the start on one line: 'vs start: policy +12 (-40..+65), search:64 -30 (...)'."""
-        parts = [f"{agent} {_signed(summary.elo)} ({_interval(summary, short=True)})"
-                 for agent, summary in self.vs_start.items()]
-        return "vs start: " + ", ".join(parts) if parts else ""
-
-
-def _signed(elo: float | None) -> str:
-    if elo is None:
-        return "?"
-    if math.isinf(elo):
-        return "+inf" if elo > 0 else "-inf"
-    return f"{round(elo):+d}"
-
-
-def _interval(summary: Summary, *, short: bool = False) -> str:
-    text = f"{_signed(summary.elo_low)}..{_signed(summary.elo_high)}"
-    return text if short else f"95%: {text}"
-
-
-def _versus_start(twin_results: Sequence[MatchResult]) -> dict[str, Summary]:
-    """Summarises each twin match from the agent's side, keyed by the agent's name."""
-    return {result.agent_a: result.summary for result in twin_results}
-
-
-# --- outputs ----------------------------------------------------------------------------------
-
-
-def ratings_table(ratings: Ratings, scores: dict[str, float], anchors: dict[str, float], title: str) -> Table:
-    """Builds the rich table: agent, Elo, 95% interval, games, score; best first, anchors marked."""
-    table = Table(title=title)
-    for column, justify in (("Agent", "left"), ("Elo", "right"), ("95% interval", "right"),
-                            ("Games", "right"), ("Score", "right")):
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
-    for name, rating in sorted(ratings.items(), key=lambda item: -item[1].elo):
-        interval = "anchor" if name in anchors else f"{rating.low:.0f}..{rating.high:.0f}"
-        score = f"{100 * scores[name]:.1f}%" if name in scores else "-"
-        table.add_row(name, f"{rating.elo:.0f}", interval, str(rating.games), score)
-    return table
-
-
-def start_table(ratings: CheckpointRatings) -> Table:
-    """Builds the rich table of each agent's twin match against the start: difference, interval, games."""
-    table = Table(title="Against the start (step 0): each agent against the same agent of the step-0 network")
-    for column, justify in (("Agent", "left"), ("Elo difference", "right"), ("95% interval", "right"),
-                            ("Games", "right"), ("Score", "right")):
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
-    fallen = set(ratings.fallen())
-    for agent, summary in ratings.vs_start.items():
-        score = f"{100 * summary.score:.1f}%" if summary.score is not None else "-"
-        name = f"{agent} (fell below the start)" if agent in fallen else agent
-        table.add_row(name, _signed(summary.elo), _interval(summary, short=True), str(summary.games), score)
-    return table
-
-
-def _ratings_json(network: Network, step: int, settings: EvalSettings, ratings: CheckpointRatings,
-                  scores: dict[str, float], anchors: dict[str, float], results: Sequence[MatchResult]) -> str:
-    payload: dict[str, Any] = {
-        "format": RATINGS_FORMAT,
-        "version": 1,
-        "step": step,
-        "network": network.label,
-        "checkpoint": str(network.path) if network.path is not None else None,
-        "fresh_weights": network.fresh,
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "settings": dataclasses.asdict(settings),
-        "anchors": anchors,
-        "draw_elo": ratings.draw_elo,
-        "ratings": {
-            name: {**dataclasses.asdict(r), "score": scores.get(name), "anchor": name in anchors}
-            for name, r in ratings.items()
-        },
-        "vs_start": {agent: dataclasses.asdict(summary) for agent, summary in ratings.vs_start.items()},
-        "fallen_below_start": ratings.fallen(),
-        "matches": [
-            {"agent_a": r.agent_a, "agent_b": r.agent_b, "wins": r.wins, "draws": r.draws, "losses": r.losses,
-             "jsonl": str(r.jsonl_path) if r.jsonl_path else None, "pgn": str(r.pgn_path) if r.pgn_path else None}
-            for r in results
-        ],
-    }
-    return json.dumps(payload, indent=2) + "\n"
-
-
-def load_ratings(path: str | os.PathLike[str]) -> dict[str, Rating]:
-    """Reads the ratings of a ratings JSON written by evaluate_checkpoint.
-
-    Raises UserError if the file is missing or not a ratings file.
-    """
-    try:
-        payload = json.loads(Path(path).read_text(encoding="utf-8"))
-        return {name: Rating(r["elo"], r["low"], r["high"], r["games"]) for name, r in payload["ratings"].items()}
-    except FileNotFoundError:
-        raise UserError(f"{path} does not exist") from None
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise UserError(f"{path} is not a ratings file: {error}") from None
-
-
-# TensorBoard's Custom Scalars tab: every agent and anchor on one chart, the start's agents
-# included, and the differences from the start on another.
-ELO_LAYOUT = {"eval": {"Elo of every agent, with the anchors and the start": ["Multiline", [r"elo/.*"]],
-                       "Elo difference from the start (step 0), with 95% bounds": ["Multiline", [r"vs_start/.*"]]}}
-
-
-def _write_tensorboard(run: RunDir, step: int, ratings: CheckpointRatings, anchors: dict[str, float]) -> None:
-    """Adds `elo/<agent>` scalars at `step` under run/tb/eval/, anchors and the start's agents included;
-    `vs_start/<agent>` (and `_low`, `_high`) for each twin match, `vs_start/fallen` (the number of agents
-    fallen below the start); and the layout."""
-    from torch.utils.tensorboard import SummaryWriter  # imported here: it is slow and only needed now
-
-    writer = SummaryWriter(log_dir=str(run.tb / "eval"))
-    try:
-        writer.add_custom_scalars(ELO_LAYOUT)
-        for name, rating in sorted(ratings.items()):
-            writer.add_scalar(f"elo/{name}", rating.elo, step)
-        for agent, summary in ratings.vs_start.items():
-            for suffix, value in (("", summary.elo), ("_low", summary.elo_low), ("_high", summary.elo_high)):
-                if value is not None and math.isfinite(value):
-                    writer.add_scalar(f"vs_start/{agent}{suffix}", value, step)
-        if ratings.vs_start:
-            writer.add_scalar("vs_start/fallen", len(ratings.fallen()), step)
-    finally:
-        writer.close()
-
-
 # --- the entry point ----------------------------------------------------------------------------
 
 
@@ -524,12 +313,12 @@ def evaluate_checkpoint(
                                 run.eval / checkpoint_name(step).removesuffix(".pt"))
     games = _games(results)
     ratings = CheckpointRatings(fit_ratings(games, pairing.anchors),
-                                _versus_start(results[len(results) - len(pairing.twins):]), settings.fall_margin)
+                                versus_start(results[len(results) - len(pairing.twins):]), settings.fall_margin)
     scores = _scores(games)
     written = _write_ratings(ratings_path(run, step),
-                             _ratings_json(network, step, settings, ratings, scores, pairing.anchors, results))
+                             ratings_json(network, step, settings, ratings, scores, pairing.anchors, results))
     try:
-        _write_tensorboard(run, step, ratings, pairing.anchors)
+        write_ratings_tensorboard(run, step, ratings, pairing.anchors)
     except OSError as error:
         print(f"warning: cannot write TensorBoard events in {run.tb / 'eval'} ({error.strerror or error}); "
               f"the ratings are in {written}", file=sys.stderr, flush=True)
@@ -591,19 +380,6 @@ def _write_ratings(path: Path, text: str) -> Path:
     print(f"warning: cannot write {path} ({failure.strerror or failure}); the ratings go to {fallback} instead",
           file=sys.stderr, flush=True)
     return fallback
-
-
-__all__ = [
-    "CheckpointRatings",
-    "EvalSettings",
-    "EvaluationStopped",
-    "evaluate_checkpoint",
-    "load_ratings",
-    "ratings_path",
-    "ratings_table",
-    "start_table",
-    "stockfish_name",
-]
 
 
 class PeriodicEvaluation:
@@ -733,3 +509,21 @@ class PeriodicEvaluation:
                 print(f"stopping the evaluation of step {step:,}: its finished games are kept",
                       file=sys.stderr, flush=True)
             self.thread.join()
+
+
+__all__ = [  # the settings and the ratings' outputs are re-exported from their modules
+    "QUICK_PLY_LIMIT",
+    "QUICK_SIMULATIONS",
+    "SETTINGS_FILE",
+    "START_PREFIX",
+    "CheckpointRatings",
+    "EvalSettings",
+    "EvaluationStopped",
+    "PeriodicEvaluation",
+    "evaluate_checkpoint",
+    "load_ratings",
+    "ratings_path",
+    "ratings_table",
+    "start_table",
+    "stockfish_name",
+]

@@ -22,6 +22,7 @@ loses only the games in flight. The folders are checked before the first
 game; if they stop taking files later, the files move to a temporary folder
 (named on stderr) rather than losing games. PGN tags for the end of a game
 follow alphazero.chess.pgn (the standard Termination, the rule in TerminationDetail).
+The records themselves, and the result that counts them, are eval.match_records'.
 
 With a `clock` (Fischer: a base time and an increment, e.g. 10+0.1 s) every
 move goes to its agent on its own as `go wtime btime winc binc`
@@ -46,18 +47,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import chess
 import chess.engine
 import chess.pgn
 
-from alphazero.chess.pgn import termination_tags
 from alphazero.console import LiveDisplay
 from alphazero.errors import UserError
 from alphazero.store.rundir import atomic_write_text, check_writable_directory
-from eval.agents import Agent, Choice
-from eval.elo import Summary, match_summary
+from eval.agent import Agent, Choice
+from eval.match_records import DRAW, GameRecord, MatchResult, format_summary
 from eval.openings import Opening, load_openings
 
 DEFAULT_CONCURRENCY = 16
@@ -73,7 +72,6 @@ PLY_LIMIT = "ply_limit"  # termination names as in self-play records (alphazero.
 RESIGNATION = "resignation"
 TIME_FORFEIT = "time_forfeit"
 TIME_FORFEIT_DRAW = "time_forfeit_insufficient_material"  # out of time, but the opponent cannot mate
-DRAW = "1/2-1/2"
 
 
 @dataclass(frozen=True)
@@ -109,148 +107,6 @@ class IllegalAgentMoveError(chess.IllegalMoveError):
 
 class AgentContractError(RuntimeError):
     """An agent broke the `choose` contract (wrong number of choices, a changed board, a NaN value)."""
-
-
-# --- records -----------------------------------------------------------------------
-
-
-@dataclass
-class GameRecord:
-    """One finished game of a match, from the initial position (opening moves included).
-
-    `values[i]` is the value the mover reported for ply i (None for opening
-    moves and agents without values); `started`/`finished` are ISO 8601 UTC.
-    """
-
-    match_id: str
-    round: int
-    opening: str
-    opening_plies: int
-    white: str
-    black: str
-    a_is_white: bool
-    result: str
-    termination: str
-    moves: list[str]
-    values: list[float | None]
-    started: str
-    finished: str
-    seconds: list[float | None] = field(default_factory=list)  # clocked games: each move's time, else empty
-    clocks: list[float | None] = field(default_factory=list)  # ... and the mover's clock after it
-    time_control: str | None = None  # the clock, e.g. '10+0.1'
-    start_fen: str = chess.STARTING_FEN  # where `moves` start: an EPD or PGN book's position, else the initial one
-
-    @property
-    def plies(self) -> int:
-        return len(self.moves)
-
-    @property
-    def score_a(self) -> float:
-        """Returns agent A's points: 1, 0.5 or 0."""
-        white_points = {"1-0": 1.0, "0-1": 0.0, DRAW: 0.5}[self.result]
-        return white_points if self.a_is_white else 1.0 - white_points
-
-    def to_json(self) -> dict[str, Any]:
-        """Returns the JSON-lines object for this game."""
-        return {
-            "match_id": self.match_id,
-            "round": self.round,
-            "white": self.white,
-            "black": self.black,
-            "agent_a": self.white if self.a_is_white else self.black,
-            "agent_b": self.black if self.a_is_white else self.white,
-            "a_colour": "white" if self.a_is_white else "black",
-            "opening": self.opening,
-            "opening_plies": self.opening_plies,
-            "result": self.result,
-            "score_a": self.score_a,
-            "termination": self.termination,
-            "plies": self.plies,
-            "moves": self.moves,
-            "values": self.values,
-            "started": self.started,
-            "finished": self.finished,
-            **({"time_control": self.time_control, "seconds": self.seconds, "clocks": self.clocks}
-               if self.time_control is not None else {}),
-            **({"start_fen": self.start_fen} if self.start_fen != chess.STARTING_FEN else {}),
-        }
-
-    def to_pgn(self) -> chess.pgn.Game:
-        """Returns the game as a python-chess PGN game with the match headers."""
-        game = chess.pgn.Game()
-        if self.start_fen != chess.STARTING_FEN:
-            game.setup(self.start_fen)  # the FEN and SetUp headers
-        game.headers.update(
-            {
-                "Event": self.match_id,
-                "Date": self.started[:10].replace("-", "."),
-                "Round": str(self.round),
-                "White": self.white,
-                "Black": self.black,
-                "Result": self.result,
-                "Opening": self.opening,
-                **termination_tags(self.termination),
-                "PlyCount": str(self.plies),
-                **({"TimeControl": self.time_control} if self.time_control else {}),
-            }
-        )
-        node: chess.pgn.GameNode = game
-        for ply, uci in enumerate(self.moves):
-            node = node.add_variation(chess.Move.from_uci(uci))
-            if ply < len(self.clocks) and self.clocks[ply] is not None:
-                node.set_clock(self.clocks[ply])
-        return game
-
-
-@dataclass
-class MatchResult:
-    """A finished (or interrupted) match: the games in round order, counted from agent A's side."""
-
-    match_id: str
-    agent_a: str
-    agent_b: str
-    games: list[GameRecord]
-    pgn_path: Path | None = None
-    jsonl_path: Path | None = None
-
-    @property
-    def wins(self) -> int:
-        return sum(g.score_a == 1.0 for g in self.games)
-
-    @property
-    def draws(self) -> int:
-        return sum(g.score_a == 0.5 for g in self.games)
-
-    @property
-    def losses(self) -> int:
-        return sum(g.score_a == 0.0 for g in self.games)
-
-    @property
-    def summary(self) -> Summary:
-        return match_summary(self.wins, self.draws, self.losses)
-
-
-def _format_elo(x: float | None) -> str:
-    if x is None:
-        return "?"
-    if math.isinf(x):
-        return "+inf" if x > 0 else "-inf"
-    return f"{round(x):+d}"  # round first: f"{-0.3:+.0f}" would print "-0"
-
-
-def format_summary(result: MatchResult) -> str:
-    """Formats a result on one line.
-
-    Example: "A vs B: +12 =5 -3, score 67.5%, Elo +127 (95%: +38..+231), LOS 99.4%".
-    """
-    s = result.summary
-    head = f"{result.agent_a} vs {result.agent_b}: +{result.wins} ={result.draws} -{result.losses}"
-    if s.score is None:
-        return f"{head}, no games"
-    return (
-        f"{head}, score {100 * s.score:.1f}%, Elo {_format_elo(s.elo)} "
-        f"(95%: {_format_elo(s.elo_low)}..{_format_elo(s.elo_high)}), LOS {100 * s.los:.1f}%"
-    )
 
 
 # --- games in flight -----------------------------------------------------------------
@@ -641,3 +497,25 @@ def _score_text(result: MatchResult) -> str:
     n = len(result.games)
     score = (result.wins + 0.5 * result.draws) / n if n else 0.0
     return f"+{result.wins} ={result.draws} -{result.losses} ({100 * score:.1f}%)"
+
+
+__all__ = [  # the records are re-exported from eval.match_records
+    "AgentContractError",
+    "Clock",
+    "DEFAULT_CONCURRENCY",
+    "DEFAULT_PLY_LIMIT",
+    "DEFAULT_RESIGN_MOVES",
+    "DRAW",
+    "GameRecord",
+    "IllegalAgentMoveError",
+    "MatchResult",
+    "PLY_LIMIT",
+    "RESIGNATION",
+    "TIME_FORFEIT",
+    "TIME_FORFEIT_DRAW",
+    "board_outcome",
+    "format_summary",
+    "match_id_of",
+    "play_match",
+    "slug",
+]

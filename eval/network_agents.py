@@ -43,7 +43,8 @@ from alphazero.errors import UserError
 from alphazero.search import ANALYSIS, search_params
 from alphazero.store.rundir import DEFAULT_RUN_DIR, RunDir
 from alphazero.store.sources import Network, NetworkCache, NetworkSource, load_network
-from eval.agents import Agent, Choice, PlayerKind, int_option, player_kind, ptemp_option
+from eval.agent import Agent, Choice
+from eval.player_kind import PlayerKind, int_option, player_kind, ptemp_option
 from mcts_ext import Board, ChessError
 from mcts_ext.driver import run as run_search
 from mcts_ext.encode import legal_move_indices

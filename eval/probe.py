@@ -18,7 +18,8 @@ prior at temperature 1: the raw network), and measured on every position:
 - ``value_mse``: the squared error of the value against Stockfish's
   (``2 w - 1`` of its best move's win probability w, the mover's view);
 - ``entropy``: the prior's entropy over the legal moves, in nats (a prior that
-  grows sharp narrows a search: EXPERIMENTS.md, "Issue 22", part 7);
+  grows sharp narrows a search: EXPERIMENTS.md, "Issue 22: self-play from the
+  built-in network, and why it lost strength", part 7);
 - ``cross_entropy``: of the prior against Stockfish's policy.
 
 With more than one network, each later one is also compared with the first
@@ -57,7 +58,7 @@ from alphazero.errors import UserError
 from alphazero.nn.planes import compact_to_torch
 from alphazero.store.rundir import RunDir, atomic_write_text
 from alphazero.store.shards import LAB_KIND, ShardError, concatenate, list_shards, read_shard
-from eval.cli import PROBE_POSITIONS as DEFAULT_PROBE_POSITIONS
+from eval.probe_defaults import DEFAULT_PROBE_POSITIONS
 
 PROBE_FIGURES = ("top1", "regret", "value_mse", "entropy", "cross_entropy")
 PROBE_BATCH = 256

@@ -3,14 +3,14 @@
 Two managers, chosen by the engine's ``TimeManager`` option:
 
 - ``simple`` (the engine's first): ``min(t / MovesToGo + 0.75 inc, t / 2) -
-  MoveOverhead`` each move, whatever the game's length. Against Stockfish at
-  10+0.1 it ended its games with more than half of its clock unused
-  (EXPERIMENTS.md, "Issue 24").
+  MoveOverhead`` each move, whatever the game's length, which leaves much of
+  the clock unused at the game's end (EXPERIMENTS.md, "Issue 24: the UCI
+  engine's batches at equal time").
 - ``smart`` (the default): the clock is shared over the moves the game is
   expected still to last, estimated from the ply as lc0's legacy manager
   does (game lengths follow a log-logistic distribution; its median residual
-  life, with a midpoint of 51.5 moves and a steepness of 7), the increments
-  of those moves counted and each move's overhead taken off;
+  life, ``estimated_moves_left``), the increments of those moves counted
+  and each move's overhead taken off;
   ``OPENING_FACTOR`` more on the engine's first ``OPENING_MOVES`` searched
   moves of a game (its first moves out of book, where a game is often
   decided); time banked by moves that stopped early spent later
@@ -25,18 +25,16 @@ Two managers, chosen by the engine's ``TimeManager`` option:
   move's least cost is more than the increment, ``RESERVE_DRAIN_MOVES`` of
   that difference (games outlive the estimate), or ``RESERVE_OVERRUNS``
   times the most a move of this game has cost the clock beyond its plan
-  (a machine that stalled once may stall again: a stall of seven moves
-  took a game at 10+0.1, EXPERIMENTS.md, "Issue 35"); these last three at
-  most ``RESERVE_MAX_FRACTION`` of the first clock. At the reserve a move gets at
+  (a machine that stalled once may stall again); these last three at most
+  ``RESERVE_MAX_FRACTION`` of the first clock. At the reserve a move gets at
   most ``RESERVE_INCREMENT_SHARE`` of the increment, so the clock grows
-  back. Without a reserve the engines ended their games at 1+0.01 with
-  0.06 s of 1 s, lived on the increment for dozens of moves in long games
-  and lost 5 of 200 on one slow move (EXPERIMENTS.md, "Issue 35", "The
-  fastest clock"). A move's overhead is the larger of MoveOverhead and the
-  lag the clocks show: what the GUI's clock lost over a move beyond the
-  engine's own search, or beyond its budget when the search overran it
-  (pipes, the GUI, a server; a least search longer than a tiny budget),
-  averaged over the game.
+  back. Without a reserve, games at the fastest clocks live on the
+  increment alone and one slow move loses on time (EXPERIMENTS.md, "Issue
+  35: the engine under a clock"). A move's overhead is the larger of
+  MoveOverhead and the lag the clocks show: what the GUI's clock lost over
+  a move beyond the engine's own search, or beyond its budget when the
+  search overran it (pipes, the GUI, a server; a least search longer than a
+  tiny budget), averaged over the game.
 
 ``movestogo`` from the GUI replaces the estimate in both.
 """

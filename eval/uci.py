@@ -7,7 +7,7 @@ stop, ponderhit, quit (debug and register are accepted and ignored).
 
 The search runs on a background thread, so `stop`, `ponderhit` and
 `isready` are answered while it runs (one thread, for the engine's life, runs
-every network call: see _NetworkThread); the search hears `stop` and its
+every network call: see NetworkThread); the search hears `stop` and its
 deadline within a few milliseconds whatever the tree holds. A malformed or
 unknown line, or a bad option value, is answered with `info string ...` and
 otherwise ignored (an option keeps its previous value); a position without
@@ -24,39 +24,16 @@ visit, and a batch ends with a Sequential Halving phase. `info nps` is the
 nodes of the search over the seconds it has run; Threads sets torch's CPU
 threads (0: torch's default, the machine's cores).
 
-`go` limits (whichever comes first ends the search):
+`go` takes the limits eval.uci_go lists (whichever comes first ends the
+search; with none, the Nodes option's simulations); `mate` and
+`searchmoves` are not supported and are ignored with an info string.
 
-- `nodes N`: N simulations (the reported nodes are the simulations done).
-- `movetime T`: T - MoveOverhead milliseconds. Under any time limit, a
-  network call that would end past the deadline (by the last call's time)
-  is not started.
-- `wtime/btime [winc/binc] [movestogo]`: the TimeManager option's plan
-  (`plan_search_time`, eval.timeman): `smart` may also stop early, once the
-  best move is settled, and bank the time left for later moves.
-- `depth D`: a cap: stops once the principal variation (the line of best
-  moves, whose length is the reported depth) is D plies long.
-- `infinite`: until `stop`; `bestmove` is withheld until then, as UCI asks.
-- `ponder`: the GUI has already played the move it expects us to predict;
-  the search runs with no time limit until `ponderhit` (from then on it is
-  the normal search its time limits describe, timed from the ponderhit) or
-  `stop` (answered with bestmove, which the GUI discards).
-- none of these: the Nodes option's simulations.
-`mate` and `searchmoves` are not supported and are ignored with an info string.
-
-The search proves results where it meets game ends (an MCTS-solver): a
-proven mate is reported as `score mate N` (N moves, negative when we are
-mated), the shortest proven mate is played, and a search whose root is
-proven stops early. Other scores are the search's Q of the move, a value in
-[-1, 1] for the side to move, converted to centipawns by
-eval.scores.value_to_centipawns, Leela's formula
-cp = 111.714640912 * tan(1.5620688421 * Q): Q 0.5 is about +111 cp, Q 0.9
-about +671 cp, Q +-1 is +-12 800 cp. `MultiPV N` reports the N best root
-moves (best_move's order), each with its own score and line, as `multipv k`.
-`UCI_ShowWDL` adds `wdl W D L` in per mille (eval.scores.value_to_wdl: W - L
-is the move's Q; D is a 'wdl' network's draw probability at the root, cut to
-what Q leaves room for, or 0 for a scalar value head, as lc0 does; always
-summing to 1000; proven results are 1000/0/0, 0/1000/0 or 0/0/1000).
-`bestmove` names a `ponder` move when the line has a second move.
+The search proves results where it meets game ends (an MCTS-solver): the
+shortest proven mate is played, and a search whose root is proven stops
+early. `MultiPV N` reports the N best root moves (best_move's order), each
+with its own score and line, as `multipv k`; `UCI_ShowWDL` adds `wdl W D L`
+(eval.uci_search says how scores are given). `bestmove` names a `ponder`
+move when the line has a second move.
 
 Between moves of one game the search keeps the subtree of the moves played
 (tree reuse): when a `position` continues the game last searched, the visits
@@ -66,36 +43,28 @@ LeavesPerBatch start from an empty tree.
 
 from __future__ import annotations
 
-import queue
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent import futures
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
 import torch
 
 from alphazero import __version__
-from alphazero.config import PRECISIONS
 from alphazero.errors import UserError
 from alphazero.nn.builtin import BUILTIN
 from alphazero.nn.network import pick_device
-from alphazero.search import (
-    UCI,
-    UCI_LEAVES_PER_BATCH,
-    UCI_VISITS_PER_LEAF,
-    parse_cpuct,
-    parse_policy_temperature,
-    search_params,
-)
+from alphazero.search import UCI, parse_cpuct, parse_policy_temperature, search_params
 from alphazero.store.rundir import DEFAULT_RUN_DIR, RunDir
 from alphazero.store.sources import FRESH, Network, NetworkSource, load_network, resolve_source
-from eval.scores import value_to_centipawns, value_to_wdl
-from eval.timeman import MANAGERS, MIN_BUDGET_MS, MovePlan, TimeManager, best_is_settled, simple_budget_ms
+from eval.timeman import TimeManager, best_is_settled
+from eval.uci_go import GoCommand, parse_go, plan_search_time
+from eval.uci_options import DEFAULT_THREADS, INFINITE_NODES, OPTIONS, OPTIONS_BY_NAME, UciOption, quoted
+from eval.uci_search import NetworkThread, SearchJob, SearchReport, info_lines
 from mcts_ext import STARTING_FEN, Board, ChessError
 from mcts_ext.driver import run as run_search
 from mcts_ext.params import SearchParams
@@ -103,271 +72,21 @@ from mcts_ext.search import MultiGameSearch
 
 ENGINE_AUTHOR = "the alphazero authors"
 
-
 PRUNING_AFTER_SHARE = 0.1
 """Smart pruning waits until this share of a move's budget has passed, so that the speed it extrapolates is
 measured (eval.timeman.best_is_settled)."""
 
-DEFAULT_MOVE_OVERHEAD_MS = 10
-"""Milliseconds kept back each move: a local GUI or python-chess answers within a few. The engine's first
-default, 100, with the simple manager left half its clock unused at 10+0.1 (EXPERIMENTS.md, "Issue 24"), and at
-1+0.01 a per-move reserve above the 10 ms increment would leave the smart manager nothing to search with."""
-
 ENGINE_FORWARD = "graphs"
-"""How the engine's network runs on CUDA: a CUDA graph per batch-size bucket, captured at load. Eagerly, its
-calls of 1-32 leaves were bound by kernel launches, and bf16 autocast's casts made it slower than float32; graphs
-beat both by far (EXPERIMENTS.md, "The UCI engine on CUDA with CUDA graphs"; `alphazero bench uci --device
-cuda` measures both). On a CPU the passes run eager whatever this says."""
-
-INFINITE_NODES = 50_000_000
-"""The node cap of `go infinite`, `go ponder` and timed searches (bounds the tree's memory)."""
+"""How the engine's network runs on CUDA: a CUDA graph per batch-size bucket, captured at load, because run
+eagerly the engine's small batches are bound by kernel launches, which bf16's casts only add to (EXPERIMENTS.md,
+"The UCI engine on CUDA with CUDA graphs, on one H200"; `alphazero bench uci --device cuda` measures both). On a
+CPU the passes run eager whatever this says."""
 
 INFO_INTERVAL_S = 0.5
 """Seconds between info lines during a search (one more comes with bestmove)."""
 
 INFO_STRING_LIMIT = 400
 """The longest `info string` text (a message quoting a 20 000-character line is no help to a GUI)."""
-
-MAX_MULTIPV = 256
-"""The most lines MultiPV may ask for (no position has more legal moves)."""
-
-_GO_INTEGERS = ("wtime", "btime", "winc", "binc", "movestogo", "depth", "nodes", "mate", "movetime")
-_GO_FLAGS = ("infinite", "ponder")
-
-
-# --- options ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class UciOption:
-    """One engine option, as declared to the GUI: UCI name, type, default, range and help."""
-
-    name: str
-    type: str  # 'spin', 'check', 'combo' or 'string'
-    default: int | bool | str
-    help: str
-    min: int | None = None
-    max: int | None = None
-    choices: tuple[str, ...] = ()  # the values of a combo
-    check: Callable[[str], object] | None = None  # a string's check: raises ValueError saying what is expected
-
-    def declaration(self) -> str:
-        """Returns the `option name ... type ...` line sent in answer to `uci`."""
-        if self.type == "check":
-            default = "true" if self.default else "false"
-        else:
-            default = str(self.default) if self.default != "" else "<empty>"
-        line = f"option name {self.name} type {self.type} default {default}"
-        if self.type == "spin":
-            line += f" min {self.min} max {self.max}"
-        line += "".join(f" var {choice}" for choice in self.choices)
-        return line
-
-    def parse(self, text: str) -> int | bool | str:
-        """Converts a setoption value. Raises ValueError saying what is expected."""
-        if self.type == "spin":
-            try:
-                value = int(text)
-            except ValueError:
-                raise ValueError(f"{self.name} takes an integer, got {_quoted(text)}") from None
-            assert self.min is not None and self.max is not None
-            if not self.min <= value <= self.max:
-                raise ValueError(f"{self.name} must lie in {self.min}..{self.max}, got {_quoted(text)}")
-            return value
-        if self.type == "check":
-            if text.lower() not in ("true", "false"):
-                raise ValueError(f"{self.name} takes true or false, got {_quoted(text)}")
-            return text.lower() == "true"
-        if self.type == "combo":
-            if text.lower() not in self.choices:
-                raise ValueError(f"{self.name} takes one of {', '.join(self.choices)}, got {text!r}")
-            return text.lower()
-        text = "" if text == "<empty>" else text
-        if self.check is not None and text:
-            self.check(text)
-        return text
-
-
-OPTIONS: tuple[UciOption, ...] = (
-    UciOption("Nodes", "spin", 400, "simulations a move when `go` sets no limit, and the cap of `go depth`",
-              1, INFINITE_NODES),
-    UciOption("Weights", "string", "", "a model file or learner checkpoint; empty: the run's latest checkpoint"),
-    UciOption("Device", "string", "auto", "where the network runs: auto, cpu, cuda or cuda:N"),
-    UciOption("Precision", "combo", "auto", "the network's precision on a CPU: auto (bf16 where the processor has "
-              "native bf16 and a pass timed at load is faster), bf16 or float32", choices=PRECISIONS),
-    UciOption("Threads", "spin", 0, "torch CPU threads for the network; 0: torch's default, the machine's cores",
-              0, 1024),
-    UciOption("MoveOverhead", "spin", DEFAULT_MOVE_OVERHEAD_MS, "milliseconds kept back each move for the GUI "
-              "and lag", 0, 60_000),
-    UciOption("TimeManager", "combo", "smart", "smart: the clock shared over the moves the game is expected to last, "
-              "saved time spent later, early stops when the best move is settled; simple: clock / MovesToGo "
-              "+ 0.75 increment", choices=MANAGERS),
-    UciOption("MovesToGo", "spin", 30, "the simple time manager: moves assumed left when the GUI sends a clock "
-              "without movestogo", 1, 1000),
-    UciOption("LeavesPerBatch", "spin", UCI_LEAVES_PER_BATCH, "leaves per network call, gathered with virtual "
-              "loss (more nodes a second, each a little less informed)", 1, 256),
-    UciOption("VisitsPerLeaf", "spin", round(UCI_VISITS_PER_LEAF), "the batch grows with the tree: a network "
-              "call takes at most the root's visits / this leaves, up to LeavesPerBatch; 0: full batches from the "
-              "first call", 0, 1_000_000),
-    UciOption("PolicyTemperature", "string", "", "softmax temperature of the network's prior (> 1 flattens it, "
-              "as lc0's); empty: the network's own search.policy_temperature", check=parse_policy_temperature),
-    UciOption("CPuct", "string", "", "PUCT's exploration constant c_init (lc0's CPuct): more explores more moves; "
-              "empty: the network's own search.c_init", check=parse_cpuct),
-    UciOption("MultiPV", "spin", 1, "root moves reported, each with its own score and line (multipv k)",
-              1, MAX_MULTIPV),
-    UciOption("UCI_ShowWDL", "check", False, "add `wdl W D L` (per mille) to the scores"),
-    UciOption("Ponder", "check", False, "the GUI may send `go ponder`; pondering works either way"),
-    UciOption("SearchAlgorithm", "combo", "auto", "puct or gumbel (no noise; best with a node limit, as Sequential "
-              "Halving plans for its budget); auto: the network's search.algorithm for a node limit, puct "
-              "under a clock or until stop",
-              choices=("auto", "puct", "gumbel")),
-)
-"""Every engine option, declared once: the `uci` answer and setoption both read this table."""
-
-_OPTIONS_BY_NAME = {option.name.lower(): option for option in OPTIONS}
-
-DEFAULT_THREADS = torch.get_num_threads()
-"""torch's own choice of CPU threads (the machine's cores), which Threads 0 restores."""
-
-
-def _quoted(text: str, limit: int = 80) -> str:
-    """Quotes outside input for a message, cut to `limit` characters."""
-    return repr(text if len(text) <= limit else text[:limit] + "...")
-
-
-# --- go ----------------------------------------------------------------------------------
-
-
-@dataclass
-class GoCommand:
-    """The parsed arguments of `go` (times in milliseconds); `problems` lists what was ignored."""
-
-    wtime: int | None = None
-    btime: int | None = None
-    winc: int | None = None
-    binc: int | None = None
-    movestogo: int | None = None
-    depth: int | None = None
-    nodes: int | None = None
-    mate: int | None = None
-    movetime: int | None = None
-    infinite: bool = False
-    ponder: bool = False
-    searchmoves: bool = False
-    problems: tuple[str, ...] = ()
-
-
-def parse_go(tokens: Sequence[str]) -> GoCommand:
-    """Parses the tokens after `go`; malformed values are skipped and named in `problems`."""
-    go = GoCommand()
-    problems: list[str] = []
-    i = 0
-    while i < len(tokens):
-        token = tokens[i].lower()
-        if token in _GO_FLAGS:
-            setattr(go, token, True)
-        elif token == "searchmoves":
-            go.searchmoves = True
-            while i + 1 < len(tokens) and tokens[i + 1].lower() not in (*_GO_INTEGERS, *_GO_FLAGS):
-                i += 1
-        elif token in _GO_INTEGERS:
-            value = tokens[i + 1] if i + 1 < len(tokens) else None
-            try:
-                number = int(value) if value is not None else None
-            except ValueError:
-                number = None
-            if number is None or (number < 0 and token not in ("wtime", "btime", "mate")):
-                problems.append(f"{token} {value if value is not None else '(missing)'}")
-            else:
-                setattr(go, token, number)
-            i += 1 if value is not None else 0
-        else:
-            problems.append(token)
-        i += 1
-    go.problems = tuple(problems)
-    return go
-
-
-def plan_search_time(go: GoCommand, white_to_move: bool, *, overhead_ms: float, moves_to_go: int,
-                   ply: int = 0, manager: TimeManager | None = None) -> MovePlan | None:
-    """Plans the search's time, or returns None when `go` sets no time limit (eval.timeman).
-
-    - movetime T: T - overhead, all of it.
-    - a clock: the smart `manager` (TimeManager: the clock shared over the
-      moves expected from `ply`, a bank of saved time, early stops), or with
-      none the simple formula min(t / m + 0.75 inc, t / 2) - overhead, m being
-      movestogo when the GUI sends it, else `moves_to_go` (MovesToGo, 30).
-    Never below MIN_BUDGET_MS: the root is always expanded and a move chosen.
-    """
-    if go.movetime is not None:
-        return MovePlan(max(go.movetime - overhead_ms, MIN_BUDGET_MS), may_stop_early=False)
-    remaining = go.wtime if white_to_move else go.btime
-    if remaining is None:
-        return None
-    increment = (go.winc if white_to_move else go.binc) or 0
-    if manager is not None:
-        return manager.plan(remaining, increment, ply, overhead_ms=overhead_ms, movestogo=go.movestogo)
-    moves_left = go.movestogo if go.movestogo else moves_to_go
-    return MovePlan(simple_budget_ms(remaining, increment, movestogo=moves_left, overhead_ms=overhead_ms),
-                    may_stop_early=False)
-
-
-@dataclass
-class _Job:
-    """One search in flight: the position, its limits, the events that end it, and whether it answered.
-
-    `deadline` is None while the search has no time limit (pondering, or no
-    clock given); `ponderhit` sets it. `wake` is set whenever `stop` or
-    `ponderhit` arrives, for a search that finished early and waits to
-    answer. `answered` is set just before `bestmove` is written: from then on
-    the GUI may send the next `go`, although the thread may not have exited yet.
-    """
-
-    board: Board
-    go: GoCommand
-    nodes: int
-    plan: MovePlan | None
-    deadline: float | None
-    pondering: bool
-    started: float  # the reported time counts from here (reset by ponderhit, as the clock is)
-    stop: threading.Event = field(default_factory=threading.Event)
-    wake: threading.Event = field(default_factory=threading.Event)
-    answered: threading.Event = field(default_factory=threading.Event)
-    clock: Callable[[], float] = time.monotonic  # the engine's clock (a test gives its own)
-    searching_since: float = -1.0  # nps counts every node from here (`started` unless set)
-
-    def __post_init__(self) -> None:
-        if self.searching_since < 0:
-            self.searching_since = self.started
-
-    @property
-    def budget_ms(self) -> float | None:
-        return self.plan.budget_ms if self.plan is not None else None
-
-    def must_wait(self) -> bool:
-        """Checks whether a finished search must still withhold bestmove (infinite, or pondering)."""
-        return not self.stop.is_set() and (self.go.infinite or self.pondering)
-
-
-@dataclass(frozen=True)
-class SearchReport:
-    """What the last search did: `nodes` (simulations) in `seconds` (pondering included), in `batches`
-    network calls that evaluated `leaves` positions, within `budget_ms` when a clock or movetime gave one;
-    `nodes_per_second` is what `info nps` reports."""
-
-    nodes: int
-    seconds: float
-    batches: int
-    leaves: int
-    budget_ms: float | None = None  # the time the plan gave the move (None: no clock, movetime or infinite)
-
-    @property
-    def nodes_per_second(self) -> float:
-        return self.nodes / max(self.seconds, 1e-6)
-
-    @property
-    def leaves_per_batch(self) -> float:
-        return self.leaves / self.batches if self.batches else 0.0
 
 
 # --- output ---------------------------------------------------------------------------------
@@ -389,65 +108,6 @@ class _Output:
                 pass  # the GUI went away (or closed our stream); nothing to tell it
 
 
-def mate_in_moves(result: str, plies: int) -> int:
-    """Converts a proven result of the position AFTER a move (its mover's opponent's view) to UCI's
-    `score mate N` for the player making the move: N moves to mate, negative when mated.
-
-    >>> mate_in_moves("loss", 0), mate_in_moves("loss", 2), mate_in_moves("win", 1), mate_in_moves("win", 3)
-    (1, 2, -1, -2)
-    """
-    if result == "loss":  # the opponent is lost: we mate in plies + 1 of ours and theirs
-        return (plies + 2) // 2
-    return -((plies + 1) // 2)
-
-
-@dataclass(frozen=True)
-class _Line:
-    """One root move's report: its line, and its score as centipawns or a mate."""
-
-    pv: list[str]
-    cp: int | None
-    mate: int | None
-    wdl: tuple[int, int, int]
-
-    def score(self) -> str:
-        return f"score mate {self.mate}" if self.mate is not None else f"score cp {self.cp}"
-
-
-def _line_for(search: MultiGameSearch, move: str, q: float | None, draw: float | None) -> _Line:
-    pv = search.principal_variation(0, first=move)
-    proof = search.proof(0, [move])
-    if proof is not None and proof[0] != "draw":
-        mate = mate_in_moves(*proof)
-        return _Line(pv, None, mate, (1000, 0, 0) if mate > 0 else (0, 0, 1000))
-    if proof is not None:
-        return _Line(pv, 0, None, (0, 1000, 0))
-    value = q if q is not None else search.root_value(0)
-    return _Line(pv, round(value_to_centipawns(value)), None, value_to_wdl(value, draw))
-
-
-def _info_lines(search: MultiGameSearch, job: _Job, multipv: int, *, wdl: bool,
-                draw: float | None) -> list[str]:
-    """Formats one `info depth .. multipv k score .. [wdl ..] nodes .. nps .. time .. pv ..` per line.
-
-    nodes: the simulations of this search (a kept subtree's older visits are
-    not counted); nps: those nodes over the seconds the search has run
-    (pondering included); time: milliseconds since `go`, or since ponderhit.
-    """
-    now = job.clock()
-    elapsed = max(now - job.started, 1e-6)
-    nodes = search.simulations(0)
-    nps = int(nodes / max(now - job.searching_since, 1e-6))
-    q_of = {uci: q for uci, _, _, q, _ in search.root_stats(0)}
-    lines = []
-    for k, move in enumerate(search.ranked_moves(0)[:multipv], start=1):
-        line = _line_for(search, move, q_of[move], draw)
-        shown_wdl = f" wdl {line.wdl[0]} {line.wdl[1]} {line.wdl[2]}" if wdl else ""
-        lines.append(f"info depth {len(line.pv)} seldepth {len(line.pv)} multipv {k} {line.score()}{shown_wdl} "
-                     f"nodes {nodes} nps {nps} time {int(elapsed * 1000)} pv {' '.join(line.pv)}")
-    return lines
-
-
 def _lenient(stream: TextIO) -> TextIO:
     """Makes a text stream replace undecodable bytes instead of raising (garbage must not end the engine)."""
     reconfigure = getattr(stream, "reconfigure", None)
@@ -463,58 +123,6 @@ def _lenient(stream: TextIO) -> TextIO:
 
 
 _Result = TypeVar("_Result")
-
-
-class _NetworkThread:
-    """One daemon thread that runs, in order, every call of the engine that touches torch: loading the
-    network, setting its threads, and the searches.
-
-    Why one, and why not the main thread: torch's CPU threads come from OpenMP (libgomp), which keeps a
-    pool of worker threads for each thread that ever ran a parallel operation, for that thread's life.
-    Once the process holds more pool threads than cores, libgomp stops spinning between operations and
-    every operation waits to wake its workers. With the network loaded on the main thread and searched on
-    a fresh thread per `go`, the built-in network's passes ran at 40% of their speed on the 2-core
-    machine (335 against 861 evaluations/s at batch 1, 2 threads; EXPERIMENTS.md, "Issue 24"). Kept to
-    one thread, the engine keeps one pool.
-    """
-
-    def __init__(self) -> None:
-        self._tasks: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None] = \
-            queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-
-    def submit(self, function: Callable[..., _Result], *args: Any) -> Future[_Result]:
-        """Queues ``function(*args)``; its future holds the result or the exception."""
-        if self._thread is None or not self._thread.is_alive():
-            self._thread = threading.Thread(target=self._serve, name="uci-network", daemon=True)
-            self._thread.start()
-        future: Future[_Result] = Future()
-        self._tasks.put((future, function, args))
-        return future
-
-    def call(self, function: Callable[..., _Result], *args: Any) -> _Result:
-        """Runs ``function(*args)`` on the thread and waits for it (at once when already on it)."""
-        if threading.current_thread() is self._thread:
-            return function(*args)
-        return self.submit(function, *args).result()
-
-    def close(self) -> None:
-        """Ends the thread once the queued calls are done (a later submit starts a new one)."""
-        if self._thread is not None and self._thread.is_alive():
-            self._tasks.put(None)
-            self._thread.join()
-        self._thread = None
-
-    def _serve(self) -> None:
-        while (task := self._tasks.get()) is not None:
-            future, function, args = task
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(function(*args))
-            except BaseException as error:  # handed to whoever waits on the future
-                future.set_exception(error)
-
 
 class UciEngine:
     """The engine's state and command handlers; `run()` is the loop over the input stream.
@@ -556,12 +164,12 @@ class UciEngine:
         self.values: dict[str, Any] = {option.name: option.default for option in OPTIONS}
         self.values["Weights"] = str(weights) if weights is not None else ""
         self.values["Device"] = device
-        self._network_thread = _NetworkThread()
+        self._network_thread = NetworkThread()
         try:
             if nodes is not None:
-                self.values["Nodes"] = _OPTIONS_BY_NAME["nodes"].parse(str(nodes))
+                self.values["Nodes"] = OPTIONS_BY_NAME["nodes"].parse(str(nodes))
             if threads is not None:
-                self._set_threads(int(_OPTIONS_BY_NAME["threads"].parse(str(threads))))
+                self._set_threads(int(OPTIONS_BY_NAME["threads"].parse(str(threads))))
         except ValueError as error:
             raise UserError(str(error)) from None
         self._check_source()  # fail now, with a clear message, not at the first `go`
@@ -570,7 +178,7 @@ class UciEngine:
         self._loaded_key: tuple[NetworkSource, str, str] | None = None
         self._time = TimeManager()  # the smart time manager's bank, kept across the moves of a game
         self._board = Board(ply_limit=None)
-        self._job: _Job | None = None
+        self._job: SearchJob | None = None
         self._search_done: Future[None] | None = None  # the running (or last) search, on the network thread
         # The search and its tree, kept between moves for reuse, and the arrays it gathers
         # leaves into; only the network thread touches them while a search runs. Rebuilt
@@ -596,7 +204,7 @@ class UciEngine:
 
     def on_network_thread(self, function: Callable[..., _Result], *args: Any) -> _Result:
         """Runs ``function(*args)`` on the thread that runs the engine's network, and returns its result
-        (a benchmark times the network alone there, as the engine runs it: see _NetworkThread)."""
+        (a benchmark times the network alone there, as the engine runs it: see NetworkThread)."""
         return self._network_thread.call(function, *args)
 
     def handle(self, line: str) -> bool:
@@ -662,9 +270,9 @@ class UciEngine:
         split = lowered.index("value") if "value" in lowered else len(args)
         name = " ".join(args[1:split])
         value = " ".join(args[split + 1:])
-        option = _OPTIONS_BY_NAME.get(name.lower())
+        option = OPTIONS_BY_NAME.get(name.lower())
         if option is None:
-            self.info_string(f"unknown option {_quoted(name)}; options: {', '.join(o.name for o in OPTIONS)}")
+            self.info_string(f"unknown option {quoted(name)}; options: {', '.join(o.name for o in OPTIONS)}")
             return
         try:
             parsed = option.parse(value)
@@ -684,7 +292,7 @@ class UciEngine:
                 pick_device(str(self.values["Device"]))
             except UserError as error:
                 self.values[option.name] = old
-                self.info_string(f"ignored {option.name}, kept {_quoted(str(old))}: {error}")
+                self.info_string(f"ignored {option.name}, kept {quoted(str(old))}: {error}")
 
     def _set_threads(self, threads: int) -> None:
         """Sets torch's CPU threads for the network; 0 restores torch's default, the machine's cores.
@@ -712,7 +320,7 @@ class UciEngine:
             try:
                 board.push_uci(uci)
             except ChessError as error:
-                self.info_string(f"moves from {_quoted(uci)} on ignored: {error}")
+                self.info_string(f"moves from {quoted(uci)} on ignored: {error}")
                 break
         self._board = board
 
@@ -738,13 +346,13 @@ class UciEngine:
 
     def _report_unsupported(self, go: GoCommand) -> None:
         for problem in go.problems:
-            self.info_string(f"go: ignored {_quoted(problem)}")
+            self.info_string(f"go: ignored {quoted(problem)}")
         if go.mate is not None:
             self.info_string("go mate is not supported; searching with the other limits")
         if go.searchmoves:
             self.info_string("go searchmoves is not supported; searching every move")
 
-    def _make_job(self, go: GoCommand, board: Board) -> _Job:
+    def _make_job(self, go: GoCommand, board: Board) -> SearchJob:
         started = self._clock()
         manager = self._time if self.values["TimeManager"] == "smart" else None
         game_ply = 2 * (board.fullmove_number - 1) + (0 if board.turn else 1)
@@ -753,7 +361,7 @@ class UciEngine:
         timed = plan is not None or go.infinite
         nodes = go.nodes if go.nodes is not None else (INFINITE_NODES if timed else int(self.values["Nodes"]))
         deadline = started + plan.budget_ms / 1000.0 if plan is not None and not go.ponder else None
-        return _Job(board, go, max(1, min(nodes, INFINITE_NODES)), plan, deadline, go.ponder, started,
+        return SearchJob(board, go, max(1, min(nodes, INFINITE_NODES)), plan, deadline, go.ponder, started,
                     clock=self._clock)
 
     def _stop(self, args: list[str]) -> None:
@@ -777,7 +385,7 @@ class UciEngine:
 
     # -- the search (on the network thread) --
 
-    def _algorithm_for(self, network: Network, job: _Job) -> str:
+    def _algorithm_for(self, network: Network, job: SearchJob) -> str:
         """The search algorithm of ``job``: the SearchAlgorithm option, or for ``auto`` the network's
         search.algorithm when the search has a node budget, and PUCT when it runs until a clock or ``stop``
         ends it (Sequential Halving divides a budget known in advance; PUCT's best move is good whenever
@@ -797,7 +405,7 @@ class UciEngine:
         text = str(self.values["CPuct"]).strip()
         return parse_cpuct(text) if text else None
 
-    def _search_for(self, network: Network, job: _Job) -> MultiGameSearch:
+    def _search_for(self, network: Network, job: SearchJob) -> MultiGameSearch:
         """The engine's search (tree kept from the last move), rebuilt if the network, batch size or
         algorithm changed."""
         params = search_params(network.search_config, UCI, algorithm=self._algorithm_for(network, job),
@@ -811,7 +419,7 @@ class UciEngine:
             self._search_key = key
         return self._search
 
-    def _search_job(self, job: _Job, network: Network) -> None:
+    def _search_job(self, job: SearchJob, network: Network) -> None:
         best, ponder = "0000", None
         try:
             search = self._search_for(network, job)
@@ -823,7 +431,7 @@ class UciEngine:
             last_info = [job.started]
 
             def report() -> None:
-                for line in _info_lines(search, job, multipv, wdl=wdl, draw=draw):
+                for line in info_lines(search, job, multipv, wdl=wdl, draw=draw):
                     self._out.line(line)
 
             calls = [0, 0]  # network calls, leaves evaluated

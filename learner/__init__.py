@@ -1,13 +1,22 @@
-"""The learner: replay window over self-play shards, training loop, checkpoints, TensorBoard.
+"""The learner: replay window over self-play shards, training loop, checkpoints, TensorBoard; pretraining.
 
 Modules, by concern:
 
 - ``learner.replay``: ReplayWindow (the newest positions of run/selfplay, the
-  reuse cap) and Batch.
+  reuse cap); its storage in ``learner.replay_store``, the Batch it samples in
+  ``learner.batch``.
 - ``learner.trainer``: the loss, the optimiser and Trainer.step.
 - ``learner.loop``: Learner and run_learner (resume, wait, train, log,
-  checkpoint, publish).
-- ``learner.cli``: `alphazero learn`.
+  checkpoint, publish); beside it ``learner.probes`` (fixed positions whose
+  outputs are logged), ``learner.reporting`` (running figures, TensorBoard
+  names, the progress line), ``learner.interrupts`` (Ctrl-C and SIGTERM).
+- Supervised pretraining: ``learner.pgn_data`` (games to shards),
+  ``learner.labels`` (Stockfish labels: chunks, workers, resuming; its parts
+  in ``label_settings``, ``label_targets``, ``labeller``, ``label_games``,
+  ``position_files``), ``learner.pretrain`` (training on them),
+  ``learner.recipe`` and ``learner.recipe_run`` (a network's whole recipe as
+  one file and one command).
+- ``learner.cli``: `alphazero learn` and `alphazero pretrain`.
 
 The names below are re-exported lazily, so that importing ``learner.cli`` to
 build the command line does not load torch.

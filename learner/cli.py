@@ -3,7 +3,9 @@
 ``alphazero pretrain --run DIR --pgn FILE ...`` or ``--stockfish NODES
 --positions P [--positions-from FILE ...]`` writes supervised data into
 DIR/pretrain/ (learner.pgn_data, learner.labels) and trains the run's network
-on it (learner.pretrain); see docs/usage.md.
+on it (learner.pretrain); ``--recipe NAME_OR_FILE --data FOLDER`` runs a
+recipe's sources, links and training instead (learner.recipe,
+learner.recipe_run); see docs/usage.md.
 
 ``alphazero learn [--run DIR] [--steps N] [--device D] [--from-checkpoint STEP] [--preset P] [--set key=value ...]``
 trains on the shards self-play writes into DIR/selfplay and checkpoints into
@@ -127,6 +129,16 @@ def add_pretrain_arguments(parser: argparse.ArgumentParser) -> None:
                            "with no file)")
     data.add_argument("--workers", type=int, default=0, metavar="W",
                       help="Stockfish processes (default: one per CPU core)")
+    recipe = parser.add_argument_group("a recipe (instead of --pgn and --stockfish: each source into "
+                                       "RUN/sources/NAME/, then RUN/pretrain/ and RUN/mix/)")
+    recipe.add_argument("--recipe", default=None, metavar="NAME_OR_FILE",
+                        help="make the data a recipe names and train as it says, resuming (builtin: the built-in "
+                             "network's, alphazero/weights/recipes/builtin.toml; or a recipe file)")
+    recipe.add_argument("--data", type=Path, default=None, metavar="FOLDER",
+                        help="with --recipe: the folder that holds the downloaded files the recipe reads")
+    recipe.add_argument("--dry-run", action="store_true",
+                        help="with --recipe: print the plan (the files each source reads, the shards taken, the "
+                             "training settings) and stop")
     training = parser.add_argument_group("training")
     training.add_argument("--steps", type=int, default=None, metavar="N",
                           help="train until step N (overrides learner.training_steps; a rerun resumes towards it)")
@@ -152,6 +164,17 @@ def _check_pretrain(args: argparse.Namespace) -> None:
     Raises:
         UserError: a missing or out-of-range value.
     """
+    if args.recipe is None and (args.data is not None or args.dry_run):
+        raise UserError("--data and --dry-run go with --recipe NAME_OR_FILE")
+    if args.recipe is not None:
+        given = [flag for flag, value in (("--pgn", args.pgn), ("--stockfish", args.stockfish is not None),
+                                          ("--positions", args.positions is not None),
+                                          ("--positions-from", args.positions_from), ("--preset", args.preset))
+                 if value]
+        if given:
+            raise UserError(f"--recipe names its own data and preset: drop {', '.join(given)}")
+        if args.data is None:
+            raise UserError("--recipe needs --data FOLDER, the folder that holds the files it reads")
     if (args.stockfish is None) != (args.positions is None):
         raise UserError("--stockfish NODES and --positions P go together")
     if args.positions_from and args.stockfish is None:
@@ -160,7 +183,9 @@ def _check_pretrain(args: argparse.Namespace) -> None:
         raise UserError("--workers and --threads must be 0 (the default) or more")
     if args.steps is not None and args.steps < 0:
         raise UserError(f"--steps must be 0 or more, got {args.steps}")
-    if args.notice is not None and (args.export is None or not args.notice.strip()):
+    if args.notice is not None and args.recipe is not None and not args.notice.strip():
+        raise UserError("--notice TEXT must not be empty")
+    if args.notice is not None and args.recipe is None and (args.export is None or not args.notice.strip()):
         raise UserError("--notice TEXT goes with --export FILE, and TEXT must not be empty")
     if args.minutes is not None and not args.minutes > 0:
         raise UserError(f"--minutes must be positive, got {args.minutes}")
@@ -181,6 +206,9 @@ def run_pretrain(args: argparse.Namespace) -> None:
         KeyboardInterrupt: after Ctrl-C (written shards and the last training step are kept).
     """
     _check_pretrain(args)
+    if args.recipe is not None:
+        _run_recipe(args)
+        return
     run_dir, config = open_run_from_args(args, announce=not args.quiet)
     if args.pgn:
         from learner.pgn_data import convert_pgn
@@ -209,3 +237,34 @@ def run_pretrain(args: argparse.Namespace) -> None:
                      export=args.export, notice=args.notice, progress=not args.quiet)
     print(f"pretrain: done; start self-play from it with `alphazero train --run NEW_RUN --init {run_dir.root}`",
           flush=True)
+
+
+def _run_recipe(args: argparse.Namespace) -> None:
+    """Runs `alphazero pretrain --recipe`: the plan (and with --dry-run only that), then the recipe's sources,
+    links and training under the run's learner lock (one recipe at a time on a run).
+
+    Raises:
+        UserError: as learner.recipe.load_recipe, plan_recipe and run_recipe.
+    """
+    from learner.recipe import load_recipe
+    from learner.recipe_run import describe_plan, plan_recipe, run_recipe
+
+    recipe = load_recipe(args.recipe)
+    plan = plan_recipe(recipe, args.data, args.run)
+    if args.dry_run:
+        print("\n".join(describe_plan(plan, held_out=args.held_out, export=args.export, notice=args.notice)),
+              flush=True)
+        return
+    args.preset = recipe.training.preset
+    run_dir, config = open_run_from_args(args, defaults=recipe.run_overrides(), announce=not args.quiet)
+    if args.threads and not args.data_only:
+        import torch
+
+        torch.set_num_threads(args.threads)  # this process's, set by the command
+    with learner_lock(run_dir, "alphazero pretrain --recipe"):
+        run_recipe(plan, run_dir, config, held_out=args.held_out, workers=args.workers or os.cpu_count() or 1,
+                   train=not args.data_only, steps=args.steps, minutes=args.minutes, device=args.device,
+                   export=args.export, notice=args.notice, progress=not args.quiet)
+    if not args.data_only:
+        print(f"pretrain: done; start self-play from it with `alphazero train --run NEW_RUN --init {run_dir.root}`",
+              flush=True)

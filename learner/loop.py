@@ -26,7 +26,7 @@
   learner.window_exponent), replay/average_reuse, replay/positions_added,
   replay/corrupt_shards, replay/skipped_shards, replay/validation_positions
   and replay/waiting_s. At every checkpoint, a text summary ``probes`` of the
-  net's value and top-3 moves in a few fixed positions (see PROBES).
+  net's value and top-3 moves in a few fixed positions (learner.probes).
 - **Validation** every ``validate_every`` steps and at the end: the held-out
   games' positions (ReplayWindow: never trained on) and an equal-size sample
   of the window, both in eval mode, as ``validation/policy_loss``,
@@ -48,25 +48,19 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
-import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, fields
+from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
-import chess
 import numpy as np
 import torch
 
-from alphazero.chess.moves import index_to_move, legal_move_indices
 from alphazero.config import Config
-from alphazero.console import LiveDisplay, fit_line
+from alphazero.console import fit_line
 from alphazero.errors import UserError
 from alphazero.nn.network import build_network, pick_device
-from alphazero.nn.planes import compact_to_torch, encode_position
 from alphazero.store.checkpoint import (
     KEPT_NAME,
     checkpoint_name,
@@ -81,8 +75,12 @@ from alphazero.store.checkpoint import (
     thin_checkpoints,
 )
 from alphazero.store.rundir import RunDir
-from learner.replay import WAIT_POSITIONS, Batch, ReplayWindow, concatenate_batches
-from learner.trainer import VALIDATION_FIGURES, StepStats, Trainer, eval_mode, weight_decay_term
+from learner.batch import Batch, concatenate_batches
+from learner.interrupts import stop_on_interrupt
+from learner.probes import PROBES, Probe, encode_probes, probe_report
+from learner.replay import WAIT_POSITIONS, ReplayWindow
+from learner.reporting import TB_NAMES, VALIDATION_LAYOUT, Progress, Running
+from learner.trainer import VALIDATION_FIGURES, Trainer, weight_decay_term
 
 __all__ = ["PROBES", "Learner", "OnCheckpoint", "Probe", "probe_report", "run_learner"]
 
@@ -92,157 +90,6 @@ OnCheckpoint = Callable[[int, Path], None]  # (step, checkpoint path), called af
 TB_SUBDIR = "learner"
 PROGRESS_SECONDS = 0.25  # the live line is redrawn (and the device synced for it) at most this often
 MIX_WINDOW_POSITIONS = 100_000_000  # learner.mix_dir is read whole
-
-
-# --- probe positions ----------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Probe:
-    """A fixed position whose evaluation is logged as text: ``moves`` (UCI) played from ``fen``."""
-
-    name: str
-    fen: str = chess.STARTING_FEN
-    moves: tuple[str, ...] = ()
-    expect: str = ""  # what a good net says here, for the reader
-
-
-PROBES = (
-    Probe("start position", expect="about even; e4, d4, Nf3 or c4"),
-    Probe("1.e4 e5 2.Nf3", moves=("e2e4", "e7e5", "g1f3"), expect="about even; Nc6, d6 or Nf6 (defend e5)"),
-    Probe("mate in one", "6k1/5ppp/8/8/8/8/8/R5K1 w - - 0 1", expect="winning; Ra8#"),
-    Probe("K+Q vs K", "8/8/8/4k3/8/8/8/3QK3 w - - 0 1", expect="winning for White, to move"),
-)
-
-
-@dataclass(frozen=True)
-class _EncodedProbe:
-    probe: Probe
-    board: chess.Board
-    planes: np.ndarray
-    scalars: np.ndarray
-    legal: np.ndarray  # int64 policy indices of the legal moves
-
-
-def _encode_probes(probes: tuple[Probe, ...]) -> list[_EncodedProbe]:
-    encoded = []
-    for probe in probes:
-        board = chess.Board(probe.fen)
-        for uci in probe.moves:
-            board.push_uci(uci)
-        planes, scalars = encode_position(probe.fen, list(probe.moves))
-        encoded.append(_EncodedProbe(probe, board, planes, scalars, legal_move_indices(board)))
-    return encoded
-
-
-def probe_report(model: torch.nn.Module, device: torch.device, probes: tuple[Probe, ...] = PROBES,
-                 *, _encoded: list[_EncodedProbe] | None = None) -> str:
-    """Formats a markdown table of the net's value and top-3 moves (softmax over legal moves) in ``probes``.
-
-    Values are for the side to move. The model is evaluated in eval mode and
-    left in the mode it was in.
-    """
-    encoded = _encoded if _encoded is not None else _encode_probes(probes)
-    planes, scalars = compact_to_torch(np.concatenate([e.planes for e in encoded]),
-                                       np.concatenate([e.scalars for e in encoded]), device)
-    with eval_mode(model), torch.no_grad():
-        out = model(planes, scalars)
-    logits = out.policy_logits.float().cpu().numpy()
-    values = out.value.float().cpu().numpy()
-    wdl = out.wdl_logits.float().softmax(dim=1).cpu().numpy() if out.wdl_logits is not None else None
-    lines = ["| position | to move | value | top moves | a good net |", "|---|---|---|---|---|"]
-    for row, probe in enumerate(encoded):
-        legal_logits = logits[row, probe.legal]
-        shares = np.exp(legal_logits - legal_logits.max())
-        shares /= shares.sum()
-        top = np.argsort(-shares, kind="stable")[:3]
-        moves = ", ".join(f"{probe.board.san(index_to_move(probe.board, int(probe.legal[i])))} {shares[i]:.0%}"
-                          for i in top)
-        value = f"{values[row]:+.2f}"
-        if wdl is not None:
-            value += " (W/D/L " + "/".join(f"{p:.0%}" for p in wdl[row]) + ")"
-        side = "White" if probe.board.turn == chess.WHITE else "Black"
-        lines.append(f"| {probe.probe.name} | {side} | {value} | {moves} | {probe.probe.expect} |")
-    return "\n".join(lines)
-
-
-# --- running figures ------------------------------------------------------------------------
-
-_FIGURES = tuple(f.name for f in fields(StepStats))
-# TensorBoard's Custom Scalars tab: each held-out figure in one chart with its
-# window-sample twin (and the training curve), so the gap is read off one plot.
-VALIDATION_LAYOUT = {"validation: held out vs trained on": {
-    "policy loss": ["Multiline", ["loss/policy", "validation/train_policy_loss", "validation/policy_loss"]],
-    "value loss": ["Multiline", ["loss/value", "validation/train_value_loss", "validation/value_loss"]],
-    "value accuracy": ["Multiline", ["value/accuracy", "validation/train_value_accuracy",
-                                     "validation/value_accuracy"]],
-    "policy top-1": ["Multiline", ["validation/train_policy_top1", "validation/policy_top1"]],
-}}
-_TB_NAMES = {"total": "loss/total", "policy": "loss/policy", "value": "loss/value", "value_mse": "loss/value_mse",
-             "entropy": "policy/entropy", "value_accuracy": "value/accuracy", "grad_norm": "grad_norm",
-             "soft_policy": "loss/soft_policy", "q": "loss/q", "anchor": "loss/anchor"}
-
-
-class _Running:
-    """Sums of step figures since the last log, kept on the device so that a step needs no sync."""
-
-    def __init__(self) -> None:
-        self.sums: torch.Tensor | None = None
-        self.steps = 0
-        self.samples = 0
-        self.seconds = 0.0  # training time (sampling, transfer, step), waits excluded
-        self.waited = 0.0
-
-    def add(self, stats: StepStats, samples: int, seconds: float) -> None:
-        figures = torch.stack([getattr(stats, name).float() for name in _FIGURES])
-        self.sums = figures if self.sums is None else self.sums + figures
-        self.steps += 1
-        self.samples += samples
-        self.seconds += seconds
-
-    def means(self) -> dict[str, float]:
-        """Gets the mean of every figure (one device sync); empty before the first step."""
-        if self.sums is None or self.steps == 0:
-            return {}
-        return dict(zip(_FIGURES, (self.sums / self.steps).tolist(), strict=True))
-
-    @property
-    def samples_per_s(self) -> float:
-        return self.samples / self.seconds if self.seconds > 0 else 0.0
-
-
-# --- progress output ---------------------------------------------------------------------------
-
-class _Progress:
-    """A live status line on a terminal; plain lines elsewhere; the logger when output is off."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self._display = LiveDisplay(enabled=enabled, terminal_only=True, transient=True, refresh_per_second=4).start()
-
-    def message(self, text: str) -> None:
-        """Prints a line that stays (above the live line)."""
-        if not self.enabled:
-            log.info(text)
-        elif self._display.live:
-            self._display.message(text)
-        else:
-            print(text, flush=True)
-
-    @property
-    def width(self) -> int | None:
-        """The live line's width in columns; None without a live line (printed lines may be long)."""
-        return self._display.width
-
-    def status(self, text: str, *, milestone: bool = False) -> None:
-        """Shows ``text`` as the live line; without a terminal, prints it at milestones only."""
-        if self._display.live:
-            self._display.show(text)
-        elif milestone and self.enabled:
-            print(text, flush=True)
-
-    def close(self) -> None:
-        self._display.stop()
-
 
 # --- the learner -----------------------------------------------------------------------------------
 
@@ -294,19 +141,19 @@ class Learner:
         self._sitting_started = time.monotonic()
         self._kept_mark = 0  # the stretches of keep_every_minutes whose first checkpoint is kept
         self.saved_step: int | None = None
-        # time.time() at this sitting's first training step and at the first checkpoint after one (train says how
-        # soon a run learns: issue 48).
+        # time.time() at this sitting's first training step and at the first checkpoint after one: `alphazero
+        # train` says how soon a run learns (EXPERIMENTS.md, "Issue 48: a run that learns early, the CPU part").
         self.first_step_time: float | None = None
         self.first_checkpoint: tuple[int, float] | None = None  # (step, time.time())
         self.resumed_from: Path | None = None  # the checkpoint resume() loaded
         self.resume_notes: list[str] = []  # what resume() said (callers without progress output print it)
         self._start_step = 0  # TensorBoard hides events a killed learner wrote from here on
-        self._progress = _Progress(progress)
+        self._progress = Progress(progress, log)
         self._progress.message(f"learner: {self.precision_text()}")
         self.mix = self._mix_window()
-        self._running = _Running()
+        self._running = Running()
         self._writer: Any = None
-        self._probes = _encode_probes(PROBES)
+        self._probes = encode_probes(PROBES)
         self._last_status = 0.0
         self._announced: str | None = None  # the last waiting reason printed
         self.validation: dict[str, float] | None = None  # the last validation/* figures
@@ -491,10 +338,10 @@ class Learner:
 
     def _log(self) -> dict[str, float]:
         """Writes the means since the last log to TensorBoard and starts new sums; returns them."""
-        running, self._running = self._running, _Running()
+        running, self._running = self._running, Running()
         means = running.means()
         window = self.window
-        scalars = {_TB_NAMES[name]: value for name, value in means.items()}
+        scalars = {TB_NAMES[name]: value for name, value in means.items()}
         scalars.update({
             "learning_rate": self.settings.learning_rate(self.step - 1),
             "loss/weight_decay": weight_decay_term(self.model, self.settings),
@@ -544,7 +391,7 @@ class Learner:
         if 0 < self.settings.training_steps <= self.step:
             self._progress.message(f"training is finished: step {self.step:,} reached learner.training_steps")
         interrupted = threading.Event()
-        with _stop_on_interrupt(stop, interrupted, self._progress):
+        with stop_on_interrupt(stop, interrupted, self._progress):
             while self.step < target and not stop.is_set():
                 started = time.perf_counter()
                 batch, waited = self._next_batch(stop)
@@ -639,7 +486,7 @@ class Learner:
                 f"value {v['validation/value_loss']:.3f}{gap}, top-1 {v['validation/policy_top1']:.0%}, "
                 f"value acc {v['validation/value_accuracy']:.0%} on {v['validation/positions']:,.0f} positions")
 
-    def _status_line(self, running: _Running, width: int | None = None) -> str:
+    def _status_line(self, running: Running, width: int | None = None) -> str:
         means = running.means()
         window = self.window
         cap = f"/{window.max_sample_reuse:g}" if window.max_sample_reuse > 0 else ""
@@ -715,33 +562,6 @@ class Learner:
             with contextlib.suppress(OSError):
                 self._writer.close()
             self._writer = None
-
-
-@contextlib.contextmanager
-def _stop_on_interrupt(stop: threading.Event, interrupted: threading.Event, progress: _Progress) -> Iterator[None]:
-    """Makes the first Ctrl-C or SIGTERM set ``stop`` (and ``interrupted``) instead of raising; the second raises.
-
-    SIGTERM (systemd, `docker stop`, Kubernetes, `timeout`) stops as Ctrl-C
-    does: the step in flight is finished and saved. Only the main thread can
-    handle signals; elsewhere this does nothing.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handle(signum: int, frame: FrameType | None) -> None:
-        if interrupted.is_set():
-            raise KeyboardInterrupt
-        interrupted.set()
-        stop.set()
-        progress.message("stopping after this step and saving a checkpoint (Ctrl-C again to quit without saving)")
-
-    previous = {signum: signal.signal(signum, handle) for signum in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 def run_learner(run: RunDir, config: Config, *, steps: int | None = None, device: str | None = None,

@@ -39,10 +39,11 @@ Optimiser: SGD with momentum (AlphaZero), Adam with L2 weight decay, or AdamW /
 NAdam with decoupled weight decay on the weight matrices (``momentum`` and
 ``beta2`` are the Adam family's betas), with ``learner.learning_rate(step)``
 (warm-up included) set before each step. The model trains in channels_last
-(on a CPU in float32 too: EXPERIMENTS.md, "Issue 49"); on CUDA the forward
-pass runs under bf16 autocast (no loss scaling needed for bf16); the losses
-are computed in float32. The gradient norm is measured every step and clipped
-only when ``clip_grad_norm`` is given.
+(on a CPU in float32 too, where it trains faster:
+EXPERIMENTS.md, "Issue 49: a stronger built-in network, the data"); on CUDA
+the forward pass runs under bf16 autocast (no loss scaling needed for bf16);
+the losses are computed in float32. The gradient norm is measured every step
+and clipped only when ``clip_grad_norm`` is given.
 
 **Anchor** (``start_anchor_weight`` w > 0, for a run that starts from trained
 weights): w x (KL(p_start || p) over the legal moves + (v - v_start)^2), the
@@ -84,13 +85,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from alphazero.config import LearnerConfig, architecture_hash
+from alphazero.config import LearnerConfig
+from alphazero.config_compat import architecture_hash
 from alphazero.errors import UserError
 from alphazero.nn.network import NetOutput, model_config
 from alphazero.nn.planes import compact_to_torch
 from alphazero.nn.precision import choose_precision, random_positions, seconds_per_call
 from alphazero.store.shards import DRAW_BAND
-from learner.replay import Batch
+from learner.batch import Batch
 
 __all__ = [
     "StepStats", "Trainer", "VALIDATION_FIGURES", "anchor_loss", "auxiliary_losses", "build_optimizer",
@@ -333,7 +335,8 @@ def training_mode(model: nn.Module, *, freeze_batch_norm: bool) -> None:
     never updates them (its scale and offset still train). Fine-tuning a
     network on data of another distribution (self-play after supervised
     pretraining) otherwise re-estimates the statistics from the new
-    batches, and those statistics alone cost strength (EXPERIMENTS.md, issue 22).
+    batches, and those statistics alone cost strength
+    (EXPERIMENTS.md, "Issue 22: self-play from the built-in network, and why it lost strength").
     """
     model.train()
     if freeze_batch_norm:
@@ -407,7 +410,8 @@ class Trainer:
             timer=functools.partial(time_training_step, self.model, config, device))
         self.autocast = self.precision_choice.bf16
         # channels_last on every device: on a CPU in float32 as well, where it trains faster than the default
-        # layout (EXPERIMENTS.md, "Issue 49", "channels_last for training on the CPU").
+        # layout (EXPERIMENTS.md, "Issue 49: a stronger built-in network, the data", its "channels_last for
+        # training on the CPU").
         self.model = self.model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # (stubs)
         training_mode(self.model, freeze_batch_norm=config.freeze_batch_norm)
         set_trainable(self.model, config.trainable)

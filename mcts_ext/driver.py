@@ -114,12 +114,14 @@ def run(search: MultiGameSearch, evaluate: Evaluator | None = None, *,
 def analyse(board: Board, evaluate: Evaluator, simulations: int, *, seed: int = 0, **params: Any) -> MultiGameSearch:
     """Searches one position (no noise unless asked) and returns the search, ready to read.
 
-    ``params`` are further SearchParams fields (an analysis search: autoplay off).
+    ``params`` are further SearchParams fields (an analysis search: autoplay off, Gumbel's noise scale 0
+    unless given).
 
     >>> search = analyse(Board(), uniform_evaluator, 100)
     >>> search.best_move(0) in Board().legal_moves()
     True
     """
+    params.setdefault("gumbel_scale", 0.0)
     search = MultiGameSearch(1, SearchParams(simulations=simulations, autoplay=False, **params), seed=seed)
     search.set_position(0, board)
     run(search, evaluate)

@@ -1,4 +1,4 @@
-"""The parameters of a MultiGameSearch: one frozen object, checked once when it is made.
+"""The parameters of a MultiGameSearch: every search setting defined once, checked once when it is made.
 
 Every search is built the same way, from one SearchParams (as mctx hands its
 search one policy object, not thirty keywords):
@@ -6,9 +6,15 @@ search one policy object, not thirty keywords):
     params = SearchParams(simulations=64, autoplay=False, add_noise=False)
     search = MultiGameSearch(games, params, seed=0)
 
-The run's config becomes a SearchParams in one place (alphazero.search.search_params,
-for self-play, analysis or the UCI engine); benchmarks and tests make their own.
-The search copies the values into its C struct and does not check them again.
+This module is the one definition of each search setting: its name, type,
+default, help, range or choices, and the field of the search's C struct it
+fills (``setting()`` below). The run's config section ``[search]``
+(alphazero.config.SearchConfig) is SearchSettings, the settings a run keeps,
+plus how self-play picks its resignation threshold; SearchParams adds what a
+mode decides (self-play or analysis, noise, the solver). The search fills its
+C ``Options`` struct from ``SearchParams.c_options()``, so a new setting is one
+``setting()`` here, its field in ``Options`` (mcts_ext/search.pyx) and its use
+in the search: tests/test_params.py fails when the definitions disagree.
 Here, and only here, are the rules Gumbel AlphaZero sets (no tree reuse, no
 Dirichlet noise, one leaf per game in self-play).
 
@@ -22,8 +28,11 @@ ValueError: algorithm='gumbel' does not reuse trees ...; set tree_reuse=False
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 ALGORITHMS = ("puct", "gumbel")
 """The search algorithms: AlphaZero's PUCT, or Gumbel AlphaZero (Sequential Halving at the root)."""
@@ -33,6 +42,80 @@ FPU_MODES = ("reduction", "absolute")
 
 Q_NORMALISATIONS = ("tree", "node")
 """How Gumbel rescales Q to [0, 1]: by the tree's value range, or by each node's own Q values (mctx)."""
+
+ToC = Callable[[Any, "SearchParams"], Any]
+"""Turns a setting's value (and the params it belongs to, for values a mode resolves) into its C field's value."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What the one definition of a search setting says besides its name, type and default.
+
+    ``minimum`` and ``maximum`` bound it (inclusive), ``above`` from below
+    (exclusive); a float must also be finite. ``choices`` are the names a
+    string may take; the C field gets the chosen name's index (the C enums
+    follow the same order). ``c`` is the field of the search's C ``Options``
+    struct it fills ("puct.c_init" for a nested struct's field), None for a
+    setting the search reads elsewhere; ``to_c`` converts the value when the C
+    field holds something else. ``analysis`` marks the algorithm's constants,
+    which analysis searches take from a run's config (alphazero.search).
+    """
+
+    doc: str
+    minimum: float | None = None
+    above: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] = ()
+    c: str | None = None
+    to_c: ToC | None = None
+    analysis: bool = False
+
+    def problem(self, name: str, value: Any) -> str | None:
+        """Gets what is wrong with ``value`` for the setting ``name`` ("simulations must be at least 1, got 0"),
+        or None when it is allowed. None values are the caller's to allow or refuse."""
+        if value is None:
+            return None
+        if self.choices and value not in self.choices:
+            return f"{name} must be one of {', '.join(map(repr, self.choices))}, got {value!r}"
+        if isinstance(value, (bool, str)):
+            return None
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"{name} must be a finite number, got {value}"
+        if self.minimum is not None and self.maximum is not None and not self.minimum <= value <= self.maximum:
+            return f"{name} must lie in [{self.minimum:g}, {self.maximum:g}], got {value}"
+        if self.minimum is not None and not value >= self.minimum:
+            return f"{name} must be at least {self.minimum:g}, got {value}"
+        if self.above is not None and not value > self.above:
+            return f"{name} must be above {self.above:g}, got {value}"
+        if self.maximum is not None and not value <= self.maximum:
+            return f"{name} must be at most {self.maximum:g}, got {value}"
+        return None
+
+
+def setting(default: Any, doc: str, **spec: Any) -> Any:
+    """Declares a search setting: its default and its Setting (help, range or choices, C field).
+
+    The help is the text a run's config.toml writes above the field (the same
+    ``doc`` metadata alphazero.config's sections carry).
+    """
+    return dataclasses.field(default=default, metadata={"doc": doc, "setting": Setting(doc, **spec)})
+
+
+def settings_of(cls: Any) -> dict[str, Setting]:
+    """Gets the Setting of each search setting of a dataclass (SearchSettings, SearchParams, or a subclass)."""
+    return {f.name: f.metadata["setting"] for f in dataclasses.fields(cls) if "setting" in f.metadata}
+
+
+def _choice_index(name: str) -> ToC:
+    def index(value: Any, params: SearchParams) -> int:
+        return settings_of(SearchParams)[name].choices.index(value)
+    return index
+
+
+def resign_options(threshold: float | None) -> dict[str, Any]:
+    """Gets the C ``Options`` fields of a resignation threshold (None: nobody resigns; the threshold field then
+    holds -2, below every value)."""
+    return {"resign": threshold is not None, "resign_threshold": -2.0 if threshold is None else threshold}
 
 
 def check_resign_threshold(threshold: float | None) -> None:
@@ -46,107 +129,113 @@ def check_resign_threshold(threshold: float | None) -> None:
 
 
 @dataclass(frozen=True)
-class SearchParams:
-    """What a MultiGameSearch does: the algorithm and its constants, noise, temperature, game rules, recording.
+class SearchSettings:
+    """The settings of a search that a run keeps (its config's ``[search]`` section holds these).
 
-    The defaults are the AlphaZero pseudocode's (PUCT, 800 simulations). Three
-    fields default to None, resolved by ``autoplay``: ``add_noise`` (Dirichlet
-    noise at full-search roots: on for PUCT self-play), ``record`` (training
-    samples: on in self-play) and ``gumbel_scale`` (1 in self-play, 0 in
-    analysis, which makes Gumbel deterministic).
+    The defaults are the AlphaZero pseudocode's (PUCT, 800 simulations).
+    """
+
+    algorithm: str = setting("puct", "'puct' (AlphaZero) or 'gumbel' (Gumbel AlphaZero: Sequential Halving at "
+                                     "the root, improved-policy training targets; needs leaves_per_game = 1)",
+                             choices=ALGORITHMS, c="algorithm", to_c=_choice_index("algorithm"), analysis=True)
+    simulations: int = setting(800, "simulations per move (the full budget)", minimum=1, c="simulations")
+    c_init: float = setting(1.25, "PUCT exploration constant: C(s) = log((1 + N + c_base) / c_base) + c_init",
+                            minimum=0.0, c="puct.c_init", analysis=True)
+    c_base: float = setting(19652.0, "visit count over which exploration grows (see c_init)", above=0.0,
+                            c="puct.c_base", analysis=True)
+    dirichlet_alpha: float = setting(0.3, "puct: Dirichlet noise concentration at the root (0.3 for chess)",
+                                     above=0.0, c="dirichlet_alpha")
+    noise_weight: float = setting(0.25, "share of the root prior replaced by Dirichlet noise", minimum=0.0,
+                                  maximum=1.0, c="noise_weight")
+    fpu_mode: str = setting("reduction", "value of unvisited children: 'reduction' (parent minus fpu_value) "
+                                         "or 'absolute' (fpu_value)",
+                            choices=FPU_MODES, c="puct.fpu_mode", to_c=_choice_index("fpu_mode"), analysis=True)
+    fpu_value: float = setting(0.25, "first-play urgency: the reduction or the absolute value, by fpu_mode",
+                               c="puct.fpu_value", analysis=True)
+    policy_temperature: float = setting(1.0, "softmax temperature of the prior: the search's priors are "
+                                             "softmax(logits / this) (lc0's PolicyTemperature; > 1 flattens)",
+                                        above=0.0, c="inverse_policy_temperature",
+                                        to_c=lambda value, params: 1.0 / value, analysis=True)
+    temperature_plies: int = setting(30, "puct: plies from the game start in which moves are sampled by visit "
+                                         "count (gumbel plays Sequential Halving's choice)",
+                                     minimum=0, c="temperature_plies")
+    temperature: float = setting(1.0, "temperature of that sampling; later moves take the most visited",
+                                 minimum=0.0, c="temperature")
+    leaves_per_game: int = setting(1, "leaves collected per game per network batch (>1 uses virtual loss)",
+                                   minimum=1, c="leaves_per_game")
+    virtual_loss: float = setting(1.0, "value subtracted from a path while its leaf awaits evaluation",
+                                  minimum=0.0, c="puct.virtual_loss")
+    tree_reuse: bool = setting(False, "keep the subtree of the played move for the next search", c="tree_reuse")
+    ply_limit: int = setting(512, "plies after which a game is a draw (0 = no limit)", minimum=0, c="ply_limit")
+    resign_consecutive: int = setting(3, "consecutive own moves below the threshold before resigning",
+                                      minimum=1, c="resign_consecutive")
+    resign_disabled_fraction: float = setting(0.1, "share of games played out to measure false resignations",
+                                              minimum=0.0, maximum=1.0, c="resign_disabled_fraction")
+    playout_cap_fraction: float = setting(0.0, "0 = off; else the share of moves given the full budget "
+                                               "(the others use playout_cap_simulations, no training target)",
+                                          minimum=0.0, maximum=1.0, c="playout_cap_fraction")
+    playout_cap_simulations: int = setting(100, "simulations of the cheap moves when playout_cap_fraction > 0",
+                                           minimum=1, c="playout_cap_simulations")
+    gumbel_considered: int = setting(16, "gumbel: moves sampled at the root by Gumbel-Top-k (at most the legal "
+                                         "ones)", minimum=1, c="gumbel.considered", analysis=True)
+    gumbel_scale: float = setting(1.0, "gumbel: scale of the root's Gumbel noise (analysis searches use 0, which "
+                                       "makes the search deterministic)", minimum=0.0, c="gumbel.scale")
+    gumbel_c_visit: float = setting(50.0, "gumbel: sigma(q) = (gumbel_c_visit + most visits) * gumbel_c_scale * q",
+                                    minimum=0.0, c="gumbel.c_visit", analysis=True)
+    gumbel_c_scale: float = setting(1.0, "gumbel: the scale of sigma (see gumbel_c_visit)", minimum=0.0,
+                                    c="gumbel.c_scale", analysis=True)
+    gumbel_q_normalisation: str = setting("tree", "gumbel: q rescaled to [0, 1] by the tree's value range ('tree') "
+                                                  "or by each node's own Q values ('node', as DeepMind's mctx)",
+                                          choices=Q_NORMALISATIONS, c="gumbel.normalisation",
+                                          to_c=_choice_index("gumbel_q_normalisation"), analysis=True)
+
+
+def _noise_on(value: bool | None, params: SearchParams) -> bool:
+    return params.autoplay and params.algorithm == "puct" if value is None else value
+
+
+def _records(value: bool | None, params: SearchParams) -> bool:
+    return params.autoplay if value is None else value
+
+
+@dataclass(frozen=True)
+class SearchParams(SearchSettings):
+    """What a MultiGameSearch does: a run's settings and what its mode decides.
+
+    ``add_noise`` (Dirichlet noise at full-search roots) and ``record``
+    (training samples) default to None, resolved by ``autoplay``: noise for
+    PUCT self-play, samples in self-play.
 
     Raises:
         ValueError: a value out of range, an unknown name, or an option that
             Gumbel AlphaZero cannot honour; the message names the field.
     """
 
-    algorithm: str = "puct"                 # 'puct' or 'gumbel'
-    simulations: int = 800                  # budget per move (full search)
-    # PUCT: C(s) = log((1 + N + c_base) / c_base) + c_init
-    c_init: float = 1.25
-    c_base: float = 19652.0
-    fpu_mode: str = "reduction"             # see FPU_MODES
-    fpu_value: float = 0.25
-    policy_temperature: float = 1.0         # priors = softmax(logits / this) (lc0's PolicyTemperature)
-    # Dirichlet noise at the root of full searches (PUCT)
-    dirichlet_alpha: float = 0.3
-    noise_weight: float = 0.25
-    add_noise: bool | None = None           # None: on for PUCT self-play (autoplay)
-    # PUCT self-play: the first temperature_plies moves are sampled by visits^(1/temperature)
-    temperature_plies: int = 30
-    temperature: float = 1.0
-    leaves_per_game: int = 1                # leaves gathered per game and step; >1 uses virtual loss
-    virtual_loss: float = 1.0
-    visits_per_leaf: float = 0.0            # >0 (PUCT): leaves per game and step at most root visits / this (a
-                                            # batch that grows with the tree); 0: always leaves_per_game
-    tree_reuse: bool = False                # keep the played move's subtree as the next root
-    ply_limit: int | None = 512             # game length (plies) that ends in a draw; None: none
-    autoplay: bool = True                   # self-play: choose, play and record moves; False: analysis
-    record: bool | None = None              # training samples; None: as autoplay
-    # Resignation (self-play): resign_consecutive moves in a row below the threshold resign the game
-    resign_threshold: float | None = None   # None: nobody resigns
-    resign_consecutive: int = 3
-    resign_disabled_fraction: float = 0.1   # games played through regardless, to measure false positives
-    # Playout cap randomisation (KataGo): only this fraction of moves get the full budget
-    playout_cap_fraction: float = 0.0
-    playout_cap_simulations: int = 100      # budget of the other, cheap moves (no noise, no sample)
-    solver: bool = False                    # prove results (mates, forced draws) and search around them
-    # Gumbel AlphaZero (gumbel.pxd)
-    gumbel_considered: int = 16             # moves sampled at the root by Gumbel-Top-k
-    gumbel_scale: float | None = None       # scale of the root's Gumbel noise; None: 1 in self-play, 0 in analysis
-    gumbel_c_visit: float = 50.0            # sigma(q) = (c_visit + max N) * c_scale * q
-    gumbel_c_scale: float = 1.0
-    gumbel_q_normalisation: str = "tree"    # see Q_NORMALISATIONS
+    autoplay: bool = setting(True, "self-play: choose, play and record moves; False: analysis", c="autoplay")
+    add_noise: bool | None = setting(None, "Dirichlet noise at the root of full searches; None: on for PUCT "
+                                           "self-play", c="add_noise", to_c=_noise_on)
+    record: bool | None = setting(None, "keep training samples; None: as autoplay", c="record", to_c=_records)
+    visits_per_leaf: float = setting(0.0, ">0 (PUCT): leaves per game and step at most root visits / this (a "
+                                          "batch that grows with the tree); 0: always leaves_per_game",
+                                     minimum=0.0, c="visits_per_leaf")
+    # The threshold in force, from the run's resignation mode (alphazero.search); it fills two C fields
+    # (resign_options), which MultiGameSearch.set_resign_threshold changes while games run.
+    resign_threshold: float | None = setting(None, "root value (mover's view) below which a move counts towards "
+                                                   "resigning; None: nobody resigns", minimum=-1.0, maximum=1.0)
+    solver: bool = setting(False, "prove results (mates, forced draws) and search around them", c="solver")
 
     def __post_init__(self) -> None:
-        self._check_budgets()
-        self._check_constants()
-        check_resign_threshold(self.resign_threshold)
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is None and f.default is not None:
+                raise ValueError(f"{f.name} must be given a value, got None (its default: {f.default!r})")
+            problem = f.metadata["setting"].problem(f.name, value)
+            if problem is not None:
+                raise ValueError(problem)
         self._check_gumbel()
 
-    def _check_budgets(self) -> None:
-        if self.simulations < 1:
-            raise ValueError(f"simulations must be at least 1, got {self.simulations}")
-        if self.leaves_per_game < 1:
-            raise ValueError(f"leaves_per_game must be at least 1, got {self.leaves_per_game}")
-        if not self.visits_per_leaf >= 0.0:
-            raise ValueError(f"visits_per_leaf must be at least 0, got {self.visits_per_leaf}")
-        if not 0.0 <= self.playout_cap_fraction <= 1.0 or self.playout_cap_simulations < 1:
-            raise ValueError(f"need 0 <= playout_cap_fraction <= 1 and playout_cap_simulations >= 1, "
-                             f"got {self.playout_cap_fraction} and {self.playout_cap_simulations}")
-        if self.ply_limit is not None and self.ply_limit < 1:
-            raise ValueError(f"ply_limit must be at least 1 or None, got {self.ply_limit}")
-        if self.resign_consecutive < 1:
-            raise ValueError(f"resign_consecutive must be at least 1, got {self.resign_consecutive}")
-        if not 0.0 <= self.resign_disabled_fraction <= 1.0:
-            raise ValueError(f"resign_disabled_fraction must be in [0, 1], got {self.resign_disabled_fraction}")
-
-    def _check_constants(self) -> None:
-        if self.fpu_mode not in FPU_MODES:
-            raise ValueError(f"fpu_mode must be 'reduction' or 'absolute', got {self.fpu_mode!r}")
-        if self.c_base <= 0 or self.c_init < 0:
-            raise ValueError(f"need c_base > 0 and c_init >= 0, got c_base={self.c_base}, c_init={self.c_init}")
-        if not 0.0 <= self.noise_weight <= 1.0 or self.dirichlet_alpha <= 0:
-            raise ValueError(f"need 0 <= noise_weight <= 1 and dirichlet_alpha > 0, "
-                             f"got {self.noise_weight} and {self.dirichlet_alpha}")
-        if not 0.0 < self.policy_temperature < math.inf:
-            raise ValueError(f"policy_temperature must be positive and finite, got {self.policy_temperature}")
-        if self.temperature < 0 or self.temperature_plies < 0:
-            raise ValueError(f"temperature and temperature_plies must be >= 0, got {self.temperature}, "
-                             f"{self.temperature_plies}")
-
     def _check_gumbel(self) -> None:
-        """The Gumbel constants, and what Gumbel AlphaZero cannot do (the only place these rules live)."""
-        if self.algorithm not in ALGORITHMS:
-            raise ValueError(f"algorithm must be 'puct' or 'gumbel', got {self.algorithm!r}")
-        if self.gumbel_q_normalisation not in Q_NORMALISATIONS:
-            raise ValueError(f"gumbel_q_normalisation must be 'tree' or 'node', got {self.gumbel_q_normalisation!r}")
-        scale = self.gumbel_scale
-        if (self.gumbel_considered < 1 or (scale is not None and not 0.0 <= scale < math.inf)
-                or self.gumbel_c_visit < 0 or self.gumbel_c_scale < 0):
-            raise ValueError(f"need gumbel_considered >= 1 and gumbel_scale, gumbel_c_visit, gumbel_c_scale >= 0, "
-                             f"got {self.gumbel_considered}, {scale}, {self.gumbel_c_visit} and "
-                             f"{self.gumbel_c_scale}")
+        """What Gumbel AlphaZero cannot do (the only place these rules live)."""
         if self.algorithm != "gumbel":
             return
         if self.tree_reuse:
@@ -155,8 +244,27 @@ class SearchParams:
         if self.add_noise:
             raise ValueError("algorithm='gumbel' takes no Dirichlet noise (its Gumbel noise explores); "
                              "leave add_noise unset or False")
-        # Many leaves per game and call (a leaf in flight counts as a visit) came for the UCI engine
-        # (issue 24) and are tested in analysis only; self-play keeps Sequential Halving's one leaf.
+        # Many leaves per game and call (a leaf in flight counts as a visit) serve the UCI engine and are
+        # tested in analysis only; self-play keeps Sequential Halving's one leaf.
         if self.autoplay and self.leaves_per_game != 1:
             raise ValueError(f"algorithm='gumbel' in self-play (autoplay) needs leaves_per_game=1 (many leaves "
                              f"per game are for analysis and the UCI engine), got {self.leaves_per_game}")
+
+    def c_options(self) -> dict[str, Any]:
+        """Gets the values of the search's C ``Options`` struct, keyed by its field names (a nested struct's as
+        a dict), each from its setting's ``c`` and ``to_c``; the resignation fields come from the threshold.
+
+        MultiGameSearch assigns the dict to the struct, which Cython refuses when a field has no value.
+        """
+        options = resign_options(self.resign_threshold)
+        for name, spec in settings_of(type(self)).items():
+            if spec.c is None:
+                continue
+            value = getattr(self, name)
+            value = spec.to_c(value, self) if spec.to_c is not None else value
+            *outer, field_name = spec.c.split(".")
+            table = options
+            for part in outer:
+                table = table.setdefault(part, {})
+            table[field_name] = value
+        return options

@@ -4,6 +4,10 @@
 The module reads top-down: tables and their set-up, attack lookups, move
 generation, make-move, game status, game stacks, and last the Python-facing
 Board, which validates everything that comes from outside.
+
+Over 600 lines: the move generator's cdef functions are inlined into the
+search (position.pxd declares them) and share this module's tables, so the
+chess core stays one compilation unit; each section above is one concern.
 """
 
 from libc.stdint cimport int8_t, uint8_t, uint32_t, uint64_t

@@ -24,6 +24,11 @@ and Sequential Halving at the root, the deterministic improved-policy
 selection inside the tree, the improved policy as the training target).
 
 Both loops run without the GIL over flat arrays; the def methods validate.
+
+Over 600 lines: one extension type whose nogil loops read its C struct
+directly, and a Cython class cannot spread its methods over modules; the
+pieces that stand alone already live beside it (tree.pxd storage, puct.pxd
+and gumbel.pxd selection, encode.pyx inputs, params.py the settings).
 """
 
 import numpy as np
@@ -47,7 +52,7 @@ from mcts_ext.rng cimport Rng, rng_gamma, rng_seed, rng_uniform
 from mcts_ext.tree cimport (NO_NODE, PROVEN_DRAW, PROVEN_LOSS, PROVEN_WIN, ROOT, UNEXPANDED, UNPROVEN, Tree,
                             tree_add_edges, tree_add_node, tree_free, tree_init, tree_keep_subtree, tree_reset)
 
-from mcts_ext.params import SearchParams, check_resign_threshold
+from mcts_ext.params import SearchParams, check_resign_threshold, resign_options
 from mcts_ext.position import STARTING_FEN, TERMINATIONS, move_to_uci
 
 cdef enum:
@@ -85,6 +90,7 @@ STATE_NAMES = {IDLE: "idle", SEARCHING: "searching", READY: "ready", FINISHED: "
 PROOF_NAMES = {PROVEN_WIN: "win", PROVEN_DRAW: "draw", PROVEN_LOSS: "loss"}
 ALGORITHMS = {"puct": PUCT, "gumbel": GUMBEL}  # mcts_ext.params.ALGORITHMS' names to the C enum
 Q_NORMALISATIONS = {"tree": Q_TREE, "node": Q_NODE}
+FPU_MODES = {"reduction": FPU_REDUCTION, "absolute": FPU_ABSOLUTE}
 _TERMINATION_NAMES = dict(TERMINATIONS)
 _TERMINATION_NAMES[RESIGNATION] = "resignation"
 
@@ -673,38 +679,9 @@ cdef class MultiGameSearch:
         if not isinstance(params, SearchParams):
             raise TypeError(f"MultiGameSearch needs a mcts_ext.params.SearchParams, got {type(params).__name__}")
         self.params = params  # checked when it was made; copied into the C struct below
-        cdef bint autoplay = params.autoplay
+        # Every field from its one definition (mcts_ext.params); Cython refuses a dict that lacks one.
+        self.options = params.c_options()
         cdef Options* o = &self.options
-        o.algorithm = ALGORITHMS[params.algorithm]
-        o.gumbel.considered = params.gumbel_considered
-        o.gumbel.scale = (1.0 if autoplay else 0.0) if params.gumbel_scale is None else params.gumbel_scale
-        o.gumbel.c_visit = params.gumbel_c_visit
-        o.gumbel.c_scale = params.gumbel_c_scale
-        o.gumbel.normalisation = Q_NORMALISATIONS[params.gumbel_q_normalisation]
-        o.puct.c_init = params.c_init
-        o.puct.c_base = params.c_base
-        o.puct.fpu_mode = FPU_REDUCTION if params.fpu_mode == "reduction" else FPU_ABSOLUTE
-        o.puct.fpu_value = params.fpu_value
-        o.puct.virtual_loss = params.virtual_loss
-        o.simulations = params.simulations
-        o.leaves_per_game = params.leaves_per_game
-        o.visits_per_leaf = params.visits_per_leaf
-        o.inverse_policy_temperature = 1.0 / params.policy_temperature
-        o.add_noise = (autoplay and o.algorithm == PUCT) if params.add_noise is None else params.add_noise
-        o.dirichlet_alpha = params.dirichlet_alpha
-        o.noise_weight = params.noise_weight
-        o.temperature_plies = params.temperature_plies
-        o.temperature = params.temperature
-        o.tree_reuse = params.tree_reuse
-        o.ply_limit = params.ply_limit or 0
-        o.autoplay = autoplay
-        o.record = autoplay if params.record is None else params.record
-        self._set_resign_threshold(params.resign_threshold)
-        o.resign_consecutive = params.resign_consecutive
-        o.resign_disabled_fraction = params.resign_disabled_fraction
-        o.playout_cap_fraction = params.playout_cap_fraction
-        o.playout_cap_simulations = params.playout_cap_simulations
-        o.solver = params.solver
         self.seed = <uint64_t>(seed & 0xFFFFFFFFFFFFFFFF)
         self.games_started = 0
         self.total_simulations = 0
@@ -725,7 +702,7 @@ cdef class MultiGameSearch:
             if stack_init(&self.slots[g].stack, 256) < 0 or tree_init(&self.slots[g].tree) < 0:
                 raise MemoryError()
             self.slots[g].state = IDLE
-        if autoplay:
+        if o.autoplay:
             for g in range(games):
                 self.start_game(g)
 
@@ -742,6 +719,11 @@ cdef class MultiGameSearch:
         free(self.leaf_indices)
         free(self.collision_node)
         tree_free(&self.scratch)
+
+    @property
+    def c_options(self) -> dict:
+        """The C ``Options`` struct the search runs with, as a dict of its fields (nested structs as dicts)."""
+        return self.options
 
     # -- slots ---------------------------------------------------------------
 
@@ -900,8 +882,9 @@ cdef class MultiGameSearch:
         self._set_resign_threshold(threshold)
 
     cdef void _set_resign_threshold(self, object threshold) except *:
-        self.options.resign = threshold is not None
-        self.options.resign_threshold = threshold if threshold is not None else -2.0
+        fields = resign_options(threshold)
+        self.options.resign = fields["resign"]
+        self.options.resign_threshold = fields["resign_threshold"]
 
     # -- the batch -----------------------------------------------------------
 

@@ -45,8 +45,8 @@ Placement = Callable[[int], dict[str, Any]]
 
 ACTOR_MEMORY_BYTES = 768 * 2**20
 """The memory an actor reserves in Ray's accounting, so that Ray places no more actors on a node than its memory
-holds: a tiny-preset actor on the CPU held 0.41 GiB resident on the 2-core machine (issue 50), with room for a
-larger network's buffers."""
+holds: a tiny-preset actor's resident memory on the CPU, with room for a larger network's buffers (EXPERIMENTS.md,
+"Issue 67: one definition of each setting, modules by concern")."""
 
 
 def actors_that_fit(asked: int, resources: Mapping[str, float], *, servers: int = 0) -> tuple[int, str]:
@@ -193,7 +193,7 @@ class SelfPlayFleet:
     selfplay.inference with GPUs, else local. ``quota`` is the games each
     actor plays before it goes idle (None: no end); ``resign_threshold`` the
     threshold transport 'ray' actors start with; ``placement(i)`` extra Ray
-    options for actor i. Ray must be connected (selfplay.driver.connect_ray)
+    options for actor i. Ray must be connected (selfplay.ray_connect.connect_ray)
     for at least ``cpus`` CPUs.
 
     start() (or ``with``) starts them; stop() kills them all without restarts.

@@ -9,8 +9,8 @@ from typing import Any
 from alphazero.store.checkpoint import load_checkpoint
 from alphazero.store.rundir import RunDir
 from selfplay import NAMESPACE
-from selfplay.driver import connect_ray
 from selfplay.fleet import actor_name_prefix
+from selfplay.ray_connect import connect_ray
 
 PUBLISH_WAIT_SECONDS = 10.0
 """How long a push waits for the actors to take it (one play() call, 2 s by default, and Ray's round trip)."""
@@ -50,7 +50,7 @@ class WeightPublisher:
         An actor that has not answered an earlier push (a host out of reach, a
         stalled shard sink) gets this one too, but is not waited for until it
         answers: the learner, which calls this after every checkpoint, never
-        waits on a lost link (EXPERIMENTS.md, "Issue 50": it stalled there).
+        waits on a lost link (EXPERIMENTS.md, "Issue 50: faults on a cluster of namespace hosts").
         """
         import ray
         from ray.exceptions import RayError

@@ -1,7 +1,7 @@
 """One self-play worker: G games at once, one network batch per search step.
 
-A plain class, so it can be tested and benchmarked without Ray; the driver
-wraps it as a Ray actor (selfplay.driver). Each `play()` call runs the
+A plain class, so it can be tested and benchmarked without Ray; the fleet
+wraps it as a Ray actor (selfplay.fleet). Each `play()` call runs the
 search loop for a while and returns statistics, so the driver can push
 weights, stop the run or notice a lost actor between calls.
 

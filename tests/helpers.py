@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
+import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,7 +25,7 @@ from alphazero.chess.stockfish import INSTALL_HINT, find_stockfish
 from alphazero.nn.planes import COMPACT_PLANES, NUM_SCALARS, compact_to_torch
 from alphazero.presets import get_preset
 from alphazero.store.rundir import RunDir
-from alphazero.store.shards import Shard, read_shard, shard_from_records, shard_name, write_shard
+from alphazero.store.shards import Shard, list_shards, read_shard, shard_from_records, shard_name, write_shard
 from learner.replay import Batch
 from mcts_ext.driver import run, uniform_evaluator
 from mcts_ext.search import MultiGameSearch
@@ -39,6 +42,26 @@ def repo_env() -> dict[str, str]:
 # --- Stockfish ------------------------------------------------------------------------------------
 
 REQUIRE_ENV = "ALPHAZERO_REQUIRE_STOCKFISH"
+
+
+def kill_once_shards_exist(command: list[str], folder: Path, *, bound_s: float = 300.0) -> None:
+    """Starts ``command`` (from the repository root) and SIGKILLs it as soon as ``folder`` holds a shard.
+
+    The bound only stops a hang: the kill follows the shard's appearance, whenever that is.
+    """
+    process = subprocess.Popen(command, cwd=ROOT, env=repo_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + bound_s
+        while not list_shards(folder):
+            assert process.poll() is None, process.stderr.read().decode() if process.stderr else ""
+            assert time.monotonic() < deadline, f"no shard was written in {folder}"
+            time.sleep(0.01)  # polling for the file
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 def stockfish_or_skip(find: Callable[[], str | None] = find_stockfish) -> str:

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from alphazero.config import Config, NetworkConfig, apply_overrides, config_hash
+from alphazero.config import Config, NetworkConfig, apply_overrides
+from alphazero.config_compat import config_hash
 from alphazero.errors import UserError
 from alphazero.nn.network import AlphaZeroNet
 from alphazero.nn.planes import COMPACT_PLANES, NUM_SCALARS

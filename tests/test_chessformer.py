@@ -13,7 +13,8 @@ import torch
 
 from alphazero.app.bench.network import flops_per_evaluation
 from alphazero.chess.moves import NUM_MOVES, legal_move_indices, move_to_index
-from alphazero.config import Config, NetworkConfig, apply_overrides, incompatible_fields
+from alphazero.config import Config, NetworkConfig, apply_overrides
+from alphazero.config_compat import incompatible_fields
 from alphazero.errors import UserError
 from alphazero.nn.chessformer import (
     AttentionPolicyHead,

@@ -12,12 +12,10 @@ from alphazero.config import (
     NetworkConfig,
     SearchConfig,
     apply_overrides,
-    architecture_hash,
-    config_hash,
-    incompatible_fields,
     network_config_from_dict,
     to_toml,
 )
+from alphazero.config_compat import architecture_hash, config_hash, incompatible_fields
 from alphazero.errors import UserError
 from alphazero.presets import PRESET_NAMES, from_toml, get_preset
 
@@ -171,7 +169,7 @@ def test_every_field_is_documented() -> None:
 
 
 def test_gpus_bring_the_presets_gpu_batch_sizes() -> None:
-    from alphazero.config import for_gpus
+    from alphazero.selfplay_devices import for_gpus
 
     small, alphazero = get_preset("small"), get_preset("alphazero")
     assert for_gpus(small, 0).selfplay == dataclasses.replace(small.selfplay, device="cpu")  # the rest as it is
@@ -191,7 +189,7 @@ def test_gpus_bring_the_presets_gpu_batch_sizes() -> None:
 def test_gpus_put_self_play_on_them_whatever_the_preset(preset: str) -> None:
     # Issue 23, defect 1: tiny and cf-tiny said selfplay.device = "cpu", so --gpus reserved GPUs that
     # actors then left idle, searching on the CPU.
-    from alphazero.config import for_gpus
+    from alphazero.selfplay_devices import for_gpus
 
     assert for_gpus(get_preset(preset), 1).selfplay.device == "cuda"
     assert for_gpus(apply_overrides(get_preset(preset), ["selfplay.device=cuda:1"]), 2).selfplay.device == "cuda:1"
@@ -202,7 +200,7 @@ def test_gpus_put_self_play_on_them_whatever_the_preset(preset: str) -> None:
 @pytest.mark.parametrize("preset", ["small", "alphazero", "cf-6m", "tiny"])
 def test_without_gpus_self_play_runs_on_the_cpu_whatever_the_machine_has(preset: str) -> None:
     # Issue 23, defect 2: with device "auto" every actor of --gpus 0 opened a CUDA context on GPU 0.
-    from alphazero.config import for_gpus
+    from alphazero.selfplay_devices import for_gpus
 
     assert for_gpus(get_preset(preset), 0).selfplay.device == "cpu"
     with pytest.raises(UserError, match=r"selfplay.device is 'cuda', but self-play has no GPUs: pass --gpus"):

@@ -180,7 +180,7 @@ def test_a_batched_search_keeps_the_schedule_and_never_batches_across_a_phase(fe
                                                                                seed, leaves):
     network = FixedNetwork(seed)
     params = SearchParams(simulations=simulations, autoplay=False, algorithm="gumbel", leaves_per_game=leaves,
-                          gumbel_considered=considered, gumbel_scale=scale, ply_limit=None)
+                          gumbel_considered=considered, gumbel_scale=scale, ply_limit=0)
     search = MultiGameSearch(1, params, seed=seed)
     search.set_position(0, Board(fen, ply_limit=None))
     batch = search.new_batch()

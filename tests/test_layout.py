@@ -120,3 +120,103 @@ def test_no_test_module_imports_another() -> None:
     wrong = [f"{path.name} imports {module}" for path in _sources("tests") for module, _ in _imported(path)
              if module.startswith("tests.test_")]
     assert not wrong  # shared helpers live in tests/helpers.py and tests/conftest.py
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Each module of the packages and the package modules it imports: at the top, inside functions and under
+    TYPE_CHECKING alike (a circle through any of them is one a reader has to hold in mind)."""
+    modules = {_module_name(path): path for package in PACKAGES for path in _sources(package)}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, base] if base else anchor)
+                targets.add(base)
+                targets.update(f"{base}.{alias.name}" for alias in node.names)
+        graph[name] = set()
+        for target in targets:
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            # A module's own package (its __init__) is not an edge: importing a submodule runs it first anyway.
+            if target and target != name and not name.startswith(f"{target}."):
+                graph[name].add(target)
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    circles.append(sorted(component))
+    return circles
+
+
+def test_the_circle_finder_finds_a_circle() -> None:
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_modules_import_each_other_in_a_circle() -> None:
+    assert not _circles(_import_graph())
+
+
+MAX_MODULE_LINES = 600
+"""A module longer than this says why in its opening comment, with a line that begins 'Over 600 lines:'."""
+
+
+def test_no_module_is_over_600_lines_without_a_reason() -> None:
+    long = []
+    for package in PACKAGES:
+        for path in _sources(package, (".py", ".pyx", ".pxd")):
+            text = path.read_text()
+            if text.count("\n") > MAX_MODULE_LINES:
+                opening = text.split('"""')[1] if text.count('"""') >= 2 else ""
+                if "Over 600 lines:" not in opening:
+                    long.append(f"{path.relative_to(ROOT)} ({text.count(chr(10))} lines)")
+    assert not long

@@ -6,12 +6,9 @@ import bz2
 import gzip
 import io
 import math
-import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -57,7 +54,6 @@ from eval.uci import UciEngine
 from learner.labels import (
     MATE_HORIZON,
     LabelSettings,
-    _file_positions,
     endgame_start,
     label_positions,
     mate_bonus,
@@ -66,10 +62,11 @@ from learner.labels import (
     win_probability,
 )
 from learner.pgn_data import convert_pgn
+from learner.position_files import file_positions as _file_positions
 from learner.replay import ReplayWindow, is_validation_game
 from learner.trainer import Trainer
 from mcts_ext import Board
-from tests.helpers import stockfish_or_skip
+from tests.helpers import kill_once_shards_exist, stockfish_or_skip
 from tests.reference_encoder import reference_compact
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -712,7 +709,7 @@ def _fake_engine(tmp_path: Path, body: str) -> str:
 
 
 def test_a_stockfish_that_dies_or_never_answers_is_a_message(tmp_path: Path, monkeypatch) -> None:
-    import learner.labels
+    import learner.labeller
 
     settings = LabelSettings(40, 4, PretrainConfig(shard_positions=4))
     # Answers the handshake, then exits at the first search.
@@ -720,7 +717,7 @@ def test_a_stockfish_that_dies_or_never_answers_is_a_message(tmp_path: Path, mon
                                   'isready) echo readyok;; go*) exit 3;; esac; done')
     with pytest.raises(UserError, match=r"Stockfish failed on position fen .* it exited"):
         label_positions(tmp_path / "dies", settings, workers=1, stockfish=dies)
-    monkeypatch.setattr(learner.labels, "START_SECONDS", 0.2)
+    monkeypatch.setattr(learner.labeller, "START_SECONDS", 0.2)
     silent = _fake_engine(tmp_path, "cat > /dev/null")
     with pytest.raises(UserError, match=r"did not start: no 'uciok' in 0.2 s"):
         label_positions(tmp_path / "silent", settings, workers=1, stockfish=silent)
@@ -871,20 +868,7 @@ def test_a_killed_labeller_loses_no_written_shard_and_a_restart_completes(tmp_pa
     command = [sys.executable, "-m", "alphazero", "pretrain", "--run", str(run), "--stockfish", "60",
                "--positions", str(chunks * size), "--set", f"pretrain.shard_positions={size}", "--workers", "1",
                "--data-only", "--quiet"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 120
-        while not list_shards(run / "pretrain"):
-            assert process.poll() is None, process.stderr.read().decode()
-            assert time.monotonic() < deadline, "no shard was written"
-            time.sleep(0.01)
-        process.send_signal(signal.SIGKILL)
-        process.wait()
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+    kill_once_shards_exist(command, run / "pretrain", bound_s=120)
     before = {path.name: path.read_bytes() for path in list_shards(run / "pretrain")}
     assert 1 <= len(before) < chunks  # killed after the first shard, with most chunks still to label
     assert cli.main(command[3:]) == 0

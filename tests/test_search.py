@@ -263,7 +263,7 @@ def _step_checking_the_batch(search: MultiGameSearch, batch: tuple, evaluate=uni
 @pytest.mark.parametrize("leaves", [8, 32])
 def test_the_leaves_of_one_gather_are_distinct_and_none_lies_below_another(fen, leaves):
     search = MultiGameSearch(1, SearchParams(simulations=600, leaves_per_game=leaves, autoplay=False, solver=True,
-                                             ply_limit=None))
+                                             ply_limit=0))
     search.set_position(0, Board(fen, ply_limit=None))
     batch = search.new_batch()
     # Regression: descents went on below the root while its own evaluation (and so its priors)
@@ -290,7 +290,7 @@ def test_a_batched_search_finds_a_mate_in_one_and_takes_the_hanging_queen(leaves
 @pytest.mark.parametrize(
     "options",
     [dict(simulations=0), dict(leaves_per_game=0), dict(fpu_mode="nope"), dict(noise_weight=2.0),
-     dict(resign_threshold=-3.0), dict(playout_cap_fraction=1.5), dict(ply_limit=0), dict(c_base=0)],
+     dict(resign_threshold=-3.0), dict(playout_cap_fraction=1.5), dict(ply_limit=-1), dict(c_base=0)],
 )
 def test_bad_options_raise_value_error(options):
     with pytest.raises(ValueError):
@@ -332,7 +332,7 @@ FIFTY_MOVE_EDGE = "k7/8/8/8/8/8/1R6/K7 w - - 99 100"  # every move ends the game
 def test_a_search_whose_every_line_ends_the_game_still_returns_to_its_caller():
     # Regression: gather() looped until the budget was spent while every descent
     # ended in an exactly scored game end, so `stop` and deadlines went unheard.
-    search = MultiGameSearch(1, SearchParams(simulations=5_000_000, autoplay=False, ply_limit=None))
+    search = MultiGameSearch(1, SearchParams(simulations=5_000_000, autoplay=False, ply_limit=0))
     search.set_position(0, Board(FIFTY_MOVE_EDGE, ply_limit=None))
     steps = []
     run(search, uniform_evaluator, should_stop=lambda: (steps.append(search.simulations(0)), len(steps) >= 3)[1])
@@ -350,7 +350,7 @@ MATED_IN_ONE = "k7/8/1K6/8/8/8/8/7R b - - 0 1"  # Kb8 (forced) Rh8#: lost in 2 p
 
 
 def _solve(fen: str, budget: int = 2000, **options) -> MultiGameSearch:
-    return analyse(Board(fen, ply_limit=None), uniform_evaluator, budget, solver=True, ply_limit=None, **options)
+    return analyse(Board(fen, ply_limit=None), uniform_evaluator, budget, solver=True, ply_limit=0, **options)
 
 
 def test_the_solver_proves_a_mate_in_one_at_once_and_plays_it():
@@ -418,7 +418,7 @@ def test_self_play_with_the_solver_plays_legal_games_to_the_end():
 
 
 def test_set_position_with_reuse_keeps_the_subtree_of_the_moves_played():
-    search = MultiGameSearch(1, SearchParams(simulations=300, autoplay=False, ply_limit=None))
+    search = MultiGameSearch(1, SearchParams(simulations=300, autoplay=False, ply_limit=0))
     search.set_position(0, Board(ply_limit=None))
     run(search, uniform_evaluator)
     line = search.principal_variation(0)[:2]
@@ -446,7 +446,7 @@ def test_reuse_never_keeps_a_position_that_ended_the_game_below_the_root():
     # After 1. Nf3 Nf6 2. Ng1 Ng8 3. Nf3 Nf6 4. Ng1 the search saw ...Ng8 as a
     # threefold repetition; when the game goes on there anyway, the search starts afresh.
     moves = "g1f3 g8f6 f3g1 f6g8 g1f3 g8f6 f3g1".split()
-    search = MultiGameSearch(1, SearchParams(simulations=400, autoplay=False, ply_limit=None))
+    search = MultiGameSearch(1, SearchParams(simulations=400, autoplay=False, ply_limit=0))
     search.set_position(0, Board.from_moves(moves, ply_limit=None))
     run(search, uniform_evaluator)
     visits = {uci: visits for uci, _, visits, _, _ in search.root_stats(0)}

@@ -500,7 +500,8 @@ def test_an_inference_server_sized_from_its_lanes_merges_several_actors_in_one_p
     # pass served one actor.
     import asyncio
 
-    from alphazero.config import for_gpus, to_toml
+    from alphazero.config import to_toml
+    from alphazero.selfplay_devices import for_gpus
     from selfplay.inference import InferenceServer, server_batch_size
 
     small = for_gpus(get_preset("small"), 1)

@@ -631,7 +631,7 @@ def test_threads_sets_torchs_threads_and_0_restores_its_default() -> None:
 def test_the_network_is_loaded_and_run_on_one_thread_for_the_engines_life(
         weights: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """torch's OpenMP keeps a pool of workers per thread that ran it: loading on the main thread and
-    searching on a new thread per `go` made every pass 2.5 times slower on 2 cores (_NetworkThread)."""
+    searching on a new thread per `go` made every pass slower (eval.uci_search.NetworkThread)."""
     used: list[tuple[str, int]] = []
     real_load = uci_module.load_network
 

@@ -1,2 +1,3 @@
-"""The network: its modules (residual tower, Chessformer), input planes, the
-Evaluator that runs it, precision, and where the built-in weights are."""
+"""The network: its modules (residual tower, Chessformer, the heads' outputs they share), input planes, the
+Evaluator that runs it (with its batch-size buckets, CUDA graphs, compiled passes and legal-move gather),
+precision, parity, and where the built-in weights are."""

@@ -3,7 +3,7 @@
 After Monroe & Chalmers, "Mastering Chess with a Transformer Model" (2024), the
 architecture of Leela Chess Zero's transformer networks. It takes the same
 compact input and gives the same outputs as the residual network
-(``alphazero.nn.network.NetOutput``), so search, shards, agents, the learner and
+(``alphazero.nn.heads.NetOutput``), so search, shards, agents, the learner and
 the UCI engine use either without knowing which.
 
 - **Tokens.** One per square of the board as the side to move sees it (ranks
@@ -60,7 +60,7 @@ from torch import nn
 
 from alphazero.chess.moves import NUM_MOVES
 from alphazero.config import NetworkConfig
-from alphazero.nn.network import NetOutput, float32_head
+from alphazero.nn.heads import NetOutput, float32_head
 from alphazero.nn.planes import INPUT_PLANES, expand_torch
 
 __all__ = [

@@ -1,47 +1,17 @@
-"""The Evaluator, which runs the network for the search, and how it runs a pass: eager, or in batch-size buckets.
+"""The Evaluator, which runs the network for the search: numpy in, float32 numpy out.
 
-The Evaluator (at the end of this module) takes numpy in and gives float32
-numpy out, all 4672 logits or only the legal moves' (what the search reads),
-under bf16 autocast on a GPU, checking its fast passes against float32 eager
-(alphazero.nn.parity). How its passes run on a GPU:
-
-A GPU spends much of a small batch's pass launching kernels one layer at a
-time: on an H100 (EXPERIMENTS.md, "GPU") 6x64 ran 554k evals/s at batch
-1024 eagerly and 1.06M replayed from a CUDA graph, and the gap grows as
-batches shrink. A graph or a compiled kernel set is made for one input shape,
-so batches are padded up to a few fixed sizes, the buckets: powers of two and
-1.5 times powers of two (1, 2, 3, 4, 6, 8, 12, ...), which wastes at most a
-third of a pass, plus the largest batch the caller will send, which then pads
-nothing.
-
-Modes (``FORWARD_MODES``):
-
-- ``eager``: the model as it is, no padding (the CPU always runs this way).
-- ``graphs``: a CUDA graph captured per bucket and replayed; measured
-  fastest there at batch 1024 and below.
-- ``compile``: ``torch.compile(mode="reduce-overhead")`` on the padded
-  batches, so it compiles (and records its own graphs) once per bucket;
-  compiled code measured fastest there for 20x256 at batch 1024 and above.
-  A compilation takes long, so this mode keeps fewer buckets: the largest
-  batch and its halves down to a 64th of it (``start_buckets``).
-
-A bucket's fast pass (a *runner*) is made by a ``RunnerMaker``: when the
-caller knows its largest batch, all of them at start (``BucketedForward.warm``),
-so no capture or compilation stalls a pass mid-run; else on a bucket's first
-use. When making one fails (a capture the model cannot take, a compiler that
-is missing), that bucket runs eager from then on, with one warning that names
-the mode, the bucket and the error; the run goes on.
-
-Padding rows hold whatever the bucket's buffer held before (zeros at first);
-in eval mode every row of the network is computed on its own (batch norm uses
-its running statistics), so they never change the real rows' outputs.
+It gives all 4672 logits or only the legal moves' (what the search reads,
+gathered by alphazero.nn.legal), under bf16 autocast on a GPU, checking its
+fast passes against float32 eager (alphazero.nn.parity). A pass runs eager,
+or padded to a batch-size bucket (alphazero.nn.buckets, which describes the
+forward modes) whose pass is a CUDA graph's replay (alphazero.nn.cuda_graphs)
+or compiled code (alphazero.nn.compiled). The legal moves' results reach the
+host in preallocated buffers, pinned on CUDA, one set per lane (below).
 
 Example::
 
     evaluator = Evaluator(model, pick_device("auto"), forward="graphs", max_batch=512)
     legal, values = evaluator.evaluate_legal(planes, scalars, legal_indices, legal_counts)   # what search reads
-    forward = BucketedForward(model, device, max_batch=512)   # the padding alone, any device
-    out = forward(planes_t, scalars_t)     # NetOutput of the real rows only
 """
 
 from __future__ import annotations
@@ -52,274 +22,144 @@ import functools
 import logging
 import random
 import time
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
 from alphazero.chess.moves import NUM_MOVES
-from alphazero.config import CPU_FORWARD_MODES, FORWARD_MODES, NetworkConfig, architecture_hash
+from alphazero.config import CPU_FORWARD_MODES, FORWARD_MODES, NetworkConfig
+from alphazero.config_compat import architecture_hash
+from alphazero.nn.buckets import BucketedForward, Runner, RunnerMaker, bucket_for, start_buckets
+from alphazero.nn.compiled import compile_per_bucket
+from alphazero.nn.cuda_graphs import capture_graph
+from alphazero.nn.legal import gather_legal, gather_legal_numpy
 from alphazero.nn.network import fold_batch_norm, load_weights, model_config
 from alphazero.nn.parity import ParityErrors, ParitySettings, compare_legal
-from alphazero.nn.planes import (
-    COMPACT_PLANES,
-    NUM_SCALARS,
-    check_compact_numpy,
-    compact_to_torch,
-    make_device_constants,
-)
+from alphazero.nn.planes import check_compact_numpy, compact_to_torch
 from alphazero.nn.precision import choose_precision, random_positions, seconds_per_call
 
 log = logging.getLogger(__name__)
 
-GRAPH_WARMUP_PASSES = 3  # eager passes before a capture: they pick convolution algorithms and fill caches
-COMPILE_PASSES = 3  # calls when a bucket is compiled: reduce-overhead warms up, then records its graph
-COMPILE_SMALLEST_SHARE = 64  # compile mode: buckets halve from the largest batch down to a 64th of it
-RECOMPILE_LIMIT = 64  # shapes Dynamo may compile per function (its default, 8, is below the bucket count)
-
-Forward = Callable[[torch.Tensor, torch.Tensor], tuple]
-Runner = Callable[[], tuple]  # runs one bucket's pass on that bucket's input buffers
-# Makes a bucket's runner from its (planes, scalars) input buffers; raises when it cannot.
-RunnerMaker = Callable[[torch.Tensor, torch.Tensor], Runner]
+TIMING_ROWS = 32  # the batch the start-up timing of a CPU's precision runs when the caller's is not known
+MAX_TIMING_ROWS = 64  # and at most this many rows when it is (alphazero.nn.precision)
 
 
-def bucket_for(rows: int, max_batch: int | None = None) -> int:
-    """Gets the smallest bucket that holds ``rows``: 1, 2, 3, 4, 6, 8, 12, 16, 24, ... or ``max_batch``.
+# --- precision: bf16 autocast, and the start-up timing that chooses it on a CPU ---------------
 
-    ``max_batch`` (the largest batch the caller sends) is a bucket of its own,
-    so a full batch is never padded; rows above it get the usual buckets.
 
-    Raises:
-        ValueError: rows < 1.
+def bf16_autocast(device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """Gets bf16 autocast on ``device``'s type, without the weight-cast cache: a CUDA graph must redo the casts it
+    captured on every replay, and a CPU pass's autocast context lasts one pass anyway."""
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, cache_enabled=False)
+
+
+def _channels_last(model: torch.nn.Module) -> torch.nn.Module:
+    return model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # (stubs)
+
+
+def time_forward(model: torch.nn.Module, device: torch.device, bf16: bool, rows: int = TIMING_ROWS) -> float:
+    """Times eval-mode passes of a copy of ``model`` on ``rows`` random positions (precision.seconds_per_call):
+    seconds per pass, in bf16 autocast and channels_last (True) or float32 as it is (False)."""
+    planes, scalars = random_positions(rows, device)
+    candidate = copy.deepcopy(model).eval()
+    if bf16:
+        candidate = _channels_last(candidate)
+    context = bf16_autocast(device) if bf16 else contextlib.nullcontext()
+    with torch.inference_mode(), context:
+        return seconds_per_call(lambda: candidate(planes, scalars))
+
+
+# --- the host side of a legal pass: its inputs checked and moved, its events, its buffers -----
+
+
+def _to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """Moves a numpy array to ``device``; asynchronously when it lies in pinned memory (see compact_to_torch)."""
+    if not array.flags.c_contiguous or not array.flags.writeable:
+        array = np.array(array, order="C")  # torch.from_numpy needs writeable, contiguous memory
+    tensor = torch.from_numpy(array)
+    return tensor.to(device, non_blocking=device.type == "cuda" and tensor.is_pinned())
+
+
+def _check_legal(legal_indices: np.ndarray, legal_counts: np.ndarray, rows: int) -> None:
+    if not isinstance(legal_indices, np.ndarray) or not isinstance(legal_counts, np.ndarray):
+        raise ValueError("legal_indices and legal_counts must be numpy arrays")
+    if legal_indices.dtype != np.int32 or legal_counts.dtype != np.int32:
+        raise ValueError(f"legal_indices and legal_counts must be int32, got {legal_indices.dtype} "
+                         f"and {legal_counts.dtype}")
+    if legal_indices.ndim != 2 or legal_indices.shape[0] < rows or legal_counts.ndim != 1 \
+            or legal_counts.shape[0] < rows:
+        raise ValueError(f"legal_indices must be [>={rows}, W] and legal_counts [>={rows}], got "
+                         f"{legal_indices.shape} and {legal_counts.shape}")
+    counts = legal_counts[:rows]
+    if rows and (counts.min() < 0 or counts.max() > legal_indices.shape[1]):
+        raise ValueError(f"legal_counts must lie in [0, {legal_indices.shape[1]}] (the width of legal_indices), "
+                         f"got {counts.min()}..{counts.max()}")
+
+
+def _legal_shape(planes: np.ndarray, scalars: np.ndarray, legal_indices: np.ndarray,
+                 legal_counts: np.ndarray) -> tuple[int, int]:
+    """Checks a legal pass's inputs; returns its rows and result width (the largest count, at least 1)."""
+    check_compact_numpy(planes, scalars)
+    rows = planes.shape[0]
+    _check_legal(legal_indices, legal_counts, rows)
+    return rows, max(int(legal_counts[:rows].max()), 1) if rows else 1
+
+
+def _pass_events(device: torch.device) -> tuple[Any, Any] | None:
+    """Gets a lane's pair of CUDA events (None off CUDA): they time its passes, and wait() waits on the second.
+
+    Blocking: a thread that waits on them sleeps until the GPU is done, where
+    the default spins a CPU core (one per actor) for the whole pass.
     """
-    if rows < 1:
-        raise ValueError(f"a batch has at least one row, got {rows}")
-    power = 1
-    while power * 2 <= rows:
-        power *= 2
-    if power == rows:
-        bucket = rows
-    elif power >= 2 and rows <= power + power // 2:
-        bucket = power + power // 2
-    else:
-        bucket = power * 2
-    if max_batch is not None and rows <= max_batch < bucket:
-        return max_batch
-    return bucket
+    if device.type != "cuda":
+        return None
+    return (torch.cuda.Event(enable_timing=True, blocking=True),
+            torch.cuda.Event(enable_timing=True, blocking=True))
 
 
-def start_buckets(max_batch: int, mode: str) -> list[int]:
-    """Gets the buckets a fast pass makes at start for batches of up to ``max_batch`` rows, smallest first.
-
-    'compile': ``max_batch`` and its halves (rounded up) down to a 64th of it,
-    as each compilation takes long; a batch pads to the smallest that holds
-    it, at most twice its size. Otherwise every bucket up to ``max_batch``
-    (a capture takes milliseconds).
-
-    Raises:
-        ValueError: max_batch < 1.
-    """
-    if max_batch < 1:
-        raise ValueError(f"max_batch must be at least 1, got {max_batch}")
-    if mode == "compile":
-        buckets, size = [max_batch], max_batch
-        while size > 1 and (size + 1) // 2 * COMPILE_SMALLEST_SHARE >= max_batch:
-            size = (size + 1) // 2
-            buckets.append(size)
-        return sorted(buckets)
-    buckets, rows = [max_batch], 1
-    while (bucket := bucket_for(rows)) < max_batch:
-        buckets.append(bucket)
-        rows = bucket + 1
-    return sorted(buckets)
+def _ignore_stage(name: str) -> None:
+    """A stage_done that does nothing (the CPU's passes)."""
 
 
-def capture_graph(forward: Forward, planes: torch.Tensor, scalars: torch.Tensor) -> Runner:
-    """Captures ``forward(planes, scalars)`` in a CUDA graph; returns what replays it.
+def _stage_events(events: tuple[Any, Any] | None) -> Callable[[str], None]:
+    """Gets a stage_done that records the lane's events: the first once the inputs are queued (so the set-up
+    on the host is not timed), the second after the copy to the host."""
+    if events is None:
+        return _ignore_stage
+    start, end = events
 
-    The replay reads the buffers ``planes`` and ``scalars`` and returns the
-    captured outputs, overwritten by the next replay. The capture is
-    thread-local: CUDA calls of other threads (a server's event loop, a
-    bench's sampler) neither spoil it nor fail because of it.
+    def stage_done(name: str) -> None:
+        if name == "input":
+            start.record()
+        elif name == "output":
+            end.record()
 
-    Raises:
-        ValueError: the buffers are not on a CUDA device.
-        RuntimeError: whatever the capture raises (an operation a graph cannot hold).
-    """
-    if planes.device.type != "cuda":
-        raise ValueError(f"CUDA graphs need a CUDA device, got {planes.device}")
-    # PyTorch's recipe: warm up on a side stream, then capture; the capture
-    # reads and writes only these buffers and the graph's own memory pool.
-    side = torch.cuda.Stream(planes.device)
-    side.wait_stream(torch.cuda.current_stream(planes.device))
-    with torch.cuda.stream(side):
-        for _ in range(GRAPH_WARMUP_PASSES):
-            forward(planes, scalars)
-    torch.cuda.current_stream(planes.device).wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-        out = forward(planes, scalars)
-
-    def replay() -> tuple:
-        graph.replay()
-        return out
-
-    return replay
+    return stage_done
 
 
-@contextlib.contextmanager
-def _compile_settings() -> Iterator[None]:
-    """Raises Dynamo's recompile limit (a dozen buckets), compiles with this process's torch threads, quietly.
+class _HostOutput:
+    """Preallocated host memory (pinned on CUDA) for one lane's legal logits, values and error flag."""
 
-    An actor runs torch on one thread (one actor per core); Inductor's own
-    default is a compile worker per core, in every actor at once.
-    """
-    import torch._inductor.config as inductor_config
+    def __init__(self, pin: bool) -> None:
+        self.pin = pin
+        self.logits = torch.empty(0, dtype=torch.float32)
+        self.values = torch.empty(0, dtype=torch.float32)
+        self.flag = torch.zeros(1, dtype=torch.bool, pin_memory=pin)
 
-    with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT), \
-            inductor_config.patch(compile_threads=max(1, torch.get_num_threads())), warnings.catch_warnings():
-        # Inductor suggests TF32 for the float32 matrix products: those are the heads' last layers, kept in
-        # float32 on purpose (priors and values not rounded). Every actor printed it (EXPERIMENTS.md, "Issue 37").
-        warnings.filterwarnings("ignore", message="TensorFloat32 tensor cores")
-        yield
+    def tensors(self, rows: int, width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Views for a batch of rows x width, growing the buffers (doubling) when they are too small."""
+        if self.logits.numel() < rows * width:
+            self.logits = torch.empty(max(rows * width, 2 * self.logits.numel()), dtype=torch.float32,
+                                      pin_memory=self.pin)
+        if self.values.numel() < rows:
+            self.values = torch.empty(max(rows, 2 * self.values.numel()), dtype=torch.float32, pin_memory=self.pin)
+        return self.logits[:rows * width].view(rows, width), self.values[:rows], self.flag
 
-
-def compile_per_bucket(model: torch.nn.Module, *, backend: str | Callable[..., object] = "inductor",
-                       cuda_graphs: bool = True) -> RunnerMaker:
-    """Gets a RunnerMaker that compiles ``model`` for each bucket's fixed shape, when the bucket is made.
-
-    Inductor compiles with ``mode="reduce-overhead"`` (its kernels replayed
-    from CUDA graphs) unless ``cuda_graphs`` is False (the CPU: C++ kernels,
-    no graphs); another ``backend`` (tests) compiles without a mode.
-    The maker calls the compiled model COMPILE_PASSES times, so a failure of
-    the compilation or of its graph recording raises there, not mid-run.
-    The caller makes the input expansion's constants first
-    (planes.make_device_constants): made inside the first trace, they cost a
-    second compilation.
-    """
-    mode = "reduce-overhead" if backend == "inductor" and cuda_graphs else None
-    compiled = torch.compile(model, dynamic=False, backend=backend, mode=mode)
-
-    def make(planes: torch.Tensor, scalars: torch.Tensor) -> Runner:
-        with _compile_settings():
-            for _ in range(COMPILE_PASSES):
-                compiled(planes, scalars)
-
-        def run() -> tuple:
-            with _compile_settings():
-                return compiled(planes, scalars)
-
-        return run
-
-    return make
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
-
-
-class BucketedForward:
-    """Runs a model on batches padded to their bucket; returns the real rows' outputs.
-
-    Each bucket keeps its own input buffers on the model's device and a runner
-    made by ``make`` (a CUDA graph's replay, a compiled pass; without ``make``
-    the padded batch runs eagerly). A runner's outputs may be buffers that the
-    next pass of its bucket overwrites, so a caller reads or copies them
-    before the next call (the Evaluator gathers the legal logits right away,
-    on the same stream). A bucket whose runner cannot be made runs ``eager``
-    on the unpadded batch from then on (``failures`` says why).
-
-    Args:
-        eager: the plain forward (the module), called on (planes, scalars).
-        device: where the model's weights are.
-        mode: names the fast pass in warnings ('graphs', 'compile'), and picks the start buckets.
-        make: makes a bucket's runner (capture_graph, compile_per_bucket); None: pad only.
-        max_batch: the largest batch the caller sends (a bucket of its own);
-            given, the start buckets are known and ``warm`` makes them.
-
-    Call it (and ``warm``) under the caller's inference mode and autocast: a
-    capture records the pass as those contexts set it up.
-    """
-
-    def __init__(self, eager: Forward, device: torch.device, *, mode: str = "eager",
-                 make: RunnerMaker | None = None, max_batch: int | None = None,
-                 buckets: list[int] | None = None) -> None:
-        self.eager = eager
-        self.device = device
-        self.mode = mode
-        self.make = make
-        self.max_batch = max_batch
-        if buckets is None:
-            buckets = start_buckets(max_batch, mode) if max_batch is not None else []
-        self.buckets = sorted(buckets)
-        self.inputs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # bucket -> (planes, scalars) buffers
-        self.runners: dict[int, Runner | None] = {}  # bucket -> its runner, None: it runs eager
-        self.failures: dict[int, str] = {}  # bucket -> why its runner could not be made
-        self.made = 0  # runners made (or tried) so far: a pass that made one also captured or compiled
-        make_device_constants(device)  # before any capture or trace reads them
-
-    def bucket_of(self, rows: int) -> int:
-        """Gets the bucket a batch of ``rows`` pads to: the smallest start bucket that holds it, else bucket_for.
-
-        Raises:
-            ValueError: rows < 1.
-        """
-        for bucket in self.buckets:
-            if bucket >= rows:
-                return bucket
-        return bucket_for(rows, self.max_batch)
-
-    def warm(self) -> None:
-        """Makes the start buckets' runners now (captures or compiles them all), so none stalls a pass later."""
-        for bucket in self.buckets:
-            if bucket not in self.runners:
-                self._make(bucket)
-
-    def __call__(self, planes: torch.Tensor, scalars: torch.Tensor) -> tuple:
-        """Evaluates int64 [N, 112] planes and float32 [N, 7] scalars on the device; outputs have N rows."""
-        rows = planes.shape[0]
-        bucket = self.bucket_of(rows)
-        runner = self.runners[bucket] if bucket in self.runners else self._make(bucket)
-        if runner is None:
-            return self.eager(planes, scalars)
-        padded_planes, padded_scalars = self.inputs[bucket]
-        padded_planes[:rows].copy_(planes, non_blocking=True)
-        padded_scalars[:rows].copy_(scalars, non_blocking=True)
-        out = runner()
-        # The NetOutput (a NamedTuple) of the real rows.
-        return type(out)(*[None if t is None else t[:rows] for t in out])  # type: ignore[arg-type]
-
-    def _make(self, bucket: int) -> Runner | None:
-        """Makes (once) the bucket's buffers and runner; a failure leaves it eager, with one warning."""
-        self.made += 1
-        planes, scalars = self._inputs_for(bucket)
-        runner: Runner | None
-        if self.make is None:
-            runner = functools.partial(self.eager, planes, scalars)
-        else:
-            try:
-                runner = self.make(planes, scalars)
-            except Exception as error:  # any failure to capture or compile: this bucket runs eager
-                self.failures[bucket] = _first_line(error)
-                log.warning("forward %r, bucket %d: %s; that bucket runs eager from now on", self.mode, bucket,
-                            self.failures[bucket])
-                runner = None
-        self.runners[bucket] = runner
-        return runner
-
-    def _inputs_for(self, bucket: int) -> tuple[torch.Tensor, torch.Tensor]:
-        buffers = self.inputs.get(bucket)
-        if buffers is None:
-            buffers = (torch.zeros(bucket, COMPACT_PLANES, dtype=torch.int64, device=self.device),
-                       torch.zeros(bucket, NUM_SCALARS, dtype=torch.float32, device=self.device))
-            self.inputs[bucket] = buffers
-        return buffers
-
-
-# --- the Evaluator: what the search calls --------------------------------------------------------
+    def numpy(self, rows: int, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        logits, values, flag = self.tensors(rows, width)
+        return logits.numpy(), values.numpy(), flag.numpy()
 
 
 class PendingOutput:
@@ -359,105 +199,7 @@ class PendingOutput:
         return self._result
 
 
-def _pass_events(device: torch.device) -> tuple[Any, Any] | None:
-    """Gets a lane's pair of CUDA events (None off CUDA): they time its passes, and wait() waits on the second.
-
-    Blocking: a thread that waits on them sleeps until the GPU is done, where
-    the default spins a CPU core (one per actor) for the whole pass.
-    """
-    if device.type != "cuda":
-        return None
-    return (torch.cuda.Event(enable_timing=True, blocking=True),
-            torch.cuda.Event(enable_timing=True, blocking=True))
-
-
-class _HostOutput:
-    """Preallocated host memory (pinned on CUDA) for one lane's legal logits, values and error flag."""
-
-    def __init__(self, pin: bool) -> None:
-        self.pin = pin
-        self.logits = torch.empty(0, dtype=torch.float32)
-        self.values = torch.empty(0, dtype=torch.float32)
-        self.flag = torch.zeros(1, dtype=torch.bool, pin_memory=pin)
-
-    def tensors(self, rows: int, width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Views for a batch of rows x width, growing the buffers (doubling) when they are too small."""
-        if self.logits.numel() < rows * width:
-            self.logits = torch.empty(max(rows * width, 2 * self.logits.numel()), dtype=torch.float32,
-                                      pin_memory=self.pin)
-        if self.values.numel() < rows:
-            self.values = torch.empty(max(rows, 2 * self.values.numel()), dtype=torch.float32, pin_memory=self.pin)
-        return self.logits[:rows * width].view(rows, width), self.values[:rows], self.flag
-
-    def numpy(self, rows: int, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        logits, values, flag = self.tensors(rows, width)
-        return logits.numpy(), values.numpy(), flag.numpy()
-
-
-def _to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
-    """Moves a numpy array to ``device``; asynchronously when it lies in pinned memory (see compact_to_torch)."""
-    if not array.flags.c_contiguous or not array.flags.writeable:
-        array = np.array(array, order="C")  # torch.from_numpy needs writeable, contiguous memory
-    tensor = torch.from_numpy(array)
-    return tensor.to(device, non_blocking=device.type == "cuda" and tensor.is_pinned())
-
-
-def _check_legal(legal_indices: np.ndarray, legal_counts: np.ndarray, rows: int) -> None:
-    if not isinstance(legal_indices, np.ndarray) or not isinstance(legal_counts, np.ndarray):
-        raise ValueError("legal_indices and legal_counts must be numpy arrays")
-    if legal_indices.dtype != np.int32 or legal_counts.dtype != np.int32:
-        raise ValueError(f"legal_indices and legal_counts must be int32, got {legal_indices.dtype} "
-                         f"and {legal_counts.dtype}")
-    if legal_indices.ndim != 2 or legal_indices.shape[0] < rows or legal_counts.ndim != 1 \
-            or legal_counts.shape[0] < rows:
-        raise ValueError(f"legal_indices must be [>={rows}, W] and legal_counts [>={rows}], got "
-                         f"{legal_indices.shape} and {legal_counts.shape}")
-    counts = legal_counts[:rows]
-    if rows and (counts.min() < 0 or counts.max() > legal_indices.shape[1]):
-        raise ValueError(f"legal_counts must lie in [0, {legal_indices.shape[1]}] (the width of legal_indices), "
-                         f"got {counts.min()}..{counts.max()}")
-
-
-def _legal_shape(planes: np.ndarray, scalars: np.ndarray, legal_indices: np.ndarray,
-                 legal_counts: np.ndarray) -> tuple[int, int]:
-    """Checks a legal pass's inputs; returns its rows and result width (the largest count, at least 1)."""
-    check_compact_numpy(planes, scalars)
-    rows = planes.shape[0]
-    _check_legal(legal_indices, legal_counts, rows)
-    return rows, max(int(legal_counts[:rows].max()), 1) if rows else 1
-
-
-def gather_legal(policy_logits: torch.Tensor, legal_indices: torch.Tensor,
-                 legal_counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Gathers each row's legal moves' logits: out[b, i] = policy_logits[b, legal_indices[b, i]].
-
-    Columns at and beyond legal_counts[b] are padding: whatever they hold,
-    they read index 0, so the search (which reads only the first
-    legal_counts[b] columns) never sees them. Works on any device without a
-    synchronisation: an index outside [0, 4672) among the real columns reads
-    index 0 too and raises the returned flag (a bool tensor) instead of
-    faulting on the GPU.
-
-    Returns:
-        (float32 [B, W] legal logits, bool [] flag of a bad index).
-    """
-    width = legal_indices.shape[1]
-    real = torch.arange(width, device=legal_indices.device) < legal_counts[:, None].to(torch.int64)
-    valid = (legal_indices >= 0) & (legal_indices < policy_logits.shape[1])
-    safe = torch.where(real & valid, legal_indices, 0).to(torch.int64)
-    return policy_logits.gather(1, safe), (real & ~valid).any()
-
-
-def gather_legal_numpy(policy_logits: np.ndarray, legal_indices: np.ndarray, legal_counts: np.ndarray,
-                       out: np.ndarray) -> bool:
-    """gather_legal on the host: fills ``out`` [B, W]; returns the flag of a bad index (out is then unspecified)."""
-    width = out.shape[1]
-    real = np.arange(width) < legal_counts[:, None]
-    safe = np.where(real, legal_indices[:, :width], 0)
-    if safe.min() < 0 or safe.max() >= policy_logits.shape[1]:
-        return True
-    out[...] = np.take_along_axis(policy_logits, safe, axis=1)
-    return False
+# --- the Evaluator: what the search calls ----------------------------------------------------
 
 
 class Evaluator:
@@ -480,7 +222,7 @@ class Evaluator:
     ('graphs' runs eager) and 'compile' makes one bucket, ``max_batch``, into
     which smaller batches are padded: a CPU pass costs its rows, not its
     launches, and one compilation is what a self-play actor can afford at
-    start (EXPERIMENTS.md, "Issue 32"). ``runner_maker``
+    start (EXPERIMENTS.md, "Issue 32: bf16 on the CPU"). ``runner_maker``
     replaces the mode's own way to make a bucket's pass (a fake fast pass:
     tests reach the fast path's code on the CPU with it).
 
@@ -581,7 +323,7 @@ class Evaluator:
         return bf16_autocast(self.device) if self.autocast else contextlib.nullcontext()
 
     def warm_up(self) -> None:
-        """Captures or compiles the fast pass's start buckets now (alphazero.nn.forward.start_buckets), so that
+        """Captures or compiles the fast pass's start buckets now (alphazero.nn.buckets.start_buckets), so that
         none stalls a pass later; a bucket that fails runs eager (one warning). Nothing on an eager pass."""
         if self._bucketed is not None and self._forward is self._bucketed:
             with torch.inference_mode(), self._autocast():
@@ -785,9 +527,9 @@ class Evaluator:
 
     def fold_batch_norm(self) -> bool:
         """Runs the passes through a copy of the model with each conv-BN pair folded into one convolution
-        (module function fold_batch_norm): fewer ops a pass, about 9% less time at batch 32 for the small
-        preset on a CPU. For an evaluator whose weights change only through set_weights (which folds
-        again), such as the UCI engine's: weights loaded into ``model`` directly are not seen.
+        (alphazero.nn.network.fold_batch_norm): fewer ops a pass. For an evaluator whose weights change
+        only through set_weights (which folds again), such as the UCI engine's: weights loaded into
+        ``model`` directly are not seen.
 
         Returns whether it folded: only on the CPU, eager and not compiled.
         """
@@ -814,52 +556,6 @@ class Evaluator:
             self._forward = self._folded()
 
     load_state_dict = set_weights
-
-
-def bf16_autocast(device: torch.device) -> contextlib.AbstractContextManager[Any]:
-    """Gets bf16 autocast on ``device``'s type, without the weight-cast cache: a CUDA graph must redo the casts it
-    captured on every replay, and a CPU pass's autocast context lasts one pass anyway."""
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, cache_enabled=False)
-
-
-def _channels_last(model: torch.nn.Module) -> torch.nn.Module:
-    return model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # (stubs)
-
-
-TIMING_ROWS = 32  # the batch the start-up timing of a CPU's precision runs when the caller's is not known
-MAX_TIMING_ROWS = 64  # and at most this many rows when it is (alphazero.nn.precision)
-
-
-def time_forward(model: torch.nn.Module, device: torch.device, bf16: bool, rows: int = TIMING_ROWS) -> float:
-    """Times eval-mode passes of a copy of ``model`` on ``rows`` random positions (precision.seconds_per_call):
-    seconds per pass, in bf16 autocast and channels_last (True) or float32 as it is (False)."""
-    planes, scalars = random_positions(rows, device)
-    candidate = copy.deepcopy(model).eval()
-    if bf16:
-        candidate = _channels_last(candidate)
-    context = bf16_autocast(device) if bf16 else contextlib.nullcontext()
-    with torch.inference_mode(), context:
-        return seconds_per_call(lambda: candidate(planes, scalars))
-
-
-def _ignore_stage(name: str) -> None:
-    """A stage_done that does nothing (the CPU's passes)."""
-
-
-def _stage_events(events: tuple[Any, Any] | None) -> Callable[[str], None]:
-    """Gets a stage_done that records the lane's events: the first once the inputs are queued (so the set-up
-    on the host is not timed), the second after the copy to the host."""
-    if events is None:
-        return _ignore_stage
-    start, end = events
-
-    def stage_done(name: str) -> None:
-        if name == "input":
-            start.record()
-        elif name == "output":
-            end.record()
-
-    return stage_done
 
 
 __all__ = [

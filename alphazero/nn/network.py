@@ -4,7 +4,8 @@ Its files: alphazero.store.checkpoint; inference: alphazero.nn.forward.Evaluator
 
 The network takes the compact input (int64 bitboards [N, 112] and float32 raw
 scalars [N, 7]) and expands it on its own device as its first step, so only
-~1 KB per position crosses to a GPU. Outputs, always from the side to move:
+~1 KB per position crosses to a GPU. Outputs (a NetOutput, alphazero.nn.heads,
+which the Chessformer returns too), always from the side to move:
 
 - ``policy_logits`` [N, 4672]: index = plane * 64 + square, square = 8 * row + col
   of the oriented board (see docs/encodings.md for the 73 move planes).
@@ -23,8 +24,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Callable
-from typing import NamedTuple, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -33,33 +32,13 @@ from torch import nn
 from alphazero.chess.moves import NUM_PLANES
 from alphazero.config import NetworkConfig
 from alphazero.errors import UserError
+from alphazero.nn.chessformer import Chessformer
+from alphazero.nn.heads import NetOutput, float32_head
 from alphazero.nn.planes import INPUT_PLANES, expand_torch
 
 _COMPILED_PREFIX = "_orig_mod."  # torch.compile's wrapper prefixes parameter names with this
-_T = TypeVar("_T")
 
 log = logging.getLogger(__name__)
-
-
-class NetOutput(NamedTuple):
-    """What the network returns for a batch of N positions."""
-
-    policy_logits: torch.Tensor  # float32 [N, 4672], unmasked
-    value: torch.Tensor  # float32 [N] in [-1, 1]
-    wdl_logits: torch.Tensor | None  # float32 [N, 3] (win, draw, loss), or None for a scalar head
-
-
-def float32_head(layer: Callable[[torch.Tensor], _T], x: torch.Tensor) -> _T:
-    """Runs a head's last layer (a module or a function of one tensor) in float32, whatever autocast says.
-
-    Its outputs are what the search reads: under bf16 autocast they would keep
-    8 bits of mantissa, so priors would be rounded before the legal moves'
-    logits are gathered. Without autocast (the CPU) it is just ``layer(x)``.
-    """
-    if not torch.is_autocast_enabled(x.device.type):
-        return layer(x)
-    with torch.autocast(device_type=x.device.type, enabled=False):
-        return layer(x.float())
 
 
 def _conv_bn(in_channels: int, out_channels: int, kernel: int) -> nn.Sequential:
@@ -132,8 +111,6 @@ def build_network(config: NetworkConfig) -> nn.Module:
     NetOutput and keep the config as ``.config``.
     """
     if config.kind == "chessformer":
-        from alphazero.nn.chessformer import Chessformer  # it imports this module (NetOutput)
-
         return Chessformer(config)
     return AlphaZeroNet(config)
 

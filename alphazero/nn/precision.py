@@ -14,7 +14,7 @@ Settings (``PRECISIONS``), from ``selfplay.cpu_precision``,
 ``learner.cpu_precision``, a player's ``precision=`` option or the UCI
 option ``Precision``: ``auto``, ``bf16`` (forced, even where emulated) and
 ``float32``. The heads' last layers stay float32 under bf16 either way
-(alphazero.nn.network.float32_head), so priors and values are not rounded to
+(alphazero.nn.heads.float32_head), so priors and values are not rounded to
 8 bits of mantissa.
 
 Example::
@@ -117,8 +117,8 @@ def _measure(timer: Timer, probe: Probe) -> PrecisionChoice:
     if native is None:
         return PrecisionChoice(False, "float32 (this processor has no native bf16: neither AVX512-BF16 nor AMX)")
     # Alternate the two so that a burst of load elsewhere slows both; keep each one's best. Where bf16 did not
-    # win, time both again before settling: the choice holds for the process's life, and one actor of a
-    # run started beside other work once took float32 from a burst (EXPERIMENTS.md, "Issue 33").
+    # win, time both again before settling: the choice holds for the process's life, and a burst at start
+    # can cost an actor bf16 for all of it (EXPERIMENTS.md, "Issue 33: self-play that climbs").
     times: dict[bool, list[float]] = {False: [], True: []}
     for _series in range(TIMING_SERIES):
         for _ in range(TIMING_ROUNDS):

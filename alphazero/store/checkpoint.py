@@ -54,14 +54,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from alphazero.config import (
-    Config,
-    NetworkConfig,
-    architecture_hash,
-    config_hash,
-    network_config_from_dict,
-    to_toml,
-)
+from alphazero.config import Config, NetworkConfig, network_config_from_dict, to_toml
+from alphazero.config_compat import architecture_hash, config_hash
 from alphazero.errors import UserError
 from alphazero.nn.network import build_network, check_architecture, cpu_state_dict, load_weights, model_config
 from alphazero.store.rundir import (

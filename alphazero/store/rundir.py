@@ -35,7 +35,8 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from alphazero.config import DEFAULT_PRESET, Config, apply_overrides, describe_differences, incompatible_fields, to_toml
+from alphazero.config import DEFAULT_PRESET, Config, apply_overrides, to_toml
+from alphazero.config_compat import describe_differences, incompatible_fields
 from alphazero.errors import UserError
 from alphazero.presets import from_toml, get_preset
 
@@ -273,7 +274,7 @@ class RunDir:
 
         Raises:
             UserError: not a run directory, an invalid config, a bad override, or
-                an override of a fixed field (see config.FIXED_FIELDS).
+                an override of a fixed field (see alphazero.config_compat.FIXED_FIELDS).
         """
         run = cls(path)
         saved = run.read_config()

@@ -232,8 +232,9 @@ def _run_once(args: argparse.Namespace, extra: list[str], counts: list[int | Non
     in ('' with a server)."""
     import ray
 
-    from alphazero.config import apply_overrides, for_gpus
+    from alphazero.config import apply_overrides
     from alphazero.presets import get_preset
+    from alphazero.selfplay_devices import for_gpus
     from alphazero.store.rundir import RunDir
     from selfplay.driver import connect_ray
     from selfplay.fleet import SelfPlayFleet

@@ -204,7 +204,7 @@ def run(args: argparse.Namespace) -> None:
         loaded.evaluator.warm_up()  # (on CUDA)
         return loaded
 
-    # The network alone runs on the engine's network thread, as the engine runs it (eval.uci._NetworkThread).
+    # The network alone runs on the engine's network thread, as the engine runs it (eval.uci_search.NetworkThread).
     network = engine.on_network_thread(load_folded)
     rng = np.random.default_rng(0)
     rows = []

@@ -1,0 +1,47 @@
+"""What both networks return (NetOutput) and how their heads' last layers run (float32_head).
+
+The piece the residual network and the Chessformer share (both import it,
+neither imports the other for it): both networks
+(alphazero.nn.network.AlphaZeroNet, alphazero.nn.chessformer.Chessformer)
+return a ``NetOutput``, always from the side to move, and run their heads'
+last layers through ``float32_head``, so that what the search reads is not
+rounded by bf16 autocast.
+
+Example::
+
+    logits = float32_head(policy_out, features)     # a module or a function; float32 under bf16 autocast too
+    out = NetOutput(logits.flatten(1), torch.tanh(value[:, 0]), None)     # a scalar value head: no WDL logits
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple, TypeVar
+
+import torch
+
+_T = TypeVar("_T")
+
+
+class NetOutput(NamedTuple):
+    """What the network returns for a batch of N positions."""
+
+    policy_logits: torch.Tensor  # float32 [N, 4672], unmasked
+    value: torch.Tensor  # float32 [N] in [-1, 1]
+    wdl_logits: torch.Tensor | None  # float32 [N, 3] (win, draw, loss), or None for a scalar head
+
+
+def float32_head(layer: Callable[[torch.Tensor], _T], x: torch.Tensor) -> _T:
+    """Runs a head's last layer (a module or a function of one tensor) in float32, whatever autocast says.
+
+    Its outputs are what the search reads: under bf16 autocast they would keep
+    8 bits of mantissa, so priors would be rounded before the legal moves'
+    logits are gathered. Without autocast (the CPU) it is just ``layer(x)``.
+    """
+    if not torch.is_autocast_enabled(x.device.type):
+        return layer(x)
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        return layer(x.float())
+
+
+__all__ = ["NetOutput", "float32_head"]

@@ -1,0 +1,323 @@
+"""Agents that are UCI engines in a subprocess, driven through python-chess: Stockfish and this project's engine.
+
+StockfishAgent plays Stockfish at full strength or weakened (UCI_Elo or a
+skill level); UciAgent plays `alphazero uci` as a GUI drives it. Both can
+play on a game's clock (Agent.choose_on_clock).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import chess
+import chess.engine
+
+from alphazero.chess.stockfish import require_stockfish
+from alphazero.errors import UserError
+from eval.agent import Agent, Choice
+from eval.scores import score_to_value
+
+FULL_STRENGTH_NODES = 100_000
+"""Stockfish's default limit at full strength: about 0.1 s a move on one core."""
+
+FALLBACK_MOVETIME_MS = 1000
+"""Stockfish's default limit in Elo mode for versions whose Elo formula we do not know."""
+
+
+# --- Stockfish -------------------------------------------------------------------
+
+
+def _sf15_pick_depth(elo: int) -> int:
+    """Returns the depth at which Stockfish 12..15.1 fixes its move at this UCI_Elo.
+
+    With UCI_LimitStrength, those versions map Elo to a fractional skill level,
+    level = clamp(((elo - 1346.6) / 143.4) ^ (1 / 0.806), 0, 20), search with
+    MultiPV 4, and at depth 1 + int(level) pick a weakened move that later
+    iterations never change (search.cpp, `Skill::time_to_pick`). Searching
+    to that depth makes the same kind of pick as the calibrated engine (Elo
+    calibrated at 60 s + 0.6 s) without spending the rest of that time.
+    """
+    e = max(elo - 1346.6, 0.0) / 143.4
+    level = min(e ** (1 / 0.806), 20.0)
+    return 1 + int(level)
+
+
+def _knows_elo_formula(engine_name: str) -> bool:
+    """Checks that the engine is a Stockfish release whose Elo formula _sf15_pick_depth copies."""
+    match = re.match(r"Stockfish (\d+)", engine_name)
+    return match is not None and 12 <= int(match.group(1)) <= 15
+
+
+def _check_range(engine: chess.engine.SimpleEngine, option: str, value: int, flag: str) -> None:
+    """Raises UserError if the engine lacks `option` or `value` is outside its range."""
+    if option not in engine.options:
+        raise UserError(f"this Stockfish ({engine.id.get('name', '?')}) has no {option!r} option, needed for {flag}")
+    spec = engine.options[option]
+    if spec.min is not None and spec.max is not None and not spec.min <= value <= spec.max:
+        raise UserError(
+            f"{flag}={value} is out of range: {engine.id.get('name', 'Stockfish')} accepts "
+            f"{option} from {spec.min} to {spec.max}"
+        )
+
+
+@dataclass(frozen=True)
+class StockfishStrength:
+    """How strong Stockfish plays: at most one of `elo` (UCI_LimitStrength) and `skill` (0..20)."""
+
+    elo: int | None = None
+    skill: int | None = None
+
+    def options(self) -> dict[str, int | bool]:
+        """Returns the UCI options that set this strength."""
+        if self.elo is not None:
+            return {"UCI_LimitStrength": True, "UCI_Elo": self.elo}
+        if self.skill is not None:
+            return {"Skill Level": self.skill}
+        return {}
+
+    def default_limit(self, engine_name: str) -> chess.engine.Limit:
+        """Returns the search limit used when the caller sets none (see StockfishAgent)."""
+        if self.elo is not None:
+            if _knows_elo_formula(engine_name):
+                return chess.engine.Limit(depth=_sf15_pick_depth(self.elo))
+            return chess.engine.Limit(time=FALLBACK_MOVETIME_MS / 1000.0)
+        if self.skill is not None and self.skill < 20:
+            return chess.engine.Limit(depth=1 + self.skill)  # the depth where it picks its move
+        return chess.engine.Limit(nodes=FULL_STRENGTH_NODES)
+
+
+class StockfishAgent(Agent):
+    """Stockfish through python-chess, optionally weakened; one engine process per `processes`.
+
+    Strength: `elo` sets UCI_LimitStrength and UCI_Elo (Debian's 15.1 accepts
+    1350..2850); `skill` sets Skill Level (0..20); neither is full strength.
+    Search limit: any of `depth`, `nodes`, `movetime` (ms), whichever comes
+    first. With none given, the defaults are:
+    - elo: the depth at which Stockfish 12..15.1 fixes its weakened move
+      (1 + int(level), 1 for Elo 1350 up to 19 for 2850; see _sf15_pick_depth),
+      where it makes the same weakened pick as at its calibration time control.
+      Unknown versions: movetime FALLBACK_MOVETIME_MS;
+    - skill below 20: depth 1 + skill, for the same reason;
+    - full strength: FULL_STRENGTH_NODES nodes (about 0.1 s on one core,
+      and the same on every machine).
+    Weakened play is random (Stockfish seeds it from the clock).
+
+    `choose` searches the boards one after another on each engine; with
+    processes > 1 the boards are spread over that many engines, searched in
+    parallel. Threads and Hash are per engine (default 1 and 16 MB).
+    Choice.value is the engine's score for the side to move, through
+    eval.scores (mates are +-1). It and info["pv"] describe the engine's best
+    line, which a weakened engine may not play.
+
+    Raises UserError if Stockfish is missing, elo and skill are both given, a
+    number is out of range (the Elo range is quoted from the engine), or the
+    engine cannot be started.
+    """
+
+    def __init__(
+        self,
+        *,
+        elo: int | None = None,
+        skill: int | None = None,
+        depth: int | None = None,
+        nodes: int | None = None,
+        movetime: int | None = None,
+        threads: int = 1,
+        hash_mb: int = 16,
+        processes: int = 1,
+        path: str | None = None,
+        name: str | None = None,
+    ) -> None:
+        if elo is not None and skill is not None:
+            raise UserError("give Stockfish an elo or a skill level, not both")
+        for flag, value in (("depth", depth), ("nodes", nodes), ("movetime", movetime)):
+            if value is not None and value < 1:
+                raise UserError(f"{flag} must be at least 1, got {value}")
+        for flag, value in (("threads", threads), ("hash", hash_mb), ("processes", processes)):
+            if value < 1:
+                raise UserError(f"{flag} must be at least 1, got {value}")
+        super().__init__(name or _stockfish_name(elo, skill, depth, nodes, movetime))
+        self.strength = StockfishStrength(elo, skill)
+        self._engines: list[chess.engine.SimpleEngine] = []
+        self._pool: ThreadPoolExecutor | None = None
+        self._game: object = None
+        try:
+            self._start(path or require_stockfish(), processes, threads, hash_mb)
+            explicit = depth is not None or nodes is not None or movetime is not None
+            self.limit = (
+                chess.engine.Limit(depth=depth, nodes=nodes, time=None if movetime is None else movetime / 1000.0)
+                if explicit
+                else self.strength.default_limit(self._engines[0].id.get("name", ""))
+            )
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, path: str, processes: int, threads: int, hash_mb: int) -> None:
+        """Starts the engines, checks the strength against the first one's ranges, configures all."""
+        options: dict[str, int | bool] = {"Threads": threads, "Hash": hash_mb, **self.strength.options()}
+        for _ in range(processes):
+            try:
+                engine = chess.engine.SimpleEngine.popen_uci(path)
+            except (OSError, chess.engine.EngineError) as exc:
+                raise UserError(f"cannot start Stockfish at {path!r}: {exc}") from None
+            self._engines.append(engine)
+            if len(self._engines) == 1:
+                self._check_strength(engine)
+            engine.configure(options)
+
+    def _check_strength(self, engine: chess.engine.SimpleEngine) -> None:
+        if self.strength.elo is not None:
+            _check_range(engine, "UCI_Elo", self.strength.elo, "elo")
+        if self.strength.skill is not None:
+            _check_range(engine, "Skill Level", self.strength.skill, "skill")
+
+    def new_game(self) -> None:
+        """Makes the next search send `ucinewgame` (clears Stockfish's hash)."""
+        self._game = object()
+
+    def choose(self, boards: Sequence[chess.Board]) -> list[Choice]:
+        """Searches each board with the configured limit; in parallel over the engines."""
+        return self._choose(boards, fresh=False)
+
+    def choose_fresh(self, boards: Sequence[chess.Board]) -> list[Choice]:
+        """Searches each board as a new game: `ucinewgame` before each search clears the engine's hash and
+        move-ordering histories, whichever engine searched what before."""
+        return self._choose(boards, fresh=True)
+
+    def _choose(self, boards: Sequence[chess.Board], *, fresh: bool) -> list[Choice]:
+        if not self._engines:
+            raise RuntimeError(f"{self.name} is closed")
+
+        def search(engine: chess.engine.SimpleEngine, board: chess.Board) -> Choice:
+            # python-chess sends ucinewgame when `game` differs from the engine's last one.
+            return _play(engine, board, self.limit, object() if fresh else self._game, self.name)
+
+        n = min(len(self._engines), len(boards))
+        if n <= 1:
+            return [search(self._engines[0], board) for board in boards]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(len(self._engines), thread_name_prefix="stockfish")
+        # Engine k takes boards k, k + n, k + 2n, ...; each engine runs in one thread.
+        parts = list(self._pool.map(lambda k: [search(self._engines[k], b) for b in boards[k::n]], range(n)))
+        return [parts[i % n][i // n] for i in range(len(boards))]
+
+    plays_on_clock = True
+
+    def choose_on_clock(self, board: chess.Board, clock: chess.engine.Limit) -> Choice:
+        """Searches the board on the game's clock (Stockfish manages its time; its strength settings hold)."""
+        if not self._engines:
+            raise RuntimeError(f"{self.name} is closed")
+        return _play(self._engines[0], board, clock, self._game, self.name)
+
+    def close(self) -> None:
+        """Quits every engine process (killing one that does not answer)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        engines, self._engines = self._engines, []
+        for engine in engines:
+            try:
+                engine.quit()
+            except (chess.engine.EngineError, chess.engine.EngineTerminatedError, TimeoutError):
+                engine.close()
+
+
+def _play(engine: chess.engine.SimpleEngine, board: chess.Board, limit: chess.engine.Limit, game: object,
+          name: str) -> Choice:
+    """Plays one search of a UCI engine; the Choice's value is its score for the side to move (eval.scores)."""
+    result = engine.play(board, limit, game=game, info=chess.engine.INFO_ALL)
+    if result.move is None:
+        raise RuntimeError(f"{name} returned no move in {board.fen()}")
+    score = result.info.get("score")
+    info: dict[str, Any] = {
+        key: result.info[key] for key in ("depth", "seldepth", "nodes", "nps", "time") if key in result.info
+    }
+    info["pv"] = [move.uci() for move in result.info.get("pv", [])]
+    if score is not None:
+        info["score"] = str(score.relative)
+    return Choice(result.move, None if score is None else score_to_value(score.relative), info)
+
+
+# --- this project's UCI engine ------------------------------------------------------
+
+
+class UciAgent(Agent):
+    """This project's UCI engine (`alphazero uci`) in a subprocess, driven through python-chess as a GUI drives it.
+
+    `flags` are the engine's command-line flags (--weights, --run, --device),
+    `options` its UCI options (set once, e.g. {"LeavesPerBatch": 32}), `limit`
+    the search of each move in choose() (default: an empty `go`, which
+    searches the engine's Nodes option). choose_on_clock() sends the game's
+    clock instead (`go wtime btime winc binc`), and the engine manages its
+    time. `ucinewgame` goes out with the first search of each game, so the
+    engine keeps its tree between the moves of a game (when the match plays
+    one game at a time). Choice.value is the engine's score for the side to
+    move, info its nodes, nps, depth, time and line.
+
+    Raises UserError if the engine cannot be started or refuses an option.
+    """
+
+    def __init__(self, *, flags: Sequence[str] = (), options: Mapping[str, int | bool | str] | None = None,
+                 limit: chess.engine.Limit | None = None, name: str = "uci") -> None:
+        super().__init__(name)
+        self.limit = limit or chess.engine.Limit()
+        self._game: object = None
+        command = [sys.executable, "-m", "alphazero", "uci", *flags]
+        try:
+            self._engine: chess.engine.SimpleEngine | None = chess.engine.SimpleEngine.popen_uci(command, timeout=120)
+        except (OSError, chess.engine.EngineError, chess.engine.EngineTerminatedError, TimeoutError) as exc:
+            raise UserError(f"cannot start the UCI engine ({' '.join(command)}): {exc}") from None
+        try:
+            self._engine.configure(dict(options or {}))
+        except (chess.engine.EngineError, ValueError) as exc:
+            self.close()
+            raise UserError(f"the UCI engine refused an option of {name!r}: {exc}") from None
+
+    def new_game(self) -> None:
+        """Makes the next search send `ucinewgame`."""
+        self._game = object()
+
+    def choose(self, boards: Sequence[chess.Board]) -> list[Choice]:
+        """Searches the boards one after another with the agent's limit."""
+        return [self._play(board, self.limit, self._game) for board in boards]
+
+    def choose_fresh(self, boards: Sequence[chess.Board]) -> list[Choice]:
+        """Searches each board as a new game: `ucinewgame` before each search, so the engine starts from an
+        empty tree and reuses nothing of the board searched before."""
+        return [self._play(board, self.limit, object()) for board in boards]
+
+    plays_on_clock = True
+
+    def choose_on_clock(self, board: chess.Board, clock: chess.engine.Limit) -> Choice:
+        """Searches the board on the game's clock (the engine's time management decides the move's time)."""
+        return self._play(board, clock, self._game)
+
+    def _play(self, board: chess.Board, limit: chess.engine.Limit, game: object) -> Choice:
+        if self._engine is None:
+            raise RuntimeError(f"{self.name} is closed")
+        return _play(self._engine, board, limit, game, self.name)
+
+    def close(self) -> None:
+        """Quits the engine process (killing it if it does not answer)."""
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            try:
+                engine.quit()
+            except (chess.engine.EngineError, chess.engine.EngineTerminatedError, TimeoutError):
+                engine.close()
+
+
+def _stockfish_name(
+    elo: int | None, skill: int | None, depth: int | None, nodes: int | None, movetime: int | None
+) -> str:
+    """Returns a spec-like name, e.g. 'stockfish:elo=1500' or 'stockfish:skill=5,movetime=100'."""
+    parts = [f"{key}={value}" for key, value in
+             (("elo", elo), ("skill", skill), ("depth", depth), ("nodes", nodes), ("movetime", movetime))
+             if value is not None]
+    return "stockfish" + (":" + ",".join(parts) if parts else "")

@@ -1,0 +1,130 @@
+"""The UCI engine's options, declared once: each one's UCI name, type, default, range and help.
+
+The `uci` answer (UciOption.declaration) and `setoption` (UciOption.parse)
+both read OPTIONS, as lc0 declares each engine option once; eval.uci applies
+a value where it takes effect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from alphazero.config import PRECISIONS
+from alphazero.search import UCI_LEAVES_PER_BATCH, UCI_VISITS_PER_LEAF, parse_cpuct, parse_policy_temperature
+from eval.timeman import MANAGERS
+
+DEFAULT_MOVE_OVERHEAD_MS = 10
+"""Milliseconds kept back each move: a local GUI or python-chess answers within a few, and what is kept back
+beyond that is clock left unused (at a fast clock, a reserve above the increment leaves the smart manager
+nothing to search with); chosen by games (EXPERIMENTS.md, "Issue 35: the engine under a clock")."""
+
+INFINITE_NODES = 50_000_000
+"""The node cap of `go infinite`, `go ponder` and timed searches (bounds the tree's memory)."""
+
+MAX_MULTIPV = 256
+"""The most lines MultiPV may ask for (no position has more legal moves)."""
+
+DEFAULT_THREADS = torch.get_num_threads()
+"""torch's own choice of CPU threads (the machine's cores), which Threads 0 restores."""
+
+
+def quoted(text: str, limit: int = 80) -> str:
+    """Quotes outside input for a message, cut to `limit` characters.
+
+    >>> quoted("e2e4"), quoted("x" * 100, limit=3)
+    ("'e2e4'", "'xxx...'")
+    """
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+@dataclass(frozen=True)
+class UciOption:
+    """One engine option, as declared to the GUI: UCI name, type, default, range and help."""
+
+    name: str
+    type: str  # 'spin', 'check', 'combo' or 'string'
+    default: int | bool | str
+    help: str
+    min: int | None = None
+    max: int | None = None
+    choices: tuple[str, ...] = ()  # the values of a combo
+    check: Callable[[str], object] | None = None  # a string's check: raises ValueError saying what is expected
+
+    def declaration(self) -> str:
+        """Returns the `option name ... type ...` line sent in answer to `uci`."""
+        if self.type == "check":
+            default = "true" if self.default else "false"
+        else:
+            default = str(self.default) if self.default != "" else "<empty>"
+        line = f"option name {self.name} type {self.type} default {default}"
+        if self.type == "spin":
+            line += f" min {self.min} max {self.max}"
+        line += "".join(f" var {choice}" for choice in self.choices)
+        return line
+
+    def parse(self, text: str) -> int | bool | str:
+        """Converts a setoption value. Raises ValueError saying what is expected."""
+        if self.type == "spin":
+            try:
+                value = int(text)
+            except ValueError:
+                raise ValueError(f"{self.name} takes an integer, got {quoted(text)}") from None
+            assert self.min is not None and self.max is not None
+            if not self.min <= value <= self.max:
+                raise ValueError(f"{self.name} must lie in {self.min}..{self.max}, got {quoted(text)}")
+            return value
+        if self.type == "check":
+            if text.lower() not in ("true", "false"):
+                raise ValueError(f"{self.name} takes true or false, got {quoted(text)}")
+            return text.lower() == "true"
+        if self.type == "combo":
+            if text.lower() not in self.choices:
+                raise ValueError(f"{self.name} takes one of {', '.join(self.choices)}, got {text!r}")
+            return text.lower()
+        text = "" if text == "<empty>" else text
+        if self.check is not None and text:
+            self.check(text)
+        return text
+
+
+OPTIONS: tuple[UciOption, ...] = (
+    UciOption("Nodes", "spin", 400, "simulations a move when `go` sets no limit, and the cap of `go depth`",
+              1, INFINITE_NODES),
+    UciOption("Weights", "string", "", "a model file or learner checkpoint; empty: the run's latest checkpoint"),
+    UciOption("Device", "string", "auto", "where the network runs: auto, cpu, cuda or cuda:N"),
+    UciOption("Precision", "combo", "auto", "the network's precision on a CPU: auto (bf16 where the processor has "
+              "native bf16 and a pass timed at load is faster), bf16 or float32", choices=PRECISIONS),
+    UciOption("Threads", "spin", 0, "torch CPU threads for the network; 0: torch's default, the machine's cores",
+              0, 1024),
+    UciOption("MoveOverhead", "spin", DEFAULT_MOVE_OVERHEAD_MS, "milliseconds kept back each move for the GUI "
+              "and lag", 0, 60_000),
+    UciOption("TimeManager", "combo", "smart", "smart: the clock shared over the moves the game is expected to last, "
+              "saved time spent later, early stops when the best move is settled; simple: clock / MovesToGo "
+              "+ 0.75 increment", choices=MANAGERS),
+    UciOption("MovesToGo", "spin", 30, "the simple time manager: moves assumed left when the GUI sends a clock "
+              "without movestogo", 1, 1000),
+    UciOption("LeavesPerBatch", "spin", UCI_LEAVES_PER_BATCH, "leaves per network call, gathered with virtual "
+              "loss (more nodes a second, each a little less informed)", 1, 256),
+    UciOption("VisitsPerLeaf", "spin", round(UCI_VISITS_PER_LEAF), "the batch grows with the tree: a network "
+              "call takes at most the root's visits / this leaves, up to LeavesPerBatch; 0: full batches from the "
+              "first call", 0, 1_000_000),
+    UciOption("PolicyTemperature", "string", "", "softmax temperature of the network's prior (> 1 flattens it, "
+              "as lc0's); empty: the network's own search.policy_temperature", check=parse_policy_temperature),
+    UciOption("CPuct", "string", "", "PUCT's exploration constant c_init (lc0's CPuct): more explores more moves; "
+              "empty: the network's own search.c_init", check=parse_cpuct),
+    UciOption("MultiPV", "spin", 1, "root moves reported, each with its own score and line (multipv k)",
+              1, MAX_MULTIPV),
+    UciOption("UCI_ShowWDL", "check", False, "add `wdl W D L` (per mille) to the scores"),
+    UciOption("Ponder", "check", False, "the GUI may send `go ponder`; pondering works either way"),
+    UciOption("SearchAlgorithm", "combo", "auto", "puct or gumbel (no noise; best with a node limit, as Sequential "
+              "Halving plans for its budget); auto: the network's search.algorithm for a node limit, puct "
+              "under a clock or until stop",
+              choices=("auto", "puct", "gumbel")),
+)
+"""Every engine option, declared once: the `uci` answer and setoption both read this table."""
+
+OPTIONS_BY_NAME = {option.name.lower(): option for option in OPTIONS}
+"""The options by lower-case name: UCI names are case-insensitive."""

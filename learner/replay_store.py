@@ -1,0 +1,229 @@
+"""The replay store: positions' compact arrays in arrival order, in blocks, of which the newest are in view.
+
+Only the compact arrays of a shard are kept (planes, scalars, the sparse
+policy, value targets, root values; for held-out games, each position's game).
+Small shards are joined into blocks of about 1/32 of the view, so a batch
+gathers from a few dozen arrays; a block leaves whole once none of it is in
+view. learner.replay's window holds two stores: the training positions and the
+held-out ones.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from alphazero.chess.moves import NUM_MOVES
+from alphazero.nn.planes import COMPACT_PLANES, NUM_SCALARS
+from alphazero.store.shards import Shard, value_targets
+from learner.batch import Batch
+
+__all__ = ["Block", "Store", "arrays_outside_the_heap"]
+
+_BLOCKS_PER_WINDOW = 32  # see Store
+
+
+@dataclass(frozen=True)
+class Block:
+    """The compact arrays of some positions of the store; ``start`` is the number of row 0.
+
+    ``game`` indexes ``games`` (the games' ids) for held-out blocks; training
+    blocks leave both empty.
+    """
+
+    name: str
+    start: int  # position number (over all positions that ever entered the store) of row 0
+    planes: np.ndarray
+    scalars: np.ndarray
+    policy_offsets: np.ndarray
+    policy_indices: np.ndarray
+    policy_probs: np.ndarray
+    results: np.ndarray  # value targets: int8 results, or float32 (alphazero.store.shards.value_targets)
+    root_values: np.ndarray
+    game: np.ndarray
+    games: tuple[str, ...] = ()
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.results)
+
+    @classmethod
+    def of(cls, name: str, start: int, shard: Shard, rows: np.ndarray, ids: Sequence[str] = ()) -> Block:
+        """Takes the samples ``rows`` (sorted indices) of ``shard``; with ``ids``, notes each one's game.
+
+        Keeps only these arrays (the shard's others are freed with it); all
+        rows take the shard's arrays as they are, a subset copies.
+        """
+        if len(rows) == len(shard):
+            take: np.ndarray | slice = slice(None)
+            offsets, entries = shard.policy_offsets, take
+        else:
+            take = rows
+            lo, hi = shard.policy_offsets[rows], shard.policy_offsets[rows + 1]
+            entries = np.repeat(lo, hi - lo) + _ranges(hi - lo)
+            offsets = np.concatenate([np.zeros(1, np.int64), np.cumsum(hi - lo)])
+        games: tuple[str, ...] = ()
+        game = np.zeros(0, np.int32)
+        if ids:
+            used, inverse = np.unique(shard.game[rows], return_inverse=True)
+            games, game = tuple(ids[g] for g in used), inverse.astype(np.int32)
+        arrays = [np.ascontiguousarray(a) for a in (
+            shard.planes[take], shard.scalars[take], offsets, shard.policy_indices[entries],
+            shard.policy_probs[entries], value_targets(shard)[take], shard.root_values[take])]
+        planes, scalars, offsets, indices, probs, results, root_values = arrays
+        return cls(name, start, planes, scalars, offsets, indices, probs, results, root_values, game, games)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.planes, self.scalars, self.policy_offsets, self.policy_indices,
+                                      self.policy_probs, self.results, self.root_values, self.game))
+
+    @classmethod
+    def merge(cls, blocks: Sequence[Block]) -> Block:
+        """Joins consecutive blocks into one (their policy offsets and game indices renumbered)."""
+        bases = np.cumsum([0] + [int(b.policy_offsets[-1]) for b in blocks[:-1]])
+        offsets = [blocks[0].policy_offsets[:1]] + [b.policy_offsets[1:] + base for b, base in zip(blocks, bases)]
+        game_bases = np.cumsum([0] + [len(b.games) for b in blocks[:-1]])
+        return cls(
+            blocks[-1].name, blocks[0].start,
+            np.concatenate([b.planes for b in blocks]), np.concatenate([b.scalars for b in blocks]),
+            np.concatenate(offsets), np.concatenate([b.policy_indices for b in blocks]),
+            np.concatenate([b.policy_probs for b in blocks]), np.concatenate([b.results for b in blocks]),
+            np.concatenate([b.root_values for b in blocks]),
+            np.concatenate([b.game + base for b, base in zip(blocks, game_bases)]).astype(np.int32),
+            tuple(game_id for b in blocks for game_id in b.games),
+        )
+
+
+def _ranges(lengths: np.ndarray) -> np.ndarray:
+    """Concatenated aranges [0..l0), [0..l1), ... for the lengths l."""
+    total = int(lengths.sum())
+    ends = np.cumsum(lengths)
+    return np.arange(total, dtype=np.int64) - np.repeat(ends - lengths, lengths)
+
+
+_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+
+
+@functools.cache
+def arrays_outside_the_heap() -> None:
+    """Makes glibc give every allocation of 128 KiB or more its own mapping, returned to the system when freed.
+
+    A shard's arrays (about 1 MB each) are freed when their block is merged
+    into a bigger one; glibc's default raises its mmap threshold after the
+    first such free, so later ones land on the heap, where the long-lived
+    merged blocks pin them, and a large window's read holds far more memory
+    than its arrays (EXPERIMENTS.md, "Issue 49: a stronger built-in network, the data").
+    Elsewhere than glibc this does nothing.
+    """
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, 128 * 1024)
+    except (OSError, AttributeError):
+        pass
+
+
+class Store:
+    """Positions in arrival order, of which the newest ``capacity`` are in view.
+
+    Small appends are joined into blocks of about capacity / 32 positions, so a
+    batch gathers from a few dozen arrays, not thousands; a block leaves whole,
+    so up to that many stale positions stay in memory.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.blocks: list[Block] = []
+        self._block_target = max(1, capacity // _BLOCKS_PER_WINDOW)
+
+    @property
+    def total(self) -> int:
+        """Gets the number of the position after the newest."""
+        return self.blocks[-1].end if self.blocks else 0
+
+    @property
+    def first(self) -> int:
+        """Gets the number of the oldest position in view."""
+        return max(self.blocks[0].start if self.blocks else 0, self.total - self.capacity)
+
+    def __len__(self) -> int:
+        return self.total - self.first
+
+    @property
+    def nbytes(self) -> int:
+        return sum(block.nbytes for block in self.blocks)
+
+    def grow(self, capacity: int) -> None:
+        """Widens the view to the newest ``capacity`` positions (never narrows it); blocks to come are sized for it."""
+        if capacity > self.capacity:
+            self.capacity = capacity
+            self._block_target = max(1, capacity // _BLOCKS_PER_WINDOW)
+
+    def append_block(self, block: Block | None) -> int:
+        """Adds a block made by Block.of (its ``start`` is set here); returns its samples (0 for None)."""
+        if block is None:
+            return 0
+        self.blocks.append(dataclasses.replace(block, start=self.total))
+        self._join_small_blocks()
+        return len(block.results)
+
+    def _join_small_blocks(self) -> None:
+        """Joins the newest run of small blocks into one once together they reach the block size."""
+        run, size = 0, 0
+        for block in reversed(self.blocks):
+            if len(block.results) >= self._block_target:
+                break
+            run += 1
+            size += len(block.results)
+        if run > 1 and size >= self._block_target:
+            self.blocks[-run:] = [Block.merge(self.blocks[-run:])]
+
+    def evict(self) -> None:
+        """Drops the blocks wholly out of view."""
+        first = self.total - self.capacity
+        drop = 0
+        while drop < len(self.blocks) - 1 and self.blocks[drop].end <= first:
+            drop += 1
+        del self.blocks[:drop]
+
+    def game_ids(self) -> set[str]:
+        """Gets the ids of the games with a position in view (held-out stores only)."""
+        first, ids = self.first, set[str]()
+        for block in self.blocks:
+            rows = block.game[max(0, first - block.start):]
+            ids.update(block.games[g] for g in np.unique(rows))
+        return ids
+
+    def gather(self, numbers: np.ndarray) -> Batch:
+        """Builds the batch of the positions numbered ``numbers`` (sorted, in view)."""
+        size = len(numbers)
+        planes = np.empty((size, COMPACT_PLANES), np.uint64)
+        scalars = np.empty((size, NUM_SCALARS), np.float32)
+        policy = np.zeros((size, NUM_MOVES), np.float32)
+        legal = np.zeros((size, NUM_MOVES), np.bool_)
+        z = np.empty(size, np.float32)
+        q = np.empty(size, np.float32)
+        starts = np.array([block.start for block in self.blocks], dtype=np.int64)
+        owner = np.searchsorted(starts, numbers, side="right") - 1
+        # numbers are sorted, so each block's positions are one slice of the batch.
+        bounds = np.searchsorted(owner, np.arange(len(self.blocks) + 1))
+        for b, block in enumerate(self.blocks):
+            lo_out, hi_out = int(bounds[b]), int(bounds[b + 1])
+            if lo_out == hi_out:
+                continue
+            rows = numbers[lo_out:hi_out] - block.start
+            planes[lo_out:hi_out] = block.planes[rows]
+            scalars[lo_out:hi_out] = block.scalars[rows]
+            z[lo_out:hi_out] = block.results[rows]
+            q[lo_out:hi_out] = block.root_values[rows]
+            lo, hi = block.policy_offsets[rows], block.policy_offsets[rows + 1]
+            entries = np.repeat(lo, hi - lo) + _ranges(hi - lo)
+            batch_rows = np.repeat(np.arange(lo_out, hi_out), hi - lo)
+            moves = block.policy_indices[entries].astype(np.int64)
+            policy[batch_rows, moves] = block.policy_probs[entries]
+            legal[batch_rows, moves] = True
+        return Batch(planes, scalars, policy, legal, z, q)
