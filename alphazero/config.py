@@ -24,6 +24,9 @@ Example::
 
     config = apply_overrides(Config(), ["search.simulations=100"])
     assert config.search.simulations == 100 and "simulations = 100" in to_toml(config)
+
+Over 600 lines: the sections are one tree whose every field is declared once with its help, beside the TOML text
+and the overrides that read them all; split by section, what a run's config.toml lists would be scattered.
 """
 
 from __future__ import annotations
@@ -62,6 +65,8 @@ class _Section:
     SECTION: ClassVar[str] = ""
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {}
     MINIMUM: ClassVar[dict[str, float]] = {}
+    # Fields the canonical text (the hashes) leaves out while all of them hold their defaults.
+    CANONICAL_AT_DEFAULT: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
         hints = type_hints(type(self))  # type: ignore[arg-type]  # classes hash; mypy reads their instances'
@@ -95,10 +100,15 @@ class NetworkConfig(_Section):
 
     SECTION: ClassVar[str] = "network"
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"kind": ("resnet", "chessformer"),
-                                                     "value_head": ("scalar", "wdl")}
+                                                     "value_head": ("scalar", "wdl"),
+                                                     "action_value_head": ("none", "logit", "hl_gauss")}
     MINIMUM: ClassVar[dict[str, float]] = {"blocks": 0, "filters": 1, "policy_filters": 1,
                                            "value_filters": 1, "value_hidden": 1,
-                                           "layers": 1, "embedding": 1, "heads": 1, "ffn": 1}
+                                           "layers": 1, "embedding": 1, "heads": 1, "ffn": 1,
+                                           "action_value_bins": 2, "action_value_filters": 1}
+    # Networks without the head hash as they did before these fields existed (old checkpoints carry the hash).
+    CANONICAL_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("action_value_head", "action_value_bins",
+                                                       "action_value_filters")
 
     kind: str = _field("resnet", "'resnet': AlphaZero's residual tower; 'chessformer': a transformer over the 64 "
                                  "squares with relative square positions (Monroe & Chalmers)")
@@ -114,6 +124,13 @@ class NetworkConfig(_Section):
     embedding: int = _field(256, "(chessformer) width of each square's token through the encoder")
     heads: int = _field(8, "(chessformer) attention heads per layer; embedding must be a multiple of it")
     ffn: int = _field(256, "(chessformer) hidden units of each layer's feed-forward sublayer")
+    action_value_head: str = _field("none", "a win probability for every move (ChessBench's action values, "
+                                            "alphazero.nn.action_values): 'none', 'logit' (one logit a move, "
+                                            "binary cross-entropy) or 'hl_gauss' (action_value_bins bins on [0, 1], "
+                                            "the HL-Gauss loss)")
+    action_value_bins: int = _field(128, "(hl_gauss) bins of the action-value head's distribution over [0, 1]")
+    action_value_filters: int = _field(32, "channels of the action-value head's per-square from and to features "
+                                           "and of each move's hidden layer")
 
     def _check(self) -> None:
         if self.policy_kernel not in (1, 3):
@@ -261,6 +278,7 @@ class LearnerConfig(_Section):
         "validation_positions": 1, "validate_every": 0, "beta2": 0.0, "epsilon": 0.0, "warmup_steps": 0,
         "soft_policy_loss_weight": 0.0, "soft_policy_temperature": 1.0, "q_loss_weight": 0.0,
         "start_anchor_weight": 0.0, "mix_share": 0.0, "mix_decay_steps": 0, "clip_grad_norm": 0.0,
+        "action_value_loss_weight": 0.0,
     }
 
     batch_size: int = _field(4096, "positions per training step")
@@ -292,6 +310,8 @@ class LearnerConfig(_Section):
                               "(relative paths start at the run directory); '' = none")
     mix_share: float = _field(0.0, "share of each batch drawn from mix_dir at step 0 (the rest from self-play)")
     mix_decay_steps: int = _field(0, "steps over which mix_share falls linearly to 0; 0 = it stays")
+    action_value_loss_weight: float = _field(1.0, "weight of the action-value head's loss (network.action_value_head) "
+                                                  "on the moves whose shards give Stockfish's win probability")
     start_anchor_weight: float = _field(0.0, "weight of a loss pulling the net towards the run's start (its step-0 "
                                              "network): KL(start's policy || policy) over the legal moves plus the "
                                              "squared value difference; 0 = off")
@@ -520,9 +540,21 @@ def unknown_section(name: str) -> UserError:
 # --- TOML -------------------------------------------------------------------------
 
 def section_toml(section: Any, *, comments: bool) -> list[str]:
-    """Writes one section as TOML lines, each field after its help as a comment unless ``comments`` is False."""
+    """Writes one section as TOML lines, each field after its help as a comment unless ``comments`` is False.
+
+    Without comments (the canonical text, which the hashes read) the section's
+    CANONICAL_AT_DEFAULT fields are left out while every one of them holds its
+    default, so that fields added since keep a config that does not use them
+    hashing as before.
+    """
     lines = [f"[{section.SECTION}]"]
+    optional = set(section.CANONICAL_AT_DEFAULT)
+    if comments or any(getattr(section, f.name) != f.default for f in dataclasses.fields(section)
+                       if f.name in optional):
+        optional = set()
     for f in dataclasses.fields(section):
+        if f.name in optional:
+            continue
         if comments:
             lines.append(f"# {f.metadata['doc']}")
         lines.append(f"{f.name} = {toml_value(getattr(section, f.name))}")

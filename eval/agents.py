@@ -3,7 +3,7 @@
 Players are named on the command line by specs such as `random`,
 `stockfish:elo=1500` or `stockfish:skill=5,movetime=100`; `parse_player` turns
 a spec into an Agent through the registry (`players()`: this module's kinds and
-eval.network_agents' policy, value, search and gumbel, loaded on first use),
+eval.network_agents' policy, value, av, search and gumbel, loaded on first use),
 which `register_player` extends.
 
 The agents themselves live by kind: the Agent interface, Choice and the random
@@ -35,7 +35,7 @@ PLAYERS: dict[str, PlayerKind] = {}
 """The registry: player name -> kind. players() puts the built-in kinds in it on first use; extend it with
 register_player."""
 
-BUILTIN_PLAYERS = ("uci", "random", "stockfish", "policy", "value", "search", "gumbel")
+BUILTIN_PLAYERS = ("uci", "random", "stockfish", "policy", "value", "av", "search", "gumbel")
 """The kinds that come with the project: this module's, then eval.network_agents'."""
 
 NAME_OPTION = "name"
@@ -236,9 +236,10 @@ UCI_AGENT_OPTIONS = {
     "cpuct": "CPuct",
     "precision": "Precision",
     "timeman": "TimeManager",
+    "mode": "Mode",
 }
 """The `uci` player's options that set the engine's UCI options: spec key -> UCI name (eval.uci.OPTIONS)."""
-_UCI_TEXT_OPTIONS = ("algorithm", "ptemp", "cpuct", "precision", "timeman")
+_UCI_TEXT_OPTIONS = ("algorithm", "ptemp", "cpuct", "precision", "timeman", "mode")
 """Those passed on as text (the rest are integers)."""
 
 

@@ -44,8 +44,9 @@ def add_match_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds the arguments of `alphazero match [A] vs B [--games N] [--run DIR] [--elo E] ...`."""
     parser.add_argument(
         "players", nargs="+", metavar="[A] vs B",
-        help="players such as search:400, policy, value, random, stockfish, stockfish:depth=3, "
-             "stockfish:elo=1500, uci:leaves=32,movetime=1000 (this project's UCI engine in a subprocess); "
+        help="players such as search:400, policy, value, av (a network with an action-value head), random, "
+             "stockfish, stockfish:depth=3, stockfish:elo=1500, uci:leaves=32,movetime=1000 (this project's UCI "
+             "engine in a subprocess); "
              "A defaults to the run's latest checkpoint searching --simulations",
     )
     parser.add_argument("--games", type=int, default=None,
@@ -240,7 +241,7 @@ def _add_yardstick_arguments(parser: argparse.ArgumentParser, what: str) -> None
     """The options `puzzles` and `epd` share: the player, its budget, how many items, the outputs."""
     parser.add_argument("file", type=Path, help=what)
     parser.add_argument("--player", default=None, metavar="SPEC",
-                        help="who answers: search:400, policy, value, uci:..., stockfish:... (default: the run's "
+                        help="who answers: search:400, policy, value, av, uci:..., stockfish:... (default: the run's "
                              "network with 400 simulations)")
     add_run_option(parser, "run whose network plays; the built-in network without one")
     budget = parser.add_mutually_exclusive_group()
@@ -444,7 +445,7 @@ def add_curve_arguments(parser: argparse.ArgumentParser) -> None:
 # --- alphazero probe ---------------------------------------------------------------------------
 
 def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
-    """Adds the arguments of `alphazero probe --run DIR --data DIR [--steps LIST] [--weights FILE ...]`."""
+    """Adds the arguments of `alphazero probe --run DIR --data DIR [--steps LIST] [--weights FILE ...] [--no-sv]`."""
     add_run_option(parser, "run directory")
     parser.add_argument("--data", metavar="DIR", default=None,
                         help="a folder of Stockfish labels (`alphazero pretrain --data-only` writes RUN/pretrain/) "
@@ -455,6 +456,9 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also probe these networks: model files, checkpoints, runs or 'builtin'")
     parser.add_argument("--positions", type=int, default=DEFAULT_PROBE_POSITIONS, metavar="N",
                         help=f"the first N positions of the set (default {DEFAULT_PROBE_POSITIONS:,}; 0 = all)")
+    parser.add_argument("--no-sv", dest="state_values", action="store_false",
+                        help="leave out ChessBench's SV predictor, which evaluates the position after every move "
+                             "(about 30 times the rest of the probe's work); BC and AV (with the head) stay")
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda or auto")
     parser.add_argument("--json", type=Path, default=None, metavar="OUT", help="write the figures to this JSON file")
 

@@ -1,7 +1,9 @@
 """`alphazero eval`: rates one checkpoint's agents against each other, random and Stockfish.
 
 The checkpoint plays as three agents, `policy`, `value` and `search:N` (see
-eval.network_agents). Matches: every pair of those three, each of them
+eval.network_agents), and a fourth, `av`, where its network has an
+action-value head (without one, av is left out and the evaluation says why
+in one line). Matches: every pair of those agents, each of them
 against `random`, and each against Stockfish at every UCI_Elo level
 (`stockfish:elo=E`). All games go into one maximum-likelihood fit
 (eval.elo.fit_ratings, BayesElo's draw model) with the Stockfish levels
@@ -9,8 +11,9 @@ anchored at their UCI_Elo, so every rating is on Stockfish's Elo scale.
 
 **The start.** A run's step-0 checkpoint is where it began (the ``--init``
 weights, or fresh ones), and every later checkpoint is also compared with
-it directly: each network agent plays the same agent of the step-0 network
-(``start:policy``, ``start:value``, ``start:search:N``) from the suite's
+it directly: the policy, value and search agents each play the same agent of the step-0 network
+(``start:policy``, ``start:value``, ``start:search:N``; av has no twin, since a
+start from weights without the head has no av) from the suite's
 openings with colours swapped. These twin matches join the one fit (so
 TensorBoard draws ``elo/start:*`` beside the agents) and are summarised on
 their own as the Elo difference from the start with its 95% interval
@@ -70,6 +73,7 @@ from alphazero.nn.network import AlphaZeroNet, build_network, cpu_state_dict, mo
 from alphazero.store.checkpoint import checkpoint_name
 from alphazero.store.rundir import RunDir, atomic_write_text, check_writable_directory
 from alphazero.store.sources import FRESH, Network, NetworkSource, load_network
+from eval.action_values import action_value_refusal, has_action_values
 from eval.agents import Agent, RandomAgent, StockfishAgent
 from eval.checkpoint_ratings import (
     CheckpointRatings,
@@ -84,7 +88,7 @@ from eval.checkpoint_ratings import (
 from eval.elo import fit_ratings
 from eval.eval_settings import QUICK_PLY_LIMIT, QUICK_SIMULATIONS, SETTINGS_FILE, EvalSettings
 from eval.match import MatchResult, match_id_of, play_match
-from eval.network_agents import PolicyAgent, SearchAgent, ValueAgent
+from eval.network_agents import ActionValueAgent, PolicyAgent, SearchAgent, ValueAgent
 from eval.openings import Opening, load_openings, ordered_openings
 from eval.probe import ProbeFigures, ProbeSet, probe_network, write_probe_tensorboard
 
@@ -108,6 +112,7 @@ class _Pairing:
     anchors: dict[str, float]
     games_per_pair: int
     twins: list[tuple[Agent, Agent, int]] = dataclasses.field(default_factory=list)
+    left_out: list[str] = dataclasses.field(default_factory=list)  # one line for each agent that cannot play
 
     @property
     def pairs(self) -> list[tuple[Agent, Agent, int]]:
@@ -171,10 +176,14 @@ def _start_network(run: RunDir, step: int, device: str) -> Network | None:
 
 
 def _build_agents(network: Network, settings: EvalSettings, start: Network | None = None) -> _Pairing:
-    """Makes the three network agents, random, the Stockfish levels and the start's twins (raises
-    UserError without Stockfish)."""
+    """Makes the network agents (av where the network has the head), random, the Stockfish levels and the
+    start's twins (raises UserError without Stockfish)."""
     agents = _network_agents(network, settings)
-    pairing = _Pairing(agents, [], {}, settings.games_per_pair)
+    pairing = _Pairing(list(agents), [], {}, settings.games_per_pair)
+    if has_action_values(network):
+        pairing.network_agents.append(ActionValueAgent(network, "av"))
+    else:
+        pairing.left_out.append(f"av is not rated: {action_value_refusal(network, 'av')}")
     if start is not None:
         twin_games = (settings.start_policy_games, settings.start_value_games, settings.start_search_games)
         for agent, twin, games in zip(agents, _network_agents(start, settings, START_PREFIX), twin_games, strict=True):
@@ -258,7 +267,8 @@ def evaluate_checkpoint(
     console: Console | None = None,
     stop: threading.Event | None = None,
 ) -> CheckpointRatings:
-    """Rates a checkpoint's policy, value and search agents; writes JSON, TensorBoard and games.
+    """Rates a checkpoint's policy, value, search and (with an action-value head) av agents; writes JSON,
+    TensorBoard and games.
 
     `step` picks the run's checkpoint (None: the latest; a run without any
     plays fresh weights as step 0, with a warning). The training loop can
@@ -293,6 +303,9 @@ def evaluate_checkpoint(
     openings = ordered_openings(load_openings(settings.openings), settings.openings_order, settings.seed)
     start = _start_network(run, step, device) if _plays_start(settings) else None
     pairing = _build_agents(network, settings, start)
+    if progress or report:
+        for line in pairing.left_out:
+            console.print(line)
     try:
         if progress:
             twins = f" and {len(pairing.twins)} against the start (step 0)" if pairing.twins else ""

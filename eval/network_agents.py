@@ -1,12 +1,16 @@
-"""Agents that play with a network: policy-only, value-only and search (PUCT or Gumbel).
+"""Agents that play with a network: policy-only, value-only, action-value-only and search (PUCT or Gumbel).
 
-Four kinds, in the player registry (eval.agents.players(), which loads network_player_kinds()):
+Five kinds, in the player registry (eval.agents.players(), which loads network_player_kinds()):
 
 - `policy`: the legal move with the highest prior; no search, one network
   call for all the games' positions.
 - `value`: every legal move's resulting position, of every game, evaluated in
   ONE batch; plays the move whose position is worst for the opponent. Game
   ends are scored exactly without the network (giving mate is +1, a draw 0).
+- `av`: the legal move with the highest action value (the network's
+  action-value head, eval.action_values: its win probability for the mover
+  after each move); no search, one network call for all the games'
+  positions. A network without the head is refused in one line.
 - `search:N`: N simulations without noise of the run's `search.algorithm`
   (PUCT: the most visited move; Gumbel: Sequential Halving's choice);
   `algorithm=puct|gumbel` picks one. One MultiGameSearch slot per game, so
@@ -19,7 +23,7 @@ network of alphazero/weights, and says so on stderr), `checkpoint=STEP` or
 `checkpoint=PATH`, or `weights=FILE` (a model file or any checkpoint, a run
 directory, or `weights=builtin`, the built-in network). Specs::
 
-    policy                      value:checkpoint=1200
+    policy                      value:checkpoint=1200       av:weights=net.pt
     search:400                  search:sims=64,weights=net.pt,device=cpu
     gumbel:16                   search:sims=64,algorithm=puct,run=runs/g16
 
@@ -30,6 +34,7 @@ same history planes (and repetitions) as in self-play.
 
 from __future__ import annotations
 
+import abc
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +48,7 @@ from alphazero.errors import UserError
 from alphazero.search import ANALYSIS, search_params
 from alphazero.store.rundir import DEFAULT_RUN_DIR, RunDir
 from alphazero.store.sources import Network, NetworkCache, NetworkSource, load_network
+from eval.action_values import legal_action_values, require_action_values
 from eval.agent import Agent, Choice
 from eval.player_kind import PlayerKind, int_option, player_kind, ptemp_option
 from mcts_ext import Board, ChessError
@@ -108,7 +114,25 @@ class NetworkAgent(Agent):
         self.network = network
 
 
-class PolicyAgent(NetworkAgent):
+class SearchlessAgent(NetworkAgent):
+    """A network agent that answers from the network's outputs alone, without a tree (policy, value, av).
+
+    choose() rebuilds the boards for the network and calls choose_positions(), which takes mcts_ext Boards
+    directly (the UCI engine's searchless modes, eval.uci_searchless, call it with the engine's board).
+    """
+
+    def choose(self, boards: Sequence[chess.Board]) -> list[Choice]:
+        """Chooses a move on each board. Raises ValueError for an unsupported board."""
+        if not boards:
+            return []
+        return self.choose_positions([to_mcts_board(b) for b in boards])
+
+    @abc.abstractmethod
+    def choose_positions(self, positions: Sequence[Board]) -> list[Choice]:
+        """Chooses a move in each position (none over, each with its history); one Choice per position."""
+
+
+class PolicyAgent(SearchlessAgent):
     """Plays the legal move with the highest prior (no search); all games in one network call.
 
     With `rules` (the default) the agent also knows how the rules score the
@@ -131,11 +155,10 @@ class PolicyAgent(NetworkAgent):
         super().__init__(network, name)
         self.rules = rules
 
-    def choose(self, boards: Sequence[chess.Board]) -> list[Choice]:
-        """Chooses a move on each board. Raises ValueError for an unsupported board."""
-        if not boards:
+    def choose_positions(self, positions: Sequence[Board]) -> list[Choice]:
+        """Chooses a move in each position, all in one network call."""
+        if not positions:
             return []
-        positions = [to_mcts_board(b) for b in boards]
         logits, values = self.network.evaluate_boards(positions)
         choices = []
         for row, position in enumerate(positions):
@@ -152,7 +175,7 @@ class PolicyAgent(NetworkAgent):
 
 
 @dataclass
-class _Children:
+class Children:
     """The positions after every legal move of every board, flattened; exact values where known."""
 
     moves: list[list[str]] = field(default_factory=list)   # per board, its legal moves (UCI)
@@ -161,8 +184,10 @@ class _Children:
     slots: list[tuple[int, int]] = field(default_factory=list)  # (board, move) of each pending position
 
 
-def _expand_children(positions: Sequence[Board]) -> _Children:
-    children = _Children()
+def expand_children(positions: Sequence[Board]) -> Children:
+    """Plays every legal move of every position: game ends get their exact value for the mover (mating +1,
+    a draw 0), the other children wait in ``pending`` for the network (the value agent, the probe's SV)."""
+    children = Children()
     for b, position in enumerate(positions):
         moves = position.legal_moves()
         children.moves.append(moves)
@@ -188,7 +213,7 @@ def _best_by_rules(position: Board, logits: np.ndarray, value: float) -> int:
     Scores: a mate 2, a draw 0, a move back to a position seen before 0 (as
     engines score a repetition in search), any other move `value`.
     """
-    children = _expand_children([position])
+    children = expand_children([position])
     scores = np.array(children.values[0])  # the mover's exact values: mating +1, drawing 0; NaN for the rest
     scores[scores > 0] = _MATE_SCORE
     for (_, m), child in zip(children.slots, children.pending):
@@ -197,7 +222,7 @@ def _best_by_rules(position: Board, logits: np.ndarray, value: float) -> int:
     return int(np.lexsort((-np.arange(len(scores)), logits, scores))[-1])
 
 
-class ValueAgent(NetworkAgent):
+class ValueAgent(SearchlessAgent):
     """Plays the move whose resulting position the network likes least for the opponent.
 
     The positions after every legal move of every board go through the
@@ -207,11 +232,11 @@ class ValueAgent(NetworkAgent):
     first legal move.
     """
 
-    def choose(self, boards: Sequence[chess.Board]) -> list[Choice]:
-        """Chooses a move on each board. Raises ValueError for an unsupported board."""
-        if not boards:
+    def choose_positions(self, positions: Sequence[Board]) -> list[Choice]:
+        """Chooses a move in each position; every position's children in one network call."""
+        if not positions:
             return []
-        children = _expand_children([to_mcts_board(b) for b in boards])
+        children = expand_children(positions)
         if children.pending:
             _, values = self.network.evaluate_boards(children.pending)
             for (b, m), value in zip(children.slots, values):
@@ -221,6 +246,33 @@ class ValueAgent(NetworkAgent):
             best = int(np.argmax(scores))
             info = {"nodes": len(moves), "pv": [moves[best]]}
             choices.append(Choice(chess.Move.from_uci(moves[best]), float(scores[best]), info))
+        return choices
+
+
+class ActionValueAgent(SearchlessAgent):
+    """Plays the legal move of highest action value, ChessBench's action-value policy: the network's head
+    gives the mover's win probability after each legal move, all positions in one network call.
+
+    Ties go to the first legal move (deterministic). Nothing is added to the head's values (a mate in one
+    is the head's to see). Choice.value is 2 w - 1 of the chosen move's win probability w; info holds w as
+    ``win``.
+
+    Raises UserError, from the constructor, for a network without an action-value head (one line naming
+    the weights and network.action_value_head).
+    """
+
+    def __init__(self, network: Network, name: str) -> None:
+        require_action_values(network, "av")
+        super().__init__(network, name)
+
+    def choose_positions(self, positions: Sequence[Board]) -> list[Choice]:
+        """Chooses a move in each position, all in one network call."""
+        choices = []
+        for position, wins in zip(positions, legal_action_values(self.network, positions)):
+            moves = position.legal_moves()
+            best = int(np.argmax(wins))  # ties go to the first legal move
+            info = {"nodes": 1, "win": float(wins[best]), "pv": [moves[best]]}
+            choices.append(Choice(chess.Move.from_uci(moves[best]), 2.0 * float(wins[best]) - 1.0, info))
         return choices
 
 
@@ -350,6 +402,11 @@ def _make_value(options: dict[str, str], context: Mapping[str, Any]) -> Agent:
     return ValueAgent(network, _display_name("value", network))
 
 
+def _make_av(options: dict[str, str], context: Mapping[str, Any]) -> Agent:
+    network = network_for(options, context)
+    return ActionValueAgent(network, _display_name("av", network))
+
+
 def _make_search(options: dict[str, str], context: Mapping[str, Any], kind: str = "search") -> Agent:
     default = int(context.get("simulations") or DEFAULT_SIMULATIONS)
     simulations = int_option(options, "sims", default)
@@ -376,7 +433,7 @@ _PTEMP_HELP = "softmax temperature of the prior (default: the run's search.polic
 
 
 def network_player_kinds() -> dict[str, PlayerKind]:
-    """The four kinds of this module, for the registry (eval.agents.players loads them on first use)."""
+    """The five kinds of this module, for the registry (eval.agents.players loads them on first use)."""
     searches = {"sims": f"simulations a move (default {DEFAULT_SIMULATIONS})", "ptemp": _PTEMP_HELP,
                 **_NETWORK_OPTIONS}
     return {
@@ -387,6 +444,9 @@ def network_player_kinds() -> dict[str, PlayerKind]:
             options={"rules": "on (default) or off", **_NETWORK_OPTIONS}),
         "value": player_kind(_make_value, help="the move after which the network rates the opponent worst",
                              options=_NETWORK_OPTIONS),
+        "av": player_kind(_make_av, help="the move of highest action value (the network's action-value head: "
+                          "its win probability after each move), no search; only for a network with the head",
+                          options=_NETWORK_OPTIONS),
         "search": player_kind(
             _make_search,
             help="the network with the run's search (search.algorithm: PUCT or Gumbel), search:400 = 400 "
@@ -401,11 +461,15 @@ def network_player_kinds() -> dict[str, PlayerKind]:
 __all__ = [
     "DEFAULT_SIMULATIONS",
     "SEARCH_ALGORITHMS",
+    "ActionValueAgent",
     "NetworkAgent",
     "PolicyAgent",
     "SearchAgent",
+    "SearchlessAgent",
     "ValueAgent",
+    "Children",
     "exact_value",
+    "expand_children",
     "network_for",
     "network_player_kinds",
     "to_mcts_board",

@@ -20,7 +20,16 @@ prior at temperature 1: the raw network), and measured on every position:
 - ``entropy``: the prior's entropy over the legal moves, in nats (a prior that
   grows sharp narrows a search: EXPERIMENTS.md, "Issue 22: self-play from the
   built-in network, and why it lost strength", part 7);
-- ``cross_entropy``: of the prior against Stockfish's policy.
+- ``cross_entropy``: of the prior against Stockfish's policy;
+- ChessBench's metrics of each predictor (eval.probe_predictors: ``bc``, the
+  policy's ranking of the moves; ``sv``, minus the value after each move;
+  ``av``, the action-value head's, for a network with one): **action
+  accuracy** (its top move is one of Stockfish's best) and **Kendall's tau**
+  (tau-b) between its ranking and Stockfish's over the moves Stockfish
+  scored. They need the labels' win probabilities; ``sv`` also needs each
+  position rebuilt from its game (start and moves, checked against the
+  stored input) and the positions after its moves evaluated, so only
+  ``alphazero probe`` measures it (``score_positions(..., state_values=True)``).
 
 With more than one network, each later one is also compared with the first
 position by position (``paired_differences``: the mean difference of top-1,
@@ -58,7 +67,18 @@ from alphazero.errors import UserError
 from alphazero.nn.planes import compact_to_torch
 from alphazero.store.rundir import RunDir, atomic_write_text
 from alphazero.store.shards import LAB_KIND, ShardError, concatenate, list_shards, read_shard
+from eval.action_values import output_action_values
 from eval.probe_defaults import DEFAULT_PROBE_POSITIONS
+from eval.probe_predictors import (
+    PREDICTOR_NAMES,
+    PREDICTORS,
+    PredictorFigures,
+    PredictorScores,
+    predictor_scores,
+    state_value_scores,
+)
+from mcts_ext import Board, ChessError
+from mcts_ext.encode import encode_boards, legal_move_indices, new_batch
 
 PROBE_FIGURES = ("top1", "regret", "value_mse", "entropy", "cross_entropy")
 PROBE_BATCH = 256
@@ -78,9 +98,40 @@ class ProbeSet:
     wins: np.ndarray | None  # float64 [E], NaN where unscored; None for labels made before policy_wins
     values: np.ndarray  # float64 [N] in [-1, 1]
     source: Path
+    games: tuple[dict[str, Any], ...] = ()  # the labelled games (start_fen, moves), to rebuild the positions
+    game: np.ndarray | None = None  # int [N]: each position's game, an index into games
+    ply: np.ndarray | None = None  # int [N]: the moves of its game played before it
 
     def __len__(self) -> int:
         return len(self.values)
+
+    def boards(self) -> list[Board | None]:
+        """Rebuilds each position from its game's start and moves (SV evaluates the positions after its
+        moves); None where that cannot be done: no game recorded, or a board whose input planes, scalars or
+        legal moves differ from the stored ones."""
+        rebuilt: list[Board | None] = [None] * len(self)
+        if self.game is None or self.ply is None:
+            return rebuilt
+        for i, (g, ply) in enumerate(zip(self.game.tolist(), self.ply.tolist())):
+            record = self.games[g] if 0 <= g < len(self.games) else {}
+            fen, moves = record.get("start_fen"), record.get("moves")
+            if not fen or not isinstance(moves, list) or not 0 <= ply <= len(moves):
+                continue
+            try:
+                rebuilt[i] = Board.from_moves(moves[:ply], fen, ply_limit=None)
+            except (ChessError, ValueError):
+                continue
+        built = [i for i, board in enumerate(rebuilt) if board is not None]
+        planes, scalars = new_batch(len(built))
+        encode_boards([rebuilt[i] for i in built], planes, scalars)
+        for row, i in enumerate(built):
+            board = rebuilt[i]
+            assert board is not None
+            same = np.array_equal(planes[row], self.planes[i]) and np.array_equal(scalars[row], self.scalars[i]) \
+                and np.array_equal(legal_move_indices(board), self.indices[self.offsets[i]:self.offsets[i + 1]])
+            if not same:
+                rebuilt[i] = None
+        return rebuilt
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str], positions: int | None = DEFAULT_PROBE_POSITIONS) -> ProbeSet:
@@ -117,7 +168,8 @@ class ProbeSet:
                    shard.policy_indices[:end].astype(np.int64), shard.policy_probs[:end].astype(np.float64),
                    None if wins is None else wins[:end].astype(np.float64),
                    # Stockfish's value, also where the labels train no value (VALUE_NONE)
-                   np.clip(shard.root_values[:count], -1.0, 1.0).astype(np.float64), folder)
+                   np.clip(shard.root_values[:count], -1.0, 1.0).astype(np.float64), folder,
+                   tuple(shard.games), shard.game[:count].astype(np.int64), shard.ply[:count].astype(np.int64))
 
 
 @dataclass(frozen=True)
@@ -131,11 +183,16 @@ class ProbeFigures:
     entropy: float
     cross_entropy: float
     positions: int
+    predictors: dict[str, PredictorFigures] = dataclasses.field(default_factory=dict)  # by PREDICTORS' names
 
-    def as_dict(self) -> dict[str, float | None]:
-        """The figures for JSON: NaN (no regret) as None."""
-        return {name: None if isinstance(value, float) and math.isnan(value) else value
-                for name, value in dataclasses.asdict(self).items()}
+    def as_dict(self) -> dict[str, Any]:
+        """The figures for JSON: NaN (no regret) as None; ``predictors`` holds those measured."""
+        figures: dict[str, Any] = {
+            field.name: None if isinstance(value, float) and math.isnan(value) else value
+            for field in dataclasses.fields(self) if field.name != "predictors"
+            for value in (getattr(self, field.name),)}
+        figures["predictors"] = {name: f.as_dict() for name, f in self.predictors.items()}
+        return figures
 
     def text(self) -> str:
         """One line: 'top-1 30.3%, regret 4.36%, value MSE 0.116, entropy 2.76 nats'."""
@@ -158,11 +215,23 @@ def _first_max(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return hits[first]
 
 
+@dataclass(frozen=True)
+class _Outputs:
+    """The model's outputs over a probe set, at its entries (legal moves) and positions."""
+
+    logits: np.ndarray  # float64 [E]: each legal move's policy logit
+    values: np.ndarray  # float64 [N]: each position's value
+    action_values: np.ndarray | None  # float64 [E]: the head's win probability after each move; None: no head
+    state_values: np.ndarray | None  # float64 [E]: SV's score of each move (NaN: not rebuilt); None: not asked
+
+
 @torch.no_grad()
-def _logits_and_values(model: torch.nn.Module, data: ProbeSet, device: torch.device) -> tuple[np.ndarray, np.ndarray]:
-    """Runs the model over the probe set: (each entry's policy logit float64 [E], each value float64 [N])."""
+def _outputs(model: torch.nn.Module, data: ProbeSet, device: torch.device, state_values: bool) -> _Outputs:
+    """Runs the model over the probe set (and, with ``state_values``, over the positions after each move)."""
     logits = np.empty(len(data.indices), dtype=np.float64)
     values = np.empty(len(data), dtype=np.float64)
+    action_values: np.ndarray | None = np.empty(len(data.indices), dtype=np.float64)
+    sv = None
     was_training = model.training
     model.eval()
     try:
@@ -175,9 +244,16 @@ def _logits_and_values(model: torch.nn.Module, data: ProbeSet, device: torch.dev
             moves = torch.from_numpy(data.indices[first:last]).to(device)
             logits[first:last] = out.policy_logits.float()[rows, moves].double().cpu().numpy()
             values[start:end] = out.value.float().double().cpu().numpy()
+            head = output_action_values(out)
+            if head is None:
+                action_values = None
+            elif action_values is not None:
+                action_values[first:last] = head.float()[rows, moves].double().cpu().numpy()
+        if state_values:
+            sv = state_value_scores(model, data.boards(), data.offsets, device, PROBE_BATCH)
     finally:
         model.train(was_training)
-    return logits, values
+    return _Outputs(logits, values, action_values, sv)
 
 
 @dataclass(frozen=True)
@@ -190,19 +266,25 @@ class PositionScores:
     value_error: np.ndarray  # float64 [N]: the value's squared error
     entropy: np.ndarray  # float64 [N]
     cross_entropy: np.ndarray  # float64 [N]
+    predictors: dict[str, PredictorScores] = dataclasses.field(default_factory=dict)  # those measured
 
     def figures(self) -> ProbeFigures:
         """The means: the network's figures."""
         regret = math.nan if self.regret is None else float(np.mean(self.regret))
         return ProbeFigures(float(np.mean(self.top1)), regret, float(np.mean(self.value_error)),
-                            float(np.mean(self.entropy)), float(np.mean(self.cross_entropy)), len(self.top1))
+                            float(np.mean(self.entropy)), float(np.mean(self.cross_entropy)), len(self.top1),
+                            {name: scores.figures() for name, scores in self.predictors.items()})
 
 
-def score_positions(model: torch.nn.Module, data: ProbeSet, device: str | torch.device | None = None) -> PositionScores:
+def score_positions(model: torch.nn.Module, data: ProbeSet, device: str | torch.device | None = None, *,
+                    state_values: bool = False) -> PositionScores:
     """Measures one network at every position of the probe set (see the module docstring); the model is left
-    as it was."""
+    as it was. ChessBench's metrics need the labels' win probabilities: ``bc``, and ``av`` for a model whose
+    output has action values, come with the same pass; ``state_values`` adds ``sv`` (a pass over the
+    positions after every move: about 30 times the work)."""
     device = torch.device(device) if device is not None else next(model.parameters()).device
-    logits, values = _logits_and_values(model, data, device)
+    outputs = _outputs(model, data, device, state_values and data.wins is not None)
+    logits, values = outputs.logits, outputs.values
     offsets, starts, lengths = data.offsets, data.offsets[:-1], np.diff(data.offsets)
     shifted = logits - np.repeat(np.maximum.reduceat(logits, starts), lengths)
     log_p = shifted - np.repeat(np.log(np.add.reduceat(np.exp(shifted), starts)), lengths)
@@ -211,18 +293,24 @@ def score_positions(model: torch.nn.Module, data: ProbeSet, device: str | torch.
     best_share = np.repeat(np.maximum.reduceat(data.label_policy, starts), lengths)
     top1 = (data.label_policy[chosen] >= best_share[chosen]).astype(np.float64)
     regret = None
+    predictors: dict[str, PredictorScores] = {}
     if data.wins is not None:
         wins = data.wins
         best = np.fmax.reduceat(wins, starts)  # fmax and fmin skip NaN: moves Stockfish did not score
         worst = np.fmin.reduceat(wins, starts)
         regret = best - np.where(np.isnan(wins[chosen]), worst, wins[chosen])
+        ranked = {"bc": logits, "sv": outputs.state_values, "av": outputs.action_values}
+        predictors = {name: predictor_scores(scores, wins, offsets) for name in PREDICTORS
+                      if (scores := ranked[name]) is not None}
     return PositionScores(top1, regret, (values - data.values) ** 2, -np.add.reduceat(p * log_p, starts),
-                          -np.add.reduceat(data.label_policy * log_p, starts))
+                          -np.add.reduceat(data.label_policy * log_p, starts), predictors)
 
 
-def probe_network(model: torch.nn.Module, data: ProbeSet, device: str | torch.device | None = None) -> ProbeFigures:
-    """Measures one network on the probe set (see the module docstring); the model is left as it was."""
-    return score_positions(model, data, device).figures()
+def probe_network(model: torch.nn.Module, data: ProbeSet, device: str | torch.device | None = None, *,
+                  state_values: bool = False) -> ProbeFigures:
+    """Measures one network on the probe set (see the module docstring and score_positions); the model is
+    left as it was."""
+    return score_positions(model, data, device, state_values=state_values).figures()
 
 
 @dataclass(frozen=True)
@@ -276,8 +364,11 @@ def write_probe_tensorboard(run: RunDir, step: int, figures: ProbeFigures) -> No
 
     writer = SummaryWriter(log_dir=str(run.tb / TB_SUBDIR))
     try:
-        for name in PROBE_FIGURES:
-            value = getattr(figures, name)
+        scalars = {name: float(getattr(figures, name)) for name in PROBE_FIGURES}
+        for predictor, f in figures.predictors.items():
+            scalars[f"{predictor}_action_accuracy"] = f.action_accuracy
+            scalars[f"{predictor}_kendall_tau"] = f.kendall_tau
+        for name, value in scalars.items():
             if math.isfinite(value):
                 writer.add_scalar(f"probe/{name}", value, step)
     finally:
@@ -342,7 +433,7 @@ def run_probe(args: argparse.Namespace) -> None:
     sources += [(spec, None, NetworkSource(run.root, weights=Path(spec))) for spec in args.weights]
     for label, step, source in sources:
         network = load_network(source, device=args.device, precision="float32", warn=sys.stderr)
-        scores = score_positions(network.evaluator.model, data)
+        scores = score_positions(network.evaluator.model, data, state_values=args.state_values)
         figures = scores.figures()
         rows.append((label, step, figures))
         if first is None:
@@ -364,6 +455,10 @@ def run_probe(args: argparse.Namespace) -> None:
         table.add_row(label, f"{100 * f.top1:.1f}%", regret, f"{f.value_mse:.4f}", f"{f.entropy:.3f}",
                       f"{f.cross_entropy:.3f}")
     console.print(table)
+    if data.wins is not None:
+        console.print(_predictor_table(rows, len(data)))
+        if any(f.predictors["sv"].positions == 0 for _, _, f in rows if "sv" in f.predictors):
+            console.print(SV_NOT_MEASURED)
     if first is not None and against:
         console.print(_paired_table(first[0], against, len(data)))
     if args.json is not None:
@@ -380,6 +475,32 @@ def run_probe(args: argparse.Namespace) -> None:
         console.print(f"figures written to {args.json}")
 
 
+_NOT_MEASURED = {"sv": "--no-sv", "av": "no head"}
+SV_NOT_MEASURED = "SV n/a: no position of the probe set could be rebuilt from its game (labels without their games)"
+
+
+def _predictor_table(rows: Sequence[tuple[str, int | None, ProbeFigures]], positions: int) -> Any:
+    """ChessBench's metrics, a row per network and predictor (eval.probe_predictors)."""
+    from rich.table import Table
+
+    table = Table(title=f"ChessBench's metrics on {positions:,} positions",
+                  caption="action accuracy: the predictor's top move is one of Stockfish's best; Kendall's tau: "
+                          "tau-b against Stockfish's ranking of the moves it scored")
+    for column in ("network", "predictor", "action accuracy", "Kendall's tau", "positions (tau)"):
+        table.add_column(column, justify="left" if column in ("network", "predictor") else "right")
+    for label, _, f in rows:
+        for name in PREDICTORS:
+            measured = f.predictors.get(name)
+            if measured is None or measured.positions == 0:
+                table.add_row(label, PREDICTOR_NAMES[name], "n/a" if measured is not None else _NOT_MEASURED[name],
+                              "", "")
+                continue
+            tau = "n/a" if math.isnan(measured.kendall_tau) else f"{measured.kendall_tau:.3f}"
+            table.add_row(label, PREDICTOR_NAMES[name], f"{100 * measured.action_accuracy:.1f}%", tau,
+                          f"{measured.positions:,} ({measured.tau_positions:,})")
+    return table
+
+
 def _paired_table(first: str, against: Sequence[tuple[str, PairedFigures]], positions: int) -> Any:
     from rich.table import Table
 
@@ -393,7 +514,7 @@ def _paired_table(first: str, against: Sequence[tuple[str, PairedFigures]], posi
 
 
 __all__ = [
-    "DEFAULT_PROBE_POSITIONS", "PROBE_FIGURES", "PairedDifference", "PairedFigures", "PositionScores",
+    "DEFAULT_PROBE_POSITIONS", "PREDICTORS", "PROBE_FIGURES", "PairedDifference", "PairedFigures", "PositionScores",
     "ProbeFigures", "ProbeSet", "paired_differences", "probe_network", "run_probe", "score_positions",
     "write_probe_tensorboard",
 ]

@@ -27,6 +27,7 @@ threads (0: torch's default, the machine's cores).
 `go` takes the limits eval.uci_go lists (whichever comes first ends the
 search; with none, the Nodes option's simulations); `mate` and
 `searchmoves` are not supported and are ignored with an info string.
+`Mode policy|value|av` answers `go` at once with that player's move, no search (eval.uci_searchless).
 
 The search proves results where it meets game ends (an MCTS-solver): the
 shortest proven mate is played, and a search whose root is proven stops
@@ -62,9 +63,10 @@ from alphazero.search import UCI, parse_cpuct, parse_policy_temperature, search_
 from alphazero.store.rundir import DEFAULT_RUN_DIR, RunDir
 from alphazero.store.sources import FRESH, Network, NetworkSource, load_network, resolve_source
 from eval.timeman import TimeManager, best_is_settled
-from eval.uci_go import GoCommand, parse_go, plan_search_time
-from eval.uci_options import DEFAULT_THREADS, INFINITE_NODES, OPTIONS, OPTIONS_BY_NAME, UciOption, quoted
+from eval.uci_go import GoCommand, parse_go, plan_search_time, unsupported
+from eval.uci_options import DEFAULT_THREADS, INFINITE_NODES, OPTIONS, OPTIONS_BY_NAME, SEARCH, UciOption, quoted
 from eval.uci_search import NetworkThread, SearchJob, SearchReport, info_lines
+from eval.uci_searchless import answer_searchless, usable_mode
 from mcts_ext import STARTING_FEN, Board, ChessError
 from mcts_ext.driver import run as run_search
 from mcts_ext.params import SearchParams
@@ -330,7 +332,8 @@ class UciEngine:
             return
         self.stop_search()  # joins a finished thread
         go = parse_go(args)
-        self._report_unsupported(go)
+        for text in unsupported(go):
+            self.info_string(text)
         board = self._board.copy()
         if not board.legal_moves():
             self.info_string(f"no legal moves ({board.termination()})")
@@ -341,16 +344,13 @@ class UciEngine:
             self.info_string("no network could be loaded; see the error above")
             self._out.line("bestmove 0000")
             return
+        mode = usable_mode(str(self.values["Mode"]), network, self.info_string)
         self._job = self._make_job(go, board)
-        self._search_done = self._network_thread.submit(self._search_job, self._job, network)
-
-    def _report_unsupported(self, go: GoCommand) -> None:
-        for problem in go.problems:
-            self.info_string(f"go: ignored {quoted(problem)}")
-        if go.mate is not None:
-            self.info_string("go mate is not supported; searching with the other limits")
-        if go.searchmoves:
-            self.info_string("go searchmoves is not supported; searching every move")
+        if mode != SEARCH:  # one predictor's move at once (eval.uci_searchless)
+            self._search_done = self._network_thread.submit(answer_searchless, mode, network, self._job, self._out.line,
+                                                            self.info_string, bool(self.values["UCI_ShowWDL"]))
+        else:
+            self._search_done = self._network_thread.submit(self._search_job, self._job, network)
 
     def _make_job(self, go: GoCommand, board: Board) -> SearchJob:
         started = self._clock()

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from eval.timeman import MIN_BUDGET_MS, MovePlan, TimeManager, simple_budget_ms
+from eval.uci_options import quoted
 
 _GO_INTEGERS = ("wtime", "btime", "winc", "binc", "movestogo", "depth", "nodes", "mate", "movetime")
 _GO_FLAGS = ("infinite", "ponder")
@@ -81,6 +82,16 @@ def parse_go(tokens: Sequence[str]) -> GoCommand:
         i += 1
     go.problems = tuple(problems)
     return go
+
+
+def unsupported(go: GoCommand) -> list[str]:
+    """Says what of `go` is ignored, one info string each: malformed values, `mate`, `searchmoves`."""
+    texts = [f"go: ignored {quoted(problem)}" for problem in go.problems]
+    if go.mate is not None:
+        texts.append("go mate is not supported; searching with the other limits")
+    if go.searchmoves:
+        texts.append("go searchmoves is not supported; searching every move")
+    return texts
 
 
 def plan_search_time(go: GoCommand, white_to_move: bool, *, overhead_ms: float, moves_to_go: int,

@@ -30,6 +30,10 @@ MAX_MULTIPV = 256
 DEFAULT_THREADS = torch.get_num_threads()
 """torch's own choice of CPU threads (the machine's cores), which Threads 0 restores."""
 
+SEARCH = "search"
+MODES = (SEARCH, "policy", "value", "av")
+"""The Mode option's values: the tree search (the default), or one predictor's move at once (eval.uci_searchless)."""
+
 
 def quoted(text: str, limit: int = 80) -> str:
     """Quotes outside input for a message, cut to `limit` characters.
@@ -119,6 +123,10 @@ OPTIONS: tuple[UciOption, ...] = (
               1, MAX_MULTIPV),
     UciOption("UCI_ShowWDL", "check", False, "add `wdl W D L` (per mille) to the scores"),
     UciOption("Ponder", "check", False, "the GUI may send `go ponder`; pondering works either way"),
+    UciOption("Mode", "combo", SEARCH, "search: the tree search, by go's limits; policy, value or av: no search, "
+              "go answered at once with that player's move (the top prior; the move after which the network "
+              "rates the opponent worst; the highest action value, for a network with an action-value head), "
+              "clocks and nodes ignored", choices=MODES),
     UciOption("SearchAlgorithm", "combo", "auto", "puct or gumbel (no noise; best with a node limit, as Sequential "
               "Halving plans for its budget); auto: the network's search.algorithm for a node limit, puct "
               "under a clock or until stop",

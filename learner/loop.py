@@ -19,7 +19,8 @@
   half updated): the last checkpoint stands.
 - **TensorBoard** in ``run/tb/learner/`` every ``log_every`` steps: means over
   the steps since the last log of loss/total, loss/policy, loss/value,
-  loss/value_mse, policy/entropy, value/accuracy and grad_norm; the
+  loss/value_mse, policy/entropy, value/accuracy and grad_norm (and
+  loss/action_value with an action-value head); the
   learning_rate; loss/weight_decay (c * ||theta||^2); throughput/samples_per_s
   (training time only, waits excluded); replay/window_positions (held),
   replay/window_size (the most it may hold now: it grows with the run under
@@ -30,7 +31,8 @@
 - **Validation** every ``validate_every`` steps and at the end: the held-out
   games' positions (ReplayWindow: never trained on) and an equal-size sample
   of the window, both in eval mode, as ``validation/policy_loss``,
-  ``policy_top1``, ``value_loss``, ``value_mse``, ``value_accuracy`` and
+  ``policy_top1``, ``value_loss``, ``value_mse``, ``value_accuracy`` (with
+  an action-value head and targets, ``action_value_loss`` and ``action_value_mae``) and
   ``validation/train_*`` (the same on the window sample); the gap between the
   two is what the window has been memorised beyond what generalises. A
   custom-scalars layout plots each pair with the training curve.
@@ -341,7 +343,9 @@ class Learner:
         running, self._running = self._running, Running()
         means = running.means()
         window = self.window
-        scalars = {TB_NAMES[name]: value for name, value in means.items()}
+        # loss/action_value (learner.reporting has no tag for it) only for a network with the head.
+        scalars = {TB_NAMES.get(name, f"loss/{name}"): value for name, value in means.items()
+                   if name != "action_value" or self.trainer.action_value_head is not None}
         scalars.update({
             "learning_rate": self.settings.learning_rate(self.step - 1),
             "loss/weight_decay": weight_decay_term(self.model, self.settings),
@@ -462,7 +466,8 @@ class Learner:
         scalars = {f"validation/{name}": value for name, value in held_out.items()}
         scalars["validation/games"] = float(len(self.window.validation_game_ids()))
         if sample is not None:
-            scalars.update({f"validation/train_{name}": sample[name] for name in VALIDATION_FIGURES})
+            scalars.update({f"validation/train_{name}": sample[name] for name in VALIDATION_FIGURES
+                            + ("action_value_loss", "action_value_mae") if name in sample})
         self.validation = scalars
 
         def write(writer: Any) -> None:

@@ -4,7 +4,9 @@
 PGN games: learner.pgn_data.convert_pgn) into ``RUN/pretrain/``, apart from
 the self-play data, then ``pretrain_network`` trains the run's network on
 every position there with the learner (learner.loop.Learner: checkpoints in
-RUN/checkpoints, TensorBoard in RUN/tb/learner) until ``learner.training_steps``
+RUN/checkpoints, TensorBoard in RUN/tb/learner; a network with an action-value
+head, ``network.action_value_head``, learns Stockfish's value of every move
+the labels scored as well) until ``learner.training_steps``
 (or the given steps, or minutes). The replay window covers all of
 run/pretrain (about 1.2 KB a position in memory) with no reuse cap:
 pretraining runs epochs over fixed data. An export path then saves the

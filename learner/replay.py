@@ -9,7 +9,9 @@ names start with the write time, so sorting them sorts them by age. The window:
   window that starts at ``min_positions`` and grows with the positions that
   ever entered it (never shrinking) up to ``window_positions``. Only the
   compact arrays are kept (planes, scalars, the sparse policy, results: under
-  1 KB a position); dense policies are built per batch. Small shards are
+  1 KB a position; Stockfish labels' win probability after each move, in half
+  precision, where a shard has it); dense policies (and action values,
+  Batch.action_values) are built per batch. Small shards are
   joined into blocks of about 1/32 of the window, so a batch gathers from a
   few dozen arrays; the oldest block may be partly outside the window (never
   sampled there) and is dropped once none of it is inside.
@@ -126,6 +128,9 @@ class ReplayWindow:
         validation_share: the share of games held out (``is_validation_game``):
             their positions never enter the window.
         validation_positions: the newest held-out positions kept.
+        action_values: keep the win probability after each move of the shards
+            that have it and give batches Batch.action_values; False (for a
+            network without an action-value head) keeps neither.
 
     Raises:
         ValueError: window_positions or validation_positions < 1.
@@ -134,7 +139,7 @@ class ReplayWindow:
     def __init__(self, directory: str | os.PathLike[str], *, window_positions: int, max_sample_reuse: float,
                  min_positions: int = 1, window_size: Callable[[int], int] | None = None, seed: int = 0,
                  scan_interval_s: float = 1.0, validation_share: float = 0.0,
-                 validation_positions: int = 50_000) -> None:
+                 validation_positions: int = 50_000, action_values: bool = True) -> None:
         if window_positions < 1 or validation_positions < 1:
             raise ValueError(f"window_positions and validation_positions must be at least 1, "
                              f"got {window_positions} and {validation_positions}")
@@ -146,6 +151,7 @@ class ReplayWindow:
         self._window_size = window_size
         self.scan_interval_s = scan_interval_s
         self.validation_share = validation_share
+        self.action_values = action_values
         self._rng = np.random.default_rng(seed)
         self._train = Store(self._capacity(0))
         self._held_out = Store(validation_positions)
@@ -326,9 +332,10 @@ class ReplayWindow:
         """Takes from a shard what the stores keep: its held-out games' samples and (``train``) the others."""
         held_out, ids = self._held_out_rows(name, shard)
         held_out_rows, train_rows = np.flatnonzero(held_out), np.flatnonzero(~held_out)
+        wins = self.action_values
         return _Read(name, train,
-                     Block.of(name, 0, shard, held_out_rows, ids) if len(held_out_rows) else None,
-                     Block.of(name, 0, shard, train_rows) if train and len(train_rows) else None)
+                     Block.of(name, 0, shard, held_out_rows, ids, wins=wins) if len(held_out_rows) else None,
+                     Block.of(name, 0, shard, train_rows, wins=wins) if train and len(train_rows) else None)
 
     def _append(self, read: _Read) -> int:
         self.validation_added += self._held_out.append_block(read.held_out)

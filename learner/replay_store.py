@@ -1,7 +1,8 @@
 """The replay store: positions' compact arrays in arrival order, in blocks, of which the newest are in view.
 
 Only the compact arrays of a shard are kept (planes, scalars, the sparse
-policy, value targets, root values; for held-out games, each position's game).
+policy, value targets, root values, Stockfish's win probability after each
+move where the shard has it; for held-out games, each position's game).
 Small shards are joined into blocks of about 1/32 of the view, so a batch
 gathers from a few dozen arrays; a block leaves whole once none of it is in
 view. learner.replay's window holds two stores: the training positions and the
@@ -14,7 +15,7 @@ import ctypes
 import dataclasses
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -26,6 +27,13 @@ from learner.batch import Batch
 __all__ = ["Block", "Store", "arrays_outside_the_heap"]
 
 _BLOCKS_PER_WINDOW = 32  # see Store
+# The win probabilities after each move are kept in half precision: its rounding (under 0.0005 in [0, 1]) is
+# well inside an action-value bin (1/128), and a window of labels holds about 30 of them a position.
+_WINS_DTYPE = np.float16
+
+
+def _no_wins() -> np.ndarray:
+    return np.zeros(0, _WINS_DTYPE)
 
 
 @dataclass(frozen=True)
@@ -47,14 +55,23 @@ class Block:
     root_values: np.ndarray
     game: np.ndarray
     games: tuple[str, ...] = ()
+    # Aligned with policy_indices: the mover's win probability after each move (NaN: none), or empty when no
+    # position of the block has one (self-play's).
+    policy_wins: np.ndarray = field(default_factory=_no_wins)
+
+    @property
+    def has_wins(self) -> bool:
+        return len(self.policy_wins) > 0
 
     @property
     def end(self) -> int:
         return self.start + len(self.results)
 
     @classmethod
-    def of(cls, name: str, start: int, shard: Shard, rows: np.ndarray, ids: Sequence[str] = ()) -> Block:
-        """Takes the samples ``rows`` (sorted indices) of ``shard``; with ``ids``, notes each one's game.
+    def of(cls, name: str, start: int, shard: Shard, rows: np.ndarray, ids: Sequence[str] = (), *,
+           wins: bool = True) -> Block:
+        """Takes the samples ``rows`` (sorted indices) of ``shard``; with ``ids``, notes each one's game; with
+        ``wins``, the win probability after each move where the shard has it.
 
         Keeps only these arrays (the shard's others are freed with it); all
         rows take the shard's arrays as they are, a subset copies.
@@ -76,12 +93,19 @@ class Block:
             shard.planes[take], shard.scalars[take], offsets, shard.policy_indices[entries],
             shard.policy_probs[entries], value_targets(shard)[take], shard.root_values[take])]
         planes, scalars, offsets, indices, probs, results, root_values = arrays
-        return cls(name, start, planes, scalars, offsets, indices, probs, results, root_values, game, games)
+        kept = _no_wins() if shard.policy_wins is None or not wins else shard.policy_wins[entries].astype(_WINS_DTYPE)
+        return cls(name, start, planes, scalars, offsets, indices, probs, results, root_values, game, games,
+                   kept)
 
     @property
     def nbytes(self) -> int:
         return sum(a.nbytes for a in (self.planes, self.scalars, self.policy_offsets, self.policy_indices,
-                                      self.policy_probs, self.results, self.root_values, self.game))
+                                      self.policy_probs, self.results, self.root_values, self.game,
+                                      self.policy_wins))
+
+    def wins_or_nan(self) -> np.ndarray:
+        """Gets policy_wins, NaN for every move of a block without them."""
+        return self.policy_wins if self.has_wins else np.full(len(self.policy_indices), np.nan, _WINS_DTYPE)
 
     @classmethod
     def merge(cls, blocks: Sequence[Block]) -> Block:
@@ -97,6 +121,7 @@ class Block:
             np.concatenate([b.root_values for b in blocks]),
             np.concatenate([b.game + base for b, base in zip(blocks, game_bases)]).astype(np.int32),
             tuple(game_id for b in blocks for game_id in b.games),
+            np.concatenate([b.wins_or_nan() for b in blocks]) if any(b.has_wins for b in blocks) else _no_wins(),
         )
 
 
@@ -211,10 +236,13 @@ class Store:
         owner = np.searchsorted(starts, numbers, side="right") - 1
         # numbers are sorted, so each block's positions are one slice of the batch.
         bounds = np.searchsorted(owner, np.arange(len(self.blocks) + 1))
-        for b, block in enumerate(self.blocks):
+        used = [b for b in range(len(self.blocks)) if bounds[b] < bounds[b + 1]]
+        # Self-play's batches have no action values: no [B, 4672] array of NaN for them.
+        action_values = np.full((size, NUM_MOVES), np.nan, np.float32) \
+            if any(self.blocks[b].has_wins for b in used) else None
+        for b in used:
+            block = self.blocks[b]
             lo_out, hi_out = int(bounds[b]), int(bounds[b + 1])
-            if lo_out == hi_out:
-                continue
             rows = numbers[lo_out:hi_out] - block.start
             planes[lo_out:hi_out] = block.planes[rows]
             scalars[lo_out:hi_out] = block.scalars[rows]
@@ -226,4 +254,6 @@ class Store:
             moves = block.policy_indices[entries].astype(np.int64)
             policy[batch_rows, moves] = block.policy_probs[entries]
             legal[batch_rows, moves] = True
-        return Batch(planes, scalars, policy, legal, z, q)
+            if action_values is not None and block.has_wins:
+                action_values[batch_rows, moves] = block.policy_wins[entries]
+        return Batch(planes, scalars, policy, legal, z, q, action_values)

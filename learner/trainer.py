@@ -52,6 +52,14 @@ the model does; the learner loads it from the run's step-0 checkpoint): a trust 
 the start, so self-play's targets move the net only as far as they pull
 harder than its knowledge (``loss/anchor``).
 
+**Action values** (``network.action_value_head``; alphazero.nn.action_values
+has the losses): the mean over the moves with Stockfish's win probability
+(Batch.action_values; NaN elsewhere, and self-play has none), weighted by
+``action_value_loss_weight`` (``loss/action_value``, 0 without targets). They
+are picked on the host: NaN never reaches the device, no other move is scored.
+Validation adds ``action_value_loss`` and ``action_value_mae`` (|predicted -
+Stockfish's| win probability, comparable across the two forms).
+
 Auxiliary targets, added to the loss with their weights (a Chessformer's
 second policy and value heads, see alphazero.nn.chessformer; with both weights
 0 those heads are neither run nor trained):
@@ -88,6 +96,14 @@ from torch import nn
 from alphazero.config import LearnerConfig
 from alphazero.config_compat import architecture_hash
 from alphazero.errors import UserError
+from alphazero.nn.action_values import (
+    action_features,
+    action_value_head,
+    action_value_loss,
+    action_value_sums,
+    action_value_targets,
+    features_only,
+)
 from alphazero.nn.network import NetOutput, model_config
 from alphazero.nn.planes import compact_to_torch
 from alphazero.nn.precision import choose_precision, random_positions, seconds_per_call
@@ -117,6 +133,7 @@ class StepStats:
     soft_policy: torch.Tensor  # auxiliary soft-policy cross-entropy (0 when not trained)
     q: torch.Tensor  # auxiliary q head's squared error against the root value (0 when not trained)
     anchor: torch.Tensor  # KL from the start's policy plus the squared value difference (0 without an anchor)
+    action_value: torch.Tensor  # the action-value head's loss over the moves with a target (0 without either)
 
     def as_floats(self) -> dict[str, float]:
         """Gets every figure as a Python float (one device sync per figure)."""
@@ -221,7 +238,7 @@ def compute_losses(out: NetOutput, policy: torch.Tensor, legal: torch.Tensor, z:
     total = policy_loss + value_loss_weight * value_loss
     zero = torch.zeros((), device=total.device)
     return StepStats(total, policy_loss.detach(), value_loss.detach(), (terms.value_mse.sum() / valued).detach(),
-                     terms.entropy.mean().detach(), terms.correct.sum() / valued, zero, zero, zero, zero)
+                     terms.entropy.mean().detach(), terms.correct.sum() / valued, zero, zero, zero, zero, zero)
 
 
 VALIDATION_FIGURES = ("policy_loss", "policy_top1", "value_loss", "value_mse", "value_accuracy")
@@ -371,10 +388,12 @@ def time_training_step(model: nn.Module, config: LearnerConfig, device: torch.de
     training_mode(candidate, freeze_batch_norm=config.freeze_batch_norm)
     set_trainable(candidate, config.trainable)
 
+    forward = features_only(candidate)
+
     def step() -> None:
         context = torch.autocast(device_type=device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
         with context:
-            out = candidate(planes, scalars)
+            out = forward(planes, scalars)
         (out.policy_logits.float().logsumexp(1).mean() + out.value.float().square().mean()).backward()
 
     return seconds_per_call(step)
@@ -417,7 +436,10 @@ class Trainer:
         set_trainable(self.model, config.trainable)
         self.optimizer = build_optimizer(self.model, config)
         self.clip_grad_norm = clip_grad_norm
-        self._forward: nn.Module = torch.compile(self.model) if compile else self.model  # type: ignore[assignment]
+        # The action-value head's moves are scored by the loss, for the moves with a target alone.
+        self._pass = features_only(self.model)
+        self.action_value_head = action_value_head(self.model)
+        self._forward: nn.Module = torch.compile(self._pass) if compile else self._pass  # type: ignore[assignment]
         self.auxiliary = config.soft_policy_loss_weight > 0 or config.q_loss_weight > 0
         if self.auxiliary and not hasattr(self.model, "forward_with_aux"):
             kind = model_config(self.model).kind
@@ -484,6 +506,7 @@ class Trainer:
         stats = self._losses(out, batch, tensors)
         if self.auxiliary:
             stats = self._add_auxiliary_losses(stats, aux, batch, tensors[2], tensors[3])
+        stats = self._add_action_value_loss(stats, out, batch)
         if self.anchor is not None and self.config.start_anchor_weight > 0:
             stats = self._add_anchor_loss(stats, out, tensors)
         self.optimizer.zero_grad(set_to_none=True)
@@ -515,11 +538,23 @@ class Trainer:
         total = stats.total + config.soft_policy_loss_weight * soft + config.q_loss_weight * q
         return replace(stats, total=total, soft_policy=soft.detach(), q=q.detach())
 
+    def _action_value_targets(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        rows, moves, labels = (torch.from_numpy(a).to(self.device) for a in action_value_targets(batch.action_values))
+        return rows, moves, labels
+
+    def _add_action_value_loss(self, stats: StepStats, out: NetOutput, batch: Batch) -> StepStats:
+        """Adds action_value_loss_weight x the action-value loss (none without the head or targets)."""
+        if self.action_value_head is None or batch.action_values is None:
+            return stats
+        loss, _ = action_value_loss(self.action_value_head, action_features(out), *self._action_value_targets(batch))
+        return replace(stats, total=stats.total + self.config.action_value_loss_weight * loss,
+                       action_value=loss.detach())
+
     def _add_anchor_loss(self, stats: StepStats, out: NetOutput, tensors: tuple[torch.Tensor, ...]) -> StepStats:
         """Adds start_anchor_weight x anchor_loss against the start network's outputs on the batch."""
         assert self.anchor is not None
         with torch.no_grad(), self._autocast():
-            start = self.anchor(tensors[0], tensors[1])
+            start = features_only(self.anchor)(tensors[0], tensors[1])
         anchor = anchor_loss(out, start, tensors[3])
         return replace(stats, total=stats.total + self.config.start_anchor_weight * anchor, anchor=anchor.detach())
 
@@ -528,28 +563,37 @@ class Trainer:
         """Computes a batch's figures in eval mode (batch-norm running statistics), without training."""
         tensors = self.to_device(batch)
         with eval_mode(self.model), self._autocast():
-            out = self.model(tensors[0], tensors[1])
-        return self._losses(out, batch, tensors)
+            out = self._pass(tensors[0], tensors[1])
+        return self._add_action_value_loss(self._losses(out, batch, tensors), out, batch)
 
     @torch.no_grad()
     def validate(self, batches: Iterable[Batch]) -> dict[str, float] | None:
-        """Computes the means of VALIDATION_FIGURES over ``batches`` in eval mode, plus ``positions``.
+        """Computes the means of VALIDATION_FIGURES over ``batches`` in eval mode, plus ``positions``; with an
+        action-value head and batches that have targets, ``action_value_loss`` and ``action_value_mae`` too.
 
         Returns None when the batches hold no position.
         """
         sums, positions = None, 0
+        action_sums = torch.zeros(3, dtype=torch.float64, device=self.device)  # loss, |error|, moves
         with eval_mode(self.model):
             for batch in batches:
                 tensors = self.to_device(batch)
                 with self._autocast():
-                    out = self.model(tensors[0], tensors[1])
+                    out = self._pass(tensors[0], tensors[1])
                 _, _, policy, legal, z = tensors
                 part = validation_sums(out, policy, legal, z, self._q(batch),
                                        q_weight=self.config.value_target_q_weight)
                 sums = part if sums is None else sums + part
                 positions += len(batch)
+                if self.action_value_head is not None and batch.action_values is not None:
+                    action_sums += action_value_sums(self.action_value_head, action_features(out),
+                                                     *self._action_value_targets(batch))
         if sums is None or positions == 0:
             return None
         policy_means, value_means = sums[:2] / positions, sums[2:5] / max(float(sums[5]), 1.0)
         means = dict(zip(VALIDATION_FIGURES, [*policy_means.tolist(), *value_means.tolist()], strict=True))
+        loss, error, moves = action_sums.tolist()
+        if moves > 0:
+            means.update(action_value_loss=loss / moves, action_value_mae=error / moves)
         return {**means, "positions": float(positions)}
+

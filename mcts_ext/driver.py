@@ -10,6 +10,12 @@ logits [B, W], W >= every row's count, row b's first legal_counts[b] in
 legal_indices' order) and the values; the search backs those up with
 backup_legal(). A GPU evaluator gathers them on the device and copies ~30
 floats a position instead of 4672 (alphazero.nn.forward.Evaluator.evaluate_legal).
+
+Either may return a third array, the action-value head's win probability of
+each move for the side to move ([B, 4672] like the logits, or [B, W'] in
+legal_indices' order for a legal evaluator): the search backs it up beside
+them (MultiGameSearch.backup's action_values) and reads it where a setting
+asks (fpu_mode or gumbel_unvisited "action_value").
 """
 
 from __future__ import annotations
@@ -24,8 +30,10 @@ from mcts_ext.params import SearchParams
 from mcts_ext.position import Board
 from mcts_ext.search import MultiGameSearch
 
-Evaluator = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
-LegalEvaluator = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+Evaluator = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, ...]]
+"""(planes, scalars) -> (logits, values) or (logits, values, action values)."""
+LegalEvaluator = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, ...]]
+"""(planes, scalars, legal_indices, legal_counts) -> (legal logits, values) or (..., legal action values)."""
 
 
 _ZEROS: dict[str, np.ndarray] = {"logits": np.zeros((0, NUM_MOVES), np.float32), "values": np.zeros(0, np.float32)}
@@ -61,20 +69,24 @@ def uniform_legal_evaluator(planes: np.ndarray, scalars: np.ndarray, legal_indic
     return legal[:rows], uniform_evaluator(planes, scalars)[1]
 
 
+def _outputs(result: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """An evaluator's logits, values and action values (None when it gave none) as the search takes them."""
+    action_values = result[2] if len(result) > 2 else None
+    return (np.ascontiguousarray(result[0], dtype=np.float32),
+            np.ascontiguousarray(result[1], dtype=np.float32).reshape(-1),
+            None if action_values is None else np.ascontiguousarray(action_values, dtype=np.float32))
+
+
 def evaluate_into(search: MultiGameSearch, evaluate: Evaluator, batch: tuple, rows: int) -> None:
     """Evaluates the first `rows` leaves of `batch` and backs the results up."""
     planes, scalars = batch[0], batch[1]
-    logits, values = evaluate(planes[:rows], scalars[:rows])
-    search.backup(np.ascontiguousarray(logits, dtype=np.float32),
-                  np.ascontiguousarray(values, dtype=np.float32).reshape(-1))
+    search.backup(*_outputs(evaluate(planes[:rows], scalars[:rows])))
 
 
 def evaluate_legal_into(search: MultiGameSearch, evaluate_legal: LegalEvaluator, batch: tuple, rows: int) -> None:
     """Evaluates the first `rows` leaves of `batch` with a legal evaluator and backs the results up."""
     planes, scalars, legal_indices, legal_counts = batch[:4]
-    logits, values = evaluate_legal(planes[:rows], scalars[:rows], legal_indices, legal_counts)
-    search.backup_legal(np.ascontiguousarray(logits, dtype=np.float32),
-                        np.ascontiguousarray(values, dtype=np.float32).reshape(-1))
+    search.backup_legal(*_outputs(evaluate_legal(planes[:rows], scalars[:rows], legal_indices, legal_counts)))
 
 
 def run(search: MultiGameSearch, evaluate: Evaluator | None = None, *,

@@ -11,15 +11,21 @@
 # others, the mixed value
 #     (v + sum_b N(b) * sum_{visited b} pi(b) q(b) / sum_{visited b} pi(b)) / (1 + sum_b N(b)),
 # and sigma(q) = (c_visit + max_b N(b)) * c_scale * q_hat, where q_hat is the
-# completed Q rescaled to [0, 1] (see Q_TREE and Q_NODE).
+# completed Q rescaled to [0, 1] (see Q_TREE and Q_NODE). With
+# UNVISITED_ACTION_VALUE an unvisited edge whose move has a head value
+# (tree.action_value, 2p - 1 for the node's side to move, as q) completes
+# with that value instead, and the mixed value stays for the others; the
+# head's values then count in Q_TREE's range M too.
 #
 # Root: k = min(considered, legal moves) moves by Gumbel-Top-k on g + logits,
 # then Sequential Halving over them with the whole budget: simulation i goes
 # to the move with the highest g + logits + sigma(completed Q) among those
 # with exactly considered_visits(k, budget, i) visits (the k best by
 # g + logits are the first k to be taken, since unvisited moves share one
-# completed Q). The move played is the best by the same score among the most
-# visited. Interior nodes: the deterministic argmax_a pi'(a) - N(a) / (1 +
+# completed Q; with the head's values, the k best by g + logits +
+# sigma(head value), as mctx's score_considered would take them). The move
+# played is the best by the same score among the most visited. Interior
+# nodes: the deterministic argmax_a pi'(a) - N(a) / (1 +
 # sum_b N(b)), pi' = softmax(logits + sigma(completed Q)), which pulls the
 # visit counts towards the improved policy pi'. The training target is pi'
 # at the root. Logits are log(prior): they differ from the network's by a
@@ -36,7 +42,7 @@
 # is ever in flight, and the search is the one above.
 
 from libc.float cimport FLT_MIN
-from libc.math cimport exp, log
+from libc.math cimport exp, isnan, log
 from libc.stdint cimport int32_t
 
 from mcts_ext.position cimport MAX_MOVES
@@ -52,12 +58,18 @@ cdef enum:
     # q_hat = (q - min) / (max - min) over the node's completed Qs (mctx).
     Q_NODE = 1
 
+cdef enum:
+    # An unvisited edge's completed Q (mcts_ext.params' gumbel_unvisited, in its order):
+    UNVISITED_MIXED = 0          # the node's mixed value, one for all (mctx's qtransform_completed_by_mix_value)
+    UNVISITED_ACTION_VALUE = 1   # the head's value of its move where the batch brought one, else the mixed value
+
 ctypedef struct GumbelParams:
     int considered          # moves sampled at the root (k = min(considered, legal moves))
     float scale             # scale of the root's Gumbel noise: 1 in self-play, 0 for a deterministic search
     float c_visit           # sigma's visit offset
     float c_scale           # sigma's scale
     int normalisation       # Q_TREE or Q_NODE
+    int unvisited           # UNVISITED_MIXED or UNVISITED_ACTION_VALUE
 
 ctypedef struct GumbelRoot:
     float noise[MAX_MOVES]  # g of each root edge, in edge order (all 0 when the scale is 0)
@@ -71,6 +83,7 @@ ctypedef struct CompletedQ:
     double low              # q_hat = (q - low) / span
     double span
     double sigma_scale      # (c_visit + max_b N(b)) * c_scale
+    const float* action_value  # the tree's head values when UNVISITED_ACTION_VALUE reads them, else NULL
 
 
 cdef inline void gumbel_sample(Rng* rng, float* noise, int count, float scale) noexcept nogil:
@@ -119,13 +132,44 @@ cdef inline double floored_prior(const Tree* tree, int32_t edge) noexcept nogil:
     return tree.prior[edge] if tree.prior[edge] > FLT_MIN else FLT_MIN
 
 
+cdef inline bint has_head_value(const CompletedQ* c, int32_t edge) noexcept nogil:
+    """Whether the edge completes with the head's value of its move while it has no visits."""
+    return c.action_value != NULL and not isnan(c.action_value[edge])
+
+
+cdef inline bint head_value_range(const Tree* tree, int32_t node, const float* action_value, double* low,
+                                  double* high) noexcept nogil:
+    """Widens [low, high] to the head's values of the node's unvisited edges; returns whether one of them has
+    none (and so completes with the mixed value)."""
+    cdef int32_t edge, child
+    cdef bint mixed_used = False
+    cdef double q
+    for edge in range(tree.first_edge[node], tree.first_edge[node] + tree.edge_count[node]):
+        child = tree.child[edge]
+        if child != NO_NODE and tree.visits[child] > 0:
+            continue
+        if isnan(action_value[edge]):
+            mixed_used = True
+            continue
+        q = action_value[edge]
+        if q < low[0]:
+            low[0] = q
+        if q > high[0]:
+            high[0] = q
+    return mixed_used
+
+
 cdef inline void completed_q(const Tree* tree, int32_t node, const GumbelParams* params, float value_bound,
                              CompletedQ* out) noexcept nogil:
-    """Fills `out` from one pass over the node's edges (see the notation above)."""
+    """Fills `out` from one pass over the node's edges (see the notation above), and a second over the
+    unvisited ones when they may complete with the head's values (head_value_range; a search without them
+    skips it)."""
     cdef int32_t first = tree.first_edge[node], count = tree.edge_count[node], edge, child
     cdef int n, visited = 0, max_visits = 0
     cdef double q, prior, prior_sum = 0.0, weighted = 0.0, low = 1e300, high = -1e300
+    cdef bint mixed_used
     out.visit_sum = 0.0
+    out.action_value = tree.action_value if params.unvisited == UNVISITED_ACTION_VALUE else NULL
     for edge in range(first, first + count):
         child = tree.child[edge]
         n = tree.visits[child] if child != NO_NODE else 0
@@ -145,7 +189,10 @@ cdef inline void completed_q(const Tree* tree, int32_t node, const GumbelParams*
         visited += 1
     out.mixed = (tree.raw_value[node] + (out.visit_sum * weighted / prior_sum if visited else 0.0)) \
         / (1.0 + out.visit_sum)
-    if visited < count:
+    mixed_used = visited < count  # some edge completes with the mixed value
+    if out.action_value != NULL and mixed_used:
+        mixed_used = head_value_range(tree, node, out.action_value, &low, &high)
+    if mixed_used:
         if out.mixed < low:
             low = out.mixed
         if out.mixed > high:
@@ -168,7 +215,7 @@ cdef inline double edge_q(const Tree* tree, int32_t edge, const CompletedQ* c) n
     """The edge's completed Q."""
     cdef int32_t child = tree.child[edge]
     if child == NO_NODE or tree.visits[child] == 0:
-        return c.mixed
+        return c.action_value[edge] if has_head_value(c, edge) else c.mixed
     return <double>tree.value_sum[child] / tree.visits[child]
 
 
@@ -180,13 +227,18 @@ cdef inline int32_t gumbel_interior_edge(const Tree* tree, int32_t node, const G
     the softmax of logits + sigma without a log per edge. Every edge without
     visits shares the mixed value, so the best of those with nothing in
     flight either (F(a) = 0) is the first with the highest prior, scored once.
+    With the head's values a second pass sorts those edges again: one with a
+    value is scored on its own, the others share the mixed value as before
+    (a search without them skips it, its first pass unchanged).
     """
     cdef CompletedQ c
     cdef int32_t first = tree.first_edge[node], count = tree.edge_count[node], edge, child, best = first
     cdef int32_t best_unvisited = NO_NODE
+    # The edges scored on their own, and their weights: the visited ones (or in flight), then the second
+    # pass's unvisited ones with a head value.
     cdef int32_t visited_edges[MAX_MOVES]
     cdef double weights[MAX_MOVES]
-    cdef int i, visited = 0
+    cdef int i, visited = 0, valued = 0
     cdef double top, unvisited_weight, unvisited_prior = 0.0, best_prior = -1.0, total = 0.0, prior
     cdef double score, best_score = -1e300, counted
     completed_q(tree, node, params, value_bound, &c)
@@ -207,6 +259,25 @@ cdef inline int32_t gumbel_interior_edge(const Tree* tree, int32_t node, const G
         total += weights[visited]
         visited_edges[visited] = edge
         visited += 1
+    if c.action_value != NULL:
+        unvisited_prior = 0.0
+        best_prior = -1.0
+        best_unvisited = NO_NODE
+        for edge in range(first, first + count):
+            child = tree.child[edge]
+            if child != NO_NODE and (tree.visits[child] != 0 or tree.in_flight[child] != 0):
+                continue
+            prior = floored_prior(tree, edge)
+            if isnan(c.action_value[edge]):
+                unvisited_prior += prior
+                if prior > best_prior:
+                    best_prior = prior
+                    best_unvisited = edge
+                continue
+            weights[visited + valued] = prior * exp(sigma(&c, c.action_value[edge]) - top)
+            total += weights[visited + valued]
+            visited_edges[visited + valued] = edge
+            valued += 1
     total += unvisited_prior * unvisited_weight
     for i in range(visited):
         edge = visited_edges[i]
@@ -215,6 +286,11 @@ cdef inline int32_t gumbel_interior_edge(const Tree* tree, int32_t node, const G
         if score > best_score:
             best_score = score
             best = edge
+    for i in range(visited, visited + valued):
+        score = weights[i] / total  # no visits, none in flight
+        if score > best_score or (score == best_score and visited_edges[i] < best):
+            best_score = score
+            best = visited_edges[i]
     if best_unvisited != NO_NODE:
         score = best_prior * unvisited_weight / total
         if score > best_score or (score == best_score and best_unvisited < best):

@@ -37,8 +37,13 @@ from typing import Any
 ALGORITHMS = ("puct", "gumbel")
 """The search algorithms: AlphaZero's PUCT, or Gumbel AlphaZero (Sequential Halving at the root)."""
 
-FPU_MODES = ("reduction", "absolute")
-"""How an unvisited child is valued: its parent's value minus fpu_value, or fpu_value itself."""
+FPU_MODES = ("reduction", "absolute", "action_value")
+"""How an unvisited child is valued: its parent's value minus fpu_value, fpu_value itself, or the network's
+action value of its move (2p - 1; the reduction where the network gave none)."""
+
+GUMBEL_UNVISITED = ("mixed", "action_value")
+"""Gumbel's completed Q of an unvisited move: the node's one mixed value (mctx), or the network's action value of
+the move (the mixed value where the network gave none)."""
 
 Q_NORMALISATIONS = ("tree", "node")
 """How Gumbel rescales Q to [0, 1]: by the tree's value range, or by each node's own Q values (mctx)."""
@@ -147,8 +152,9 @@ class SearchSettings:
                                      above=0.0, c="dirichlet_alpha")
     noise_weight: float = setting(0.25, "share of the root prior replaced by Dirichlet noise", minimum=0.0,
                                   maximum=1.0, c="noise_weight")
-    fpu_mode: str = setting("reduction", "value of unvisited children: 'reduction' (parent minus fpu_value) "
-                                         "or 'absolute' (fpu_value)",
+    fpu_mode: str = setting("reduction", "puct: value of unvisited children: 'reduction' (parent minus fpu_value), "
+                                         "'absolute' (fpu_value) or 'action_value' (the network's value of the "
+                                         "move, where it gives one: else the reduction)",
                             choices=FPU_MODES, c="puct.fpu_mode", to_c=_choice_index("fpu_mode"), analysis=True)
     fpu_value: float = setting(0.25, "first-play urgency: the reduction or the absolute value, by fpu_mode",
                                c="puct.fpu_value", analysis=True)
@@ -188,6 +194,12 @@ class SearchSettings:
                                                   "or by each node's own Q values ('node', as DeepMind's mctx)",
                                           choices=Q_NORMALISATIONS, c="gumbel.normalisation",
                                           to_c=_choice_index("gumbel_q_normalisation"), analysis=True)
+    gumbel_unvisited: str = setting("mixed", "gumbel: completed Q of unvisited moves, in selection and the "
+                                             "improved-policy target: 'mixed' (one mixed value, as mctx) or "
+                                             "'action_value' (the network's value of each move, where it gives "
+                                             "one: else the mixed value)",
+                                    choices=GUMBEL_UNVISITED, c="gumbel.unvisited",
+                                    to_c=_choice_index("gumbel_unvisited"), analysis=True)
 
 
 def _noise_on(value: bool | None, params: SearchParams) -> bool:

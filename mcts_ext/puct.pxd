@@ -2,7 +2,7 @@
 # into the search loop). They know nothing of games, noise or temperature:
 # the constants come in a PuctParams the search fills once from its options.
 
-from libc.math cimport exp, isfinite, log, sqrt
+from libc.math cimport exp, fabs, isfinite, isnan, log, sqrt
 from libc.stdint cimport int8_t, int32_t
 
 from mcts_ext.tree cimport NO_NODE, PROVEN_DRAW, PROVEN_LOSS, PROVEN_WIN, UNPROVEN, Tree
@@ -10,6 +10,8 @@ from mcts_ext.tree cimport NO_NODE, PROVEN_DRAW, PROVEN_LOSS, PROVEN_WIN, UNPROV
 cdef enum:
     FPU_REDUCTION = 0    # unvisited child's Q = parent's Q - fpu_value * sqrt(prior mass already visited)
     FPU_ABSOLUTE = 1     # unvisited child's Q = fpu_value
+    FPU_ACTION_VALUE = 2 # unvisited child's Q = the head's value of its move (tree.action_value), where the
+                         # batch brought one; FPU_REDUCTION's where it did not
 
 ctypedef struct PuctParams:
     float c_init          # exploration at zero visits
@@ -39,6 +41,36 @@ cdef inline float proven_q(int8_t proof) noexcept nogil:
     return -proven_value(proof)
 
 
+cdef inline float score_head_values(const Tree* tree, int32_t node, float c_sqrt_n, bint solver, int32_t* best,
+                                   float* best_score, int32_t* best_unvisited) noexcept nogil:
+    """select_edge's second pass (FPU_ACTION_VALUE): the unvisited, unproven children once more.
+
+    One whose move has a head value is scored with it as its Q (from the
+    chooser's view, as node_q), against `best` and `best_score`, ties going
+    to the first edge as in the first pass. Returns the highest prior of the
+    others (-1 when there are none) and sets `best_unvisited` to the first
+    with it: they share the reduction's Q.
+    """
+    cdef int32_t first = tree.first_edge[node], count = tree.edge_count[node], edge, child
+    cdef const float* action_value = tree.action_value
+    cdef float unvisited_prior = -1.0, score
+    for edge in range(first, first + count):
+        child = tree.child[edge]
+        if child != NO_NODE and (tree.visits[child] + tree.in_flight[child] > 0
+                                 or (solver and tree.proof[child] != UNPROVEN)):
+            continue
+        if isnan(action_value[edge]):
+            if tree.prior[edge] > unvisited_prior:
+                unvisited_prior = tree.prior[edge]
+                best_unvisited[0] = edge
+            continue
+        score = action_value[edge] + c_sqrt_n * tree.prior[edge]
+        if score > best_score[0] or (score == best_score[0] and edge < best[0]):
+            best_score[0] = score
+            best[0] = edge
+    return unvisited_prior
+
+
 cdef inline int32_t select_edge(const Tree* tree, int32_t node, const PuctParams* params,
                                 bint solver) noexcept nogil:
     """The edge maximising Q + U (AlphaZero's PUCT); ties go to the first edge.
@@ -46,8 +78,12 @@ cdef inline int32_t select_edge(const Tree* tree, int32_t node, const PuctParams
     One pass over the edges: visited children are scored as they come; every
     unvisited child shares one Q (the first-play urgency), so the best of them
     is the first with the highest prior, scored once the prior mass of the
-    visited children is known. With `solver`, a proven child's Q is its exact
-    result instead of the mean of its simulations (which may predate the proof).
+    visited children is known. With FPU_ACTION_VALUE, once the tree holds head
+    values, a second pass (score_head_values) scores each unvisited child
+    whose move has one with that value as its Q, and the others share the
+    reduction's as above (a search without head values skips it, its first
+    pass unchanged). With `solver`, a proven child's Q is its exact result
+    instead of the mean of its simulations (which may predate the proof).
     """
     cdef int32_t first = tree.first_edge[node], count = tree.edge_count[node]
     cdef int32_t parent_visits = tree.visits[node] + tree.in_flight[node]
@@ -78,12 +114,17 @@ cdef inline int32_t select_edge(const Tree* tree, int32_t node, const PuctParams
             best = edge
     if unvisited_prior < 0.0:
         return best
-    if params.fpu_mode == FPU_REDUCTION:
+    if params.fpu_mode == FPU_ABSOLUTE:
+        fpu = params.fpu_value
+    else:
+        if params.fpu_mode == FPU_ACTION_VALUE and tree.action_value != NULL:
+            # The tree holds head values (a batch brought some): the children with one are scored on their own.
+            unvisited_prior = score_head_values(tree, node, c_sqrt_n, solver, &best, &best_score, &best_unvisited)
+            if unvisited_prior < 0.0:
+                return best
         # The node's own value is seen by its parent's mover; its side to move sees the negation.
         fpu = -tree.value_sum[node] / tree.visits[node] if tree.visits[node] > 0 else 0.0
         fpu -= params.fpu_value * sqrt(visited_prior)
-    else:
-        fpu = params.fpu_value
     score = fpu + c_sqrt_n * unvisited_prior
     if score > best_score or (score == best_score and best_unvisited < best):
         return best_unvisited
@@ -120,6 +161,39 @@ cdef inline bint logits_finite(const float* logits, const int32_t* indices, int 
         if not isfinite(legal_logit(logits, indices, i)):
             return False
     return True
+
+
+cdef inline bint action_values_valid(const float* values, const int32_t* indices, int count) noexcept nogil:
+    """Whether the `count` legal moves' action values (win probabilities, read as legal_logit reads logits)
+    all lie in [0, 1] (NaN does not)."""
+    cdef int i
+    cdef float p
+    for i in range(count):
+        p = legal_logit(values, indices, i)
+        if not (p >= 0.0 and p <= 1.0):
+            return False
+    return True
+
+
+cdef inline float set_action_values(Tree* tree, int32_t node, const float* values,
+                                    const int32_t* indices) noexcept nogil:
+    """Stores the legal moves' action values (read as legal_logit reads logits) in the node's edges; returns
+    the largest |stored value|.
+
+    The head gives p, the win probability of the player to move at `node`
+    after the move; that player chooses among the node's edges, and an
+    edge's Q is seen from its chooser (node_q), so the edge keeps 2p - 1, on
+    the value head's scale [-1, 1]: with a draw as half a win (ChessBench's
+    win probability is an expected score), 2p - 1 = P(win) - P(loss).
+    """
+    cdef int32_t first = tree.first_edge[node], count = tree.edge_count[node], i
+    cdef float q, largest = 0.0
+    for i in range(count):
+        q = 2.0 * legal_logit(values, indices, i) - 1.0
+        tree.action_value[first + i] = q
+        if fabs(q) > largest:
+            largest = fabs(q)
+    return largest
 
 
 cdef inline void set_priors(Tree* tree, int32_t node, const float* logits, const int32_t* indices,

@@ -15,6 +15,9 @@ illegal moves, softmaxes the legal logits into priors, and backs the values up.
 backup_legal() does the same from the legal moves' logits alone (in the
 order of gather()'s legal_indices), so a GPU evaluator can gather those few
 logits on the device and copy ~30 floats a row to the host instead of 4672.
+Both optionally take the action-value head's win probability of each legal
+move, which a search reads for children it has not visited when a setting
+asks (fpu_mode="action_value", gumbel_unvisited="action_value").
 When a game's root reaches its budget, a self-play search ("autoplay") picks
 and plays a move, records a training sample and goes on with the next move;
 an analysis search stops and waits to be read (root_stats, best_move).
@@ -33,24 +36,27 @@ and gumbel.pxd selection, encode.pyx inputs, params.py the settings).
 
 import numpy as np
 
-from libc.math cimport fabs, isfinite, pow
+from libc.math cimport fabs, isfinite, isnan, pow
 from libc.stdint cimport int8_t, int16_t, int32_t, uint8_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 
 
 from mcts_ext.encode cimport COMPACT_PLANES, NUM_MOVES, NUM_SCALARS, encode_stack, move_index
-from mcts_ext.gumbel cimport (Q_NODE, Q_TREE, GumbelParams, GumbelRoot, gumbel_best_edge, gumbel_improved_policy,
-                              gumbel_interior_edge, gumbel_root_edge, gumbel_sample)
+from mcts_ext.gumbel cimport (Q_NODE, Q_TREE, UNVISITED_ACTION_VALUE, UNVISITED_MIXED, GumbelParams, GumbelRoot,
+                              gumbel_best_edge, gumbel_improved_policy, gumbel_interior_edge, gumbel_root_edge,
+                              gumbel_sample)
 from mcts_ext.memory cimport grow
 from mcts_ext.position cimport (CHECKMATE, MAX_MOVES, ONGOING, WHITE, Board, GameStack, Move, Position,
                                 format_fen, generate_legal, in_check, make_move, stack_copy, stack_free, stack_init,
                                 stack_push, stack_status)
-from mcts_ext.puct cimport (FPU_ABSOLUTE, FPU_REDUCTION, PuctParams, add_in_flight, backup as backup_value, logits_finite,
-                            proven_value, select_edge, set_priors)
+from mcts_ext.puct cimport (FPU_ABSOLUTE, FPU_ACTION_VALUE, FPU_REDUCTION, PuctParams, action_values_valid,
+                            add_in_flight, backup as backup_value, logits_finite, proven_value, select_edge,
+                            set_action_values, set_priors)
 from mcts_ext.rng cimport Rng, rng_gamma, rng_seed, rng_uniform
 from mcts_ext.tree cimport (NO_NODE, PROVEN_DRAW, PROVEN_LOSS, PROVEN_WIN, ROOT, UNEXPANDED, UNPROVEN, Tree,
-                            tree_add_edges, tree_add_node, tree_free, tree_init, tree_keep_subtree, tree_reset)
+                            tree_add_edges, tree_add_node, tree_enable_action_values, tree_free, tree_init,
+                            tree_keep_subtree, tree_reset)
 
 from mcts_ext.params import SearchParams, check_resign_threshold, resign_options
 from mcts_ext.position import STARTING_FEN, TERMINATIONS, move_to_uci
@@ -90,7 +96,8 @@ STATE_NAMES = {IDLE: "idle", SEARCHING: "searching", READY: "ready", FINISHED: "
 PROOF_NAMES = {PROVEN_WIN: "win", PROVEN_DRAW: "draw", PROVEN_LOSS: "loss"}
 ALGORITHMS = {"puct": PUCT, "gumbel": GUMBEL}  # mcts_ext.params.ALGORITHMS' names to the C enum
 Q_NORMALISATIONS = {"tree": Q_TREE, "node": Q_NODE}
-FPU_MODES = {"reduction": FPU_REDUCTION, "absolute": FPU_ABSOLUTE}
+FPU_MODES = {"reduction": FPU_REDUCTION, "absolute": FPU_ABSOLUTE, "action_value": FPU_ACTION_VALUE}
+GUMBEL_UNVISITED = {"mixed": UNVISITED_MIXED, "action_value": UNVISITED_ACTION_VALUE}
 _TERMINATION_NAMES = dict(TERMINATIONS)
 _TERMINATION_NAMES[RESIGNATION] = "resignation"
 
@@ -640,6 +647,16 @@ cdef class MultiGameSearch:
     (gumbel.pxd). With playout-cap randomisation the cheap moves are Gumbel
     searches of the cheap budget (with noise, without a training sample).
 
+    Action values: backup() and backup_legal() take, optionally, the
+    network's win probability p in [0, 1] of each legal move for the
+    leaf's side to move. A search reads them only when a setting asks
+    (``reads_action_values``): PUCT with fpu_mode="action_value" values an
+    unvisited child at 2p - 1 instead of the first-play reduction; Gumbel
+    with gumbel_unvisited="action_value" completes an unvisited move's Q
+    with 2p - 1 instead of the mixed value (root selection and the improved
+    policy). Where a batch brought none, both fall back to the default.
+    A search that does not read them checks them and keeps nothing.
+
     Raises ValueError for games < 1, TypeError for params that are not a
     SearchParams and, in gather()/backup(), for arrays of the wrong shape or
     non-finite network output (the search is left as it was, so the call can
@@ -661,6 +678,7 @@ cdef class MultiGameSearch:
     cdef int pending_leaves
     cdef readonly long long total_simulations
     cdef readonly long long total_collisions  # descents that met a leaf already in their batch (see _gather)
+    cdef readonly bint reads_action_values    # a setting reads the head's action values (backup keeps them)
 
     def __cinit__(self, *args, **kwargs):
         self.slots = NULL
@@ -686,6 +704,8 @@ cdef class MultiGameSearch:
         self.games_started = 0
         self.total_simulations = 0
         self.total_collisions = 0
+        self.reads_action_values = ((o.algorithm == PUCT and o.puct.fpu_mode == FPU_ACTION_VALUE)
+                                    or (o.algorithm == GUMBEL and o.gumbel.unvisited == UNVISITED_ACTION_VALUE))
         self.max_batch = games * o.leaves_per_game
         self.slots = <Slot*>malloc(games * sizeof(Slot))
         self.leaf_slot = <int32_t*>malloc(self.max_batch * sizeof(int32_t))
@@ -1049,23 +1069,35 @@ cdef class MultiGameSearch:
             return 0
         return self.slots[slot].tree.in_flight[ROOT]
 
-    def backup(self, const float[:, ::1] policy_logits not None, const float[::1] values not None) -> None:
+    def backup(self, const float[:, ::1] policy_logits not None, const float[::1] values not None,
+               const float[:, ::1] action_values=None) -> None:
         """Hands back the network's output for the last gather()'s rows.
 
         policy_logits: float32 [B, 4672] (any values at illegal moves; they are
-        masked out); values: float32 [B] in [-1, 1] for each leaf's side to move.
-        Raises ValueError on a shape mismatch or a NaN/inf among the values or
-        the legal moves' logits, before changing anything.
+        masked out); values: float32 [B] in [-1, 1] for each leaf's side to move;
+        action_values (optional): float32 [B, 4672] indexed like the logits,
+        each legal move's win probability in [0, 1] for the leaf's side to
+        move after that move (the action-value head; any values at illegal
+        moves). Kept only when a setting reads them (reads_action_values).
+        Raises ValueError on a shape mismatch, a NaN/inf among the values or
+        the legal moves' logits, or a legal move's action value that is not a
+        number in [0, 1], before changing anything.
         """
         cdef int rows = self.pending_leaves
         if policy_logits.shape[0] != rows or policy_logits.shape[1] != NUM_MOVES or values.shape[0] != rows:
             raise ValueError(f"expected policy_logits [{rows}, {NUM_MOVES}] and values [{rows}] for the "
                              f"{rows} leaves of the last gather(), got [{policy_logits.shape[0]}, "
                              f"{policy_logits.shape[1]}] and [{values.shape[0]}]")
+        if action_values is not None and (action_values.shape[0] != rows or action_values.shape[1] != NUM_MOVES):
+            raise ValueError(f"expected action_values [{rows}, {NUM_MOVES}] for the {rows} leaves of the last "
+                             f"gather(), got [{action_values.shape[0]}, {action_values.shape[1]}]")
+        cdef const float* av = &action_values[0, 0] if action_values is not None and rows else NULL
         self._check_output(&policy_logits[0, 0] if rows else NULL, NUM_MOVES, False, values)
-        self._backup_checked(&policy_logits[0, 0] if rows else NULL, NUM_MOVES, False, values)
+        self._check_action_values(av, NUM_MOVES, False)
+        self._backup_checked(&policy_logits[0, 0] if rows else NULL, NUM_MOVES, False, values, av, NUM_MOVES)
 
-    def backup_legal(self, const float[:, ::1] legal_logits not None, const float[::1] values not None) -> None:
+    def backup_legal(self, const float[:, ::1] legal_logits not None, const float[::1] values not None,
+                     const float[:, ::1] legal_action_values=None) -> None:
         """Hands back the network's output for the last gather()'s rows, as the legal moves' logits only.
 
         legal_logits: float32 [B, W]; legal_logits[b, i] is the logit of the
@@ -1075,20 +1107,32 @@ cdef class MultiGameSearch:
         needed) and the columns beyond a row's count may hold anything.
         values: as in backup(). Gives exactly the priors backup() gives for
         full logits with the same values at the legal moves.
+        legal_action_values (optional): float32 [B, W'], the legal moves'
+        win probabilities (see backup()) in the same order, W' (which need
+        not be W) holding the longest row.
 
-        Raises ValueError on a shape mismatch, a row longer than W, or a
-        NaN/inf among the values or the read logits, before changing anything.
+        Raises ValueError on a shape mismatch, a row longer than W (or W'), a
+        NaN/inf among the values or the read logits, or a read action value
+        that is not a number in [0, 1], before changing anything.
         """
         cdef int rows = self.pending_leaves, width = legal_logits.shape[1], b, count
+        cdef int av_width = legal_action_values.shape[1] if legal_action_values is not None else 0
         if legal_logits.shape[0] != rows or values.shape[0] != rows:
             raise ValueError(f"expected legal_logits [{rows}, W] and values [{rows}] for the {rows} leaves "
                              f"of the last gather(), got [{legal_logits.shape[0]}, {width}] and [{values.shape[0]}]")
+        if legal_action_values is not None and legal_action_values.shape[0] != rows:
+            raise ValueError(f"expected legal_action_values [{rows}, W] for the {rows} leaves of the last "
+                             f"gather(), got [{legal_action_values.shape[0]}, {av_width}]")
         for b in range(rows):
             count = self.slots[self.leaf_slot[b]].tree.edge_count[self.leaf_node[b]]
             if count > width:
                 raise ValueError(f"legal_logits has {width} columns but row {b} has {count} legal moves")
+            if legal_action_values is not None and count > av_width:
+                raise ValueError(f"legal_action_values has {av_width} columns but row {b} has {count} legal moves")
+        cdef const float* av = &legal_action_values[0, 0] if legal_action_values is not None and rows else NULL
         self._check_output(&legal_logits[0, 0] if rows else NULL, width, True, values)
-        self._backup_checked(&legal_logits[0, 0] if rows else NULL, width, True, values)
+        self._check_action_values(av, av_width, True)
+        self._backup_checked(&legal_logits[0, 0] if rows else NULL, width, True, values, av, av_width)
 
     cdef void _check_output(self, const float* logits, int width, bint compact, const float[::1] values) except *:
         """Raises ValueError for a non-finite value or legal move's logit among the pending rows."""
@@ -1100,24 +1144,54 @@ cdef class MultiGameSearch:
                                  self.slots[self.leaf_slot[b]].tree.edge_count[self.leaf_node[b]]):
                 raise ValueError(f"the network returned non-finite policy logits for a legal move in row {b}")
 
-    cdef void _backup_checked(self, const float* logits, int width, bint compact, const float[::1] values) except *:
-        cdef int rows = self.pending_leaves
+    cdef void _check_action_values(self, const float* action_values, int width, bint compact) except *:
+        """Raises ValueError for a legal move's action value that is not a number in [0, 1] (NULL: none given)."""
+        cdef int b
+        if action_values == NULL:
+            return
+        for b in range(self.pending_leaves):
+            if not action_values_valid(action_values + <size_t>b * width,
+                                       NULL if compact else &self.leaf_indices[b * MAX_MOVES],
+                                       self.slots[self.leaf_slot[b]].tree.edge_count[self.leaf_node[b]]):
+                raise ValueError(f"the network returned an action value outside [0, 1] (or not a number) for a "
+                                 f"legal move in row {b}")
+
+    cdef void _backup_checked(self, const float* logits, int width, bint compact, const float[::1] values,
+                              const float* action_values, int action_width) except *:
+        cdef int rows = self.pending_leaves, b
         cdef bint out_of_memory = False
+        if not self.reads_action_values:
+            action_values = NULL  # checked, and read by nothing: the tree keeps none
+        elif action_values != NULL:
+            # Before anything changes: the trees that first get values get their array (all NaN) now.
+            for b in range(rows):
+                if tree_enable_action_values(&self.slots[self.leaf_slot[b]].tree) < 0:
+                    raise MemoryError("the search ran out of memory")
         if rows:
             with nogil:
-                self._backup(logits, width, compact, &values[0], rows, &out_of_memory)
+                self._backup(logits, width, compact, &values[0], action_values, action_width, rows, &out_of_memory)
         self.pending_leaves = 0
         if out_of_memory:
             raise MemoryError("the search ran out of memory")
 
-    cdef void _backup(self, const float* logits, int width, bint compact, const float* values, int rows,
-                      bint* out_of_memory) noexcept nogil:
-        """Backs up `rows` leaves; row b's logits start at logits + b * width, compact (legal moves only) or full."""
+    cdef void _backup(self, const float* logits, int width, bint compact, const float* values,
+                      const float* action_values, int action_width, int rows, bint* out_of_memory) noexcept nogil:
+        """Backs up `rows` leaves; row b's logits start at logits + b * width, compact (legal moves only) or full,
+        and its action values (when not NULL) at action_values + b * action_width, the same way."""
         cdef int b
         cdef int32_t node
-        cdef float value
+        cdef float value, largest
         cdef Slot* s
         cdef Options* o = &self.options
+        if action_values != NULL:
+            # A loop of its own, so that the one below stays as it is for a search without them.
+            for b in range(rows):
+                s = &self.slots[self.leaf_slot[b]]
+                largest = set_action_values(&s.tree, self.leaf_node[b], action_values + <size_t>b * action_width,
+                                            NULL if compact else &self.leaf_indices[b * MAX_MOVES])
+                # Gumbel's completed Qs now hold these values: Q_TREE's range must hold them too.
+                if largest > s.gumbel.value_bound:
+                    s.gumbel.value_bound = largest
         for b in range(rows):
             s = &self.slots[self.leaf_slot[b]]
             node = self.leaf_node[b]
@@ -1280,6 +1354,14 @@ cdef class MultiGameSearch:
         """
         cdef Slot* s = self._readable(slot)
         cdef Tree* tree = &s.tree
+        cdef int32_t node = self._expanded_node(s, moves), i
+        return {move_to_uci(tree.move[i]): tree.prior[i]
+                for i in range(tree.first_edge[node], tree.first_edge[node] + tree.edge_count[node])}
+
+    cdef int32_t _expanded_node(self, Slot* s, moves) except -2:
+        """The expanded node reached from the root by `moves` (UCI); ValueError when the path leaves the expanded
+        tree."""
+        cdef Tree* tree = &s.tree
         cdef int32_t node = ROOT, i, found
         for uci in moves:
             found = NO_NODE
@@ -1290,8 +1372,23 @@ cdef class MultiGameSearch:
             if found == NO_NODE or tree.edge_count[found] == UNEXPANDED:
                 raise ValueError(f"the path {list(moves)} leaves the expanded tree at {uci!r}")
             node = found
-        return {move_to_uci(tree.move[i]): tree.prior[i]
-                for i in range(tree.first_edge[node], tree.first_edge[node] + tree.edge_count[node])}
+        return node
+
+    def action_values(self, int slot, moves=()) -> dict:
+        """The head's values the search keeps at the node reached from the root by `moves` (UCI), as
+        {uci: 2p - 1 for the node's side to move, or None where none was kept} (see backup()).
+
+        For inspection and tests; every value is None unless reads_action_values.
+        Raises ValueError when the path leaves the expanded tree.
+        """
+        cdef Slot* s = self._readable(slot)
+        cdef Tree* tree = &s.tree
+        cdef int32_t node = self._expanded_node(s, moves), i
+        values = {}
+        for i in range(tree.first_edge[node], tree.first_edge[node] + tree.edge_count[node]):
+            kept = tree.action_value != NULL and not isnan(tree.action_value[i])
+            values[move_to_uci(tree.move[i])] = tree.action_value[i] if kept else None
+        return values
 
     def improved_policy(self, int slot) -> dict:
         """The root's training target as {uci: probability} over the legal moves, as self-play records it.

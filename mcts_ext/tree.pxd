@@ -6,6 +6,16 @@
 # player choosing among its parent's edges), so a parent maximises its
 # children's Q directly; the node's own side to move sees -value_sum.
 #
+# An edge's action_value is the network's own value of its move (the
+# action-value head, MultiGameSearch.backup's action_values), from the view
+# of the player choosing the move, as node_q (puct.pxd) sees its Q: a win
+# probability p for that player is stored as 2p - 1. PUCT (fpu_mode
+# "action_value") and Gumbel (gumbel_unvisited "action_value") read it for
+# children without visits. It costs 4 bytes an edge (the edge's other arrays
+# take 10: move, prior, child), so it is NULL until a batch brings values
+# for a search that reads them (tree_enable_action_values), and a search
+# that never does allocates, grows and writes nothing for it.
+#
 # A node's proof (kept only by a search with the solver on) is the game's
 # result under best play, from the view of the node's OWN side to move, with
 # the plies to the game's end (the winner mating as fast as it can, the loser
@@ -46,6 +56,8 @@ ctypedef struct Tree:
     Move* move
     float* prior            # policy prior (with Dirichlet noise at a noisy root)
     int32_t* child          # node reached by the edge, NO_NODE until first visited
+    float* action_value     # the head's value of the move for its chooser (2p - 1), NaN where the batch brought
+                            # none; NULL until the first values come (then 4 bytes an edge, grown with the edges)
     int32_t node_count
     int32_t node_capacity
     int32_t edge_total
@@ -58,3 +70,4 @@ cdef int tree_reset(Tree* tree) noexcept nogil
 cdef int tree_add_node(Tree* tree, int32_t parent) noexcept nogil
 cdef int tree_add_edges(Tree* tree, int32_t node, const Move* moves, int count) noexcept nogil
 cdef int tree_keep_subtree(Tree* tree, int32_t new_root, Tree* scratch) noexcept nogil
+cdef int tree_enable_action_values(Tree* tree) noexcept nogil  # allocates action_value (all NaN) if NULL

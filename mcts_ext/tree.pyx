@@ -1,6 +1,7 @@
 # cython: language_level=3
 """Growable flat arrays for one game's search tree (see tree.pxd for the fields)."""
 
+from libc.math cimport NAN
 from libc.stdint cimport int8_t, int16_t, int32_t, uint8_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
@@ -38,7 +39,8 @@ cdef int _reserve_edges(Tree* tree, int32_t capacity) noexcept nogil:
         return 0
     if (grow(<void**>&tree.move, capacity, sizeof(Move)) < 0
             or grow(<void**>&tree.prior, capacity, sizeof(float)) < 0
-            or grow(<void**>&tree.child, capacity, sizeof(int32_t)) < 0):
+            or grow(<void**>&tree.child, capacity, sizeof(int32_t)) < 0
+            or (tree.action_value != NULL and grow(<void**>&tree.action_value, capacity, sizeof(float)) < 0)):
         return -1
     tree.edge_capacity = capacity
     return 0
@@ -59,6 +61,7 @@ cdef int tree_init(Tree* tree) noexcept nogil:
     tree.move = NULL
     tree.prior = NULL
     tree.child = NULL
+    tree.action_value = NULL
     tree.node_capacity = 0
     tree.edge_capacity = 0
     if _reserve_nodes(tree, INITIAL_NODES) < 0 or _reserve_edges(tree, INITIAL_EDGES) < 0:
@@ -81,6 +84,8 @@ cdef void tree_free(Tree* tree) noexcept nogil:
     free(tree.move)
     free(tree.prior)
     free(tree.child)
+    free(tree.action_value)
+    tree.action_value = NULL
     tree.node_capacity = 0
     tree.edge_capacity = 0
     tree.node_count = 0
@@ -120,7 +125,7 @@ cdef int tree_add_edges(Tree* tree, int32_t node, const Move* moves, int count) 
     cdef int32_t capacity = tree.edge_capacity
     while capacity < needed:
         capacity *= 2
-    if _reserve_edges(tree, capacity) < 0:
+    if capacity > tree.edge_capacity and _reserve_edges(tree, capacity) < 0:
         return -1
     cdef int32_t first = tree.edge_total
     cdef int i
@@ -128,10 +133,26 @@ cdef int tree_add_edges(Tree* tree, int32_t node, const Move* moves, int count) 
         tree.move[first + i] = moves[i]
         tree.prior[first + i] = 0.0
         tree.child[first + i] = NO_NODE
+    if tree.action_value != NULL:
+        for i in range(count):
+            tree.action_value[first + i] = NAN
     tree.first_edge[node] = first
     tree.edge_count[node] = <int16_t>count
     tree.edge_total = needed
     return first
+
+
+cdef int tree_enable_action_values(Tree* tree) noexcept nogil:
+    """Gives the tree its per-edge action values (NaN: none yet) unless it has them; -1 when memory runs out."""
+    cdef int32_t i
+    if tree.action_value != NULL:
+        return 0
+    tree.action_value = <float*>malloc(tree.edge_capacity * sizeof(float))
+    if tree.action_value == NULL:
+        return -1
+    for i in range(tree.edge_total):
+        tree.action_value[i] = NAN
+    return 0
 
 
 cdef int _copy_node(Tree* src, int32_t node, Tree* dst, int32_t parent) noexcept nogil:
@@ -158,6 +179,8 @@ cdef int tree_keep_subtree(Tree* tree, int32_t new_root, Tree* scratch) noexcept
     cdef Tree swap
     scratch.node_count = 0
     scratch.edge_total = 0
+    if tree.action_value != NULL and tree_enable_action_values(scratch) < 0:
+        return -1
     if _copy_node(tree, new_root, scratch, NO_NODE) < 0:
         return -1
     # scratch node k is the copy of the k-th node in breadth-first order; map back through `queue`
@@ -174,6 +197,9 @@ cdef int tree_keep_subtree(Tree* tree, int32_t new_root, Tree* scratch) noexcept
                 free(queue)
                 return -1
             memcpy(&scratch.prior[first], &tree.prior[tree.first_edge[node]], tree.edge_count[node] * sizeof(float))
+            if tree.action_value != NULL:
+                memcpy(&scratch.action_value[first], &tree.action_value[tree.first_edge[node]],
+                       tree.edge_count[node] * sizeof(float))
             for i in range(tree.edge_count[node]):
                 edge = tree.first_edge[node] + i
                 if tree.child[edge] != NO_NODE:

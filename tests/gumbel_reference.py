@@ -13,6 +13,12 @@ The game is abstract (see `Game`), so the search knows nothing of chess:
     result.move, result.visits, result.improved_policy
 
 Values are for the side to move at a state, in [-1, 1]; two players alternate.
+
+With ``unvisited="action_value"`` an evaluator may also give each legal move
+a win probability p in [0, 1] for the side to move (an action-value head);
+an unvisited move's completed Q is then its own 2p - 1 (the mover's value,
+on the value's scale) instead of the mixed value, where the evaluator gave
+one, and those values count in the tree's value range.
 """
 
 from __future__ import annotations
@@ -37,8 +43,12 @@ class Game(Protocol):
         """The value of a finished game for its side to move (mated -1, drawn 0), or None while it goes on."""
 
 
-Evaluate = Callable[[Any], tuple[Mapping[Hashable, float], float]]
-"""state -> (a logit for each legal move, a value for the side to move)."""
+Evaluate = Callable[[Any], tuple[Any, ...]]
+"""state -> (a logit for each legal move, a value for the side to move), optionally followed by a win
+probability in [0, 1] for the side to move after each legal move (a mapping like the logits', or None)."""
+
+UNVISITED = ("mixed", "action_value")
+"""The completed Q of an unvisited move: the node's mixed value, or the evaluator's value of the move."""
 
 
 @dataclass
@@ -52,6 +62,7 @@ class Node:
     moves: list[Hashable] = field(default_factory=list)
     logits: dict[Hashable, float] = field(default_factory=dict)
     children: dict[Hashable, Node] = field(default_factory=dict)
+    head_q: dict[Hashable, float] = field(default_factory=dict)  # 2p - 1 of the moves the evaluator valued
 
     def child_visits(self, move: Hashable) -> int:
         return self.children[move].visits if move in self.children else 0
@@ -103,14 +114,17 @@ class GumbelSearch:
     """One search: the tree, the constants, and the running value range of the tree."""
 
     def __init__(self, game: Game, evaluate: Evaluate, *, c_visit: float, c_scale: float,
-                 normalisation: str) -> None:
+                 normalisation: str, unvisited: str = "mixed") -> None:
         if normalisation not in ("tree", "node"):
             raise ValueError(f"normalisation must be 'tree' or 'node', got {normalisation!r}")
+        if unvisited not in UNVISITED:
+            raise ValueError(f"unvisited must be one of {UNVISITED}, got {unvisited!r}")
         self.game = game
         self.evaluate = evaluate
         self.c_visit = c_visit
         self.c_scale = c_scale
         self.normalisation = normalisation
+        self.unvisited = unvisited
         # Every Q the tree has held, seen from either player: its min and max.
         self.lowest = math.inf
         self.highest = -math.inf
@@ -132,7 +146,8 @@ class GumbelSearch:
 
     def completed_q(self, node: Node) -> dict[Hashable, float]:
         mixed = self.mixed_value(node)
-        return {move: node.q(move) if node.child_visits(move) > 0 else mixed for move in node.moves}
+        return {move: node.q(move) if node.child_visits(move) > 0 else node.head_q.get(move, mixed)
+                for move in node.moves}
 
     def sigma(self, node: Node) -> dict[Hashable, float]:
         """sigma(q_hat) of every move: (c_visit + max_b N(b)) * c_scale * q_hat."""
@@ -171,11 +186,18 @@ class GumbelSearch:
         if node.terminal is not None:
             node.raw_value = node.terminal
             return node.terminal
-        logits, value = self.evaluate(node.state)
+        logits, value, *rest = self.evaluate(node.state)
         node.moves = list(self.game.legal_moves(node.state))
         node.logits = {move: logits[move] for move in node.moves}
         node.raw_value = value
         node.expanded = True
+        if rest and rest[0] is not None and self.unvisited == "action_value":
+            # A win probability p for the side to move here is 2p - 1 on the value's scale, seen by the
+            # player choosing the move: the view of this node's Q values.
+            node.head_q = {move: 2.0 * rest[0][move] - 1.0 for move in node.moves}
+            for q in node.head_q.values():
+                self.lowest = min(self.lowest, -abs(q))
+                self.highest = max(self.highest, abs(q))
         return value
 
     def backup(self, path: list[Node], value: float) -> None:
@@ -235,13 +257,15 @@ def _most_visited_line(root: Node, first: Hashable, search: GumbelSearch, limit:
 
 def gumbel_search(game: Game, state: Any, evaluate: Evaluate, *, simulations: int, considered: int = 16,
                   gumbel: Mapping[Hashable, float] | None = None, c_visit: float = 50.0, c_scale: float = 1.0,
-                  normalisation: str = "tree", pv_limit: int = 32) -> Result:
-    """Searches `state` with `simulations` simulations; `gumbel` holds each root move's noise (default none).
+                  normalisation: str = "tree", unvisited: str = "mixed", pv_limit: int = 32) -> Result:
+    """Searches `state` with `simulations` simulations; `gumbel` holds each root move's noise (default none);
+    `unvisited` is how unvisited moves complete their Q (see UNVISITED).
 
     The root's own evaluation is not a simulation; a simulation that reaches
     a game end backs up its exact value.
     """
-    search = GumbelSearch(game, evaluate, c_visit=c_visit, c_scale=c_scale, normalisation=normalisation)
+    search = GumbelSearch(game, evaluate, c_visit=c_visit, c_scale=c_scale, normalisation=normalisation,
+                          unvisited=unvisited)
     noise = dict(gumbel or {})
     root = Node(state)
     search.backup([root], search.expand(root))

@@ -42,7 +42,7 @@ from tests.helpers import SELFPLAY_FAST, check_shard_invariants
 
 RAY_FAST = [*SELFPLAY_FAST, "selfplay.transport=ray"]
 NODE_STORE_BYTES = 80 * 2**20  # each node's object store: small, the machine is shared
-WAIT_S = 150.0                  # the longest a test waits for the cluster to get somewhere
+WAIT_S = 300.0                  # the longest a test waits for the cluster to get somewhere (a bound on a hang)
 
 
 @dataclass

@@ -34,38 +34,68 @@ class FixedNetwork:
     the side to move (what the search's leaves carry in their first 12 planes
     and first scalar). Values are multiples of 1/64, so every sum of them the
     search keeps in float32 is exact and the reference's Q values match the
-    search's to the last bit.
+    search's to the last bit. With `head`, it also gives each move a win
+    probability, a multiple of 1/128 (so 2p - 1 is a multiple of 1/64 too),
+    drawn after the logits and value: those stay the same as without it.
     """
 
-    def __init__(self, seed: int, logit_scale: float = 1.5) -> None:
+    def __init__(self, seed: int, logit_scale: float = 1.5, *, head: bool = False) -> None:
         self.seed = seed
         self.logit_scale = logit_scale
-        self._cache: dict[bytes, tuple[np.ndarray, float]] = {}
+        self.head = head
+        self._cache: dict[bytes, tuple[np.ndarray, float, np.ndarray]] = {}
 
-    def _answer(self, key: bytes) -> tuple[np.ndarray, float]:
+    def _answer(self, key: bytes) -> tuple[np.ndarray, float, np.ndarray]:
         if key not in self._cache:
             digest = hashlib.blake2b(key + self.seed.to_bytes(4, "little"), digest_size=8).digest()
             rng = np.random.default_rng(int.from_bytes(digest, "little"))
             logits = (rng.normal(size=NUM_MOVES) * self.logit_scale).astype(np.float32)
             value = int(rng.integers(-57, 58)) / 64
-            self._cache[key] = (logits, value)
+            action_values = (rng.integers(0, 129, NUM_MOVES) / 128).astype(np.float32)
+            self._cache[key] = (logits, value, action_values)
         return self._cache[key]
 
     @staticmethod
     def _key(pieces: np.ndarray, white_to_move: bool) -> bytes:
         return np.ascontiguousarray(pieces, dtype=np.uint64).tobytes() + bytes([white_to_move])
 
-    def __call__(self, planes: np.ndarray, scalars: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def __call__(self, planes: np.ndarray, scalars: np.ndarray) -> tuple[np.ndarray, ...]:
         """The evaluator the search calls: rows of compact planes and scalars."""
         answers = [self._answer(self._key(row[:12], bool(colour == 1.0))) for row, colour in zip(planes, scalars[:, 0])]
         logits = np.stack([a[0] for a in answers]) if answers else np.zeros((0, NUM_MOVES), np.float32)
-        return logits, np.array([a[1] for a in answers], np.float32)
+        values = np.array([a[1] for a in answers], np.float32)
+        if not self.head:
+            return logits, values
+        return logits, values, np.stack([a[2] for a in answers]) if answers else np.zeros_like(logits)
 
-    def evaluate_board(self, board: chess.Board) -> tuple[dict[chess.Move, float], float]:
+    def evaluate_board(self, board: chess.Board) -> tuple:
         """The reference's evaluator: the same answers, for a python-chess board."""
         planes, _ = reference_compact(board)
-        logits, value = self._answer(self._key(planes[:12], board.turn == chess.WHITE))
-        return {move: float(logits[move_to_index(move, board.turn)]) for move in board.legal_moves}, value
+        logits, value, action_values = self._answer(self._key(planes[:12], board.turn == chess.WHITE))
+        index = {move: move_to_index(move, board.turn) for move in board.legal_moves}
+        answer = {move: float(logits[i]) for move, i in index.items()}, value
+        return answer + ({move: float(action_values[i]) for move, i in index.items()},) if self.head else answer
+
+
+class StubNetwork(FixedNetwork):
+    """Logits 0, value 0 and a win probability of 1/2 for every move (an even game), but where told otherwise:
+    ``answers`` is {fen: ({uci: logit}, {uci: win probability})}."""
+
+    def __init__(self, answers: dict[str, tuple[dict[str, float], dict[str, float]]]) -> None:
+        super().__init__(0, head=True)
+        self._even = (np.zeros(NUM_MOVES, np.float32), 0.0, np.full(NUM_MOVES, 0.5, np.float32))
+        self._stubs: dict[bytes, tuple[np.ndarray, float, np.ndarray]] = {}
+        for fen, (logits, wins) in answers.items():
+            board = chess.Board(fen)
+            row_logits, row_wins = self._even[0].copy(), self._even[2].copy()
+            for row, given in ((row_logits, logits), (row_wins, wins)):
+                for uci, number in given.items():
+                    row[move_to_index(chess.Move.from_uci(uci), board.turn)] = number
+            planes, _ = reference_compact(board)
+            self._stubs[self._key(planes[:12], board.turn == chess.WHITE)] = (row_logits, 0.0, row_wins)
+
+    def _answer(self, key: bytes) -> tuple[np.ndarray, float, np.ndarray]:
+        return self._stubs.get(key, self._even)
 
 
 class ChessRules:
@@ -117,16 +147,12 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("normalisation", ["tree", "node"])
-@pytest.mark.parametrize(("fen", "simulations", "considered", "scale", "seed"), CASES)
-def test_matches_the_reference(fen, simulations, considered, scale, seed, normalisation):
-    network = FixedNetwork(seed)
-    search = gumbel_analysis(fen, network, simulations, gumbel_considered=considered, gumbel_scale=scale,
-                             gumbel_q_normalisation=normalisation, seed=seed)
+def check_against_the_reference(search: MultiGameSearch, fen: str, network: FixedNetwork, simulations: int,
+                                **options) -> None:
+    """The search's move, visits, improved policy and line are the reference's (`options`: gumbel_search's)."""
     noise = {chess.Move.from_uci(uci): g for uci, g in search.gumbel_noise(0).items()}
-    assert (scale == 0.0) == (not any(noise.values()))
     expected = gumbel_search(ChessRules(), chess.Board(fen), network.evaluate_board, simulations=simulations,
-                             considered=considered, gumbel=noise, normalisation=normalisation)
+                             gumbel=noise, **options)
     visits = {uci: n for uci, _, n, _, _ in search.root_stats(0)}
     assert search.best_move(0) == expected.move.uci()
     assert visits == {move.uci(): n for move, n in expected.visits.items()}
@@ -135,6 +161,71 @@ def test_matches_the_reference(fen, simulations, considered, scale, seed, normal
     for move, probability in expected.improved_policy.items():
         assert improved[move.uci()] == pytest.approx(probability, abs=1e-6), move.uci()
     assert search.principal_variation(0) == [move.uci() for move in expected.principal_variation]
+
+
+@pytest.mark.parametrize("normalisation", ["tree", "node"])
+@pytest.mark.parametrize(("fen", "simulations", "considered", "scale", "seed"), CASES)
+def test_matches_the_reference(fen, simulations, considered, scale, seed, normalisation):
+    network = FixedNetwork(seed)
+    search = gumbel_analysis(fen, network, simulations, gumbel_considered=considered, gumbel_scale=scale,
+                             gumbel_q_normalisation=normalisation, seed=seed)
+    assert (scale == 0.0) == (not any(search.gumbel_noise(0).values()))
+    check_against_the_reference(search, fen, network, simulations, considered=considered, normalisation=normalisation)
+
+
+# --- the network's action values for unvisited moves (gumbel_unvisited) --------------------------
+
+
+@pytest.mark.parametrize("normalisation", ["tree", "node"])
+@pytest.mark.parametrize(("fen", "simulations", "considered", "scale", "seed"), CASES)
+def test_matches_the_reference_with_the_heads_values_for_unvisited_moves(fen, simulations, considered, scale, seed,
+                                                                        normalisation):
+    network = FixedNetwork(seed, head=True)
+    search = gumbel_analysis(fen, network, simulations, gumbel_considered=considered, gumbel_scale=scale,
+                             gumbel_q_normalisation=normalisation, gumbel_unvisited="action_value", seed=seed)
+    assert search.reads_action_values
+    check_against_the_reference(search, fen, network, simulations, considered=considered, normalisation=normalisation,
+                                unvisited="action_value")
+
+
+def test_an_unvisited_moves_head_value_raises_its_share_of_the_improved_policy():
+    # e2e4 and d2d4 lead the prior and take the two simulations; the head calls g1f3 a sure win (and every
+    # other move even), which a visit never shows. With the head's values the tree's range is [-1, 1] and
+    # sigma = (c_visit 1 + 1 visit) * q_hat: 2 for g1f3's q_hat of 1, 1 for every other move's 1/2, so
+    # g1f3 weighs e = exp(2 - 1) times another unvisited move of the same prior. The mixed value gives
+    # every unvisited move the same weight.
+    network = StubNetwork({START: ({"e2e4": 3.0, "d2d4": 2.0}, {"g1f3": 1.0})})
+    for unvisited, ratio in (("mixed", 1.0), ("action_value", math.e)):
+        search = gumbel_analysis(START, network, 2, gumbel_considered=2, gumbel_c_visit=1.0,
+                                 gumbel_unvisited=unvisited)
+        assert {uci for uci, _, n, _, _ in search.root_stats(0) if n} == {"e2e4", "d2d4"}
+        improved = search.improved_policy(0)
+        assert improved["g1f3"] / improved["b1c3"] == pytest.approx(ratio, rel=1e-5), unvisited
+        assert search.action_values(0)["g1f3"] == (1.0 if unvisited == "action_value" else None)
+        check_against_the_reference(search, START, network, 2, considered=2, c_visit=1.0, unvisited=unvisited)
+
+
+def test_the_heads_values_change_nothing_while_gumbel_unvisited_is_mixed():
+    for fen, simulations, considered, scale, seed in CASES[3:6]:
+        searches = [gumbel_analysis(fen, FixedNetwork(seed, head=head), simulations, gumbel_considered=considered,
+                                    gumbel_scale=scale, seed=seed) for head in (False, True)]
+        assert not searches[1].reads_action_values
+        assert searches[0].root_stats(0) == searches[1].root_stats(0)
+        assert searches[0].improved_policy(0) == searches[1].improved_policy(0)
+        assert set(searches[1].action_values(0).values()) == {None}  # given, checked, not kept
+
+
+@pytest.mark.parametrize("leaves", [4, 16])
+@pytest.mark.parametrize(("fen", "simulations", "considered", "scale", "seed"), CASES[4:8])
+def test_a_batched_search_with_the_heads_values_keeps_the_schedule(fen, simulations, considered, scale, seed,
+                                                                    leaves):
+    network = FixedNetwork(seed, head=True)
+    options = dict(gumbel_considered=considered, gumbel_scale=scale, gumbel_unvisited="action_value", seed=seed)
+    batched = gumbel_analysis(fen, network, simulations, leaves_per_game=leaves, **options)
+    one = gumbel_analysis(fen, network, simulations, **options)
+    assert batched.simulations(0) == simulations and batched.in_flight(0) == 0
+    counts = sorted((n for _, _, n, _, _ in batched.root_stats(0)), reverse=True)
+    assert counts == sorted((n for _, _, n, _, _ in one.root_stats(0)), reverse=True)
 
 
 def test_visit_counts_follow_the_reference_schedule():
@@ -298,7 +389,7 @@ def test_same_seed_same_self_play_game():
     "options",
     [dict(algorithm="mcts"), dict(algorithm="gumbel", tree_reuse=True),
      dict(algorithm="gumbel", add_noise=True), dict(gumbel_q_normalisation="global"), dict(gumbel_considered=0),
-     dict(gumbel_scale=-1.0), dict(gumbel_c_visit=-1.0)],
+     dict(gumbel_scale=-1.0), dict(gumbel_c_visit=-1.0), dict(gumbel_unvisited="head")],
 )
 def test_bad_gumbel_options_raise_value_error(options):
     with pytest.raises(ValueError):

@@ -33,8 +33,8 @@ CHANGED = dict(algorithm="puct", simulations=77, c_init=2.5, c_base=1000.0, diri
                leaves_per_game=3, virtual_loss=0.5, tree_reuse=True, ply_limit=99, resign_consecutive=5,
                resign_disabled_fraction=0.5, playout_cap_fraction=0.5, playout_cap_simulations=9, gumbel_considered=4,
                gumbel_scale=0.5, gumbel_c_visit=10.0, gumbel_c_scale=0.5, gumbel_q_normalisation="node",
-               autoplay=False, add_noise=False, record=False, visits_per_leaf=2.0, resign_threshold=-0.75,
-               solver=True)
+               gumbel_unvisited="action_value", autoplay=False, add_noise=False, record=False, visits_per_leaf=2.0,
+               resign_threshold=-0.75, solver=True)
 
 
 def test_the_c_struct_has_a_value_for_each_field_and_a_field_for_each_value():
@@ -57,7 +57,8 @@ def test_every_setting_reaches_its_c_field():
 
 def test_choices_fill_the_c_enums_in_their_order():
     enums = {"algorithm": search_module.ALGORITHMS, "fpu_mode": search_module.FPU_MODES,
-             "gumbel_q_normalisation": search_module.Q_NORMALISATIONS}
+             "gumbel_q_normalisation": search_module.Q_NORMALISATIONS,
+             "gumbel_unvisited": search_module.GUMBEL_UNVISITED}
     for name, spec in settings_of(SearchParams).items():
         if spec.choices:
             assert enums[name] == {choice: index for index, choice in enumerate(spec.choices)}, name

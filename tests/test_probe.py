@@ -2,22 +2,31 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
+from typing import Any, NamedTuple
 
+import chess
 import numpy as np
 import pytest
 import torch
 
 from alphazero.app.cli import main
 from alphazero.errors import UserError
-from alphazero.nn.network import AlphaZeroNet, NetOutput
+from alphazero.nn.forward import Evaluator
+from alphazero.nn.network import AlphaZeroNet, NetOutput, build_network
 from alphazero.presets import get_preset
 from alphazero.store.checkpoint import save_checkpoint
 from alphazero.store.rundir import RunDir
 from alphazero.store.shards import LAB_KIND, VALUE_FROM_ROOT, shard_from_records, shard_name, write_shard
+from alphazero.store.sources import Network
+from eval.network_agents import to_mcts_board
 from eval.probe import ProbeSet, paired_differences, probe_network, score_positions
+from eval.probe_predictors import kendall_tau
+from mcts_ext import Board
+from mcts_ext.encode import encode_boards, legal_move_indices, new_batch
 from tests.helpers import add_shard, random_compact
 
 # Two positions: their legal moves' indices, Stockfish's policy over them, the win probability after each
@@ -141,3 +150,188 @@ def test_the_command_probes_checkpoints_and_writes_tensorboard_and_json(tmp_path
     assert "no probe set" in capsys.readouterr().err
     assert main(["probe", "--run", str(run.root), "--data", str(tmp_path / "probe"), "--steps", "7"]) == 2
     assert "no checkpoint at step 7" in capsys.readouterr().err
+
+
+# --- ChessBench's metrics: BC, SV and AV ------------------------------------------------------------------
+
+# Games whose positions are labelled: (start, moves, the plies labelled). The last two: a mate in one (SV
+# scores the mate exactly) and a position with one legal move (tau 1, as ChessBench counts it).
+GAMES = [
+    (chess.STARTING_FEN, ["e2e4", "e7e5", "g1f3", "b8c6"], [1, 2, 3]),
+    ("6k1/5ppp/8/8/8/8/5PPP/R5K1 w - - 0 1", [], [0]),
+    ("7k/8/8/8/8/8/6q1/7K w - - 0 1", [], [0]),
+]
+
+
+def _write_game_labels(folder: Path, seed: int = 0) -> list[chess.Board]:
+    """Writes labels of real positions (made-up win probabilities, some tied, one unscored); returns the
+    positions as python-chess boards with their moves."""
+    rng = np.random.default_rng(seed)
+    records, boards = [], []
+    for number, (fen, moves, plies) in enumerate(GAMES):
+        positions = [Board.from_moves(moves[:ply], fen, ply_limit=None) for ply in plies]
+        planes, scalars = new_batch(len(positions))
+        encode_boards(positions, planes, scalars)
+        indices = [legal_move_indices(position) for position in positions]
+        wins = [rng.choice([0.1, 0.3, 0.5, 0.5, 0.7, 0.9], len(index)).astype(np.float32) for index in indices]
+        if number == 0:
+            wins[0][1] = np.nan  # a move Stockfish did not score
+        shares = [np.exp(8 * np.nan_to_num(w)) / np.exp(8 * np.nan_to_num(w)).sum() for w in wins]
+        values = np.array([2 * np.nanmax(w) - 1 for w in wins], dtype=np.float32)
+        records.append({
+            "game_id": f"g{number}", "start_fen": fen, "moves": moves, "result": "*", "winner": None,
+            "termination": "label", "plies": len(moves), "planes": planes, "scalars": scalars,
+            "plies_of_samples": np.array(plies, dtype=np.int16), "root_values": values,
+            "policy_offsets": np.concatenate([[0], np.cumsum([len(i) for i in indices])]).astype(np.int64),
+            "policy_indices": np.concatenate(indices).astype(np.int16),
+            "policy_probs": np.concatenate(shares).astype(np.float32),
+            "policy_wins": np.concatenate(wins), "results": np.zeros(len(plies), dtype=np.int8),
+        })
+        for ply in plies:
+            board = chess.Board(fen)
+            for uci in moves[:ply]:
+                board.push_uci(uci)
+            boards.append(board)
+    shard = shard_from_records(records, {"kind": LAB_KIND, "chunk": 0, "value_target": VALUE_FROM_ROOT})
+    folder.mkdir(parents=True, exist_ok=True)
+    write_shard(folder / shard_name("sf"), shard)
+    return boards
+
+
+class _HeadOutput(NamedTuple):
+    """A NetOutput with action values (alphazero.nn.heads' contract: its last field)."""
+
+    policy_logits: torch.Tensor
+    value: torch.Tensor
+    wdl_logits: torch.Tensor | None
+    action_values: torch.Tensor | None
+
+
+class _WithHead(torch.nn.Module):
+    """A network plus a stand-in action-value head: one fixed win probability per policy index."""
+
+    def __init__(self, inner: torch.nn.Module, table: torch.Tensor) -> None:
+        super().__init__()
+        self.inner, self.table = inner, table
+
+    def forward(self, planes: torch.Tensor, scalars: torch.Tensor) -> Any:
+        out = self.inner(planes, scalars)
+        head = self.table.expand(planes.shape[0], -1)
+        if "action_values" in NetOutput._fields:
+            return NetOutput(out.policy_logits, out.value, out.wdl_logits, head)  # type: ignore[call-arg]
+        return _HeadOutput(out.policy_logits, out.value, out.wdl_logits, head)
+
+
+def _expected(network: Network, table: np.ndarray, boards: list[chess.Board], wins: list[np.ndarray]
+              ) -> dict[str, tuple[float, float]]:
+    """Each predictor's (action accuracy, Kendall's tau) by hand: the moves' scores from the Evaluator and
+    python-chess, one position at a time."""
+    per: dict[str, list[tuple[float, float]]] = {"bc": [], "sv": [], "av": []}
+    for board, win in zip(boards, wins, strict=True):
+        position = to_mcts_board(board)
+        index = legal_move_indices(position)
+        logits, _ = network.evaluate_boards([position])
+        children = []
+        for uci in position.legal_moves():
+            child = board.copy()
+            child.push_uci(uci)
+            children.append(child)
+        _, values = network.evaluate_boards([to_mcts_board(child) for child in children])
+        sv = [1.0 if child.is_checkmate() else 0.0 if child.is_game_over() else -float(value)
+              for child, value in zip(children, values, strict=True)]
+        scored = ~np.isnan(win)
+        for name, scores in (("bc", logits[0, index]), ("sv", np.array(sv)), ("av", table[index])):
+            top = int(np.argmax(scores))
+            hit = float(bool(scored[top]) and win[top] == np.nanmax(win))
+            tau = 1.0 if len(index) == 1 else kendall_tau(scores[scored], win[scored])
+            per[name].append((hit, tau))
+    return {name: (float(np.mean([h for h, _ in rows])), float(np.mean([t for _, t in rows])))
+            for name, rows in per.items()}
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_chessbench_metrics_of_the_three_predictors_match_a_hand_computation(tmp_path: Path) -> None:
+    boards = _write_game_labels(tmp_path / "labels")
+    data = ProbeSet.load(tmp_path / "labels")
+    assert all(board is not None for board in data.boards())  # every position rebuilt from its game
+    torch.manual_seed(5)
+    inner = AlphaZeroNet(get_preset("tiny").network)
+    table = torch.rand(4672)
+    assert data.wins is not None
+    wins = [data.wins[data.offsets[i]:data.offsets[i + 1]] for i in range(len(data))]
+    expected = _expected(Network(Evaluator(inner, "cpu"), "t", "t", None, None, False), table.double().numpy(),
+                         boards, wins)
+    figures = probe_network(_WithHead(inner, table), data, state_values=True)
+    assert set(figures.predictors) == {"bc", "sv", "av"}
+    for name, (accuracy, tau) in expected.items():
+        measured = figures.predictors[name]
+        assert (measured.positions, measured.tau_positions) == (5, 5)
+        assert measured.action_accuracy == pytest.approx(accuracy), name
+        assert measured.kendall_tau == pytest.approx(tau), name
+    # The mate in one: SV finds it (exactly +1) whatever the value head says.
+    assert expected["sv"][0] >= 0.2
+    # Without state_values (the periodic evaluation's probe) there is no SV; a model without the head has no AV.
+    assert set(probe_network(inner, data).predictors) == {"bc"}
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_av_reads_alphazero_nns_action_value_head(tmp_path: Path) -> None:
+    config = get_preset("tiny")
+    if "action_value_head" not in {field.name for field in dataclasses.fields(config.network)}:
+        pytest.skip("alphazero.nn has no action-value head yet (network.action_value_head)")
+    boards = _write_game_labels(tmp_path / "labels")
+    data = ProbeSet.load(tmp_path / "labels")
+    torch.manual_seed(6)
+    model = build_network(dataclasses.replace(config.network, action_value_head="logit"))
+    evaluator = Evaluator(model, "cpu")
+    assert data.wins is not None
+    expected = []
+    for i, board in enumerate(boards):
+        planes, scalars = new_batch(1)
+        encode_boards([to_mcts_board(board)], planes, scalars)
+        row = evaluator.evaluate_action_values(planes, scalars)[0]  # type: ignore[attr-defined]
+        wins = data.wins[data.offsets[i]:data.offsets[i + 1]]
+        scores = row[data.indices[data.offsets[i]:data.offsets[i + 1]]].astype(np.float64)
+        scored = ~np.isnan(wins)
+        expected.append(1.0 if len(scores) == 1 else kendall_tau(scores[scored], wins[scored]))
+    av = probe_network(model, data).predictors["av"]
+    assert av.kendall_tau == pytest.approx(np.mean(expected), abs=1e-6) and av.positions == 5
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_position_that_does_not_match_its_game_is_left_out_of_sv(tmp_path: Path) -> None:
+    _write_game_labels(tmp_path / "labels")
+    data = ProbeSet.load(tmp_path / "labels")
+    altered = ProbeSet(data.planes.copy(), *[getattr(data, f) for f in ("scalars", "offsets", "indices",
+                       "label_policy", "wins", "values", "source", "games", "game", "ply")])
+    altered.planes[1, 0] ^= 1  # its input no longer is its game's position
+    assert [board is None for board in altered.boards()] == [False, True, False, False, False]
+    sv = score_positions(AlphaZeroNet(get_preset("tiny").network), altered, state_values=True).predictors["sv"]
+    assert math.isnan(sv.accuracy[1]) and sv.figures().positions == 4
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_the_command_prints_and_writes_the_predictors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = get_preset("tiny")
+    run, _ = RunDir.create_or_open(tmp_path / "run", config)
+    _write_game_labels(tmp_path / "probe" / "pretrain")
+    _write_labels(tmp_path / "fake" / "pretrain")  # positions without their games
+    torch.manual_seed(0)
+    save_checkpoint(run.root, AlphaZeroNet(config.network), None, 0, config)
+    out = tmp_path / "probe.json"
+    for data in ("probe", "fake"):
+        assert main(["probe", "--run", str(run.root), "--data", str(tmp_path / data), "--json", str(out)]) == 0
+        text = capsys.readouterr().out
+        assert "ChessBench's metrics" in text and "Kendall's tau" in text
+        assert "no head" in text  # the AV row of a network without the head
+        predictors = json.loads(out.read_text())["networks"][0]["predictors"]
+        assert set(predictors) == {"bc", "sv"}
+        assert 0.0 <= predictors["bc"]["action_accuracy"] <= 1.0 and -1.0 <= predictors["bc"]["kendall_tau"] <= 1.0
+        if data == "probe":
+            assert predictors["sv"]["positions"] == 5
+        else:
+            assert predictors["sv"]["positions"] == 0 and "SV n/a: no position" in text
+    assert main(["probe", "--run", str(run.root), "--data", str(tmp_path / "probe"), "--json", str(out),
+                 "--no-sv"]) == 0
+    assert "--no-sv" in capsys.readouterr().out
+    assert set(json.loads(out.read_text())["networks"][0]["predictors"]) == {"bc"}

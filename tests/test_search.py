@@ -461,22 +461,27 @@ def _random_network_output(rng: np.random.Generator, rows: int) -> tuple[np.ndar
     return logits, rng.uniform(-1, 1, rows).astype(np.float32)
 
 
-def _play_steps(compact: bool, steps: int, **options) -> MultiGameSearch:
-    """Self-play steps fed the same random network output, as all 4672 logits or as the legal ones only."""
+def _play_steps(compact: bool, steps: int, *, head: bool = False, **options) -> MultiGameSearch:
+    """Self-play steps fed the same random network output, as all 4672 logits or as the legal ones only;
+    with `head`, random action values too (from a generator of their own: the rest stays the same)."""
     search = MultiGameSearch(4, SearchParams(simulations=24, **options), seed=7)
     planes, scalars, indices, counts, games = search.new_batch()
-    rng = np.random.default_rng(3)
+    rng, head_rng = np.random.default_rng(3), np.random.default_rng(4)
     for _ in range(steps):
         rows = search.gather(planes, scalars, indices, counts, games)
         logits, values = _random_network_output(rng, rows)
+        wins = head_rng.random((rows, NUM_MOVES), dtype=np.float32) if head else None
         if not compact:
-            search.backup(logits, values)
+            search.backup(logits, values, wins)
             continue
         width = int(counts[:rows].max()) + 5
         legal = np.full((rows, width), np.nan, np.float32)  # columns beyond a row's count must never be read
+        legal_wins = np.full((rows, width), np.nan, np.float32)
         for b in range(rows):
             legal[b, :counts[b]] = logits[b, indices[b, :counts[b]]]
-        search.backup_legal(legal, values)
+            if wins is not None:
+                legal_wins[b, :counts[b]] = wins[b, indices[b, :counts[b]]]
+        search.backup_legal(legal, values, None if wins is None else legal_wins)
     return search
 
 
@@ -560,3 +565,161 @@ def test_a_policy_temperature_that_is_not_positive_and_finite_is_refused():
     for temperature in (0.0, -1.0, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="policy_temperature"):
             SearchParams(policy_temperature=temperature)
+
+
+# --- the network's action values (an action-value head) for unvisited children -----------------
+
+
+def _head_row(board: chess.Board, wins: dict[str, float], default: float = 0.5) -> np.ndarray:
+    """Action values [4672] of `board`'s moves: the win probabilities `wins` (by UCI), `default` elsewhere."""
+    row = np.full(NUM_MOVES, default, np.float32)
+    for uci, p in wins.items():
+        row[move_to_index(chess.Move.from_uci(uci), board.turn)] = p
+    return row
+
+
+def _visited(search: MultiGameSearch) -> list[str]:
+    return [uci for uci, _, visits, _, _ in search.root_stats(0) if visits]
+
+
+def test_puct_with_fpu_action_value_visits_first_the_unvisited_child_the_head_values():
+    # e2e4 and d2d4 share the prior (the rest is far below); the head calls the one PUCT would try first even
+    # (p = 1/2) and the other good (p = 0.9, a Q of 0.8 for White, the player choosing).
+    logits = _head_row(chess.Board(), {"e2e4": 5.0, "d2d4": 5.0}, default=-10.0)
+
+    def network(head: np.ndarray | None):
+        def evaluate(planes: np.ndarray, scalars: np.ndarray) -> tuple[np.ndarray, ...]:
+            rows = len(planes)
+            out = (np.tile(logits, (rows, 1)), np.zeros(rows, np.float32))
+            return out if head is None else (*out, np.tile(head, (rows, 1)))
+        return evaluate
+
+    [first] = _visited(analyse(Board(), network(None), 1))
+    [other] = {"e2e4", "d2d4"} - {first}
+    head = _head_row(chess.Board(), {other: 0.9})
+    searched = analyse(Board(), network(head), 1, fpu_mode="action_value")
+    assert searched.reads_action_values and _visited(searched) == [other]
+    kept = searched.action_values(0)
+    assert kept[other] == pytest.approx(0.8) and kept[first] == 0.0 and len(kept) == 20
+    # The default reduction, and longer searches with it, do not depend on the head's values.
+    for budget in (1, 60):
+        plain = analyse(Board(), network(None), budget)
+        with_head = analyse(Board(), network(head), budget)
+        assert not with_head.reads_action_values and set(with_head.action_values(0).values()) == {None}
+        assert with_head.root_stats(0) == plain.root_stats(0)
+    assert _visited(analyse(Board(), network(head), 1)) == [first]
+
+
+def test_fpu_action_value_falls_back_to_the_reduction_where_a_batch_brought_no_values():
+    queen = Board("4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1")
+    for leaves in (1, 4):
+        reduction = analyse(queen, material_evaluator, 300, leaves_per_game=leaves)
+        fallback = analyse(queen, material_evaluator, 300, leaves_per_game=leaves, fpu_mode="action_value")
+        assert fallback.root_stats(0) == reduction.root_stats(0)
+        assert set(fallback.action_values(0).values()) == {None}
+    # The root's batch brings none, the later ones bring p = 1 (a Q of 1): the root keeps NaN, its child values.
+    search = MultiGameSearch(1, SearchParams(simulations=3, autoplay=False, fpu_mode="action_value"))
+    search.set_position(0, Board())
+    batch = search.new_batch()
+    rows = search.gather(*batch)
+    search.backup_legal(np.zeros((rows, 20), np.float32), np.zeros(rows, np.float32))
+    while search.searching():
+        rows = search.gather(*batch)
+        search.backup_legal(np.zeros((rows, 40), np.float32), np.zeros(rows, np.float32),
+                            np.ones((rows, 40), np.float32))
+    assert set(search.action_values(0).values()) == {None}
+    for uci in _visited(search):
+        assert set(search.action_values(0, [uci]).values()) == {1.0}
+
+
+def test_tree_reuse_keeps_the_heads_values_of_the_subtree():
+    rng = np.random.default_rng(5)
+
+    def legal_head(planes, scalars, legal_indices, legal_counts):
+        rows = len(planes)
+        wins = (rng.integers(0, 129, (rows, legal_indices.shape[1])) / 128).astype(np.float32)
+        return np.zeros((rows, legal_indices.shape[1]), np.float32), np.zeros(rows, np.float32), wins
+
+    search = MultiGameSearch(1, SearchParams(simulations=200, autoplay=False, ply_limit=0, fpu_mode="action_value"))
+    search.set_position(0, Board(ply_limit=None))
+    run(search, evaluate_legal=legal_head)  # the driver hands a third array on as legal_action_values
+    line = search.principal_variation(0)[:2]
+    before = search.action_values(0, line)
+    assert len(line) == 2 and None not in before.values()
+    assert search.set_position(0, Board.from_moves(line, ply_limit=None), reuse=True, simulations=50)
+    assert search.action_values(0) == before
+    run(search, evaluate_legal=legal_head)
+    assert search.action_values(0) == before and search.simulations(0) == 50
+
+
+def test_malformed_action_values_are_refused_without_damage():
+    search = MultiGameSearch(2, SearchParams(simulations=10, fpu_mode="action_value"), seed=1)
+    planes, scalars, indices, counts, games = search.new_batch()
+    rows = search.gather(planes, scalars, indices, counts, games)
+    logits, values = (np.ascontiguousarray(a) for a in uniform_evaluator(planes[:rows], scalars[:rows]))
+    even = np.full((rows, NUM_MOVES), 0.5, np.float32)
+    legal = indices[1, 0]
+    for row_value, message in ((np.nan, "not a number"), (np.inf, "outside"), (1.5, "outside"), (-0.01, "outside")):
+        bad = even.copy()
+        bad[1, legal] = row_value
+        with pytest.raises(ValueError, match=message):
+            search.backup(logits, values, bad)
+    with pytest.raises(ValueError, match="expected action_values"):
+        search.backup(logits, values, even[:1])
+    with pytest.raises(ValueError, match="expected action_values"):
+        search.backup(logits, values, np.ascontiguousarray(even[:, :100]))
+    illegal = even.copy()
+    illegal[:, np.setdiff1d(np.arange(NUM_MOVES), indices[:rows, :20])] = np.nan  # never read
+    search.backup(logits, values, illegal)
+    assert set(search.action_values(0).values()) == {0.0} == set(search.action_values(1).values())
+    # backup_legal: rows, width and the values read.
+    rows = search.gather(planes, scalars, indices, counts, games)
+    width = int(counts[:rows].max())
+    legal_logits, values = np.zeros((rows, width), np.float32), np.zeros(rows, np.float32)
+    wins = np.full((rows, width + 3), np.nan, np.float32)  # columns beyond a row's count are never read
+    for b in range(rows):
+        wins[b, :counts[b]] = 0.75
+    with pytest.raises(ValueError, match="expected legal_action_values"):
+        search.backup_legal(legal_logits, values, wins[:1])
+    with pytest.raises(ValueError, match=f"legal_action_values has {width - 1} columns"):
+        search.backup_legal(legal_logits, values, np.ascontiguousarray(wins[:, :width - 1]))
+    bad = wins.copy()
+    bad[0, 0] = 2.0
+    with pytest.raises(ValueError, match="outside"):
+        search.backup_legal(legal_logits, values, bad)
+    search.backup_legal(legal_logits, values, wins)
+    assert search.gather(planes, scalars) == 2
+
+
+def _with_head(evaluate, seed: int = 4):
+    """`evaluate` with random action values (multiples of 1/128) as a third output."""
+    rng = np.random.default_rng(seed)
+
+    def evaluate_with_head(planes: np.ndarray, scalars: np.ndarray) -> tuple[np.ndarray, ...]:
+        logits, values = evaluate(planes, scalars)
+        return logits, values, (rng.integers(0, 129, (len(planes), NUM_MOVES)) / 128).astype(np.float32)
+    return evaluate_with_head
+
+
+def test_the_heads_values_move_a_search_that_reads_them():
+    queen = Board("4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1")
+    plain = analyse(queen, material_evaluator, 200, fpu_mode="action_value")
+    read = analyse(queen, _with_head(material_evaluator), 200, fpu_mode="action_value")
+    assert read.root_stats(0) != plain.root_stats(0)
+    assert read.best_move(0) == "d2d5"  # the material still tells
+
+
+@pytest.mark.parametrize("compact", [False, True])
+@pytest.mark.parametrize("options", [{}, {"leaves_per_game": 3}, {"tree_reuse": True},
+                                     {"gumbel_unvisited": "action_value"}, {"algorithm": "gumbel"},
+                                     {"algorithm": "gumbel", "fpu_mode": "action_value"}])
+def test_action_values_given_to_a_search_that_does_not_read_them_change_nothing(options, compact):
+    plain, given = _play_steps(compact, 200, **options), _play_steps(compact, 200, head=True, **options)
+    assert not given.reads_action_values
+    assert plain.total_moves == given.total_moves > 4
+    assert plain.total_simulations == given.total_simulations
+    for slot in range(4):
+        assert _root_stats(plain, slot) == _root_stats(given, slot)
+    for (_, record), (_, expected) in zip(given.take_finished(), plain.take_finished()):
+        assert record["moves"] == expected["moves"]
+        assert np.array_equal(record["policy_probs"], expected["policy_probs"])

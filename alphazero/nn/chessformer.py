@@ -31,11 +31,14 @@ the UCI engine use either without knowing which.
   keys give a 64 x 64 matrix of move logits; under-promotions add a bias per
   piece (knight, bishop, rook) and target file, projected from the keys of the
   promotion rank. A fixed index map turns it into the 4672-move policy
-  (``policy_index_map``): index plane * 64 + from reads entry (from, to) of the
+  (``policy_index_map``, alphazero.nn.move_map): index plane * 64 + from reads entry (from, to) of the
   matrix, plus the bias for an under-promotion. Queen promotions are the plain
   pawn moves to the last rank, as in the move index.
 - **Value head**: per-square embedding, flattened, a hidden layer, then
   win/draw/loss logits (or a tanh scalar), as ``network.value_head`` says.
+- **Action-value head** (with ``network.action_value_head``): each token
+  through one linear layer to its from and to features, then the moves'
+  outputs as alphazero.nn.action_values describes.
 - **Auxiliary heads** (trained only when the learner gives them a weight, see
   ``learner.trainer``; search never runs them): a second attention policy
   head for the soft policy targets (pi^(1/T)) and a second value head for the
@@ -49,18 +52,17 @@ Example::
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import NamedTuple
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from alphazero.chess.moves import NUM_MOVES
 from alphazero.config import NetworkConfig
+from alphazero.nn.action_values import ActionValueHead, with_action_values
 from alphazero.nn.heads import NetOutput, float32_head
+from alphazero.nn.move_map import SQUARES, UNDER_PROMOTION_PIECES, policy_index_map
 from alphazero.nn.planes import INPUT_PLANES, expand_torch
 
 __all__ = [
@@ -68,14 +70,9 @@ __all__ = [
     "policy_index_map",
 ]
 
-SQUARES = 64
 PROMOTION_RANK = slice(56, 64)  # oriented squares of the last rank: the side to move promotes there
-UNDER_PROMOTION_PIECES = 3  # knight, bishop, rook: the move index's order
 RELATIVE_INIT_STD = 0.02  # the relative-position vectors start small: near plain attention
 NORM_EPS = 1e-5
-
-_QUEEN_DIRECTIONS = ((0, 1), (1, 1), (1, 0), (1, -1), (0, -1), (-1, -1), (-1, 0), (-1, 1))  # (file, rank) steps
-_KNIGHT_STEPS = ((1, 2), (2, 1), (2, -1), (1, -2), (-1, -2), (-2, -1), (-2, 1), (-1, 2))
 
 
 class AuxOutput(NamedTuple):
@@ -93,55 +90,6 @@ def deepnorm_alpha(layers: int) -> float:
 def deepnorm_beta(layers: int) -> float:
     """Gets DeepNorm's initialisation scale for an encoder of ``layers`` layers: (8N)^(-1/4)."""
     return (8.0 * layers) ** -0.25
-
-
-# --- the policy index map ----------------------------------------------------------------
-
-
-def _move_plane_step(plane: int) -> tuple[int, int, int | None]:
-    """Gets (file step, rank step, under-promotion piece 0..2 or None) of a move plane (0..72)."""
-    if plane < 56:
-        direction, distance = divmod(plane, 7)
-        file_step, rank_step = _QUEEN_DIRECTIONS[direction]
-        return file_step * (distance + 1), rank_step * (distance + 1), None
-    if plane < 64:
-        file_step, rank_step = _KNIGHT_STEPS[plane - 56]
-        return file_step, rank_step, None
-    piece, file_step_plus_one = divmod(plane - 64, 3)
-    return file_step_plus_one - 1, 1, piece
-
-
-@functools.cache
-def policy_index_map() -> tuple[np.ndarray, np.ndarray]:
-    """Gets, for each of the 4672 policy indices, where its logit comes from (built once).
-
-    Returns ``(pair, bias)``, both int64 [4672]:
-
-    - ``pair``: from * 64 + to, the entry of the flattened 64 x 64 move matrix
-      (oriented squares), or 4096 when the index can never be a legal move
-      (its target lies off the board, or it under-promotes short of the last
-      rank): it reads a constant 0.
-    - ``bias``: 4097 + to_file * 3 + piece for an under-promotion (piece 0, 1,
-      2 = knight, bishop, rook), else 4096 (the constant 0).
-
-    Slots 4096 (zero) and 4097.. (the 24 promotion biases) follow the matrix
-    in the row the policy head gathers from.
-    """
-    zero = SQUARES * SQUARES
-    pair = np.full(NUM_MOVES, zero, dtype=np.int64)
-    bias = np.full(NUM_MOVES, zero, dtype=np.int64)
-    for index in range(NUM_MOVES):
-        plane, source = divmod(index, SQUARES)
-        file_step, rank_step, piece = _move_plane_step(plane)
-        file, rank = source % 8 + file_step, source // 8 + rank_step
-        if not (0 <= file < 8 and 0 <= rank < 8) or (piece is not None and rank != 7):
-            continue
-        pair[index] = source * SQUARES + rank * 8 + file
-        if piece is not None:
-            bias[index] = zero + 1 + file * UNDER_PROMOTION_PIECES + piece
-    pair.setflags(write=False)
-    bias.setflags(write=False)
-    return pair, bias
 
 
 # --- layers ------------------------------------------------------------------------------
@@ -337,6 +285,11 @@ class Chessformer(nn.Module):
         self.value = ValueHead(config.embedding, config.value_filters, config.value_hidden, outputs)
         self.soft_policy = AttentionPolicyHead(config.policy_filters)
         self.q_value = ValueHead(config.embedding, config.value_filters, config.value_hidden, 1)
+        self.action_value_embedding: nn.Linear | None = None
+        self.action_value: ActionValueHead | None = None
+        if config.action_value_head != "none":
+            self.action_value_embedding = nn.Linear(config.embedding, 2 * config.action_value_filters)
+            self.action_value = ActionValueHead(config)
 
     def body(self, planes: torch.Tensor, scalars: torch.Tensor) -> torch.Tensor:
         """Gets the encoder's output tokens [N, 64, embedding] for compact positions.
@@ -346,32 +299,40 @@ class Chessformer(nn.Module):
         """
         return self.encoder(self.embedding(planes, scalars))
 
-    def _outputs(self, tokens: torch.Tensor, policy_tokens: torch.Tensor) -> NetOutput:
+    def _outputs(self, tokens: torch.Tensor, policy_tokens: torch.Tensor, action_values: bool) -> NetOutput:
         policy = self.policy(policy_tokens)
         out = self.value(tokens)
         if self.config.value_head == "wdl":
             probabilities = out.softmax(dim=1)
-            return NetOutput(policy, probabilities[:, 0] - probabilities[:, 2], out)
-        return NetOutput(policy, torch.tanh(out[:, 0]), None)
+            result = NetOutput(policy, probabilities[:, 0] - probabilities[:, 2], out)
+        else:
+            result = NetOutput(policy, torch.tanh(out[:, 0]), None)
+        if self.action_value_embedding is None:
+            return result
+        return with_action_values(result, self.action_value, self.action_value_embedding(tokens), action_values)
 
-    def forward(self, planes: torch.Tensor, scalars: torch.Tensor) -> NetOutput:
+    def forward(self, planes: torch.Tensor, scalars: torch.Tensor, *, action_values: bool = True) -> NetOutput:
         """Evaluates a batch of compact positions (int64 [N, 112], float32 [N, 7]) on the model's device.
+
+        With an action-value head, ``action_values=False`` leaves NetOutput.action_values out (the
+        head's per-square features come out alone, for the caller to score the moves it needs).
 
         Raises:
             ValueError: wrong input dtypes or shapes (from planes.expand_torch).
         """
         tokens = self.body(planes, scalars)
-        return self._outputs(tokens, F.mish(self.policy_embedding(tokens)))
+        return self._outputs(tokens, F.mish(self.policy_embedding(tokens)), action_values)
 
     def forward_with_aux(self, planes: torch.Tensor, scalars: torch.Tensor) -> tuple[NetOutput, AuxOutput]:
-        """Evaluates positions as ``forward`` does, plus the auxiliary heads (one pass through the body).
+        """Evaluates positions as ``forward(..., action_values=False)`` does (training scores the moves it
+        needs), plus the auxiliary heads (one pass through the body).
 
         Raises:
             ValueError: wrong input dtypes or shapes.
         """
         tokens = self.body(planes, scalars)
         policy_tokens = F.mish(self.policy_embedding(tokens))
-        out = self._outputs(tokens, policy_tokens)
+        out = self._outputs(tokens, policy_tokens, False)
         aux = AuxOutput(self.soft_policy(policy_tokens), torch.tanh(self.q_value(tokens)[:, 0]))
         return out, aux
 

@@ -23,7 +23,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 import torch
@@ -31,10 +31,21 @@ import torch
 from alphazero.chess.moves import NUM_MOVES
 from alphazero.config import CPU_FORWARD_MODES, FORWARD_MODES, NetworkConfig
 from alphazero.config_compat import architecture_hash
+from alphazero.errors import UserError
+from alphazero.nn.action_values import ActionValueHead, action_features, action_value_head, features_only
 from alphazero.nn.buckets import BucketedForward, Runner, RunnerMaker, bucket_for, start_buckets
 from alphazero.nn.compiled import compile_per_bucket
 from alphazero.nn.cuda_graphs import capture_graph
-from alphazero.nn.legal import gather_legal, gather_legal_numpy
+from alphazero.nn.host import (
+    HostOutput,
+    LegalActionResult,
+    LegalResult,
+    PendingOutput,
+    legal_shape,
+    stage_events,
+    to_device,
+)
+from alphazero.nn.legal import gather_legal, gather_legal_numpy, safe_legal_indices, safe_legal_indices_numpy
 from alphazero.nn.network import fold_batch_norm, load_weights, model_config
 from alphazero.nn.parity import ParityErrors, ParitySettings, compare_legal
 from alphazero.nn.planes import check_compact_numpy, compact_to_torch
@@ -63,7 +74,7 @@ def time_forward(model: torch.nn.Module, device: torch.device, bf16: bool, rows:
     """Times eval-mode passes of a copy of ``model`` on ``rows`` random positions (precision.seconds_per_call):
     seconds per pass, in bf16 autocast and channels_last (True) or float32 as it is (False)."""
     planes, scalars = random_positions(rows, device)
-    candidate = copy.deepcopy(model).eval()
+    candidate = features_only(copy.deepcopy(model).eval())
     if bf16:
         candidate = _channels_last(candidate)
     context = bf16_autocast(device) if bf16 else contextlib.nullcontext()
@@ -71,40 +82,7 @@ def time_forward(model: torch.nn.Module, device: torch.device, bf16: bool, rows:
         return seconds_per_call(lambda: candidate(planes, scalars))
 
 
-# --- the host side of a legal pass: its inputs checked and moved, its events, its buffers -----
-
-
-def _to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
-    """Moves a numpy array to ``device``; asynchronously when it lies in pinned memory (see compact_to_torch)."""
-    if not array.flags.c_contiguous or not array.flags.writeable:
-        array = np.array(array, order="C")  # torch.from_numpy needs writeable, contiguous memory
-    tensor = torch.from_numpy(array)
-    return tensor.to(device, non_blocking=device.type == "cuda" and tensor.is_pinned())
-
-
-def _check_legal(legal_indices: np.ndarray, legal_counts: np.ndarray, rows: int) -> None:
-    if not isinstance(legal_indices, np.ndarray) or not isinstance(legal_counts, np.ndarray):
-        raise ValueError("legal_indices and legal_counts must be numpy arrays")
-    if legal_indices.dtype != np.int32 or legal_counts.dtype != np.int32:
-        raise ValueError(f"legal_indices and legal_counts must be int32, got {legal_indices.dtype} "
-                         f"and {legal_counts.dtype}")
-    if legal_indices.ndim != 2 or legal_indices.shape[0] < rows or legal_counts.ndim != 1 \
-            or legal_counts.shape[0] < rows:
-        raise ValueError(f"legal_indices must be [>={rows}, W] and legal_counts [>={rows}], got "
-                         f"{legal_indices.shape} and {legal_counts.shape}")
-    counts = legal_counts[:rows]
-    if rows and (counts.min() < 0 or counts.max() > legal_indices.shape[1]):
-        raise ValueError(f"legal_counts must lie in [0, {legal_indices.shape[1]}] (the width of legal_indices), "
-                         f"got {counts.min()}..{counts.max()}")
-
-
-def _legal_shape(planes: np.ndarray, scalars: np.ndarray, legal_indices: np.ndarray,
-                 legal_counts: np.ndarray) -> tuple[int, int]:
-    """Checks a legal pass's inputs; returns its rows and result width (the largest count, at least 1)."""
-    check_compact_numpy(planes, scalars)
-    rows = planes.shape[0]
-    _check_legal(legal_indices, legal_counts, rows)
-    return rows, max(int(legal_counts[:rows].max()), 1) if rows else 1
+# --- the host side: CUDA events (the rest is alphazero.nn.host) -------------------------------------
 
 
 def _pass_events(device: torch.device) -> tuple[Any, Any] | None:
@@ -117,86 +95,6 @@ def _pass_events(device: torch.device) -> tuple[Any, Any] | None:
         return None
     return (torch.cuda.Event(enable_timing=True, blocking=True),
             torch.cuda.Event(enable_timing=True, blocking=True))
-
-
-def _ignore_stage(name: str) -> None:
-    """A stage_done that does nothing (the CPU's passes)."""
-
-
-def _stage_events(events: tuple[Any, Any] | None) -> Callable[[str], None]:
-    """Gets a stage_done that records the lane's events: the first once the inputs are queued (so the set-up
-    on the host is not timed), the second after the copy to the host."""
-    if events is None:
-        return _ignore_stage
-    start, end = events
-
-    def stage_done(name: str) -> None:
-        if name == "input":
-            start.record()
-        elif name == "output":
-            end.record()
-
-    return stage_done
-
-
-class _HostOutput:
-    """Preallocated host memory (pinned on CUDA) for one lane's legal logits, values and error flag."""
-
-    def __init__(self, pin: bool) -> None:
-        self.pin = pin
-        self.logits = torch.empty(0, dtype=torch.float32)
-        self.values = torch.empty(0, dtype=torch.float32)
-        self.flag = torch.zeros(1, dtype=torch.bool, pin_memory=pin)
-
-    def tensors(self, rows: int, width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Views for a batch of rows x width, growing the buffers (doubling) when they are too small."""
-        if self.logits.numel() < rows * width:
-            self.logits = torch.empty(max(rows * width, 2 * self.logits.numel()), dtype=torch.float32,
-                                      pin_memory=self.pin)
-        if self.values.numel() < rows:
-            self.values = torch.empty(max(rows, 2 * self.values.numel()), dtype=torch.float32, pin_memory=self.pin)
-        return self.logits[:rows * width].view(rows, width), self.values[:rows], self.flag
-
-    def numpy(self, rows: int, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        logits, values, flag = self.tensors(rows, width)
-        return logits.numpy(), values.numpy(), flag.numpy()
-
-
-class PendingOutput:
-    """One batch's legal-move logits and values on their way to the host (Evaluator.submit_legal).
-
-    wait() returns (legal_logits float32 [B, W], values float32 [B]) as numpy
-    views of the evaluator's buffers for the batch's lane: they stay valid
-    until the next batch of that lane is submitted.
-    """
-
-    def __init__(self, evaluator: Evaluator, host: _HostOutput, rows: int, width: int,
-                 events: tuple[Any, Any] | None, *, timed: bool = False) -> None:
-        self._evaluator = evaluator
-        self._host = host
-        self._rows = rows
-        self._width = width
-        self._events = events
-        self._timed = timed  # the events bracket the device's work on this pass alone (no capture, no check)
-        self._result: tuple[np.ndarray, np.ndarray] | None = None
-
-    def wait(self) -> tuple[np.ndarray, np.ndarray]:
-        """Waits for the batch (the pass's one synchronisation on CUDA, a blocking one) and returns its results.
-
-        Raises:
-            ValueError: a legal index outside [0, 4672) among a row's first legal_counts[b].
-        """
-        if self._result is None:
-            if self._events is not None:
-                start, end = self._events
-                end.synchronize()
-                if self._timed:
-                    self._evaluator.gpu_seconds += start.elapsed_time(end) / 1000
-            logits, values, flag = self._host.numpy(self._rows, self._width)
-            if flag[0]:
-                raise ValueError(f"legal move indices must lie in [0, {NUM_MOVES}), got one outside")
-            self._result = (logits, values)
-        return self._result
 
 
 # --- the Evaluator: what the search calls ----------------------------------------------------
@@ -242,6 +140,11 @@ class Evaluator:
     (MultiGameSearch.backup_legal). ``gpu_seconds`` sums the GPU time of the
     legal passes (CUDA events from the forward pass to the copy to the host;
     passes that captured, compiled or were checked are left out; 0 on the CPU).
+    With an action-value head (``has_action_values``), evaluate_action_values()
+    gives every move's win probability, and ``action_values=True`` adds the
+    legal moves' to the legal pass: scored after the same pass with the
+    logits' indices, on the same stream, into the lane's (pinned) buffers, and
+    checked by the parity check with them.
 
     Example::
 
@@ -256,7 +159,7 @@ class Evaluator:
     def __init__(self, model: torch.nn.Module, device: torch.device | str | None = None, *,
                  compile: bool = False, precision: str = "auto", forward: str = "eager",
                  max_batch: int | None = None, parity: ParitySettings | None = None,
-                 runner_maker: RunnerMaker | None = None) -> None:
+                 runner_maker: RunnerMaker | None = None, name: str = "this network") -> None:
         if forward not in FORWARD_MODES:
             raise ValueError(f"forward must be one of {', '.join(FORWARD_MODES)}, got {forward!r}")
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
@@ -269,7 +172,10 @@ class Evaluator:
         self.autocast = self.precision_choice.bf16
         if self.use_cuda or self.autocast:
             self.model = _channels_last(self.model)
-        self._eager: Any = torch.compile(self.model) if compile else self.model
+        self.name = name
+        self._search = features_only(self.model)
+        self._head: ActionValueHead | None = action_value_head(self.model)
+        self._eager: Any = torch.compile(self._search) if compile else self._search
         self._forward: Any = self._eager
         cpu_mode = forward if forward in CPU_FORWARD_MODES else "eager"  # no CUDA graphs on a CPU
         self.forward_mode = forward if self.use_cuda or runner_maker is not None else cpu_mode
@@ -278,16 +184,17 @@ class Evaluator:
             # A CPU pass costs its rows, not its launches: one compiled bucket, the largest batch, takes
             # the smaller batches padded (self-play's batches are nearly all full) and compiles once.
             buckets = [max_batch] if not self.use_cuda and runner_maker is None and max_batch else None
-            self._bucketed = BucketedForward(self.model, self.device, mode=self.forward_mode, max_batch=max_batch,
+            self._bucketed = BucketedForward(self._search, self.device, mode=self.forward_mode, max_batch=max_batch,
                                              make=runner_maker or self._runner_maker(self.forward_mode),
                                              buckets=buckets)
             self._forward = self._bucketed
         self.parity = parity or ParitySettings()
         self._check_passes = self._fast()
-        self._checked: set[int] = set()  # buckets (unbucketed: batch sizes) checked since the last weight update
+        # (bucket or, unbucketed, batch size; with action values) checked since the last weight update
+        self._checked: set[tuple[int, bool]] = set()
         self._parity_draw = random.Random(0)  # which of the other passes are checked
         self.fallbacks: list[str] = []
-        self._lanes: dict[int, tuple[_HostOutput, tuple[Any, Any] | None]] = {}
+        self._lanes: dict[int, tuple[HostOutput, tuple[Any, Any] | None]] = {}
         self.gpu_seconds = 0.0
         self.folded = False  # passes run through fold_batch_norm(model) (see fold_batch_norm())
 
@@ -312,8 +219,8 @@ class Evaluator:
 
     def _runner_maker(self, mode: str) -> RunnerMaker:
         if mode == "graphs":
-            return functools.partial(capture_graph, self.model)
-        return compile_per_bucket(self.model, cuda_graphs=self.use_cuda)
+            return functools.partial(capture_graph, self._search)
+        return compile_per_bucket(self._search, cuda_graphs=self.use_cuda)
 
     def _fast(self) -> bool:
         """Whether a pass differs from float32 eager, so that the parity check applies."""
@@ -328,6 +235,22 @@ class Evaluator:
         if self._bucketed is not None and self._forward is self._bucketed:
             with torch.inference_mode(), self._autocast():
                 self._bucketed.warm()
+
+    @property
+    def has_action_values(self) -> bool:
+        """Whether the network has an action-value head (network.action_value_head is not 'none')."""
+        return self._head is not None
+
+    def _action_value_head(self) -> ActionValueHead:
+        """Gets the network's action-value head.
+
+        Raises:
+            UserError: it has none.
+        """
+        if self._head is None:
+            raise UserError(f"{self.name} has no action-value head (network.action_value_head = 'none'): "
+                            f"use weights trained with one")
+        return self._head
 
     def evaluate(self, planes: np.ndarray, scalars: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Evaluates B compact positions: uint64 [B, 112] and float32 [B, 7].
@@ -348,6 +271,27 @@ class Evaluator:
         values = out.value.float().cpu().numpy()
         return logits, values
 
+    def evaluate_action_values(self, planes: np.ndarray, scalars: np.ndarray) -> np.ndarray:
+        """Evaluates B compact positions' action values: float32 [B, 4672], the mover's win probability in
+        [0, 1] after each move (NetOutput.action_values: 0 at the indices that are never legal moves; at
+        the others that are illegal in a position it is whatever the head says), numpy.
+
+        The pass is the one evaluate() runs (its precision and forward mode); the
+        moves are scored in float32.
+
+        Raises:
+            UserError: the network has no action-value head (the message names it).
+            ValueError: wrong dtypes or shapes.
+        """
+        head = self._action_value_head()
+        check_compact_numpy(planes, scalars)
+        if planes.shape[0] == 0:
+            return np.zeros((0, NUM_MOVES), np.float32)
+        planes_t, scalars_t = compact_to_torch(planes, scalars, self.device)
+        with torch.inference_mode(), self._autocast():
+            out = self._forward(planes_t, scalars_t)
+            return head.all_values(action_features(out)).cpu().numpy()
+
     def pin(self, arrays: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
         """Gets zeroed arrays shaped like ``arrays`` in pinned host memory on CUDA (the arrays themselves on the CPU).
 
@@ -363,8 +307,23 @@ class Evaluator:
             pinned.append(memory.numpy().view(array.dtype).reshape(array.shape))
         return tuple(pinned)
 
+    @overload
     def submit_legal(self, planes: np.ndarray, scalars: np.ndarray, legal_indices: np.ndarray,
-                     legal_counts: np.ndarray, *, lane: int = 0) -> PendingOutput:
+                     legal_counts: np.ndarray, *, lane: int = 0,
+                     action_values: Literal[False] = False) -> PendingOutput[LegalResult]: ...
+
+    @overload
+    def submit_legal(self, planes: np.ndarray, scalars: np.ndarray, legal_indices: np.ndarray,
+                     legal_counts: np.ndarray, *, lane: int = 0,
+                     action_values: Literal[True]) -> PendingOutput[LegalActionResult]: ...
+
+    @overload
+    def submit_legal(self, planes: np.ndarray, scalars: np.ndarray, legal_indices: np.ndarray,
+                     legal_counts: np.ndarray, *, lane: int = 0,
+                     action_values: bool) -> PendingOutput[tuple[np.ndarray, ...]]: ...
+
+    def submit_legal(self, planes: np.ndarray, scalars: np.ndarray, legal_indices: np.ndarray,
+                     legal_counts: np.ndarray, *, lane: int = 0, action_values: bool = False) -> PendingOutput[Any]:
         """Starts evaluating B positions; returns their legal moves' logits and values when waited for.
 
         legal_indices int32 [>=B, >=W] and legal_counts int32 [>=B] are the
@@ -376,88 +335,131 @@ class Evaluator:
         together (each lane has its own output buffers), a lane's next batch
         may only be submitted after its last one was waited for.
 
+        With ``action_values`` the result has a third array, float32 [B, W]:
+        each legal move's win probability for the mover (the action-value
+        head's, in the order of legal_indices), scored from the same pass
+        after the logits' gather and copied into the lane's host buffers
+        beside them.
+
         Raises:
+            UserError: action values asked of a network without the head.
             ValueError: wrong dtypes or shapes, or counts beyond legal_indices' width.
         """
-        rows, width = _legal_shape(planes, scalars, legal_indices, legal_counts)
+        if action_values:
+            self._action_value_head()
+        rows, width = legal_shape(planes, scalars, legal_indices, legal_counts)
         host, events = self._lane(lane)
         if rows == 0:
+            host.tensors(0, width, action_values=action_values)
             host.flag.zero_()
-            return PendingOutput(self, host, rows, width, None)
+            return PendingOutput(host, rows, width, None, action_values=action_values)
         made = self._bucketed.made if self._bucketed is not None else 0
-        check = self._parity_key(rows) if self._check_passes else None
+        check = self._parity_key(rows, action_values) if self._check_passes else None
         with torch.inference_mode(), self._autocast():
-            self._run_legal(planes, scalars, legal_indices, legal_counts, host.tensors(rows, width),
-                            _stage_events(events))
+            self._run_legal(planes, scalars, legal_indices, legal_counts,
+                            host.tensors(rows, width, action_values=action_values), stage_events(events))
         if check is not None:
             self._check_parity(check, (planes, scalars, legal_indices, legal_counts), host, rows, width, events)
         timed = check is None and (self._bucketed.made if self._bucketed is not None else 0) == made
-        return PendingOutput(self, host, rows, width, events, timed=timed)
+        return PendingOutput(host, rows, width, events, action_values=action_values, timed=timed,
+                             on_gpu_seconds=self._add_gpu_seconds)
+
+    def _add_gpu_seconds(self, seconds: float) -> None:
+        self.gpu_seconds += seconds
 
     def _run_legal(self, planes: np.ndarray, scalars: np.ndarray, legal_indices: np.ndarray,
-                   legal_counts: np.ndarray, outputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+                   legal_counts: np.ndarray,
+                   outputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None],
                    stage_done: Callable[[str], None]) -> None:
-        """Queues one legal pass into ``outputs`` (logits, values, flag host views); stage_done(name) after each
-        stage."""
-        logits_out, values_out, flag_out = outputs
+        """Queues one legal pass into ``outputs`` (logits, values, flag and action values or None: host views);
+        stage_done(name) after each stage."""
+        logits_out, values_out, flag_out, action_out = outputs
         rows, width = logits_out.shape
         planes_t, scalars_t = compact_to_torch(planes, scalars, self.device)
         if self.use_cuda:
-            indices_t = _to_device(legal_indices[:rows], self.device)
-            counts_t = _to_device(legal_counts[:rows], self.device)
+            indices_t = to_device(legal_indices[:rows], self.device)
+            counts_t = to_device(legal_counts[:rows], self.device)
         stage_done("input")
         out = self._forward(planes_t, scalars_t)
         stage_done("forward")
         if self.use_cuda:
-            legal, bad = gather_legal(out.policy_logits, indices_t[:, :width], counts_t)
-            logits_out.copy_(legal, non_blocking=True)
+            safe, bad = safe_legal_indices(indices_t[:, :width], counts_t, out.policy_logits.shape[1])
+            logits_out.copy_(out.policy_logits.gather(1, safe), non_blocking=True)
             flag_out.copy_(bad, non_blocking=True)
+            if action_out is not None:  # the same indices, after the same pass, into the lane's pinned buffer
+                action_out.copy_(self._action_value_head().legal_values(action_features(out), safe), non_blocking=True)
         else:
             # The logits are host memory already: numpy gathers them with less overhead than torch's small ops.
             flag_out[0] = gather_legal_numpy(out.policy_logits.numpy(), legal_indices[:rows], legal_counts[:rows],
                                              logits_out.numpy())
+            moves = None if action_out is None else safe_legal_indices_numpy(legal_indices[:rows],
+                                                                             legal_counts[:rows], width)
+            if action_out is not None and moves is not None:  # None: a bad index, and wait() raises
+                moves_t = torch.from_numpy(moves.astype(np.int64))
+                action_out.copy_(self._action_value_head().legal_values(action_features(out), moves_t))
         values_out.copy_(out.value, non_blocking=True)
         stage_done("output")
 
     # -- the parity check -----------------------------------------------------------
 
-    def _parity_key(self, rows: int) -> int | None:
-        """Gets the bucket (an unbucketed pass: the batch size) to note when this pass is to be checked, else None."""
-        key = rows
+    def _parity_key(self, rows: int, action_values: bool) -> tuple[int, bool] | None:
+        """Gets the bucket (an unbucketed pass: the batch size), with whether the pass scores action values, to
+        note when this pass is to be checked; else None."""
+        bucket = rows
         if self._bucketed is not None and self._forward is self._bucketed:
-            key = self._bucketed.bucket_of(rows)
+            bucket = self._bucketed.bucket_of(rows)
+        key = (bucket, action_values)
         if self.parity.mode == "always" or key not in self._checked \
                 or self._parity_draw.random() < self.parity.share:
             return key
         return None
 
-    def _check_parity(self, key: int, batch: tuple[np.ndarray, ...], host: _HostOutput, rows: int, width: int,
-                      events: tuple[Any, Any] | None) -> None:
+    def _check_parity(self, key: tuple[int, bool], batch: tuple[np.ndarray, ...], host: HostOutput, rows: int,
+                      width: int, events: tuple[Any, Any] | None) -> None:
         """Compares the pass just queued with float32 eager; on a mismatch puts eager's results in its place
         and falls back (one warning)."""
         if events is not None:
             events[1].synchronize()
-        logits, values, flag = host.numpy(rows, width)
+        logits, values, flag, action = host.numpy(rows, width, action_values=key[1])
         if flag[0]:
             return  # a bad legal index: wait() raises
-        ref_logits, ref_values = self.reference_legal(*batch, rows=rows, width=width)
-        errors = compare_legal(logits, values, ref_logits, ref_values, batch[3][:rows], self.parity)
+        ref_action = None
+        if key[1]:
+            ref_logits, ref_values, ref_action = self._reference(*batch, rows=rows, width=width, action_values=True)
+        else:
+            ref_logits, ref_values = self.reference_legal(*batch, rows=rows, width=width)
+        errors = compare_legal(logits, values, ref_logits, ref_values, batch[3][:rows], self.parity,
+                               fast_action_values=action, ref_action_values=ref_action)
         self._checked.add(key)
         if not errors.ok:
             logits[...], values[...] = ref_logits, ref_values  # what reaches the search: the eager results
+            if action is not None and ref_action is not None:
+                action[...] = ref_action
             self._fall_back(errors, rows)
 
     def reference_legal(self, planes: np.ndarray, scalars: np.ndarray, legal_indices: np.ndarray,
                         legal_counts: np.ndarray, *, rows: int, width: int) -> tuple[np.ndarray, np.ndarray]:
         """Gets plain float32 eager's legal logits [rows, width] and values [rows] (new numpy arrays) for the
         first ``rows`` positions: what the parity check compares a pass with."""
+        logits, values, _ = self._reference(planes, scalars, legal_indices, legal_counts, rows=rows, width=width,
+                                            action_values=False)
+        return logits, values
+
+    def _reference(self, planes: np.ndarray, scalars: np.ndarray, legal_indices: np.ndarray,
+                   legal_counts: np.ndarray, *, rows: int, width: int,
+                   action_values: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """reference_legal, plus the legal moves' action values [rows, width] when asked (else None)."""
         planes_t, scalars_t = compact_to_torch(planes[:rows], scalars[:rows], self.device)
-        indices_t = _to_device(legal_indices[:rows, :width], self.device)
-        counts_t = _to_device(legal_counts[:rows], self.device)
+        indices_t = to_device(legal_indices[:rows, :width], self.device)
+        counts_t = to_device(legal_counts[:rows], self.device)
         with torch.inference_mode():
-            out = self.model(planes_t, scalars_t)
+            out = self._search(planes_t, scalars_t)
             legal, _ = gather_legal(out.policy_logits.float(), indices_t, counts_t)
-            return legal.cpu().numpy(), out.value.float().cpu().numpy()
+            action = None
+            if action_values:
+                safe, _ = safe_legal_indices(indices_t, counts_t)
+                action = self._action_value_head().legal_values(action_features(out), safe).cpu().numpy()
+            return legal.cpu().numpy(), out.value.float().cpu().numpy(), action
 
     def _fall_back(self, errors: ParityErrors, rows: int) -> None:
         """Steps to a plainer pass after a mismatch (graphs or compile -> eager; bf16 -> float32), with one warning."""
@@ -476,37 +478,58 @@ class Evaluator:
 
     # -- lanes, profiles, weights ---------------------------------------------------------
 
+    @overload
     def evaluate_legal(self, planes: np.ndarray, scalars: np.ndarray, legal_indices: np.ndarray,
-                       legal_counts: np.ndarray, *, lane: int = 0) -> tuple[np.ndarray, np.ndarray]:
-        """Evaluates B positions now: (legal logits float32 [B, W], values float32 [B]) (see submit_legal).
+                       legal_counts: np.ndarray, *, lane: int = 0,
+                       action_values: Literal[False] = False) -> LegalResult: ...
+
+    @overload
+    def evaluate_legal(self, planes: np.ndarray, scalars: np.ndarray, legal_indices: np.ndarray,
+                       legal_counts: np.ndarray, *, lane: int = 0,
+                       action_values: Literal[True]) -> LegalActionResult: ...
+
+    @overload
+    def evaluate_legal(self, planes: np.ndarray, scalars: np.ndarray, legal_indices: np.ndarray,
+                       legal_counts: np.ndarray, *, lane: int = 0, action_values: bool) -> tuple[np.ndarray, ...]: ...
+
+    def evaluate_legal(self, planes: np.ndarray, scalars: np.ndarray, legal_indices: np.ndarray,
+                       legal_counts: np.ndarray, *, lane: int = 0, action_values: bool = False) -> Any:
+        """Evaluates B positions now: (legal logits float32 [B, W], values float32 [B]), and with
+        ``action_values`` the legal moves' win probabilities float32 [B, W] (see submit_legal).
 
         The arrays are views of the lane's buffers, valid until its next call.
 
         Raises:
+            UserError: action values asked of a network without the head.
             ValueError: as submit_legal and PendingOutput.wait.
         """
-        return self.submit_legal(planes, scalars, legal_indices, legal_counts, lane=lane).wait()
+        return self.submit_legal(planes, scalars, legal_indices, legal_counts, lane=lane,
+                                 action_values=action_values).wait()
 
-    def _lane(self, lane: int) -> tuple[_HostOutput, tuple[Any, Any] | None]:
+    def _lane(self, lane: int) -> tuple[HostOutput, tuple[Any, Any] | None]:
         entry = self._lanes.get(lane)
         if entry is None:
-            entry = (_HostOutput(pin=self.use_cuda), _pass_events(self.device))
+            entry = (HostOutput(pin=self.use_cuda), _pass_events(self.device))
             self._lanes[lane] = entry
         return entry
 
     def profile_legal(self, planes: np.ndarray, scalars: np.ndarray, legal_indices: np.ndarray,
-                      legal_counts: np.ndarray) -> dict[str, float]:
+                      legal_counts: np.ndarray, *, action_values: bool = False) -> dict[str, float]:
         """Times one evaluate_legal pass stage by stage: seconds of 'input', 'forward' and 'output'.
 
         input: the compact batch and its legal indices to the device;
         forward: the network (input expansion included); output: the legal
-        logits' gather and the copy to the host. Each stage is waited for
-        before the next starts, so the sum exceeds a real pass, where they overlap.
+        logits' gather (and with ``action_values`` the legal moves' scores)
+        and the copy to the host. Each stage is waited for before the next
+        starts, so the sum exceeds a real pass, where they overlap.
 
         Raises:
+            UserError: action values asked of a network without the head.
             ValueError: as submit_legal, or an empty batch.
         """
-        rows, width = _legal_shape(planes, scalars, legal_indices, legal_counts)
+        if action_values:
+            self._action_value_head()
+        rows, width = legal_shape(planes, scalars, legal_indices, legal_counts)
         if rows == 0:
             raise ValueError("profile_legal needs at least one position")
         host, _ = self._lane(-1)
@@ -522,7 +545,8 @@ class Evaluator:
         with torch.inference_mode(), self._autocast():
             sync()
             tick[0] = time.perf_counter()
-            self._run_legal(planes, scalars, legal_indices, legal_counts, host.tensors(rows, width), stage_done)
+            self._run_legal(planes, scalars, legal_indices, legal_counts,
+                            host.tensors(rows, width, action_values=action_values), stage_done)
         return times
 
     def fold_batch_norm(self) -> bool:
@@ -533,7 +557,7 @@ class Evaluator:
 
         Returns whether it folded: only on the CPU, eager and not compiled.
         """
-        if self.use_cuda or self._forward is not self.model:
+        if self.use_cuda or self._forward is not self._search:
             return False
         self._forward = self._folded()
         self.folded = True
@@ -541,7 +565,7 @@ class Evaluator:
 
     def _folded(self) -> torch.nn.Module:
         folded = fold_batch_norm(self.model)
-        return _channels_last(folded) if self.autocast else folded
+        return features_only(_channels_last(folded) if self.autocast else folded)
 
     def set_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Replaces the model's weights in place (no rebuild, no recompile, captured graphs stay valid); the

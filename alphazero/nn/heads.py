@@ -24,11 +24,20 @@ _T = TypeVar("_T")
 
 
 class NetOutput(NamedTuple):
-    """What the network returns for a batch of N positions."""
+    """What the network returns for a batch of N positions.
+
+    The last two come from the action-value head (alphazero.nn.action_values)
+    and are None without one; ``action_values`` is None as well from a pass
+    asked for the features alone (``model(planes, scalars, action_values=False)``:
+    the search's and the learner's, which score only the moves they need).
+    """
 
     policy_logits: torch.Tensor  # float32 [N, 4672], unmasked
     value: torch.Tensor  # float32 [N] in [-1, 1]
     wdl_logits: torch.Tensor | None  # float32 [N, 3] (win, draw, loss), or None for a scalar head
+    # float32 [N, 4672]: the mover's win probability after each move (0 at the indices never legal)
+    action_values: torch.Tensor | None = None
+    action_features: torch.Tensor | None = None  # [N, 64, 2E]: each square's from and to features for the head
 
 
 def float32_head(layer: Callable[[torch.Tensor], _T], x: torch.Tensor) -> _T:

@@ -12,6 +12,9 @@ which the Chessformer returns too), always from the side to move:
 - ``value`` [N] in [-1, 1]: the expected outcome.
 - ``wdl_logits`` [N, 3] (win, draw, loss) when the value head is 'wdl', else None;
   then value = P(win) - P(loss).
+- ``action_values`` [N, 4672] in [0, 1] and ``action_features`` [N, 64, 2E]
+  with an action-value head (``network.action_value_head``,
+  alphazero.nn.action_values), else None.
 
 Example::
 
@@ -32,6 +35,7 @@ from torch import nn
 from alphazero.chess.moves import NUM_PLANES
 from alphazero.config import NetworkConfig
 from alphazero.errors import UserError
+from alphazero.nn.action_values import ACTION_VALUE_PREFIX, ActionValueHead, with_action_values
 from alphazero.nn.chessformer import Chessformer
 from alphazero.nn.heads import NetOutput, float32_head
 from alphazero.nn.planes import INPUT_PLANES, expand_torch
@@ -83,9 +87,18 @@ class AlphaZeroNet(nn.Module):
         self.value_conv = _conv_bn(config.filters, config.value_filters, 1)
         self.value_fc = nn.Linear(config.value_filters * 64, config.value_hidden)
         self.value_out = nn.Linear(config.value_hidden, 3 if config.value_head == "wdl" else 1)
+        self.action_value_conv: nn.Conv2d | None = None
+        self.action_value: ActionValueHead | None = None
+        if config.action_value_head != "none":
+            # A bias, no batch norm: a head added to trained (and frozen-statistics) weights starts as it trains.
+            self.action_value_conv = nn.Conv2d(config.filters, 2 * config.action_value_filters, 1)
+            self.action_value = ActionValueHead(config)
 
-    def forward(self, planes: torch.Tensor, scalars: torch.Tensor) -> NetOutput:
+    def forward(self, planes: torch.Tensor, scalars: torch.Tensor, *, action_values: bool = True) -> NetOutput:
         """Evaluates a batch of compact positions (int64 [N, 112], float32 [N, 7]) on the model's device.
+
+        With an action-value head, ``action_values=False`` leaves NetOutput.action_values out (the
+        head's per-square features come out alone, for the caller to score the moves it needs).
 
         Raises:
             ValueError: wrong input dtypes or shapes (from planes.expand_torch).
@@ -100,8 +113,14 @@ class AlphaZeroNet(nn.Module):
         out = float32_head(self.value_out, hidden).float()
         if self.config.value_head == "wdl":
             probabilities = out.softmax(dim=1)
-            return NetOutput(policy, probabilities[:, 0] - probabilities[:, 2], out)
-        return NetOutput(policy, torch.tanh(out[:, 0]), None)
+            result = NetOutput(policy, probabilities[:, 0] - probabilities[:, 2], out)
+        else:
+            result = NetOutput(policy, torch.tanh(out[:, 0]), None)
+        if self.action_value_conv is None:
+            return result
+        # [N, 2E, 8, 8] -> [N, 64, 2E]: square 8 * row + col's from and to features.
+        features = self.action_value_conv(x).flatten(2).transpose(1, 2)
+        return with_action_values(result, self.action_value, features, action_values)
 
 
 def build_network(config: NetworkConfig) -> nn.Module:
@@ -186,15 +205,27 @@ def check_architecture(saved: NetworkConfig, expected: NetworkConfig, source: st
 def load_weights(model: nn.Module, state_dict: dict[str, torch.Tensor], source: str | os.PathLike[str]) -> None:
     """Copies ``state_dict`` into ``model`` in place (keeping its device and memory format).
 
+    Weights without an action-value head load into a model with one (``train
+    --init`` from a network trained before the head, with
+    ``network.action_value_head`` set): everything else loads, the head keeps
+    the weights it was built with, and one warning says so.
+
     Raises:
         UserError: the weights do not fit the model (names or shapes differ).
     """
+    target, state = _unwrap(model), clean_state_dict(state_dict)
+    head = {name for name in target.state_dict() if name.startswith(ACTION_VALUE_PREFIX)}
+    fresh_head = bool(head) and set(target.state_dict()) - head == set(state)
     try:
         with torch.no_grad():
-            _unwrap(model).load_state_dict(clean_state_dict(state_dict))
+            target.load_state_dict(state, strict=not fresh_head)
     except RuntimeError as error:
         first_line = str(error).strip().splitlines()[0]
         raise UserError(f"{source}: the weights do not fit the model: {first_line}") from None
+    if fresh_head:
+        log.warning("%s has no action-value head: the rest of the network loaded, and its %r head "
+                    "(network.action_value_head) starts from fresh weights", source,
+                    model_config(target).action_value_head)
 
 
 def fold_batch_norm(model: nn.Module) -> nn.Module:

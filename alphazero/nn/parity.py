@@ -53,10 +53,13 @@ class ParityErrors:
     value: float  # largest |fast - eager| of a value (NaN: a NaN on either side)
     policy: float  # largest |fast - eager| of a legal move's probability
     ok: bool  # every value and probability within atol + rtol * |eager|
+    action_value: float | None = None  # largest |fast - eager| of a legal move's action value (None: not compared)
 
     def describe(self) -> str:
         """Gets 'largest value error 0.012, largest legal-move probability error 0.004'."""
-        return f"largest value error {self.value:.3g}, largest legal-move probability error {self.policy:.3g}"
+        action = "" if self.action_value is None else f", largest action-value error {self.action_value:.3g}"
+        return (f"largest value error {self.value:.3g}, largest legal-move probability error {self.policy:.3g}"
+                f"{action}")
 
 
 def legal_softmax(legal_logits: np.ndarray, legal_counts: np.ndarray) -> np.ndarray:
@@ -84,16 +87,23 @@ def _worst(fast: np.ndarray, ref: np.ndarray, settings: ParitySettings) -> tuple
 
 
 def compare_legal(fast_logits: np.ndarray, fast_values: np.ndarray, ref_logits: np.ndarray, ref_values: np.ndarray,
-                  legal_counts: np.ndarray, settings: ParitySettings) -> ParityErrors:
-    """Compares one batch's fast legal logits [B, W] and values [B] with float32 eager's.
+                  legal_counts: np.ndarray, settings: ParitySettings, *, fast_action_values: np.ndarray | None = None,
+                  ref_action_values: np.ndarray | None = None) -> ParityErrors:
+    """Compares one batch's fast legal logits [B, W] and values [B] with float32 eager's, and the legal
+    moves' action values [B, W] when both are given.
 
     Only each row's first legal_counts[b] logits count; they are compared as
-    probabilities (the softmax over the row's legal moves).
+    probabilities (the softmax over the row's legal moves); the action values
+    (probabilities already) of those columns as they are.
     """
     counts = legal_counts[:len(fast_values)]
     value, values_ok = _worst(fast_values, ref_values, settings)
     policy, policy_ok = _worst(legal_softmax(fast_logits, counts), legal_softmax(ref_logits, counts), settings)
-    return ParityErrors(value, policy, values_ok and policy_ok)
+    if fast_action_values is None or ref_action_values is None:
+        return ParityErrors(value, policy, values_ok and policy_ok)
+    real = np.arange(fast_action_values.shape[1]) < counts[:, None]
+    action, action_ok = _worst(fast_action_values[real], ref_action_values[real], settings)
+    return ParityErrors(value, policy, values_ok and policy_ok and action_ok, action)
 
 
 __all__ = ["PARITY_MODES", "ParityErrors", "ParitySettings", "compare_legal", "legal_softmax"]

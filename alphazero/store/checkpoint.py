@@ -16,6 +16,10 @@ Files:
 - a model file (``save_model``): format "alphazero-model", version 1,
   network, model, extra, checksums.
 
+The ``network`` entry holds every NetworkConfig field the writer had; a field
+missing from an older file takes its default (files from before
+``network.action_value_head`` load as networks without that head).
+
 ``checksums`` holds a SHA-256 of each part of the payload as it was saved:
 ``model`` (every weight), ``optimizer`` (every tensor and number of its
 state) and ``other`` (every other entry). ``read_payload``, which every

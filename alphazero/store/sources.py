@@ -37,6 +37,7 @@ import torch
 
 from alphazero.config import DEFAULT_PRESET, Config, NetworkConfig, SearchConfig
 from alphazero.errors import UserError
+from alphazero.nn.action_values import features_only
 from alphazero.nn.builtin import BUILTIN, builtin_path, is_builtin, require_builtin
 from alphazero.nn.forward import Evaluator
 from alphazero.nn.network import build_network, pick_device
@@ -240,7 +241,7 @@ class Network:
         planes, scalars = _encode([board])
         planes_t, scalars_t = compact_to_torch(planes, scalars, evaluator.device)
         with torch.inference_mode():
-            wdl_logits = evaluator.model(planes_t, scalars_t).wdl_logits
+            wdl_logits = features_only(evaluator.model)(planes_t, scalars_t).wdl_logits
         assert wdl_logits is not None
         return float(torch.softmax(wdl_logits.float(), dim=-1)[0, 1])
 
@@ -310,7 +311,8 @@ def load_network(
         label, tag = f"step {step}", f"step{step}"
     else:
         label, tag = f"weights {resolved.path.name}", resolved.path.stem
-    evaluator = Evaluator(model, torch_device, precision=precision, forward=forward, max_batch=max_batch)
+    evaluator = Evaluator(model, torch_device, precision=precision, forward=forward, max_batch=max_batch,
+                          name=f"the {label}" if resolved.builtin else str(resolved.path))
     return _said(Network(evaluator, label, tag, step, resolved.path, False, config, notice_of(extra)), warn)
 
 
@@ -345,7 +347,8 @@ def _fresh_network(run: Path, config: Config | None, device: torch.device, warn:
     print(f"warning: {where}; playing with freshly initialised weights ({what}, seed "
           f"{config.learner.seed}), i.e. about as strong as random", file=out, flush=True)
     model = _fresh_model(config)
-    evaluator = Evaluator(model, device, precision=precision, forward=forward, max_batch=max_batch)
+    evaluator = Evaluator(model, device, precision=precision, forward=forward, max_batch=max_batch,
+                          name="the fresh weights")
     return _said(Network(evaluator, "fresh weights", "fresh", 0, None, True, config), warn)
 
 
@@ -383,8 +386,15 @@ class Weights:
     notice: str = ""  # the data's attribution and licence, when the file carries them (pretrain --notice)
 
     def overrides(self) -> list[str]:
-        """Gets ``network.KEY=VALUE`` overrides that give a new run this architecture."""
-        return [f"network.{f.name}={getattr(self.network, f.name)}" for f in dataclasses.fields(self.network)]
+        """Gets ``network.KEY=VALUE`` overrides that give a new run this architecture.
+
+        Weights without an action-value head leave its fields to the run (a
+        ``--set network.action_value_head=...`` adds one, which starts fresh:
+        alphazero.nn.network.load_weights).
+        """
+        headless = self.network.action_value_head == "none"
+        return [f"network.{f.name}={getattr(self.network, f.name)}" for f in dataclasses.fields(self.network)
+                if not (headless and f.name in NetworkConfig.CANONICAL_AT_DEFAULT)]
 
     def final_learning_rate(self, batch_size: int) -> float | None:
         """Gets the learning rate the weights were last trained at, scaled linearly to ``batch_size``
