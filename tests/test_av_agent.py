@@ -14,7 +14,7 @@ import itertools
 import json
 import math
 import sys
-import time
+import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -322,8 +322,23 @@ def test_mode_av_through_python_chess_with_a_head(weights: Path) -> None:
         uci.quit()
 
 
-def _in_process(weights: Path, *options: str) -> tuple[UciEngine, io.StringIO]:
-    out = io.StringIO()
+class _Lines(io.StringIO):
+    """The engine's output, with an event set when a written line holds ``wanted``."""
+
+    def __init__(self, wanted: str = " pv ") -> None:
+        super().__init__()
+        self.wanted = wanted
+        self.seen = threading.Event()
+
+    def write(self, text: str) -> int:
+        written = super().write(text)
+        if self.wanted in text:
+            self.seen.set()
+        return written
+
+
+def _in_process(weights: Path, *options: str) -> tuple[UciEngine, _Lines]:
+    out = _Lines()
     engine = UciEngine(None, weights, "cpu", stdin=io.StringIO(""), stdout=out)
     for option in options:
         engine.handle(f"setoption name {option}")
@@ -355,9 +370,7 @@ def test_a_searchless_go_infinite_withholds_bestmove_until_stop(weights: Path,
     engine, out = _in_process(weights, "Mode value av")
     engine.handle(f"position fen {HANGING_QUEEN}")
     engine.handle("go infinite")
-    deadline = time.monotonic() + 60  # a bound against a hang, not a wait for time to pass
-    while " pv " not in out.getvalue() and time.monotonic() < deadline:
-        time.sleep(0.01)
+    assert out.seen.wait(60)  # the answer's info line (the bound only stops a hang)
     assert " pv d2d5" in out.getvalue() and "bestmove" not in out.getvalue() and engine.searching()
     engine.handle("stop")
     assert out.getvalue().splitlines()[-1] == "bestmove d2d5"
