@@ -51,7 +51,12 @@ FORWARD_MODES = ("eager", "graphs", "compile")
 CPU_FORWARD_MODES = ("eager", "compile")  # a CPU has no CUDA graphs
 # When the Evaluator checks a fast pass against float32 eager (alphazero.nn.parity): here for the same reason.
 PARITY_MODES = ("auto", "always", "off")
-PRECISIONS = ("auto", "bf16", "float32")  # alphazero.nn.precision: on a CPU 'auto' is bf16 where native and faster
+# What a network's pass or training step runs in (alphazero.nn.precision): 'auto' is bf16 on a CPU where native and
+# faster, on a GPU where native (compute capability 8.0 and up), else float16 (inference) or float32.
+PRECISIONS = ("auto", "bf16", "float16", "float32")
+CPU_PRECISIONS = ("auto", "bf16", "float32")  # a CPU has no fast float16
+# The learner trains float16 with loss scaling (learner/loss_scaling.py).
+LEARNER_CUDA_PRECISIONS = ("auto", "bf16", "float16", "float32")
 
 
 def _field(default: Any, doc: str) -> Any:
@@ -188,7 +193,8 @@ class SelfPlayConfig(_Section):
                                                      "cuda_forward": FORWARD_MODES,
                                                      "transport": ("disk", "ray"),
                                                      "parity_check": PARITY_MODES,
-                                                     "cpu_precision": PRECISIONS,
+                                                     "cpu_precision": CPU_PRECISIONS,
+                                                     "cuda_precision": PRECISIONS,
                                                      "cpu_forward": CPU_FORWARD_MODES}
     MINIMUM: ClassVar[dict[str, float]] = {"actors": 0, "games_per_actor": 1, "shard_games": 1, "sink_window": 1,
                                            "server_batch_size": 0, "server_wait_ms": 0.0,
@@ -206,7 +212,8 @@ class SelfPlayConfig(_Section):
                                         "first game goes out at once); 0 = only full shards")
     inference: str = _field("local", "'local': each actor runs the network; 'server': batching GPU servers")
     device: str = _field("auto", "device for local inference and the servers: 'auto' (a GPU when self-play has GPUs, "
-                                 "--gpus > 0, else the CPU), 'cpu' (refuses --gpus), 'cuda' or 'cuda:N' (needs --gpus)")
+                                 "--gpus > 0, else the CPU), 'cpu' (refuses --gpus) or 'cuda' (needs --gpus; each "
+                                 "actor or server runs on the GPU Ray gives it, so cuda:N is refused)")
     server_batch_size: int = _field(0, "most positions in one forward pass of an inference server; 0 = the requests "
                                        "of every lane it serves at once (its actors x games_per_actor x "
                                        "search.leaves_per_game), so that one pass merges several actors' batches")
@@ -235,9 +242,14 @@ class SelfPlayConfig(_Section):
                                          "'compile' (torch.compile reduce-overhead per bucket; minutes at start in "
                                          "each actor or server) or 'eager'; a bucket "
                                          "whose capture or compilation fails runs eager (one warning)")
+    # One precision per kind of device (precision_for): a CPU's 'auto' is timed, a GPU's a function of its kind.
     cpu_precision: str = _field("auto", "the network's precision on a CPU (actors, a CPU server): 'auto' (bf16 "
                                         "autocast where the processor has native bf16, AVX512-BF16 or AMX, and a "
                                         "pass timed at start is faster; else float32), 'bf16' or 'float32'")
+    cuda_precision: str = _field("auto", "the network's precision on a GPU (actors, servers): 'auto' (bf16 autocast "
+                                         "where the GPU has native bf16, compute capability 8.0 and up; else float16 "
+                                         "autocast where it has float16 tensor cores, 7.0 and up; else float32), "
+                                         "'bf16', 'float16' or 'float32'; the parity check watches either")
     # Compiled passes pay for their seconds of compilation at start in any run longer than a minute
     # (EXPERIMENTS.md, "Issue 32: bf16 on the CPU").
     cpu_forward: str = _field("compile", "how an actor's (or a CPU server's) pass runs on a CPU: 'compile' "
@@ -261,6 +273,10 @@ class SelfPlayConfig(_Section):
         if self.parity_share > 1.0:
             raise UserError(f"selfplay.parity_share must lie in [0, 1], got {self.parity_share}")
 
+    def precision_for(self, device_type: str) -> str:
+        """Gets the precision setting of the network on a device of ``device_type`` ('cpu', 'cuda')."""
+        return self.cuda_precision if device_type == "cuda" else self.cpu_precision
+
 
 @dataclass(frozen=True)
 class LearnerConfig(_Section):
@@ -268,8 +284,9 @@ class LearnerConfig(_Section):
 
     SECTION: ClassVar[str] = "learner"
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"optimizer": ("sgd", "adam", "adamw", "nadam"),
-                                                     "trainable": ("all", "policy_head"),
-                                                     "cpu_precision": PRECISIONS}
+                                                     "trainable": ("all", "policy_head", "action_value_head"),
+                                                     "cpu_precision": CPU_PRECISIONS,
+                                                     "cuda_precision": LEARNER_CUDA_PRECISIONS}
     MINIMUM: ClassVar[dict[str, float]] = {
         "batch_size": 1, "momentum": 0.0, "weight_decay": 0.0, "training_steps": 0,
         "window_positions": 1, "min_window_positions": 1, "max_sample_reuse": 0.0,
@@ -339,12 +356,18 @@ class LearnerConfig(_Section):
     cpu_precision: str = _field("auto", "training precision on a CPU (learn, train, pretrain): 'auto' (bf16 "
                                         "autocast with float32 weights and optimiser where the processor has native "
                                         "bf16 and a step timed at start is faster; else float32), 'bf16' or 'float32'")
+    cuda_precision: str = _field("auto", "training precision on a GPU: 'auto' (bf16 autocast with float32 weights and "
+                                         "optimiser where the GPU has native bf16, compute capability 8.0 and up; "
+                                         "float16 autocast with loss scaling from 7.0; else float32), 'bf16', "
+                                         "'float16' or 'float32'")
     compile: bool = _field(False, "torch.compile the network for training")
     freeze_batch_norm: bool = _field(False, "keep the batch-norm running statistics the weights came with (and "
                                             "normalise training batches with them) instead of re-estimating them "
                                             "on the training data: for fine-tuning a pretrained network")
-    trainable: str = _field("all", "what learns: 'all' the network, or 'policy_head' alone (the tower and the "
-                                   "value head keep the weights they came with; needs freeze_batch_norm)")
+    trainable: str = _field("all", "what learns: 'all' the network; 'policy_head' alone (the tower, the value head "
+                                   "and any action-value head keep the weights they came with); or "
+                                   "'action_value_head' alone (network.action_value_head: the tower, the policy "
+                                   "and the value heads keep theirs); either head alone needs freeze_batch_norm")
     seed: int = _field(0, "seed of the learner's sampling and initial weights")
     # A learner waiting at the reuse cap trains again as soon as the next shard lands (no idle learner while
     # games wait unread); listing the folder twice a second costs nothing beside a training step.
@@ -377,6 +400,10 @@ class LearnerConfig(_Section):
         if not (self.momentum < 1.0 and self.beta2 < 1.0):
             raise UserError(f"learner.momentum and learner.beta2 must be below 1, got {self.momentum} "
                             f"and {self.beta2}")
+
+    def precision_for(self, device_type: str) -> str:
+        """Gets the training precision setting on a device of ``device_type`` ('cpu', 'cuda')."""
+        return self.cuda_precision if device_type == "cuda" else self.cpu_precision
 
     def window_size(self, total: int) -> int:
         """Gets the replay window's size once ``total`` positions have entered it (KataGo's shuffler).

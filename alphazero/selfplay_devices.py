@@ -1,12 +1,13 @@
 """The device self-play runs on: a run's ``selfplay.device`` and the GPUs reserved for self-play, resolved.
 
->>> selfplay_device("auto", 0), selfplay_device("auto", 1)
-('cpu', 'cuda')
+>>> selfplay_device("auto", 0), selfplay_device("auto", 1), selfplay_device("cuda:0", 1)
+('cpu', 'cuda', 'cuda')
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from alphazero.config import Config
 from alphazero.errors import UserError
@@ -18,16 +19,25 @@ def selfplay_device(setting: str, gpus: float) -> str:
     'auto' is 'cuda' with GPUs and 'cpu' without: an actor or server that holds
     no GPU runs on the CPU whatever the machine has (Ray no longer hides the
     GPUs from it, and a CUDA context there would sit on GPU 0 unseen by Ray).
+    An actor or server that holds a GPU sees that one alone, as cuda:0 (Ray
+    sets its CUDA_VISIBLE_DEVICES), so 'cuda:0' is 'cuda' and 'cuda:N' above 0
+    names a GPU it cannot reach.
 
     Raises:
-        UserError: 'cpu' with GPUs, or a CUDA device without; the message names selfplay.device.
+        UserError: 'cpu' with GPUs, cuda:N above 0, or a CUDA device without GPUs; the message names
+            selfplay.device.
     """
     setting = setting.strip().lower()
     if gpus > 0:
         if setting == "cpu":
             raise UserError(f"--gpus {gpus:g} reserves GPUs for self-play, but selfplay.device is 'cpu': "
                             f"leave out --gpus, or --set selfplay.device=auto")
-        return "cuda" if setting == "auto" else setting
+        numbered = re.fullmatch(r"cuda:(\d+)", setting)
+        if numbered is not None and int(numbered[1]) > 0:
+            raise UserError(f"selfplay.device is {setting!r}, but each self-play actor and server sees only the GPU "
+                            f"Ray gives it, as cuda:0: --set selfplay.device=cuda, and choose the machine's GPUs "
+                            f"with CUDA_VISIBLE_DEVICES")
+        return "cuda" if setting in ("auto", "cuda:0") else setting
     if setting not in ("auto", "cpu"):
         raise UserError(f"selfplay.device is {setting!r}, but self-play has no GPUs: pass --gpus N, "
                         f"or --set selfplay.device=auto")

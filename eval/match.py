@@ -15,12 +15,14 @@ draw at the ply limit, or by resignation when both agents agree it is lost
 move that makes it does not end the game: a searching agent plans with the
 same rules it is judged by, and a random player does not claim draws.
 
-With an `out_dir`, the finished games are rewritten after each game to
-`<match_id>.pgn` and `<match_id>.jsonl`, each through a temporary file
-`.<name>.tmp` renamed into place, so readers never see half a file and a crash
-loses only the games in flight. The folders are checked before the first
-game; if they stop taking files later, the files move to a temporary folder
-(named on stderr) rather than losing games. PGN tags for the end of a game
+With an `out_dir`, each finished game is appended to `<match_id>.pgn` and
+`<match_id>.jsonl` in one write of the whole game (the first games create
+them through a temporary file `.<name>.tmp` renamed into place), so readers
+see whole games only and a crash loses only the games in flight; at the end,
+games that finished out of round order are put in order (_GameFiles). The
+folders are checked before the first game; if they stop taking files later,
+the files move to a temporary folder (named on stderr) rather than losing
+games. PGN tags for the end of a game
 follow alphazero.chess.pgn (the standard Termination, the rule in TerminationDetail).
 The records themselves, and the result that counts them, are eval.match_records'.
 
@@ -35,7 +37,6 @@ and the clocks are kept in the records (JSON `seconds` and `clocks`, PGN
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import sys
@@ -56,7 +57,7 @@ from alphazero.console import LiveDisplay
 from alphazero.errors import UserError
 from alphazero.store.rundir import atomic_write_text, check_writable_directory
 from eval.agent import Agent, Choice
-from eval.match_records import DRAW, GameRecord, MatchResult, format_summary
+from eval.match_records import DRAW, GameRecord, MatchResult, append_text, format_summary, jsonl_text, pgn_text
 from eval.openings import Opening, load_openings
 
 DEFAULT_CONCURRENCY = 16
@@ -284,19 +285,23 @@ def _advance(agent: Agent, games: list[_Game], rules: _Rules) -> None:
 
 
 def _write_games(pgn_path: Path, jsonl_path: Path, records: Sequence[GameRecord]) -> None:
-    """Rewrites both output files with every finished game, in round order.
+    """Writes both output files anew with these games, each through a temporary file renamed into place.
 
     Raises:
         OSError: a file cannot be written.
     """
-    ordered = sorted(records, key=lambda r: r.round)
-    atomic_write_text(pgn_path, "".join(str(r.to_pgn()) + "\n\n" for r in ordered))
-    atomic_write_text(jsonl_path, "".join(json.dumps(r.to_json()) + "\n" for r in ordered))
+    atomic_write_text(pgn_path, pgn_text(records))
+    atomic_write_text(jsonl_path, jsonl_text(records))
 
 
 class _GameFiles:
     """Where a match's games are written: the folders asked for, or a temporary folder once those fail.
 
+    The first games finished create the files (replacing those of a match of
+    the same id, as a rerun does); each game after is appended, so that a
+    match writes each game once, not all of them after every game. At the
+    end (`close`) games that finished out of round order are put in order by
+    one rewrite: the files are then those of every game in round order.
     Games already played are never dropped for want of a place to write
     them: when the chosen folders stop taking files (a full or read-only
     disk), the files move to a new temporary folder, and a warning on stderr
@@ -307,14 +312,32 @@ class _GameFiles:
     def __init__(self, pgn_path: Path, jsonl_path: Path) -> None:
         self.pgn_path: Path | None = pgn_path
         self.jsonl_path: Path | None = jsonl_path
+        self.written: list[GameRecord] = []  # the games in the files, in the files' order
 
-    def write(self, records: Sequence[GameRecord]) -> None:
+    def add(self, records: Sequence[GameRecord]) -> None:
+        """Writes newly finished games after those already written."""
         if self.pgn_path is None or self.jsonl_path is None:
             return
         try:
-            _write_games(self.pgn_path, self.jsonl_path, records)
+            if self.written:
+                append_text(self.pgn_path, pgn_text(records))
+                append_text(self.jsonl_path, jsonl_text(records))
+            else:
+                _write_games(self.pgn_path, self.jsonl_path, records)
         except OSError as error:
-            self._fall_back(error, records)
+            self._fall_back(error, [*self.written, *records])
+        self.written.extend(records)
+
+    def close(self) -> None:
+        """Rewrites the files in round order if games finished out of it (once, at the end of the match)."""
+        rounds = [r.round for r in self.written]
+        if self.pgn_path is None or self.jsonl_path is None or rounds == sorted(rounds):
+            return
+        self.written.sort(key=lambda r: r.round)
+        try:
+            _write_games(self.pgn_path, self.jsonl_path, self.written)
+        except OSError as error:
+            self._fall_back(error, self.written)
 
     def _fall_back(self, error: OSError, records: Sequence[GameRecord]) -> None:
         assert self.pgn_path is not None and self.jsonl_path is not None
@@ -454,21 +477,26 @@ def play_match(
     agents = [agent_a] if agent_a is agent_b else [agent_a, agent_b]
     running: list[_Game] = []
     with _progress_bar(progress, agent_a, agent_b, len(pending)) as bar:
-        while (pending or running) and not (stop is not None and stop.is_set()):
-            while pending and len(running) < concurrency:
-                running.append(_start_game(*pending.popleft(), agents, rules, clock))
-            for agent in agents:
-                turn = [g for g in running if g.result is None and g.to_move(agent_a, agent_b) is agent]
-                if turn and clock is not None:
-                    for game in turn:
-                        game.play_on_clock(agent, clock, rules)
-                elif turn:
-                    _advance(agent, turn, rules)
-            finished = [g for g in running if g.result is not None]
-            running = [g for g in running if g.result is None]
-            if finished:
-                _finish(result, finished, agent_a, agent_b, files, clock)
-                bar.update(advance=len(finished), text=_score_text(result))
+        try:
+            while (pending or running) and not (stop is not None and stop.is_set()):
+                while pending and len(running) < concurrency:
+                    running.append(_start_game(*pending.popleft(), agents, rules, clock))
+                for agent in agents:
+                    turn = [g for g in running if g.result is None and g.to_move(agent_a, agent_b) is agent]
+                    if turn and clock is not None:
+                        for game in turn:
+                            game.play_on_clock(agent, clock, rules)
+                    elif turn:
+                        _advance(agent, turn, rules)
+                finished = [g for g in running if g.result is not None]
+                running = [g for g in running if g.result is None]
+                if finished:
+                    _finish(result, finished, agent_a, agent_b, files, clock)
+                    bar.update(advance=len(finished), text=_score_text(result))
+        finally:  # also on an agent's error or Ctrl-C: the files hold the finished games in round order
+            if files is not None and files.written:
+                files.close()
+                result.pgn_path, result.jsonl_path = files.pgn_path, files.jsonl_path
     return result
 
 
@@ -485,11 +513,12 @@ def _start_game(round_: int, opening: Opening, a_is_white: bool, agents: list[Ag
 
 def _finish(result: MatchResult, finished: list[_Game], a: Agent, b: Agent, files: _GameFiles | None,
             clock: Clock | None = None) -> None:
-    """Records finished games in the result and rewrites the output files (their paths go in the result)."""
-    result.games.extend(g.record(result.match_id, a, b, clock) for g in finished)
+    """Records finished games in the result and adds them to the output files (their paths go in the result)."""
+    records = sorted((g.record(result.match_id, a, b, clock) for g in finished), key=lambda r: r.round)
+    result.games.extend(records)
     result.games.sort(key=lambda r: r.round)
     if files is not None:
-        files.write(result.games)
+        files.add(records)
         result.pgn_path, result.jsonl_path = files.pgn_path, files.jsonl_path
 
 

@@ -1,13 +1,19 @@
 """What a match leaves: each game's record (its JSON line and PGN game) and the match's result.
 
 eval.match plays the games and writes these records to `<match_id>.jsonl`
-and `<match_id>.pgn`; a MatchResult counts them from agent A's side, and
-format_summary puts its score and Elo difference on one line.
+and `<match_id>.pgn` (the files' text is pgn_text's and jsonl_text's, added
+game by game with append_text); a MatchResult counts them from agent A's
+side, and format_summary puts its score and Elo difference on one line.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import json
 import math
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -107,6 +113,46 @@ class GameRecord:
             if ply < len(self.clocks) and self.clocks[ply] is not None:
                 node.set_clock(self.clocks[ply])
         return game
+
+
+def pgn_text(records: Sequence[GameRecord]) -> str:
+    """The PGN file's text for these games, in this order (a blank line after each game)."""
+    return "".join(str(r.to_pgn()) + "\n\n" for r in records)
+
+
+def jsonl_text(records: Sequence[GameRecord]) -> str:
+    """The JSON-lines file's text for these games, in this order (one line each)."""
+    return "".join(json.dumps(r.to_json()) + "\n" for r in records)
+
+
+def append_text(path: Path, text: str) -> None:
+    """Adds ``text`` (whole games or lines) at the end of the file ``path`` in one write, synced to the disk.
+
+    One write of complete records (O_APPEND) is what lets a reader of the
+    file see whole records only, and a failed or short write (a full disk) is
+    cut off again, so that the next record does not start in the middle of a
+    torn one.
+
+    Raises:
+        OSError: the file is missing or cannot be written (its filename is ``path``).
+    """
+    data = text.encode("utf-8")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    except OSError as error:
+        raise OSError(error.errno, error.strerror, str(path)) from None
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            if os.write(fd, data) != len(data):  # only a full disk writes less to a file
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+            os.fsync(fd)
+        except OSError as error:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            raise OSError(error.errno, error.strerror, str(path)) from None
+    finally:
+        os.close(fd)
 
 
 @dataclass

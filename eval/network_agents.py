@@ -15,6 +15,10 @@ Five kinds, in the player registry (eval.agents.players(), which loads network_p
   (PUCT: the most visited move; Gumbel: Sequential Halving's choice);
   `algorithm=puct|gumbel` picks one. One MultiGameSearch slot per game, so
   each step sends the leaves of all the games through the network together.
+  Where the run's search settings read the action-value head's values
+  (search.fpu_mode or search.gumbel_unvisited = 'action_value') the search
+  gets them from a network with the head; without one, a warning says so once
+  and the search goes on with its usual value for unvisited moves.
 - `gumbel:N`: the same with Gumbel AlphaZero's search, whatever the run used.
 
 Where the weights come from is alphazero.store.sources' NetworkSource: a run's
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import abc
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,9 +51,10 @@ import numpy as np
 
 from alphazero.errors import UserError
 from alphazero.search import ANALYSIS, search_params
+from alphazero.search_action_values import asks_action_values, legal_evaluator
 from alphazero.store.rundir import DEFAULT_RUN_DIR, RunDir
 from alphazero.store.sources import Network, NetworkCache, NetworkSource, load_network
-from eval.action_values import legal_action_values, require_action_values
+from eval.action_values import has_action_values, legal_action_values, require_action_values
 from eval.agent import Agent, Choice
 from eval.player_kind import PlayerKind, int_option, player_kind, ptemp_option
 from mcts_ext import Board, ChessError
@@ -290,7 +296,9 @@ class SearchAgent(NetworkAgent):
     `policy_temperature` T makes the priors softmax(logits / T); None takes
     the run config's (`search.policy_temperature`).
     Choice.value is the root's value for the mover; info holds nodes, the
-    principal variation, the move's visits and Q.
+    principal variation, the move's visits and Q. The network's action values
+    go to a search whose settings read them (alphazero.search_action_values;
+    a network without the head is warned of once, on stderr).
 
     Raises UserError if simulations < 1 or the algorithm is unknown.
     """
@@ -307,6 +315,8 @@ class SearchAgent(NetworkAgent):
         self.policy_temperature = policy_temperature  # None: the run's search.policy_temperature
         self._search: MultiGameSearch | None = None
         self._batch: tuple | None = None
+        self._action_values = False  # the search reads the head's values and the network has the head
+        self._warned = False
 
     def _search_for(self, games: int) -> MultiGameSearch:
         # Reused between calls (the trees' memory and the batch arrays, pinned
@@ -316,6 +326,8 @@ class SearchAgent(NetworkAgent):
                                    simulations=self.simulations, policy_temperature=self.policy_temperature)
             self._search = MultiGameSearch(games, params)
             self._batch = self.network.evaluator.pin(self._search.new_batch())
+            self._action_values = asks_action_values(self._search, has_action_values(self.network),
+                                                     f"the network ({self.network.label})", self._warn_once)
         for slot in range(games, self._search.games):
             self._search.clear(slot)
         return self._search
@@ -327,8 +339,10 @@ class SearchAgent(NetworkAgent):
         search = self._search_for(len(boards))
         for slot, board in enumerate(boards):
             search.set_position(slot, to_mcts_board(board))
-        # The legal moves' logits only: on a GPU they are gathered there, ~30 floats a position come back.
-        run_search(search, evaluate_legal=self.network.evaluator.evaluate_legal, batch=self._batch)
+        # The legal moves' logits only (and their action values where asked): on a GPU they are gathered there,
+        # ~30 floats a position come back.
+        evaluate = legal_evaluator(self.network.evaluator.evaluate_legal, self._action_values)
+        run_search(search, evaluate_legal=evaluate, batch=self._batch)
         return [self._read(search, slot) for slot in range(len(boards))]
 
     def _read(self, search: MultiGameSearch, slot: int) -> Choice:
@@ -342,6 +356,11 @@ class SearchAgent(NetworkAgent):
             "q": q,
         }
         return Choice(chess.Move.from_uci(best), float(search.root_value(slot)), info)
+
+    def _warn_once(self, line: str) -> None:
+        if not self._warned:
+            self._warned = True
+            print(f"warning: {self.name}: {line}", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         """Frees the search trees."""

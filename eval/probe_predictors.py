@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from alphazero.nn.action_values import features_only
 from alphazero.nn.planes import compact_to_torch
 from eval.network_agents import expand_children
 from mcts_ext import Board
@@ -137,8 +138,11 @@ def state_value_scores(model: torch.nn.Module, boards: Sequence[Board | None], o
                        device: torch.device, batch: int) -> np.ndarray:
     """Gets SV's score of every legal move of every position (float64 [E], in legal order): minus the
     network's value of the position after the move, game ends exact (mating +1, a draw 0); NaN for the
-    moves of a position that is None (not rebuilt). The model runs as it is (the caller sets eval mode)."""
+    moves of a position that is None (not rebuilt). The model runs as it is (the caller sets eval mode);
+    with an action-value head it scores no move (features_only): SV reads the value alone, and scoring all
+    4672 moves of every child would cost several passes' worth."""
     scores = np.full(int(offsets[-1]), math.nan)
+    forward = features_only(model)
     for start in range(0, len(boards), SV_POSITIONS_PER_PASS):
         rows = [i for i in range(start, min(start + SV_POSITIONS_PER_PASS, len(boards))) if boards[i] is not None]
         children = expand_children([boards[i] for i in rows])
@@ -146,7 +150,7 @@ def state_value_scores(model: torch.nn.Module, boards: Sequence[Board | None], o
             pending = children.pending[first:first + batch]
             planes, scalars = new_batch(len(pending))
             encode_boards(pending, planes, scalars)
-            values = model(*compact_to_torch(planes, scalars, device)).value.float().cpu().numpy()
+            values = forward(*compact_to_torch(planes, scalars, device)).value.float().cpu().numpy()
             for (b, m), value in zip(children.slots[first:first + batch], values):
                 children.values[b][m] = -float(value)  # the child's side to move is the opponent
         for b, i in enumerate(rows):

@@ -36,6 +36,21 @@ with its own score and line, as `multipv k`; `UCI_ShowWDL` adds `wdl W D L`
 (eval.uci_search says how scores are given). `bestmove` names a `ponder`
 move when the line has a second move.
 
+The search's constants are the network's run config's (its `search` section;
+the defaults for a model file), with the options above on top
+(eval.uci_params; FpuMode and GumbelUnvisited at `auto` keep the network's).
+Where they read the action-value head's values (fpu_mode or gumbel_unvisited
+'action_value'), a network with the head gives them with each batch
+(alphazero.search_action_values); one without it is said in an `info string`
+and searched with the usual value for unvisited moves.
+
+The tree is bounded by memory, TreeMemoryMB (0: half the machine's memory),
+said in an `info string` when a search is built; a tree that fills it ends
+the search, said once, and the search's best move is the answer (after `stop`
+or `ponderhit` for `go infinite` or `go ponder`). An allocation that fails
+anyway is said with what to lower, answered with the best move so far, and
+the engine stays up (eval.uci_memory).
+
 Between moves of one game the search keeps the subtree of the moves played
 (tree reuse): when a `position` continues the game last searched, the visits
 already spent on it are kept; `ucinewgame`, another game, or a new network or
@@ -44,8 +59,8 @@ LeavesPerBatch start from an empty tree.
 
 from __future__ import annotations
 
+import contextlib
 import sys
-import threading
 import time
 from collections.abc import Callable
 from concurrent import futures
@@ -59,12 +74,17 @@ from alphazero import __version__
 from alphazero.errors import UserError
 from alphazero.nn.builtin import BUILTIN
 from alphazero.nn.network import pick_device
-from alphazero.search import UCI, parse_cpuct, parse_policy_temperature, search_params
+from alphazero.out_of_memory import out_of_memory_in, out_of_memory_message
+from alphazero.search_action_values import asks_action_values, legal_evaluator
 from alphazero.store.rundir import DEFAULT_RUN_DIR, RunDir
 from alphazero.store.sources import FRESH, Network, NetworkSource, load_network, resolve_source
+from eval.action_values import has_action_values
 from eval.timeman import TimeManager, best_is_settled
 from eval.uci_go import GoCommand, parse_go, plan_search_time, unsupported
+from eval.uci_memory import memory_line, out_of_memory_line, tree_full_line
 from eval.uci_options import DEFAULT_THREADS, INFINITE_NODES, OPTIONS, OPTIONS_BY_NAME, SEARCH, UciOption, quoted
+from eval.uci_output import Output, info_string_line, lenient
+from eval.uci_params import engine_search_params
 from eval.uci_search import NetworkThread, SearchJob, SearchReport, info_lines
 from eval.uci_searchless import answer_searchless, usable_mode
 from mcts_ext import STARTING_FEN, Board, ChessError
@@ -86,39 +106,6 @@ CPU the passes run eager whatever this says."""
 
 INFO_INTERVAL_S = 0.5
 """Seconds between info lines during a search (one more comes with bestmove)."""
-
-INFO_STRING_LIMIT = 400
-"""The longest `info string` text (a message quoting a 20 000-character line is no help to a GUI)."""
-
-
-# --- output ---------------------------------------------------------------------------------
-
-
-class _Output:
-    """Writes whole lines to the GUI from any thread, flushing each one."""
-
-    def __init__(self, stream: TextIO) -> None:
-        self._stream = stream
-        self._lock = threading.Lock()
-
-    def line(self, text: str) -> None:
-        with self._lock:
-            try:
-                self._stream.write(text + "\n")
-                self._stream.flush()
-            except (BrokenPipeError, ValueError):
-                pass  # the GUI went away (or closed our stream); nothing to tell it
-
-
-def _lenient(stream: TextIO) -> TextIO:
-    """Makes a text stream replace undecodable bytes instead of raising (garbage must not end the engine)."""
-    reconfigure = getattr(stream, "reconfigure", None)
-    if reconfigure is not None:
-        try:
-            reconfigure(errors="replace")
-        except (ValueError, OSError):
-            pass
-    return stream
 
 
 # --- the engine -------------------------------------------------------------------------------
@@ -156,8 +143,8 @@ class UciEngine:
         forward: str = ENGINE_FORWARD,
     ) -> None:
         self._clock = clock  # every deadline and reported time reads it (tests give a clock they advance)
-        self._in = stdin if stdin is not None else _lenient(sys.stdin)
-        self._out = _Output(stdout if stdout is not None else sys.stdout)
+        self._in = stdin if stdin is not None else lenient(sys.stdin)
+        self._out = Output(stdout if stdout is not None else sys.stdout)
         self._err = stderr if stderr is not None else sys.stderr
         self._run = Path(run_dir) if run_dir is not None else DEFAULT_RUN_DIR
         self._run_named = run_dir is not None  # a run the user named must exist (a typo must not play)
@@ -188,6 +175,8 @@ class UciEngine:
         self._search: MultiGameSearch | None = None
         self._batch: tuple[Any, ...] = ()
         self._search_key: tuple[Network, SearchParams] | None = None
+        self._action_values = False  # the search reads the head's values and the network has the head
+        self._memory_said: tuple[int, int, int] | None = None  # the tree memory last said (limit, nodes, option)
         self.last_report: SearchReport | None = None
         """What the last finished search did (for benchmarks and tests)."""
 
@@ -223,8 +212,11 @@ class UciEngine:
             return False
         try:
             handler(args)
-        except Exception as error:  # a handler bug must not end the engine
-            self.info_string(f"error in {command}: {type(error).__name__}: {error}")
+        except Exception as error:  # a handler bug (or an allocation that failed) must not end the engine
+            exhausted = out_of_memory_in(error)
+            why = out_of_memory_message(exhausted, "uci") if exhausted is not None else \
+                f"{type(error).__name__}: {error}"
+            self.info_string(f"error in {command}: {why}")
         return True
 
     def _handlers(self) -> dict[str, Callable[[list[str]], None]]:
@@ -237,11 +229,8 @@ class UciEngine:
         }
 
     def info_string(self, text: str) -> None:
-        """Sends `info string TEXT` (one line, cut to INFO_STRING_LIMIT characters)."""
-        text = " ".join(text.split())
-        if len(text) > INFO_STRING_LIMIT:
-            text = text[:INFO_STRING_LIMIT] + "..."
-        self._out.line("info string " + text)
+        """Sends `info string TEXT` (one line, cut to eval.uci_output.INFO_STRING_LIMIT characters)."""
+        self._out.line(info_string_line(text))
 
     # -- commands --
 
@@ -385,115 +374,117 @@ class UciEngine:
 
     # -- the search (on the network thread) --
 
-    def _algorithm_for(self, network: Network, job: SearchJob) -> str:
-        """The search algorithm of ``job``: the SearchAlgorithm option, or for ``auto`` the network's
-        search.algorithm when the search has a node budget, and PUCT when it runs until a clock or ``stop``
-        ends it (Sequential Halving divides a budget known in advance; PUCT's best move is good whenever
-        it is stopped)."""
-        chosen = str(self.values["SearchAlgorithm"])
-        if chosen != "auto":
-            return chosen
-        return "puct" if job.nodes >= INFINITE_NODES else network.search_config.algorithm
-
-    def _policy_temperature(self) -> float | None:
-        """PolicyTemperature as a number, or None (empty) for the network's own."""
-        text = str(self.values["PolicyTemperature"]).strip()
-        return parse_policy_temperature(text) if text else None
-
-    def _cpuct(self) -> float | None:
-        """CPuct as a number, or None (empty) for the network's own c_init."""
-        text = str(self.values["CPuct"]).strip()
-        return parse_cpuct(text) if text else None
-
     def _search_for(self, network: Network, job: SearchJob) -> MultiGameSearch:
-        """The engine's search (tree kept from the last move), rebuilt if the network, batch size or
-        algorithm changed."""
-        params = search_params(network.search_config, UCI, algorithm=self._algorithm_for(network, job),
-                               simulations=INFINITE_NODES, leaves_per_game=int(self.values["LeavesPerBatch"]),
-                               visits_per_leaf=float(self.values["VisitsPerLeaf"]),
-                               policy_temperature=self._policy_temperature(), c_init=self._cpuct())
+        """The engine's search (tree kept from the last move), rebuilt if the network or an option the search
+        reads changed (eval.uci_params)."""
+        params = engine_search_params(self.values, network, job.nodes)
         key = (network, params)
         if self._search is None or self._search_key != key:
+            self._search = None  # the old tree's memory goes before the new search takes its own
             self._search = MultiGameSearch(1, params)
             self._batch = network.evaluator.pin(self._search.new_batch())
             self._search_key = key
+            self._action_values = asks_action_values(self._search, has_action_values(network),
+                                                     f"the network ({network.label})",
+                                                     lambda line: self.info_string(f"warning: {line}"))
+            self._say_memory(self._search)
         return self._search
+
+    def _say_memory(self, search: MultiGameSearch) -> None:
+        """Says the tree's memory limit and about how many nodes fit, when that differs from what was last said."""
+        megabytes = int(self.values["TreeMemoryMB"])
+        said = (search.tree_memory_limit, search.nodes_that_fit(), megabytes)
+        if said != self._memory_said:
+            self._memory_said = said
+            self.info_string(memory_line(search, megabytes))
 
     def _search_job(self, job: SearchJob, network: Network) -> None:
         best, ponder = "0000", None
+        so_far: list[str] = []  # the search's best move after its last finished batch
         try:
-            search = self._search_for(network, job)
-            # Gumbel's Sequential Halving schedules a budget from an empty root: no reuse there.
-            search.set_position(0, job.board, simulations=job.nodes, reuse=search.algorithm == "puct")
-            multipv = int(self.values["MultiPV"])
-            wdl = bool(self.values["UCI_ShowWDL"])
-            draw = network.draw_probability(job.board) if wdl else None
-            last_info = [job.started]
-
-            def report() -> None:
-                for line in info_lines(search, job, multipv, wdl=wdl, draw=draw):
-                    self._out.line(line)
-
-            calls = [0, 0]  # network calls, leaves evaluated
-            last_call = [0.0]  # seconds the last network call took
-            evaluate = network.evaluator.evaluate_legal
-
-            def evaluate_legal(*arrays: Any) -> tuple[Any, Any]:
-                calls[0] += 1
-                calls[1] += len(arrays[0])
-                started = self._clock()
-                result = evaluate(*arrays)
-                last_call[0] = self._clock() - started
-                return result
-
-            first_simulations = search.simulations(0)
-
-            def settled(now: float, deadline: float) -> bool:
-                """Smart pruning, once a share of the budget has passed (the speed is measured by then)."""
-                elapsed = now - job.started
-                if job.budget_ms is None or elapsed < PRUNING_AFTER_SHARE * job.budget_ms / 1000.0:
-                    return False
-                speed = (search.simulations(0) - first_simulations) / max(elapsed, 1e-6)
-                return best_is_settled([stat[2] for stat in search.root_stats(0)], speed, deadline - now)
-
-            def should_stop() -> bool:
-                now = self._clock()
-                if now - last_info[0] >= INFO_INTERVAL_S:
-                    last_info[0] = now
-                    report()
-                if job.stop.is_set():
-                    return True
-                if job.pondering:
-                    return False  # no limit but stop (or the node cap) until ponderhit
-                if job.deadline is not None and now + last_call[0] >= job.deadline:
-                    return True  # the next network call would end past the deadline (a batch takes a while)
-                if job.deadline is not None and job.plan is not None and job.plan.may_stop_early \
-                        and settled(now, job.deadline):
-                    return True  # no other move can overtake the best in the time left: bank the rest
-                depth = job.go.depth
-                return depth is not None and len(search.principal_variation(0, depth)) >= depth
-
-            run_search(search, evaluate_legal=evaluate_legal, should_stop=should_stop, batch=self._batch)
-            search.stop(0)
-            report()
-            self.last_report = SearchReport(search.simulations(0), self._clock() - job.searching_since,
-                                            calls[0], calls[1], budget_ms=job.budget_ms)
-            while job.must_wait():  # UCI: no bestmove before `stop` (infinite) or `ponderhit` (ponder)
-                job.wake.wait()
-                job.wake.clear()
-            if job.plan is not None and self.values["TimeManager"] == "smart" and job.go.movetime is None:
-                self._time.spent(job.plan, self._clock() - job.started)
-            line = search.principal_variation(0, 2)
-            best = search.best_move(0)
-            ponder = line[1] if len(line) == 2 and line[0] == best else None
+            best, ponder = self._searched_move(job, network, so_far)
         except Exception as error:  # report, and still answer with a move
-            self.info_string(f"search failed: {type(error).__name__}: {error}")
             moves = job.board.legal_moves()
-            best, ponder = (moves[0] if moves else "0000"), None
-            self._search = None  # the tree may be half-updated: start afresh next time
+            best, ponder = (so_far[-1] if so_far else moves[0] if moves else "0000"), None
+            answer = "answering with the best move so far" if so_far else "answering with a legal move"
+            exhausted = out_of_memory_in(error)
+            self.info_string(out_of_memory_line(exhausted, answer) if exhausted is not None else
+                             f"search failed: {type(error).__name__}: {error}; {answer}")
+            self._search = None  # the tree may be half-updated (or too big): start afresh next time
+            job.wait_to_answer()
         finally:
             job.answered.set()
             self._out.line(f"bestmove {best}" + (f" ponder {ponder}" if ponder else ""))
+
+    def _searched_move(self, job: SearchJob, network: Network, so_far: list[str]) -> tuple[str, str | None]:
+        """Runs the search of ``job`` and gets its move and ponder move (after `stop` or `ponderhit` where UCI
+        asks); ``so_far`` gets the best move after each batch, for an answer if the search fails."""
+        search = self._search_for(network, job)
+        # Gumbel's Sequential Halving schedules a budget from an empty root: no reuse there.
+        search.set_position(0, job.board, simulations=job.nodes, reuse=search.algorithm == "puct")
+        multipv = int(self.values["MultiPV"])
+        wdl = bool(self.values["UCI_ShowWDL"])
+        draw = network.draw_probability(job.board) if wdl else None
+        last_info = [job.started]
+
+        def report() -> None:
+            for line in info_lines(search, job, multipv, wdl=wdl, draw=draw):
+                self._out.line(line)
+
+        calls = [0, 0]  # network calls, leaves evaluated
+        last_call = [0.0]  # seconds the last network call took
+        evaluate = legal_evaluator(network.evaluator.evaluate_legal, self._action_values)
+
+        def evaluate_legal(*arrays: Any) -> tuple[Any, ...]:
+            calls[0] += 1
+            calls[1] += len(arrays[0])
+            started = self._clock()
+            result = evaluate(*arrays)
+            last_call[0] = self._clock() - started
+            return result
+
+        first_simulations = search.simulations(0)
+
+        def settled(now: float, deadline: float) -> bool:
+            """Smart pruning, once a share of the budget has passed (the speed is measured by then)."""
+            elapsed = now - job.started
+            if job.budget_ms is None or elapsed < PRUNING_AFTER_SHARE * job.budget_ms / 1000.0:
+                return False
+            speed = (search.simulations(0) - first_simulations) / max(elapsed, 1e-6)
+            return best_is_settled([stat[2] for stat in search.root_stats(0)], speed, deadline - now)
+
+        def should_stop() -> bool:
+            now = self._clock()
+            with contextlib.suppress(ValueError):  # (a root not expanded yet has no best move)
+                so_far[:] = [search.best_move(0)]  # the batch is backed up: the tree is whole here
+            if now - last_info[0] >= INFO_INTERVAL_S:
+                last_info[0] = now
+                report()
+            if job.stop.is_set():
+                return True
+            if job.pondering:
+                return False  # no limit but stop (or the node cap) until ponderhit
+            if job.deadline is not None and now + last_call[0] >= job.deadline:
+                return True  # the next network call would end past the deadline (a batch takes a while)
+            if job.deadline is not None and job.plan is not None and job.plan.may_stop_early \
+                    and settled(now, job.deadline):
+                return True  # no other move can overtake the best in the time left: bank the rest
+            depth = job.go.depth
+            return depth is not None and len(search.principal_variation(0, depth)) >= depth
+
+        run_search(search, evaluate_legal=evaluate_legal, should_stop=should_stop, batch=self._batch)
+        search.stop(0)
+        report()
+        if search.tree_full(0):  # it could not grow: its answer stands, as at its budget
+            self.info_string(tree_full_line(search, job))
+        self.last_report = SearchReport(search.simulations(0), self._clock() - job.searching_since,
+                                        calls[0], calls[1], budget_ms=job.budget_ms)
+        job.wait_to_answer()
+        if job.plan is not None and self.values["TimeManager"] == "smart" and job.go.movetime is None:
+            self._time.spent(job.plan, self._clock() - job.started)
+        line = search.principal_variation(0, 2)
+        best = search.best_move(0)
+        return best, (line[1] if len(line) == 2 and line[0] == best else None)
 
     def searching(self) -> bool:
         """Checks whether a search is running (one that has sent its bestmove is not)."""
@@ -555,6 +546,12 @@ class UciEngine:
             return self._network
         except OSError as error:  # the file changed under us since the options were checked
             self.info_string(f"error: cannot load the network: {error.strerror or error}")
+            return self._network
+        except Exception as error:  # a failed allocation is said with what to lower; anything else is a bug
+            exhausted = out_of_memory_in(error)
+            if exhausted is None:
+                raise
+            self.info_string(f"error: cannot load the network: {out_of_memory_message(exhausted, 'uci')}")
             return self._network
         if network.fresh:
             self.info_string(f"warning: {self._run} has no checkpoint; playing with freshly initialised weights")

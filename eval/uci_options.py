@@ -15,6 +15,7 @@ import torch
 from alphazero.config import PRECISIONS
 from alphazero.search import UCI_LEAVES_PER_BATCH, UCI_VISITS_PER_LEAF, parse_cpuct, parse_policy_temperature
 from eval.timeman import MANAGERS
+from mcts_ext.params import FPU_MODES, GUMBEL_UNVISITED
 
 DEFAULT_MOVE_OVERHEAD_MS = 10
 """Milliseconds kept back each move: a local GUI or python-chess answers within a few, and what is kept back
@@ -22,7 +23,15 @@ beyond that is clock left unused (at a fast clock, a reserve above the increment
 nothing to search with); chosen by games (EXPERIMENTS.md, "Issue 35: the engine under a clock")."""
 
 INFINITE_NODES = 50_000_000
-"""The node cap of `go infinite`, `go ponder` and timed searches (bounds the tree's memory)."""
+"""The simulation cap of `go infinite`, `go ponder` and timed searches. The tree's memory (TreeMemoryMB) ends a
+long search first on most machines; this stays below 2^31, the search's budget being a C int."""
+
+MAX_TREE_MEMORY_MB = 1 << 20
+"""The most TreeMemoryMB takes: 1 TiB, more than the machines this runs on have."""
+
+AUTO = "auto"
+"""The value of a search setting's option that keeps the network's own (its run config's; the defaults for a model
+file)."""
 
 MAX_MULTIPV = 256
 """The most lines MultiPV may ask for (no position has more legal moves)."""
@@ -99,8 +108,10 @@ OPTIONS: tuple[UciOption, ...] = (
               1, INFINITE_NODES),
     UciOption("Weights", "string", "", "a model file or learner checkpoint; empty: the run's latest checkpoint"),
     UciOption("Device", "string", "auto", "where the network runs: auto, cpu, cuda or cuda:N"),
-    UciOption("Precision", "combo", "auto", "the network's precision on a CPU: auto (bf16 where the processor has "
-              "native bf16 and a pass timed at load is faster), bf16 or float32", choices=PRECISIONS),
+    UciOption("Precision", "combo", "auto", "the network's precision: auto (on a GPU bf16 from compute capability "
+              "8.0, else float16 from 7.0, else float32; on a CPU bf16 where the processor has native bf16 and a "
+              "pass timed at load is faster), bf16, float16 (a GPU's; a CPU runs float32) or float32",
+              choices=PRECISIONS),
     UciOption("Threads", "spin", 0, "torch CPU threads for the network; 0: torch's default, the machine's cores",
               0, 1024),
     UciOption("MoveOverhead", "spin", DEFAULT_MOVE_OVERHEAD_MS, "milliseconds kept back each move for the GUI "
@@ -127,6 +138,15 @@ OPTIONS: tuple[UciOption, ...] = (
               "go answered at once with that player's move (the top prior; the move after which the network "
               "rates the opponent worst; the highest action value, for a network with an action-value head), "
               "clocks and nodes ignored", choices=MODES),
+    UciOption("TreeMemoryMB", "spin", 0, "MiB the search tree may take (as lc0's RamLimitMb); a search whose tree "
+              "fills it stops there and answers with its best move (go infinite and ponder after stop or "
+              "ponderhit); 0: half the machine's memory", 0, MAX_TREE_MEMORY_MB),
+    UciOption("FpuMode", "combo", AUTO, "PUCT's value of an unvisited move: reduction (the parent's minus "
+              "fpu_value), absolute (fpu_value) or action_value (the action-value head's value of the move, for a "
+              "network with the head); auto: the network's own search.fpu_mode", choices=(AUTO, *FPU_MODES)),
+    UciOption("GumbelUnvisited", "combo", AUTO, "Gumbel's completed Q of an unvisited move: mixed (one mixed "
+              "value, as mctx) or action_value (the action-value head's value of the move); auto: the network's "
+              "own search.gumbel_unvisited", choices=(AUTO, *GUMBEL_UNVISITED)),
     UciOption("SearchAlgorithm", "combo", "auto", "puct or gumbel (no noise; best with a node limit, as Sequential "
               "Halving plans for its budget); auto: the network's search.algorithm for a node limit, puct "
               "under a clock or until stop",

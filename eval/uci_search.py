@@ -87,6 +87,12 @@ class SearchJob:
         """Checks whether a finished search must still withhold bestmove (infinite, or pondering)."""
         return not self.stop.is_set() and (self.go.infinite or self.pondering)
 
+    def wait_to_answer(self) -> None:
+        """Waits until `bestmove` may be sent: UCI sends none before `stop` (infinite) or `ponderhit` (ponder)."""
+        while self.must_wait():
+            self.wake.wait()
+            self.wake.clear()
+
 
 @dataclass(frozen=True)
 class SearchReport:

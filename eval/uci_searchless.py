@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from alphazero.errors import UserError
+from alphazero.out_of_memory import out_of_memory_in, out_of_memory_message
 from alphazero.store.sources import Network
 from eval.action_values import action_value_refusal, has_action_values
 from eval.network_agents import ActionValueAgent, PolicyAgent, SearchlessAgent, ValueAgent
@@ -70,11 +71,11 @@ def answer_searchless(mode: str, network: Network, job: SearchJob, line: Callabl
         nodes = int(choice.info.get("nodes", 1))
         elapsed_ms = int(1000 * max(job.clock() - job.started, 0.0))
         line(f"info depth 1 seldepth 1 multipv 1 {score} nodes {nodes} time {elapsed_ms} pv {best}")
-        while job.must_wait():  # UCI: no bestmove before `stop` (infinite) or `ponderhit` (ponder)
-            job.wake.wait()
-            job.wake.clear()
+        job.wait_to_answer()  # UCI: no bestmove before `stop` (infinite) or `ponderhit` (ponder)
     except Exception as error:  # report, and still answer with a move
-        say(f"Mode {mode} failed: {type(error).__name__}: {error}")
+        exhausted = out_of_memory_in(error)
+        say(f"Mode {mode} failed: " + (out_of_memory_message(exhausted, "uci") if exhausted is not None else
+                                       f"{type(error).__name__}: {error}"))
         moves = job.board.legal_moves()
         best = moves[0] if moves else "0000"
     finally:

@@ -5,7 +5,10 @@
 DIR/pretrain/ (learner.pgn_data, learner.labels) and trains the run's network
 on it (learner.pretrain); ``--recipe NAME_OR_FILE --data FOLDER`` runs a
 recipe's sources, links and training instead (learner.recipe,
-learner.recipe_run); see docs/usage.md.
+learner.recipe_run); see docs/usage.md. ``--init FILE_OR_RUN`` starts the
+training from given weights (learner.init_weights), as ``alphazero train
+--init`` starts self-play: e.g. the shipped network with a fresh
+action-value head trained alone on Stockfish's per-move values.
 
 ``alphazero learn [--run DIR] [--steps N] [--device D] [--from-checkpoint STEP] [--preset P] [--set key=value ...]``
 trains on the shards self-play writes into DIR/selfplay and checkpoints into
@@ -29,9 +32,13 @@ import argparse
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from alphazero.errors import UserError
-from alphazero.store.rundir import add_run_arguments, learner_lock, open_run_from_args
+from alphazero.store.rundir import RunDir, add_run_arguments, learner_lock, open_run_from_args
+
+if TYPE_CHECKING:
+    from alphazero.store.sources import Weights
 
 __all__ = ["add_arguments", "add_from_checkpoint_argument", "add_pretrain_arguments", "run", "run_pretrain"]
 
@@ -146,6 +153,14 @@ def add_pretrain_arguments(parser: argparse.ArgumentParser) -> None:
                           help="stop training after M minutes of this command's training (saving the step "
                                "reached), or at --steps, whichever comes first")
     training.add_argument("--data-only", action="store_true", help="write the data, do not train")
+    training.add_argument("--init", metavar="FILE_OR_RUN", default=None,
+                          help="train from these weights, on a run without checkpoints (its data may be there "
+                               "already): a model file, a checkpoint, a run directory (its latest checkpoint), "
+                               "'builtin' or 'builtin-DATE'. The run takes their network (a run made by --data-only "
+                               "too); --set network.action_value_head=logit gives weights without the head a fresh "
+                               "one, and learner.trainable=action_value_head (with learner.freeze_batch_norm=true) "
+                               "trains it alone. Unlike train --init no fine-tuning defaults: the run's learner "
+                               "settings and --set apply")
     training.add_argument("--export", type=Path, default=None, metavar="FILE",
                           help="when training is done, save the network as a model file (e.g. "
                                "alphazero/weights/builtin.pt)")
@@ -166,6 +181,9 @@ def _check_pretrain(args: argparse.Namespace) -> None:
     """
     if args.recipe is None and (args.data is not None or args.dry_run):
         raise UserError("--data and --dry-run go with --recipe NAME_OR_FILE")
+    if args.init is not None and (args.recipe is not None or args.data_only):
+        raise UserError("--init FILE_OR_RUN starts the training from those weights: it goes without --recipe "
+                        "and --data-only")
     if args.recipe is not None:
         given = [flag for flag, value in (("--pgn", args.pgn), ("--stockfish", args.stockfish is not None),
                                           ("--positions", args.positions is not None),
@@ -209,7 +227,8 @@ def run_pretrain(args: argparse.Namespace) -> None:
     if args.recipe is not None:
         _run_recipe(args)
         return
-    run_dir, config = open_run_from_args(args, announce=not args.quiet)
+    init = _read_init(args) if args.init is not None else None
+    run_dir, config = open_run_from_args(args, init.overrides() if init is not None else (), announce=not args.quiet)
     if args.pgn:
         from learner.pgn_data import convert_pgn
 
@@ -234,9 +253,25 @@ def run_pretrain(args: argparse.Namespace) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)  # this process's, set by the command
     pretrain_network(run_dir, config, steps=args.steps, minutes=args.minutes, device=args.device,
-                     export=args.export, notice=args.notice, progress=not args.quiet)
+                     export=args.export, notice=args.notice, progress=not args.quiet, init=init)
     print(f"pretrain: done; start self-play from it with `alphazero train --run NEW_RUN --init {run_dir.root}`",
           flush=True)
+
+
+def _read_init(args: argparse.Namespace) -> Weights:
+    """Reads the --init weights and gives the run their network (a run without checkpoints; the network
+    fields --set changes on top, as train --init takes them).
+
+    Raises:
+        UserError: the run has checkpoints, the weights cannot be read, a bad override.
+    """
+    from learner.init_weights import adopt_network, read_init
+
+    init = read_init(args.init, args.run)
+    note = adopt_network(RunDir(args.run), [*args.overrides, *init.overrides()])
+    if note is not None:
+        print(f"pretrain: {note}", flush=True)
+    return init
 
 
 def _run_recipe(args: argparse.Namespace) -> None:

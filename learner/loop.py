@@ -125,6 +125,9 @@ class Learner:
         with torch.random.fork_rng(devices=[]):  # the initial weights from the seed; torch's own RNG untouched
             torch.manual_seed(self.settings.seed)  # (a resumed run loads its own weights)
             network = build_network(config.network)
+        # Only a network with the head learns every move's value: a head-less one (pretraining on Stockfish
+        # labels, say) keeps no win probabilities and builds no dense [B, 4672] array per batch.
+        self.action_values = config.network.action_value_head != "none"
         self.trainer = Trainer(network, self.settings, self.device,
                                clip_grad_norm=self.settings.clip_grad_norm or None, compile=self.settings.compile)
         # Self-play's window grows with the run (learner.window_growth, window_exponent: KataGo's shuffler);
@@ -135,7 +138,8 @@ class Learner:
                                    min_positions=self.settings.min_window_positions,
                                    window_size=self.settings.window_size if grows else None, seed=self.settings.seed,
                                    validation_share=self.settings.validation_share,
-                                   validation_positions=self.settings.validation_positions)
+                                   validation_positions=self.settings.validation_positions,
+                                   action_values=self.action_values)
         self.step = 0
         # The run's wall time at the sitting's start (from the resumed checkpoint) and when this sitting
         # began: each checkpoint stores their sum as run_seconds, the x axis of `alphazero curve`.
@@ -172,7 +176,7 @@ class Learner:
             return None
         folder = self.run.root / Path(self.settings.mix_dir).expanduser()
         mix = ReplayWindow(folder, window_positions=MIX_WINDOW_POSITIONS, max_sample_reuse=0,
-                           seed=self.settings.seed + 1)
+                           seed=self.settings.seed + 1, action_values=self.action_values)
         if not folder.is_dir() or mix.refresh(force=True) == 0:
             raise UserError(f"learner.mix_dir {str(folder)!r} holds no shards to mix into the batches; "
                             f"set learner.mix_share=0 or point learner.mix_dir at a pretrain/ folder")

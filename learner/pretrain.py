@@ -10,7 +10,9 @@ the labels scored as well) until ``learner.training_steps``
 (or the given steps, or minutes). The replay window covers all of
 run/pretrain (about 1.2 KB a position in memory) with no reuse cap:
 pretraining runs epochs over fixed data. An export path then saves the
-weights as a model file (the built-in network is made this way).
+weights as a model file (the built-in network is made this way). Given init
+weights (``--init``: learner.init_weights) a new run's training starts from
+them instead of the seed's random ones.
 
 Everything resumes: a rerun skips the PGN games and the labelled chunks
 already written (a killed run loses only the shard in progress) and resumes
@@ -33,7 +35,9 @@ from alphazero.errors import UserError
 from alphazero.store.rundir import RunDir
 
 if TYPE_CHECKING:
+    from alphazero.store.sources import Weights
     from learner.labels import LabelSettings
+    from learner.loop import Learner
 
 __all__ = ["label_stockfish", "pretrain_network"]
 
@@ -91,6 +95,21 @@ class _LabelProgress:
 # --- training ----------------------------------------------------------------------------------------------
 
 
+def _start_from(trainer: Learner, init: Weights) -> None:
+    """Loads the init weights into a learner that resumed no checkpoint (train then saves them as step 0).
+
+    Raises:
+        UserError: the run has a checkpoint now (written since read_init looked), or the weights do not fit.
+    """
+    from learner.init_weights import start_from
+
+    if trainer.resumed_from is not None:
+        raise UserError(f"--init starts a new run, but {trainer.run.root} has a checkpoint now "
+                        f"({trainer.resumed_from.name}); leave out --init to resume it")
+    for line in start_from(trainer.model, init):
+        print(f"pretrain: {line}", flush=True)
+
+
 def _positions_in(directory: Path) -> int:
     """Counts the positions of the complete shards in ``directory`` (from their meta, else by reading them)."""
     from alphazero.store.shards import ShardError, list_shards, read_shard, read_shard_meta
@@ -107,13 +126,15 @@ def _positions_in(directory: Path) -> int:
 
 def pretrain_network(run: RunDir, config: Config, *, steps: int | None = None, minutes: float | None = None,
                      device: str | None = None, export: Path | None = None, notice: str | None = None,
-                     progress: bool = True) -> int:
+                     progress: bool = True, init: Weights | None = None) -> int:
     """Trains the run's network on run/pretrain until ``steps`` (default learner.training_steps) or
     ``minutes`` of training, whichever comes first; saves it to ``export`` when given (with ``notice``, the
-    data's attribution and licence, in the file); returns the step.
+    data's attribution and licence, in the file); returns the step. ``init``: the weights a run without
+    checkpoints starts from (learner.init_weights.read_init; the config's network is theirs).
 
     Raises:
-        UserError: no data, no end, an unusable device, a corrupt checkpoint, a full disk.
+        UserError: no data, no end, an unusable device, a corrupt checkpoint, a full disk, init weights
+            that do not fit the network or a run that has checkpoints after all.
     """
     from alphazero.config import to_toml
     from alphazero.store.checkpoint import save_model
@@ -143,6 +164,8 @@ def pretrain_network(run: RunDir, config: Config, *, steps: int | None = None, m
     # holds games out for validation) its held-out split, which goes by each game's stable "game_id".
     with Learner(run, config, device=device, progress=progress, shards=run.pretrain) as trainer:
         trainer.resume()
+        if init is not None:
+            _start_from(trainer, init)
         # Minutes: equal training time for runs compared at equal wall time; the timer starts after the data.
         stop = threading.Event()
         timer = threading.Timer(minutes * 60.0, stop.set) if minutes is not None else None
@@ -156,7 +179,7 @@ def pretrain_network(run: RunDir, config: Config, *, steps: int | None = None, m
                 timer.cancel()
         if export is not None:
             summary = (f"pretrained by alphazero pretrain on {positions:,} positions of {run.pretrain.name}/ "
-                       f"for {trainer.step:,} steps")
+                       f"for {trainer.step:,} steps" + (f" from {init.summary}" if init is not None else ""))
             extra = {"notice": notice.strip()} if notice else {}
             try:
                 save_model(export, trainer.model, step=trainer.step, config_toml=to_toml(config),

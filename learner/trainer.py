@@ -35,15 +35,20 @@ averaged over the batch, plus c * ||theta||^2 (c = learner.weight_decay):
   agreement: the share of positions whose most likely legal move under the
   network is one of the search's most visited.
 
-Optimiser: SGD with momentum (AlphaZero), Adam with L2 weight decay, or AdamW /
-NAdam with decoupled weight decay on the weight matrices (``momentum`` and
-``beta2`` are the Adam family's betas), with ``learner.learning_rate(step)``
-(warm-up included) set before each step. The model trains in channels_last
-(on a CPU in float32 too, where it trains faster:
-EXPERIMENTS.md, "Issue 49: a stronger built-in network, the data"); on CUDA
-the forward pass runs under bf16 autocast (no loss scaling needed for bf16);
-the losses are computed in float32. The gradient norm is measured every step
-and clipped only when ``clip_grad_norm`` is given.
+Optimiser, precision and what learns (``learner.trainable``: all, the policy head or the
+action-value head alone): learner.trainer_setup, whose names this module
+re-exports; ``learner.learning_rate(step)`` (warm-up included) is set before
+each step. A step whose loss reaches no trainable parameter (the action-value
+head alone, on a batch without Stockfish's per-move values) updates nothing.
+The model trains in channels_last (on a CPU in float32 too, where it trains faster:
+EXPERIMENTS.md, "Issue 49: a stronger built-in network, the data"). The
+precision is the device's setting (``learner.precision_for``:
+cuda_precision on a GPU, cpu_precision on a CPU; ``training_precision``):
+on CUDA 'auto' autocasts the forward pass to bf16 from compute capability
+8.0, to float16 from 7.0 with loss scaling (learner.loss_scaling: a step
+whose gradients overflowed is tried again at a lower scale), float32 below;
+the losses are computed in float32. The gradient norm (unscaled) is
+measured every step and clipped only when ``clip_grad_norm`` is given.
 
 **Anchor** (``start_anchor_weight`` w > 0, for a run that starts from trained
 weights): w x (KL(p_start || p) over the legal moves + (v - v_start)^2), the
@@ -83,8 +88,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import functools
-from collections.abc import Iterable, Iterator
+import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -94,7 +99,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from alphazero.config import LearnerConfig
-from alphazero.config_compat import architecture_hash
 from alphazero.errors import UserError
 from alphazero.nn.action_values import (
     action_features,
@@ -106,15 +110,28 @@ from alphazero.nn.action_values import (
 )
 from alphazero.nn.network import NetOutput, model_config
 from alphazero.nn.planes import compact_to_torch
-from alphazero.nn.precision import choose_precision, random_positions, seconds_per_call
 from alphazero.store.shards import DRAW_BAND
 from learner.batch import Batch
+from learner.loss_scaling import MAX_SKIPS, attach, new_scaler, overflow_message
+from learner.trainer_setup import (
+    build_optimizer,
+    check_trainable,
+    eval_mode,
+    set_trainable,
+    time_training_step,
+    training_mode,
+    training_precision,
+    weight_decay_term,
+)
 
 __all__ = [
     "StepStats", "Trainer", "VALIDATION_FIGURES", "anchor_loss", "auxiliary_losses", "build_optimizer",
     "compute_losses", "eval_mode", "masked_log_softmax", "policy_kl", "result_classes", "soft_policy_targets",
-    "training_mode", "validation_sums", "value_classes", "value_target", "weight_decay_term",
+    "time_training_step", "training_mode", "training_precision", "validation_sums", "value_classes",
+    "value_target", "weight_decay_term",
 ]
+
+log = logging.getLogger(__name__)
 
 WIN, DRAW, LOSS = 0, 1, 2  # the classes of the wdl head's logits, in its order
 
@@ -295,126 +312,24 @@ def anchor_loss(out: NetOutput, start: NetOutput, legal: torch.Tensor) -> torch.
     return (kl + (out.value.float() - start.value.float()).square()).mean()
 
 
-def _decoupled_decay_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    # Decoupled decay pulls weights towards 0; gains, offsets and biases
-    # (vectors, and what the model names in no_weight_decay) keep their scale.
-    # A Chessformer names its gains; a method nn.Module's typing cannot see.
-    skip = model.no_weight_decay() if hasattr(model, "no_weight_decay") else set()  # type: ignore[operator]
-    named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
-    decay = [p for name, p in named if p.ndim >= 2 and name not in skip]
-    rest = [p for name, p in named if not (p.ndim >= 2 and name not in skip)]
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
-
-
-POLICY_HEAD_PREFIX = "policy"
-"""Parameter names of the policy head start with it: the resnet's policy_conv and policy_out, the
-Chessformer's policy_embedding and policy."""
-
-
-def set_trainable(model: nn.Module, trainable: str) -> None:
-    """Lets the parameters ``trainable`` names learn ('all', or 'policy_head') and freezes the rest."""
-    for name, parameter in model.named_parameters():
-        parameter.requires_grad_(trainable == "all" or name.startswith(POLICY_HEAD_PREFIX))
-
-
-def build_optimizer(model: nn.Module, config: LearnerConfig) -> torch.optim.Optimizer:
-    """Builds the configured optimiser over the model's trainable parameters (weight decay 2c: see the
-    module docstring); frozen ones are left out, so weight decay does not move them either."""
-    rate = config.learning_rate(0)
-    decay = 2.0 * config.weight_decay
-    betas = (config.momentum, config.beta2)
-    if config.optimizer == "adamw":
-        groups = _decoupled_decay_groups(model, config.weight_decay)
-        return torch.optim.AdamW(groups, lr=rate, betas=betas, eps=config.epsilon)
-    if config.optimizer == "nadam":
-        groups = _decoupled_decay_groups(model, config.weight_decay)
-        return torch.optim.NAdam(groups, lr=rate, betas=betas, eps=config.epsilon, decoupled_weight_decay=True)
-    if config.optimizer == "adam":
-        return torch.optim.Adam(_learning(model), lr=rate, betas=betas, eps=config.epsilon, weight_decay=decay)
-    return torch.optim.SGD(_learning(model), lr=rate, momentum=config.momentum, weight_decay=decay)
-
-
-def _learning(model: nn.Module) -> list[nn.Parameter]:
-    return [parameter for parameter in model.parameters() if parameter.requires_grad]
-
-
-def weight_decay_term(model: nn.Module, config: LearnerConfig) -> float:
-    """Gets c * ||theta||^2, the weight decay's share of the objective."""
-    with torch.no_grad():
-        squares = sum(p.float().square().sum() for p in model.parameters())
-    return config.weight_decay * float(squares)
-
-
-def training_mode(model: nn.Module, *, freeze_batch_norm: bool) -> None:
-    """Puts ``model`` in training mode; with ``freeze_batch_norm`` its batch-norm layers stay in eval mode.
-
-    A frozen batch-norm layer normalises with its running statistics and
-    never updates them (its scale and offset still train). Fine-tuning a
-    network on data of another distribution (self-play after supervised
-    pretraining) otherwise re-estimates the statistics from the new
-    batches, and those statistics alone cost strength
-    (EXPERIMENTS.md, "Issue 22: self-play from the built-in network, and why it lost strength").
-    """
-    model.train()
-    if freeze_batch_norm:
-        for module in model.modules():
-            if isinstance(module, nn.modules.batchnorm._BatchNorm):
-                module.eval()
-
-
-@contextlib.contextmanager
-def eval_mode(model: nn.Module) -> Iterator[None]:
-    """Puts every module of ``model`` in eval mode, and back in the mode each was in afterwards."""
-    modes = [(module, module.training) for module in model.modules()]
-    model.eval()
-    try:
-        yield
-    finally:
-        for module, training in modes:
-            module.training = training
-
-
-TIMING_ROWS = 64  # the batch of the training step timed at start to choose the CPU's precision
-
-
-def time_training_step(model: nn.Module, config: LearnerConfig, device: torch.device, bf16: bool,
-                       rows: int = TIMING_ROWS) -> float:
-    """Times forward and backward passes of a copy of ``model`` in training mode on ``rows`` random positions
-    (precision.seconds_per_call): seconds per step in channels_last, as the Trainer runs, under bf16 autocast
-    (True) or in float32 (False). The loss stands in for the real one: a log-sum-exp of the logits and the
-    squared value."""
-    planes, scalars = random_positions(rows, device)
-    candidate = copy.deepcopy(model).to(device).to(memory_format=torch.channels_last)  # type: ignore[call-overload]
-    training_mode(candidate, freeze_batch_norm=config.freeze_batch_norm)
-    set_trainable(candidate, config.trainable)
-
-    forward = features_only(candidate)
-
-    def step() -> None:
-        context = torch.autocast(device_type=device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
-        with context:
-            out = forward(planes, scalars)
-        (out.policy_logits.float().logsumexp(1).mean() + out.value.float().square().mean()).backward()
-
-    return seconds_per_call(step)
-
-
 class Trainer:
     """A network, its optimiser and one training step.
 
     The model is moved to ``device`` in channels_last and kept in training
-    mode; ``compile`` wraps it in torch.compile for the steps. bf16 is
-    autocast: the weights and the optimiser's state stay float32, the losses
-    are computed in float32 and the heads' last layers run in float32
-    (alphazero.nn.network.float32_head).
+    mode; ``compile`` wraps it in torch.compile for the steps. bf16 and
+    float16 are autocast: the weights and the optimiser's state stay float32,
+    the losses are computed in float32 and the heads' last layers run in
+    float32 (alphazero.nn.network.float32_head). float16 scales the loss
+    (``scaler``, learner.loss_scaling, its state saved with the optimiser's);
+    ``skipped_steps`` counts the tries whose gradients overflowed.
 
     Args:
         model: the network to train (its weights are updated in place).
         config: learning rates, optimiser, weight decay, value loss weight.
         device: where to train.
         clip_grad_norm: clip the gradient's global norm to this; None measures only.
-        precision: 'auto', 'bf16' or 'float32' (alphazero.nn.precision; None: config.cpu_precision on a CPU,
-            'auto' on CUDA, which is bf16 there); ``precision_choice.reason`` says what was taken and why.
+        precision: 'auto', 'bf16', 'float16' or 'float32' (training_precision; None: the device's setting,
+            config.precision_for(device.type)); ``precision_choice.reason`` says what was taken and why.
         compile: torch.compile the forward pass.
     """
 
@@ -422,12 +337,10 @@ class Trainer:
                  clip_grad_norm: float | None = None, precision: str | None = None, compile: bool = False) -> None:
         self.device = device
         self.config = config
+        check_trainable(model, config.trainable)  # before the precision's timed step trains it
         self.model = model.to(device)
-        setting = precision if precision is not None else config.cpu_precision if device.type == "cpu" else "auto"
-        self.precision_choice = choose_precision(
-            setting, device, key=(architecture_hash(model_config(self.model)), "train", config.trainable),
-            timer=functools.partial(time_training_step, self.model, config, device))
-        self.autocast = self.precision_choice.bf16
+        self.precision_choice = training_precision(self.model, config, device, precision)
+        self.autocast = self.precision_choice.autocast
         # channels_last on every device: on a CPU in float32 as well, where it trains faster than the default
         # layout (EXPERIMENTS.md, "Issue 49: a stronger built-in network, the data", its "channels_last for
         # training on the CPU").
@@ -435,6 +348,12 @@ class Trainer:
         training_mode(self.model, freeze_batch_norm=config.freeze_batch_norm)
         set_trainable(self.model, config.trainable)
         self.optimizer = build_optimizer(self.model, config)
+        self.scaler = new_scaler(self.precision_choice, device)
+        if self.scaler is not None:  # (the learner's line says it)
+            self.precision_choice = replace(self.precision_choice, reason=f"{self.precision_choice.reason} with "
+                                                                          f"loss scaling")
+        attach(self.optimizer, lambda: self.scaler)  # the loss scale rides in the optimiser's checkpointed state
+        self.skipped_steps = 0  # tries whose float16 gradients overflowed (each was run again)
         self.clip_grad_norm = clip_grad_norm
         # The action-value head's moves are scored by the loss, for the moves with a target alone.
         self._pass = features_only(self.model)
@@ -453,7 +372,6 @@ class Trainer:
         """Keeps a frozen copy of the model with these weights as the start the anchor loss
         (learner.start_anchor_weight) pulls towards. It normalises as the model does (batch statistics, or
         the running ones when frozen), so that at the start the loss is exactly 0."""
-        import copy
 
         anchor = copy.deepcopy(self.model)
         anchor.load_state_dict(state_dict)
@@ -461,8 +379,9 @@ class Trainer:
         self.anchor = anchor.requires_grad_(False)
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
-        if self.autocast:
-            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+        dtype = self.precision_choice.dtype
+        if self.autocast and dtype is not None:
+            return torch.autocast(device_type=self.device.type, dtype=dtype)
         return contextlib.nullcontext()
 
     def to_device(self, batch: Batch) -> tuple[torch.Tensor, ...]:
@@ -494,10 +413,32 @@ class Trainer:
 
         Returns the batch's figures without waiting for the device (the
         tensors are read when the caller converts them); a non-finite loss is
-        not checked here, since that would cost a sync every step.
+        not checked here, since that would cost a sync every step. With loss
+        scaling (float16) a try whose gradients overflowed updates nothing
+        and is run again at the lowered scale (learner.loss_scaling), so the
+        step returns once the weights were updated.
+
+        Raises:
+            UserError: float16 gradients overflowed MAX_SKIPS + 1 times in a row.
         """
         self.set_learning_rate(step)
         tensors = self.to_device(batch)
+        for _ in range(MAX_SKIPS + 1):
+            stats = self._loss(batch, tensors)
+            updated, grad_norm = self._update(stats.total)
+            # (isfinite, a sync, only after a skipped try: no scale helps a loss that is not finite itself)
+            if updated or not bool(torch.isfinite(stats.total.detach())):
+                return replace(stats, total=stats.total.detach(), grad_norm=grad_norm.detach().float())
+            self.skipped_steps += 1
+            log.info("float16 gradients overflowed at step %d: trying it again at loss scale %g",
+                     step, self._scale())
+        raise UserError(overflow_message(step, self._scale()))
+
+    def _scale(self) -> float:
+        return self.scaler.get_scale() if self.scaler is not None else 1.0
+
+    def _loss(self, batch: Batch, tensors: tuple[torch.Tensor, ...]) -> StepStats:
+        """Runs the forward pass in training mode and gets the batch's losses (total with its graph)."""
         with self._autocast():
             if self.auxiliary:
                 out, aux = self._forward_aux(tensors[0], tensors[1])
@@ -509,15 +450,31 @@ class Trainer:
         stats = self._add_action_value_loss(stats, out, batch)
         if self.anchor is not None and self.config.start_anchor_weight > 0:
             stats = self._add_anchor_loss(stats, out, tensors)
+        return stats
+
+    def _update(self, total: torch.Tensor) -> tuple[bool, torch.Tensor]:
+        """Runs backward from ``total`` and the optimiser's step; returns whether the weights were updated (False:
+        the loss scaler found inf or NaN gradients and skipped it) and the gradient's global norm, unscaled."""
         self.optimizer.zero_grad(set_to_none=True)
-        stats.total.backward()
+        # Without a trainable parameter in the loss there is no gradient: no backward, no update, nothing to scale.
+        scaler = self.scaler if total.requires_grad else None
+        if scaler is not None:
+            scaler.scale(total).backward()
+            scaler.unscale_(self.optimizer)  # the norm, its clipping and the update see the true gradient
+        elif total.requires_grad:
+            total.backward()
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
         if self.clip_grad_norm is None:
             grad_norm = torch.nn.utils.get_total_norm(grads)
         else:
             grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
-        self.optimizer.step()
-        return replace(stats, total=stats.total.detach(), grad_norm=grad_norm.detach().float())
+        if scaler is None:
+            self.optimizer.step()
+            return True, grad_norm
+        scale = scaler.get_scale()
+        scaler.step(self.optimizer)  # skipped when unscale_ found inf or NaN
+        scaler.update()  # halves the scale after a skip (and only then lowers it)
+        return scaler.get_scale() >= scale, grad_norm
 
     def _add_auxiliary_losses(self, stats: StepStats, aux: Any, batch: Batch, policy: torch.Tensor,
                               legal: torch.Tensor) -> StepStats:

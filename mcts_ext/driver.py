@@ -101,7 +101,8 @@ def run(search: MultiGameSearch, evaluate: Evaluator | None = None, *,
     to gather into, as search.new_batch() makes them (an evaluator may want
     them in pinned memory); default: new ones. Self-play searches play their
     games to the end (collect them with take_finished() from on_step);
-    analysis searches stop at their budgets.
+    analysis searches stop at their budgets, or sooner when their tree fills
+    its memory (search.tree_full(slot); the answer is read as after any search).
 
     Raises:
         TypeError: both evaluators or neither given.

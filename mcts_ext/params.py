@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 ALGORITHMS = ("puct", "gumbel")
@@ -47,6 +49,13 @@ the move (the mixed value where the network gave none)."""
 
 Q_NORMALISATIONS = ("tree", "node")
 """How Gumbel rescales Q to [0, 1]: by the tree's value range, or by each node's own Q values (mctx)."""
+
+MACHINE_MEMORY_SHARE = 0.5
+"""The share of the machine's memory a search's trees may take when tree_memory_mb is 0: the rest is left to the
+network, the system and, while a kept subtree is copied (tree reuse), the copy."""
+
+_CGROUP_LIMITS = (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+"""Where a container's memory limit is read (cgroup v2, v1): a container may have less than the machine."""
 
 ToC = Callable[[Any, "SearchParams"], Any]
 """Turns a setting's value (and the params it belongs to, for values a mode resolves) into its C field's value."""
@@ -115,6 +124,36 @@ def _choice_index(name: str) -> ToC:
     def index(value: Any, params: SearchParams) -> int:
         return settings_of(SearchParams)[name].choices.index(value)
     return index
+
+
+def machine_memory_bytes() -> int | None:
+    """Gets the memory this process may use: the machine's physical memory, or its container's (cgroup) limit
+    when smaller; None when the system does not say."""
+    try:
+        known = [os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")]
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows) or no such name
+        known = []
+    for path in _CGROUP_LIMITS:
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():  # "max" (v2) is no limit; v1 says so with a huge number, which min() drops
+            known.append(int(text))
+    known = [size for size in known if size > 0]
+    return min(known) if known else None
+
+
+def default_tree_memory_bytes() -> int:
+    """Gets the bytes a search's trees may take when tree_memory_mb is 0: MACHINE_MEMORY_SHARE of
+    machine_memory_bytes(), or 0 (no limit but the trees' int32 indices) when that is unknown."""
+    machine = machine_memory_bytes()
+    return int(machine * MACHINE_MEMORY_SHARE) if machine else 0
+
+
+def tree_memory_bytes(megabytes: float) -> int:
+    """Gets the bytes of a tree_memory_mb setting (MiB; 0: default_tree_memory_bytes())."""
+    return int(megabytes * 2**20) if megabytes > 0 else default_tree_memory_bytes()
 
 
 def resign_options(threshold: float | None) -> dict[str, Any]:
@@ -235,6 +274,13 @@ class SearchParams(SearchSettings):
     resign_threshold: float | None = setting(None, "root value (mover's view) below which a move counts towards "
                                                    "resigning; None: nobody resigns", minimum=-1.0, maximum=1.0)
     solver: bool = setting(False, "prove results (mates, forced draws) and search around them", c="solver")
+    # The engine's memory option (as lc0's RamLimitMb): a long analysis ends when its tree fills this, keeping
+    # its answer (MultiGameSearch.tree_full), instead of outgrowing the machine.
+    tree_memory_mb: float = setting(0.0, "MiB the search's trees may take together, split evenly between its "
+                                         "games; a tree that fills its share ends that move's search with what it "
+                                         "has; 0: half of the machine's memory",
+                                    minimum=0.0, maximum=float(2**30), c="tree_memory_bytes",
+                                    to_c=lambda value, params: tree_memory_bytes(value))
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -24,7 +24,8 @@ ctypedef struct PuctParams:
 cdef inline float node_q(const Tree* tree, int32_t node, float virtual_loss) noexcept nogil:
     """Q of the move into `node` for the player who chose it, counting in-flight simulations as losses."""
     cdef int32_t n = tree.visits[node] + tree.in_flight[node]
-    return (tree.value_sum[node] - virtual_loss * tree.in_flight[node]) / n
+    # The sum is a double (tree.pxd); the mean is precise in float.
+    return <float>((tree.value_sum[node] - virtual_loss * tree.in_flight[node]) / n)
 
 
 cdef inline float proven_value(int8_t proof) noexcept nogil:

@@ -21,6 +21,8 @@ asks (fpu_mode="action_value", gumbel_unvisited="action_value").
 When a game's root reaches its budget, a self-play search ("autoplay") picks
 and plays a move, records a training sample and goes on with the next move;
 an analysis search stops and waits to be read (root_stats, best_move).
+A search stops sooner when its tree fills its memory (tree_memory_mb): it
+keeps what it has, as at its budget, and tree_full() says so.
 
 The algorithm is PUCT (AlphaZero) or Gumbel AlphaZero (gumbel.pxd: Gumbel-Top-k
 and Sequential Halving at the root, the deterministic improved-policy
@@ -54,9 +56,9 @@ from mcts_ext.puct cimport (FPU_ABSOLUTE, FPU_ACTION_VALUE, FPU_REDUCTION, PuctP
                             add_in_flight, backup as backup_value, logits_finite, proven_value, select_edge,
                             set_action_values, set_priors)
 from mcts_ext.rng cimport Rng, rng_gamma, rng_seed, rng_uniform
-from mcts_ext.tree cimport (NO_NODE, PROVEN_DRAW, PROVEN_LOSS, PROVEN_WIN, ROOT, UNEXPANDED, UNPROVEN, Tree,
-                            tree_add_edges, tree_add_node, tree_enable_action_values, tree_free, tree_init,
-                            tree_keep_subtree, tree_reset)
+from mcts_ext.tree cimport (MAX_INDEX, NO_NODE, PROVEN_DRAW, PROVEN_LOSS, PROVEN_WIN, ROOT, UNEXPANDED, UNPROVEN,
+                            Tree, tree_add_edges, tree_add_node, tree_bytes, tree_edge_bytes, tree_enable_action_values,
+                            tree_free, tree_init, tree_keep_subtree, tree_node_bytes, tree_reset)
 
 from mcts_ext.params import SearchParams, check_resign_threshold, resign_options
 from mcts_ext.position import STARTING_FEN, TERMINATIONS, move_to_uci
@@ -89,8 +91,21 @@ cdef enum:
     LEAF_NEW = 0                     # an unexpanded leaf for the network
     LEAF_SCORED = 1                  # a game-ending leaf, already backed up
     LEAF_COLLISION = 2               # the leaf is already in this batch (virtual loss mode); `leaf` names it
-    LEAF_NO_MEMORY = 3
+    LEAF_NO_MEMORY = 3               # the game stack could not grow (MemoryError)
     LEAF_PHASE_END = 4               # Gumbel: the next simulation opens a Sequential Halving phase (see gumbel.pxd)
+    LEAF_TREE_FULL = 5               # the leaf needs a node or edges that the tree cannot hold (left unchanged)
+
+BYTES_PER_NODE = tree_node_bytes()
+"""The bytes a node takes in a search tree (mcts_ext/tree.pxd's node arrays, from their C types)."""
+BYTES_PER_EDGE = tree_edge_bytes(False)
+"""The bytes an edge (a legal move of an expanded node) takes."""
+BYTES_PER_ACTION_VALUE = tree_edge_bytes(True) - tree_edge_bytes(False)
+"""The bytes more an edge takes in a search that keeps the head's action values (reads_action_values)."""
+EDGES_PER_NODE = 35.0
+"""Legal moves per node that nodes_that_fit() assumes by default: about the average of middlegame positions,
+where long analyses spend their nodes (each simulation adds a node with its moves; endgames have fewer)."""
+MAX_TREE_INDEX = MAX_INDEX
+"""The most nodes, and the most edges, a tree holds (its indices are int32)."""
 
 STATE_NAMES = {IDLE: "idle", SEARCHING: "searching", READY: "ready", FINISHED: "finished"}
 PROOF_NAMES = {PROVEN_WIN: "win", PROVEN_DRAW: "draw", PROVEN_LOSS: "loss"}
@@ -125,6 +140,7 @@ ctypedef struct Options:
     float playout_cap_fraction       # >0: only this fraction of moves get the full budget (KataGo)
     int playout_cap_simulations      # budget of the other, cheap moves (no noise, no sample)
     bint solver                      # prove results (mates, forced draws) and search around them
+    uint64_t tree_memory_bytes       # the trees' arrays together may take this (split evenly); 0: no limit
 
 ctypedef struct Record:
     # Training samples of one game: one per fully searched move.
@@ -153,6 +169,7 @@ ctypedef struct Slot:
     int done                         # completed simulations for the current move
     int in_flight                    # leaves of this game in the current batch
     bint full_search                 # this move has the full budget (and gives a sample)
+    bint tree_full                   # this move's search ended early: its tree could not grow
     bint noisy                       # this move's root gets Dirichlet noise
     int status                       # termination once FINISHED
     int winner                       # WHITE, BLACK or -1 for a draw
@@ -281,7 +298,7 @@ cdef inline float root_value(const Tree* tree) noexcept nogil:
     """The search's value of the root position for its side to move."""
     if tree.visits[ROOT] == 0:
         return 0.0
-    return -tree.value_sum[ROOT] / tree.visits[ROOT]
+    return <float>(-tree.value_sum[ROOT] / tree.visits[ROOT])
 
 
 cdef inline void note_leaf_value(Slot* s, int32_t node, float value) noexcept nogil:
@@ -324,6 +341,7 @@ cdef int start_move(Slot* s, const Options* o, int32_t keep, Tree* scratch) noex
     s.gumbel.value_bound = 0.0
     s.done = 0
     s.in_flight = 0
+    s.tree_full = False
     s.state = SEARCHING
     if s.noisy and s.tree.edge_count[ROOT] != UNEXPANDED:
         apply_noise(s, o)
@@ -364,9 +382,12 @@ cdef int descend(Slot* s, const Options* o, Move* moves, int* move_count, int32_
                 backup_value(tree, node, terminal_value(status))
                 return LEAF_SCORED
             if tree_add_edges(tree, node, moves, n) < 0:
-                return LEAF_NO_MEMORY
+                return LEAF_TREE_FULL
             if o.solver and expand_proven(s, node) < 0:
-                return LEAF_NO_MEMORY
+                # Undone (its edges are the last ones), so that no node is left expanded without priors.
+                tree.edge_count[node] = UNEXPANDED
+                tree.edge_total -= n
+                return LEAF_TREE_FULL
             if node != ROOT and tree.proof[node] != UNPROVEN:
                 # A mate in one: exact, so the network is not asked.
                 note_leaf_value(s, node, proven_value(tree.proof[node]))
@@ -389,7 +410,7 @@ cdef int descend(Slot* s, const Options* o, Move* moves, int* move_count, int32_
         if child == NO_NODE:
             child = tree_add_node(tree, node)
             if child < 0:
-                return LEAF_NO_MEMORY
+                return LEAF_TREE_FULL
             tree.child[edge] = child
         elif tree.terminal[child] != ONGOING:
             backup_value(tree, child, terminal_value(tree.terminal[child]))
@@ -403,7 +424,7 @@ cdef int descend(Slot* s, const Options* o, Move* moves, int* move_count, int32_
 
 
 cdef int expand_proven(Slot* s, int32_t node) noexcept nogil:
-    """Solver: proves the just-expanded `node` a win if one of its moves mates (-1 when out of memory)."""
+    """Solver: proves the just-expanded `node` a win if one of its moves mates (-1 when the tree cannot grow)."""
     cdef Tree* tree = &s.tree
     cdef int32_t edge = mating_move(tree, node, &s.stack.positions[s.stack.length - 1]), child
     if edge == NO_NODE:
@@ -657,6 +678,15 @@ cdef class MultiGameSearch:
     policy). Where a batch brought none, both fall back to the default.
     A search that does not read them checks them and keeps nothing.
 
+    Memory: the trees' arrays together take at most tree_memory_mb
+    (SearchParams; 0: half of the machine's memory), split evenly between
+    the slots (tree_memory_limit, in bytes; bytes_per_node and
+    bytes_per_edge say what a tree holds within it, nodes_that_fit() about
+    how many nodes). A slot whose tree cannot grow ends its move's search
+    there, as at its budget, with what it has (tree_full() says so): an
+    analysis slot turns 'ready' and reads as after any search, instead of
+    raising MemoryError.
+
     Raises ValueError for games < 1, TypeError for params that are not a
     SearchParams and, in gather()/backup(), for arrays of the wrong shape or
     non-finite network output (the search is left as it was, so the call can
@@ -679,6 +709,7 @@ cdef class MultiGameSearch:
     cdef readonly long long total_simulations
     cdef readonly long long total_collisions  # descents that met a leaf already in their batch (see _gather)
     cdef readonly bint reads_action_values    # a setting reads the head's action values (backup keeps them)
+    cdef readonly unsigned long long tree_memory_limit  # the bytes each slot's tree may take (0: no limit)
 
     def __cinit__(self, *args, **kwargs):
         self.slots = NULL
@@ -722,6 +753,12 @@ cdef class MultiGameSearch:
             if stack_init(&self.slots[g].stack, 256) < 0 or tree_init(&self.slots[g].tree) < 0:
                 raise MemoryError()
             self.slots[g].state = IDLE
+        # tree_memory_bytes is the search's: each slot's tree gets an even share (at least a byte, 0 being none).
+        self.tree_memory_limit = max(1, o.tree_memory_bytes // games) if o.tree_memory_bytes else 0
+        for g in range(games):
+            self.slots[g].tree.memory_limit = self.tree_memory_limit
+        # The scratch only ever holds a copy of a subtree of one of them (tree_keep_subtree).
+        self.scratch.memory_limit = self.tree_memory_limit
         if o.autoplay:
             for g in range(games):
                 self.start_game(g)
@@ -997,6 +1034,15 @@ cdef class MultiGameSearch:
                 if outcome == LEAF_NO_MEMORY:
                     out_of_memory[0] = True
                     break
+                if outcome == LEAF_TREE_FULL:
+                    if s.tree.edge_count[ROOT] == UNEXPANDED:
+                        out_of_memory[0] = True  # not even the root's moves fit: there is nothing to answer with
+                        break
+                    # The move's search ends with the simulations it has started: once those in the batch are
+                    # backed up it finishes as at its budget (analysis: ready to read; self-play: plays).
+                    s.tree_full = True
+                    s.budget = s.done + s.in_flight
+                    continue
                 if outcome == LEAF_PHASE_END:
                     break
                 if outcome == LEAF_COLLISION and o.algorithm == GUMBEL:
@@ -1254,6 +1300,84 @@ cdef class MultiGameSearch:
     def simulations(self, int slot) -> int:
         """Simulations completed for the slot's current move."""
         return self._slot(slot).done
+
+    # -- the tree's memory ---------------------------------------------------
+
+    def tree_full(self, int slot) -> bool:
+        """Whether the slot's current search ended before its budget because its tree could not grow: the
+        tree reached its share of tree_memory_mb (tree_memory_limit), the 2^31 nodes or edges its int32
+        indices address, or malloc failed.
+
+        The search then stops as at its budget, with what it has: an analysis
+        slot turns 'ready', its best move, visits and principal variation
+        readable as after any search (a self-play slot plays its move). It
+        does not grow the tree again before the next set_position(). False for
+        an idle slot.
+        """
+        cdef Slot* s = self._any_slot(slot)
+        return bool(s.state != IDLE and s.tree_full)
+
+    def tree_size(self, int slot) -> tuple:
+        """(nodes, edges) in the slot's tree."""
+        cdef Slot* s = self._any_slot(slot)
+        return s.tree.node_count, s.tree.edge_total
+
+    def tree_bytes(self, int slot) -> int:
+        """The bytes the slot's tree's arrays take now (their capacities, which grow ahead of the counts),
+        at most tree_memory_limit when there is one (beyond the first arrays a tree starts with)."""
+        return tree_bytes(&self._any_slot(slot).tree)
+
+    cdef Slot* _any_slot(self, int slot) except NULL:
+        """The slot, for reading what may be read while a batch waits for backup()."""
+        if not 0 <= slot < self.n_slots:
+            raise IndexError(f"slot {slot} is outside 0..{self.n_slots - 1}")
+        return &self.slots[slot]
+
+    @property
+    def bytes_per_node(self) -> int:
+        """The bytes a node takes in a tree (BYTES_PER_NODE)."""
+        return tree_node_bytes()
+
+    @property
+    def bytes_per_edge(self) -> int:
+        """The bytes an edge (a legal move of an expanded node) takes in this search's trees: BYTES_PER_EDGE,
+        and BYTES_PER_ACTION_VALUE more when the search keeps the head's action values."""
+        return tree_edge_bytes(self.reads_action_values)
+
+    def nodes_that_fit(self, edges_per_node: float = EDGES_PER_NODE) -> int:
+        """About how many nodes one slot's tree holds within tree_memory_limit, at `edges_per_node` legal moves
+        a node (each simulation adds a node and its moves); the 2^31 - 1 its indices address when there is
+        no limit."""
+        if not edges_per_node >= 0.0:
+            raise ValueError(f"edges_per_node must be at least 0, got {edges_per_node}")
+        if self.tree_memory_limit == 0:
+            return MAX_INDEX
+        nodes = int(self.tree_memory_limit / (tree_node_bytes() + edges_per_node * tree_edge_bytes(
+            self.reads_action_values)))
+        return min(nodes, MAX_INDEX)
+
+    def repeat_backup(self, int slot, moves, float value, int times) -> None:
+        """For tests only: backs `value` up `times` times from the node reached from the root by `moves`
+        (UCI), as that many network evaluations of it (from its side to move) would, without a search.
+
+        Raises ValueError when the path leaves the tree or times < 0.
+        """
+        if times < 0:
+            raise ValueError(f"times must be at least 0, got {times}")
+        cdef Slot* s = self._readable(slot)
+        cdef int32_t node = ROOT, i, found
+        for uci in moves:
+            found = NO_NODE
+            if s.tree.edge_count[node] > 0:
+                for i in range(s.tree.first_edge[node], s.tree.first_edge[node] + s.tree.edge_count[node]):
+                    if move_to_uci(s.tree.move[i]) == uci:
+                        found = s.tree.child[i]
+            if found == NO_NODE:
+                raise ValueError(f"the path {list(moves)} leaves the tree at {uci!r}")
+            node = found
+        with nogil:
+            for i in range(times):
+                backup_value(&s.tree, node, value)
 
     cdef int32_t _best_root_edge(self, Slot* s) noexcept:
         # A solved root plays its proof (the shortest win, the longest loss), whatever the algorithm.

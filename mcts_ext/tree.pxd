@@ -22,8 +22,19 @@
 # holding out as long as it can). Game ends are proven on the spot; a parent
 # is proven once one child is a proven loss for that child's mover, or every
 # child is proven (MCTS-solver, Winands et al. 2008).
+#
+# Size. Node and edge indices are int32_t: an edge costs 10 bytes (move 2,
+# prior 4, child 4) and int64_t indices would make it 14, for trees that no
+# machine here can hold (2^31 edges are 21 GB of edges alone), so the arrays
+# stop growing at MAX_INDEX items instead; their capacities are worked out in
+# 64 bits, so that doubling never overflows. A tree may also be given a
+# memory_limit: the bytes its arrays may take (tree_bytes), which their
+# growth never exceeds. A tree that cannot grow (the limit, the indices, or
+# malloc failing) makes tree_add_node / tree_add_edges return -1 and is left
+# as it was; the search then stops that move's search with what it has
+# (MultiGameSearch.tree_full).
 
-from libc.stdint cimport int8_t, int16_t, int32_t, uint8_t
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t
 
 from mcts_ext.position cimport Move
 
@@ -31,6 +42,7 @@ cdef enum:
     ROOT = 0
     NO_NODE = -1
     UNEXPANDED = -1    # edge_count before the node's legal moves are known
+    MAX_INDEX = 2147483647  # INT32_MAX: the most nodes, and the most edges, a tree holds
 
 # Proofs, from the view of the node's side to move.
 cdef enum:
@@ -44,7 +56,8 @@ ctypedef struct Tree:
     int32_t* first_edge     # index of the node's first edge
     int16_t* edge_count     # number of legal moves, or UNEXPANDED
     int32_t* visits         # completed simulations through the node
-    float* value_sum        # sum of their values, from the view of the player who moved into the node
+    double* value_sum       # sum of their values, from the view of the player who moved into the node; in
+                            # double, as float32 rounds each added value to 1/8 once |sum| passes 2^20
     int32_t* in_flight      # simulations through the node still waiting for the network (virtual loss)
     int32_t* parent         # parent node, NO_NODE for the root
     int8_t* terminal        # game status (position.pxd) when the node ends the game, else ONGOING
@@ -59,15 +72,19 @@ ctypedef struct Tree:
     float* action_value     # the head's value of the move for its chooser (2p - 1), NaN where the batch brought
                             # none; NULL until the first values come (then 4 bytes an edge, grown with the edges)
     int32_t node_count
-    int32_t node_capacity
+    int64_t node_capacity   # at most MAX_INDEX (64 bits so that growth arithmetic cannot overflow)
     int32_t edge_total
-    int32_t edge_capacity
+    int64_t edge_capacity
+    size_t memory_limit     # the most bytes the arrays may take (tree_bytes); 0: no limit but MAX_INDEX
 
-# All return -1 when memory runs out.
-cdef int tree_init(Tree* tree) noexcept nogil
+# All return -1 when memory runs out (or the tree may not grow: see Size above).
+cdef int tree_init(Tree* tree) noexcept nogil  # memory_limit 0: set it after
 cdef void tree_free(Tree* tree) noexcept nogil
 cdef int tree_reset(Tree* tree) noexcept nogil
 cdef int tree_add_node(Tree* tree, int32_t parent) noexcept nogil
 cdef int tree_add_edges(Tree* tree, int32_t node, const Move* moves, int count) noexcept nogil
 cdef int tree_keep_subtree(Tree* tree, int32_t new_root, Tree* scratch) noexcept nogil
 cdef int tree_enable_action_values(Tree* tree) noexcept nogil  # allocates action_value (all NaN) if NULL
+cdef size_t tree_node_bytes() noexcept nogil  # bytes a node takes in the arrays
+cdef size_t tree_edge_bytes(bint action_values) noexcept nogil  # bytes an edge takes (with action values or not)
+cdef size_t tree_bytes(const Tree* tree) noexcept nogil  # bytes the tree's arrays take now (their capacities)

@@ -27,6 +27,8 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -36,6 +38,7 @@ from typing import Any
 from alphazero.config import Config
 from alphazero.console import LiveDisplay, clock_text, fit_line
 from alphazero.errors import UserError
+from alphazero.out_of_memory import is_out_of_memory
 from alphazero.selfplay_devices import for_gpus
 from alphazero.store.checkpoint import latest_checkpoint, load_checkpoint
 from alphazero.store.resign import ResignCalibrator
@@ -45,7 +48,8 @@ from selfplay.ray_connect import connect_ray, ensure_ray_token
 from selfplay.totals import ActorLosses, Totals, why_died
 from selfplay.worker import PlayStats
 
-__all__ = ["ActorLosses", "Totals", "check_checkpoint", "connect_ray", "ensure_ray_token", "run_selfplay"]
+__all__ = ["ActorLosses", "Totals", "actor_failure", "check_checkpoint", "connect_ray", "ensure_ray_token",
+           "run_selfplay"]
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +146,8 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
                  on_update: Callable[[Totals], None] | None = None,
                  status_suffix: Callable[[int | None], str] | None = None,
                  placement: Placement | None = None) -> Totals:
-    """Plays self-play games on Ray until `minutes` pass, `games` finish, `stop` is set or Ctrl-C.
+    """Plays self-play games on Ray until `minutes` pass, `games` finish, `stop` is set or Ctrl-C (or SIGTERM);
+    sets `stop` when it ends for one of the others.
 
     Finished games are kept: at the end every actor writes the games it holds
     (with transport 'ray': sends them, and waits for the sink's
@@ -153,7 +158,8 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
 
     Raises:
         UserError: an unreachable Ray address, a corrupt checkpoint, an actor
-            that fails with a user error, bad arguments, or transport 'ray'
+            that fails (with a user error's message, or after a bug's traceback
+            on stderr: actor_failure), bad arguments, or transport 'ray'
             through a Ray client (ray://), whose sink would write on the head.
     """
     import ray
@@ -233,6 +239,12 @@ class _Until:
                     or (self.deadline and time.monotonic() >= self.deadline)
                     or (self.stop is not None and self.stop.is_set()))
 
+    def end(self) -> None:
+        """Sets `stop` as self-play starts its end (the caller's other work, `alphazero train`'s learner, ends
+        beside it, while the actors write their last games)."""
+        if self.stop is not None:
+            self.stop.set()
+
     def left_text(self) -> str:
         """What is left before the deadline, for the live line ('ends in 12:05'); '' without one."""
         return f"ends in {clock_text(self.deadline - time.monotonic())}" if self.deadline else ""
@@ -287,9 +299,11 @@ def _play(fleet: SelfPlayFleet, resign: _ResignFollower, totals: Totals, reporte
             if on_update is not None:
                 on_update(totals)
             if until.reached(totals):
+                until.end()
                 _drain(pending, totals, idle, losses, timeout=4 * chunk_seconds + 30)
                 break
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (alphazero.app.cli): to this process, its group or every process
+        until.end()
         print("\nself-play: stopping; writing the finished games", flush=True)
         # The calls in progress end within a chunk: their games (whose shards may already be stored) are counted.
         _drain(pending, totals, idle, losses, timeout=2 * chunk_seconds + 5)
@@ -334,7 +348,8 @@ def _collect(ref: Any, totals: Totals, index: int, idle: set[int], losses: Actor
     to `idle` when that actor has nothing more to do.
 
     Raises:
-        UserError: the actor failed with a user error (a corrupt checkpoint, ...).
+        UserError: the actor's call raised (actor_failure: a user error's message, or a bug's after its
+            traceback).
     """
     import ray
     from ray.exceptions import RayActorError, RayTaskError
@@ -349,13 +364,50 @@ def _collect(ref: Any, totals: Totals, index: int, idle: set[int], losses: Actor
         time.sleep(0.5)
         return None
     except RayTaskError as error:
-        cause = error.cause if isinstance(error.cause, Exception) else error
-        raise UserError(f"a self-play actor failed: {cause}") from None
+        raise actor_failure(error) from None
     losses.heard(index, stats)
     totals.add(stats)
     if stats.games == 0 and stats.batches == 0:
         idle.add(index)  # its game quota is played
     return stats
+
+
+def actor_failure(error: Any) -> UserError:
+    """The one-line error for an actor's call that raised (a RayTaskError).
+
+    A UserError (a corrupt checkpoint, a setting the actor cannot honour) is
+    the user's to fix, and its message says how: it is the whole report.
+    Anything else is a bug, and its one line cannot say where it is: the
+    actor's traceback is printed on stderr first (the driver keeps no log
+    file; a live display prints it above its line).
+    """
+    from ray.exceptions import RayTaskError
+
+    cause = error.cause
+    while isinstance(cause, RayTaskError):  # raised in a call that the actor's call made
+        cause = cause.cause
+    if isinstance(cause, UserError) or (isinstance(cause, BaseException) and is_out_of_memory(cause)):
+        # Out of memory is the user's to fix too: the CLI's one line says what ran out and what to lower.
+        return UserError(f"a self-play actor failed: {cause}")
+    print(f"self-play: an actor raised an error that is a bug, not a setting; its traceback:\n"
+          f"{_remote_traceback(error)}", file=sys.stderr, flush=True)
+    what = f"{type(cause).__name__}: {cause}" if isinstance(cause, BaseException) else str(error).splitlines()[-1]
+    return UserError(f"a self-play actor failed with {what} (its traceback is above)")
+
+
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+_MARKERS = re.compile(r"\s*[\^~]+\s*")  # the carets under a traceback's source line
+
+
+def _remote_traceback(error: Any) -> str:
+    """The actor's traceback as Ray formats it (its own frames hidden), without the terminal colours and the
+    carets that Ray's hidden frames leave under no source line: a log file reads it too."""
+    lines: list[str] = []
+    for line in _COLOUR.sub("", str(error)).splitlines():
+        under_source = bool(lines) and lines[-1].startswith("    ") and not _MARKERS.fullmatch(lines[-1])
+        if under_source or not _MARKERS.fullmatch(line):
+            lines.append(line)
+    return "\n".join(lines)
 
 
 def _drain(pending: dict[Any, int], totals: Totals, idle: set[int], losses: ActorLosses, timeout: float) -> None:

@@ -32,7 +32,7 @@ from typing import Any
 
 from alphazero.config import Config, to_toml
 from alphazero.errors import UserError
-from alphazero.store.checkpoint import latest_weights
+from alphazero.store.played_weights import poll_latest_weights
 from alphazero.store.rundir import RunDir
 from selfplay import NAMESPACE
 from selfplay.inference import InferenceServer
@@ -103,34 +103,41 @@ class WeightFeed:
     """Transport 'ray': the shard sink the actors send to, and the driver's pushes of new weights.
 
     Weights go to an actor's evaluator, or with inference servers to the
-    actor's server (``targets``). Each target gets each new step once, and
+    actor's server (``targets``). Each target gets the weights LATEST names
+    once they change (newer ones, or older ones after ``learn --from-checkpoint``:
+    weights are named by what they are, alphazero.store.played_weights), and
     again after a restart (which brings back fresh weights); one whose actors
-    already play that step (pushed by `alphazero learn --address`) is skipped.
+    already play them (pushed by `alphazero learn --address`) is skipped.
     """
 
     run: RunDir
     config: Config
     sink: Any
     step: int = -1
+    identity: str | None = None            # what the weights held are (played_weights.weights_identity)
     weights: Any = None                    # ObjectRef of the state dict of `step`; None: fresh weights
+    file: str | None = None                # the checkpoint file last read (played_weights.file_key)
     targets: list[Any] = field(default_factory=list)   # per actor: whom to push weights to
-    pushed: dict[int, int] = field(default_factory=dict)  # id(target) -> the step last pushed to it
-    played: dict[int, int] = field(default_factory=dict)  # id(target) -> the newest step its actors played
+    pushed: dict[int, str] = field(default_factory=dict)  # id(target) -> the identity last pushed to it
+    played: dict[int, str] = field(default_factory=dict)  # id(target) -> the identity its actors last played
     checked: float = field(default_factory=time.monotonic)
 
     def load(self) -> bool:
-        """Loads the run's newest checkpoint when it is newer than the one held; returns whether it was.
+        """Loads the weights LATEST names when they differ from those held; returns whether it did.
 
         Raises:
             UserError: the newest checkpoint is corrupt or of another architecture.
         """
         import ray
 
-        found = latest_weights(self.run, self.config.network, newer_than=self.step)
+        found = poll_latest_weights(self.run, self.config.network, seen_file=self.file)
         if found is None:
             return False
-        self.step, state, _ = found
-        self.weights = ray.put(state)
+        self.file = found.file_key
+        if found.identity == self.identity:
+            return False
+        self.step, self.identity = found.step, found.identity
+        self.weights = ray.put(found.state)
         return True
 
     def update(self, force: bool = False) -> None:
@@ -151,16 +158,16 @@ class WeightFeed:
     def push(self, index: int, *, again: bool = False) -> None:
         """Sends the weights held to actor `index`'s target, unless it has them (``again``: even so)."""
         target = self.targets[index]
-        if self.weights is None or not again and max(self.pushed.get(id(target), -1),
-                                                     self.played.get(id(target), -1)) >= self.step:
+        if self.weights is None or self.identity is None or \
+                not again and self.identity in (self.pushed.get(id(target)), self.played.get(id(target))):
             return
-        self.pushed[id(target)] = self.step
-        target.set_weights.remote(self.step, self.weights)  # taken between play() calls (or passes)
+        self.pushed[id(target)] = self.identity
+        target.set_weights.remote(self.step, self.weights, self.identity)  # taken between play() calls (or passes)
 
     def note(self, index: int, stats: PlayStats) -> None:
-        """Notes the weights' step actor `index` played a call with."""
-        key = id(self.targets[index])
-        self.played[key] = max(self.played.get(key, -1), stats.weights_step)
+        """Notes the weights actor `index` played a call with (unknown for an actor of a server)."""
+        if stats.weights_identity is not None:
+            self.played[id(self.targets[index])] = stats.weights_identity
 
 
 def _start_sink(run: RunDir) -> Any:

@@ -5,7 +5,10 @@ the legal moves' indices) and wait; the server copies up to `max_batch`
 positions of the waiting requests (by default all its actors' requests at
 once: server_batch_size) into one preallocated (on CUDA pinned) batch, runs
 one forward pass, and answers each actor with its own rows: only the legal
-moves' logits (~30 floats a position) and the values. Requests
+moves' logits (~30 floats a position) and the values, and to an actor that
+asks (its search reads them, alphazero.search_action_values) the legal moves'
+action values too: a pass computes them when one of its requests asks, and
+answers them to those that asked. Requests
 that come during a pass make up the next one; an idle server takes what is
 ready at once (with ``wait_ms`` > 0 it waits up to that for company), so the
 GPU never idles while a request waits.
@@ -30,18 +33,18 @@ import numpy as np
 import torch
 
 from alphazero.config import Config
-from alphazero.nn.forward import Evaluator
+from alphazero.errors import UserError
 from alphazero.nn.network import build_network, pick_device
-from alphazero.nn.parity import ParitySettings
 from alphazero.nn.planes import COMPACT_PLANES, NUM_SCALARS
 from alphazero.presets import from_toml
-from alphazero.store.checkpoint import load_latest_weights
+from alphazero.store.played_weights import poll_latest_weights
 from alphazero.store.rundir import RunDir
-from selfplay.worker import measure_rate
+from selfplay.worker import measure_rate, selfplay_evaluator
 
 log = logging.getLogger(__name__)
 
-Answer = tuple[np.ndarray, np.ndarray, int]  # legal logits [n, W], values [n], the weights' step
+Answer = tuple[np.ndarray, np.ndarray, int] | tuple[np.ndarray, np.ndarray, int, np.ndarray]
+"""Legal logits [n, W], values [n], the weights' step, and for a request that asked, legal action values [n, W]."""
 
 
 def server_batch_size(config: Config, actors: int) -> int:
@@ -64,6 +67,7 @@ class _Request:
     indices: np.ndarray                # int32 [n, W] legal moves' policy indices
     counts: np.ndarray                 # int32 [n]
     answer: asyncio.Future[Answer]
+    action_values: bool = False        # the legal moves' action values wanted too
 
 
 class InferenceServer:
@@ -83,14 +87,14 @@ class InferenceServer:
         self.run = RunDir(run_path) if run_path is not None else None
         self.max_batch = max_batch or server_batch_size(config, actors)
         torch_device = pick_device(device or config.selfplay.device)
-        forward = config.selfplay.cuda_forward if torch_device.type == "cuda" else config.selfplay.cpu_forward
-        self.evaluator = Evaluator(build_network(config.network), torch_device, forward=forward,
-                                   max_batch=self.max_batch,
-                                   precision=config.selfplay.cpu_precision,
-                                   parity=ParitySettings.from_config(config.selfplay))
+        self.evaluator = selfplay_evaluator(build_network(config.network), config.selfplay, torch_device,
+                                            self.max_batch)
         self.wait_s = (wait_ms if wait_ms is not None else config.selfplay.server_wait_ms) / 1000
         self.poll_s = config.selfplay.weights_poll_seconds
+        self.network = config.network
         self.step = -1
+        self.weights_identity: str | None = None  # what the weights are (alphazero.store.played_weights); None: fresh
+        self.weights_file: str | None = None      # the checkpoint file last read (played_weights.file_key)
         self.weights_checked = 0.0
         self.pending: list[_Request] = []
         self.batcher: asyncio.Task[None] | None = None
@@ -105,31 +109,55 @@ class InferenceServer:
         self.pool.submit(self.evaluator.warm_up).result()
 
     def _poll_weights(self, force: bool = False) -> None:
+        """Loads the weights LATEST names when they differ from those in use (transport 'disk'; in the pool's
+        thread, between passes): newer ones, or older ones after a rewind (``learn --from-checkpoint``)."""
         if self.run is None:
             return
         now = time.monotonic()
         if force or now - self.weights_checked >= self.poll_s:
             self.weights_checked = now
-            step = load_latest_weights(self.run, self.evaluator.model, newer_than=self.step)
-            if step is not None:
-                self.step = step
+            found = poll_latest_weights(self.run, self.network, seen_file=self.weights_file)
+            if found is not None:
+                self._take_weights(found.step, found.identity, found.state)
+                self.weights_file = found.file_key
 
-    async def set_weights(self, step: int, state_dict: dict[str, torch.Tensor]) -> int:
-        """Takes weights pushed through Ray (between passes)."""
-        if step > self.step:
-            await asyncio.get_running_loop().run_in_executor(self.pool, self.evaluator.set_weights, state_dict)
-            self.step = step
+    def _take_weights(self, step: int, identity: str, state_dict: dict[str, torch.Tensor]) -> None:
+        """Every weight change goes through here (in the pool's thread), whichever transport brought it:
+        Evaluator.set_weights, which also refolds the batch norms and arms the parity check (alphazero.nn.forward)."""
+        if identity == self.weights_identity:
+            return
+        self.evaluator.set_weights(state_dict)
+        self.weights_identity = identity
+        self.step = step
+        log.info("inference server: now serving the weights of step %d (%s)", step, identity)
+
+    async def set_weights(self, step: int, state_dict: dict[str, torch.Tensor], identity: str | None = None) -> int:
+        """Takes weights pushed through Ray (between passes) unless they are the ones in use: any other weights,
+        of a lower step too (a rewound learner's). A push that does not name them is named by its step."""
+        named = identity if identity is not None else f"step {step}"
+        await asyncio.get_running_loop().run_in_executor(self.pool, self._take_weights, step, named, state_dict)
         return self.step
 
+    def has_action_values(self) -> bool:
+        """Whether the server's network has an action-value head (what evaluate_legal's action_values needs)."""
+        return self.evaluator.has_action_values
+
     async def evaluate_legal(self, planes: np.ndarray, scalars: np.ndarray, legal_indices: np.ndarray,
-                             legal_counts: np.ndarray) -> Answer:
-        """Evaluates one actor's batch (with others'); returns legal logits [n, W], values [n] and the weights' step.
+                             legal_counts: np.ndarray, action_values: bool = False) -> Answer:
+        """Evaluates one actor's batch (with others'); returns legal logits [n, W], values [n] and the weights' step,
+        and with ``action_values`` the legal moves' action values [n, W] after them.
 
         legal_indices int32 [n, W] holds row b's legal moves' policy indices
         in its first legal_counts[b] columns (Evaluator.evaluate_legal).
+
+        Raises:
+            UserError: action values asked of a network without the head (before the request joins a pass).
         """
+        if action_values and not self.evaluator.has_action_values:
+            raise UserError("action values asked of the inference server, whose network has no action-value head "
+                            "(network.action_value_head = 'none')")
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        self.pending.append(_Request(planes, scalars, legal_indices, legal_counts, future))
+        self.pending.append(_Request(planes, scalars, legal_indices, legal_counts, future, action_values))
         if self.batcher is None or self.batcher.done():
             self.batcher = asyncio.create_task(self._run_batches())
         return await future
@@ -149,23 +177,32 @@ class InferenceServer:
                 taken.append(self.pending.pop(0))
                 size += len(taken[-1].planes)
             try:
-                legal, values = await loop.run_in_executor(self.pool, self._pass, taken, size)
+                outputs = await loop.run_in_executor(self.pool, self._pass, taken, size)
             except Exception as error:  # hand the failure to every waiting actor
                 for request in taken:
                     request.answer.set_exception(error)
                 continue
             self.passes += 1
             self.positions += size
-            start = 0
-            for request in taken:
-                end = start + len(request.planes)
-                # Copies: the evaluator's buffers are reused by the next pass.
-                request.answer.set_result((legal[start:end, :max(int(request.counts.max()), 1)].copy(),
-                                           values[start:end].copy(), self.step))
-                start = end
+            self._answer(taken, outputs)
 
-    def _pass(self, taken: list[_Request], size: int) -> tuple[np.ndarray, np.ndarray]:
-        """Copies the requests into the server's batch and evaluates it (in the pool thread)."""
+    def _answer(self, taken: list[_Request], outputs: tuple[np.ndarray, ...]) -> None:
+        """Answers each request of a pass with its rows of the pass's outputs (its action values where it asked)."""
+        legal, values, *action_values = outputs
+        start = 0
+        for request in taken:
+            end = start + len(request.planes)
+            width = max(int(request.counts.max()), 1)
+            # Copies: the evaluator's buffers are reused by the next pass.
+            answer: Answer = (legal[start:end, :width].copy(), values[start:end].copy(), self.step)
+            if request.action_values:
+                answer = (*answer, action_values[0][start:end, :width].copy())
+            request.answer.set_result(answer)
+            start = end
+
+    def _pass(self, taken: list[_Request], size: int) -> tuple[np.ndarray, ...]:
+        """Copies the requests into the server's batch and evaluates it (in the pool thread), with the legal moves'
+        action values when a request asks for them."""
         self._poll_weights()
         width = max(r.indices.shape[1] for r in taken)
         planes, scalars, indices, counts = self._batch_arrays(size, width)
@@ -177,7 +214,8 @@ class InferenceServer:
             rows, columns = request.indices.shape
             indices[start:start + rows, :columns] = request.indices
             start += rows
-        return self.evaluator.evaluate_legal(planes, scalars, indices, counts)
+        return self.evaluator.evaluate_legal(planes, scalars, indices, counts,
+                                             action_values=any(r.action_values for r in taken))
 
     def _batch_arrays(self, rows: int, width: int) -> tuple[np.ndarray, ...]:
         """Views of the preallocated (pinned on CUDA) pass arrays for rows x width; grown when too small."""
@@ -192,15 +230,16 @@ class InferenceServer:
         return planes[:rows], scalars[:rows], indices[:rows], counts[:rows]
 
     async def network_rate(self, planes: np.ndarray, scalars: np.ndarray, legal_indices: np.ndarray,
-                           legal_counts: np.ndarray, seconds: float) -> float:
+                           legal_counts: np.ndarray, seconds: float, action_values: bool = False) -> float:
         """Evaluations/s of this server's network alone on one batch (the baseline of `bench selfplay`),
-        from the server's own pass arrays as a pass would be."""
+        from the server's own pass arrays as a pass would be (with the action values where the actors ask)."""
 
         def measure() -> float:
             batch_planes, batch_scalars, indices, counts = self._batch_arrays(len(planes), legal_indices.shape[1])
             batch_planes[...], batch_scalars[...], counts[...] = planes, scalars, legal_counts
             indices[:, :legal_indices.shape[1]] = legal_indices
-            return measure_rate(self.evaluator, batch_planes, batch_scalars, indices, counts, seconds)
+            return measure_rate(self.evaluator, batch_planes, batch_scalars, indices, counts, seconds,
+                                action_values=action_values)
 
         return await asyncio.get_running_loop().run_in_executor(self.pool, measure)
 

@@ -1,19 +1,39 @@
-"""Pushes new checkpoints to a run's self-play actors through Ray (faster than each polling the disk)."""
+"""Pushes new checkpoints to a run's self-play actors through Ray (faster than each polling the disk).
+
+A push is sent without waiting: the learner's thread, which publishes after
+every checkpoint, never waits on an actor's running play() (up to
+selfplay.play_seconds) nor on a lost link. The answers are collected at the
+next publish and at the stop (bounded by PUBLISH_WAIT_SECONDS), and each
+failure is reported then, naming the actor and the step.
+"""
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from alphazero.store.checkpoint import load_checkpoint
+from alphazero.store.played_weights import read_checkpoint_weights
 from alphazero.store.rundir import RunDir
 from selfplay import NAMESPACE
 from selfplay.fleet import actor_name_prefix
 from selfplay.ray_connect import connect_ray
 
+log = logging.getLogger(__name__)
+
 PUBLISH_WAIT_SECONDS = 10.0
-"""How long a push waits for the actors to take it (one play() call, 2 s by default, and Ray's round trip)."""
+"""How long the stop waits for the pushes still unanswered (one play() call, 2 s by default, and Ray's round trip)."""
+
+
+@dataclass
+class _Push:
+    """One push to one actor, until it answers."""
+
+    name: str
+    step: int
+    ref: Any
 
 
 class WeightPublisher:
@@ -27,7 +47,9 @@ class WeightPublisher:
     def __init__(self, run_path: str | Path, address: str | None) -> None:
         self.prefix = actor_name_prefix(RunDir(run_path))
         self.started_ray = connect_ray(address, num_cpus=1)
-        self.unanswered: dict[str, Any] = {}  # actor name -> its push still unanswered after the deadline
+        self.pending: list[_Push] = []   # pushes sent, not answered yet (at most one per actor)
+        self.taken = 0                   # pushes the actors answered, since the start
+        self.failures: list[str] = []    # one line per push that failed, as reported
 
     def actors(self) -> dict[str, Any]:
         """Gets the run's self-play actors that exist now, by name."""
@@ -44,36 +66,61 @@ class WeightPublisher:
         return handles
 
     def publish(self, step: int, path: Path) -> int:
-        """Sends the weights of checkpoint `path` (step `step`); returns how many actors took them within
-        PUBLISH_WAIT_SECONDS.
+        """Sends the weights of checkpoint `path` (step `step`) to the run's actors without waiting; returns how
+        many it was sent to.
 
-        An actor that has not answered an earlier push (a host out of reach, a
-        stalled shard sink) gets this one too, but is not waited for until it
-        answers: the learner, which calls this after every checkpoint, never
-        waits on a lost link (EXPERIMENTS.md, "Issue 50: faults on a cluster of namespace hosts").
+        The answers to the earlier pushes are collected first (those there
+        are). An actor that has not answered its last push (a host out of
+        reach, a stalled shard sink, a long play()) gets none this time,
+        so pushes never pile up behind it: it gets the next checkpoint after
+        it answers, as the learner never waits on a lost link (EXPERIMENTS.md,
+        "Issue 50: faults on a cluster of namespace hosts").
         """
+        import ray
+
+        self.collect(timeout=0.0)
+        busy = {push.name for push in self.pending}
+        handles = {name: handle for name, handle in self.actors().items() if name not in busy}
+        if not handles:
+            return 0
+        found = read_checkpoint_weights(path)
+        weights = ray.put(found.state)
+        for name, handle in handles.items():
+            self.pending.append(_Push(name, step, handle.set_weights.remote(found.step, weights, found.identity)))
+        return len(handles)
+
+    def collect(self, timeout: float) -> int:
+        """Collects the answers of the pushes sent, waiting up to ``timeout`` seconds for them all; reports
+        each failed one (a warning naming the actor and step); returns how many are still unanswered."""
         import ray
         from ray.exceptions import RayError
 
-        if self.unanswered:
-            answered, _ = ray.wait(list(self.unanswered.values()), num_returns=len(self.unanswered), timeout=0)
-            self.unanswered = {name: ref for name, ref in self.unanswered.items() if ref not in answered}
-        handles = self.actors()
-        if not handles:
+        if not self.pending:
             return 0
-        weights = ray.put(load_checkpoint(path, "cpu", mmap=True, check_optimizer=False)["model"])
-        refs = {name: handle.set_weights.remote(step, weights) for name, handle in handles.items()}
-        waited = [ref for name, ref in refs.items() if name not in self.unanswered]
-        done, late = ray.wait(waited, num_returns=len(waited), timeout=PUBLISH_WAIT_SECONDS) if waited else ([], [])
-        self.unanswered.update({name: ref for name, ref in refs.items() if ref in late})
-        taken = 0
-        for ref in done:
-            try:
-                ray.get(ref)
-                taken += 1
-            except RayError:
+        refs = [push.ref for push in self.pending]
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        answered = set(done)  # ObjectRefs hash by the object they name
+        still = []
+        for push in self.pending:
+            if push.ref not in answered:
+                still.append(push)
                 continue
-        return taken
+            try:
+                ray.get(push.ref)
+                self.taken += 1
+            except RayError as error:  # the actor died, or its set_weights raised (weights that do not fit)
+                line = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+                self.failures.append(f"{push.name} did not take the weights of step {push.step}: {line}")
+                log.warning("%s", self.failures[-1])
+        self.pending = still
+        return len(still)
+
+    def close(self) -> None:
+        """Collects the pushes still unanswered, waiting up to PUBLISH_WAIT_SECONDS; says which never answered."""
+        for push in self.pending if self.collect(PUBLISH_WAIT_SECONDS) else ():
+            log.warning("%s did not answer the push of the weights of step %d within %g s", push.name, push.step,
+                        PUBLISH_WAIT_SECONDS)
+        self.pending = []
 
     def __enter__(self) -> WeightPublisher:
         return self
@@ -82,5 +129,8 @@ class WeightPublisher:
                  trace: TracebackType | None) -> None:
         import ray
 
-        if self.started_ray:
-            ray.shutdown()
+        try:
+            self.close()
+        finally:
+            if self.started_ray:
+                ray.shutdown()

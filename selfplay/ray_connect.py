@@ -2,7 +2,11 @@
 
 Around ray.init: a local Ray's authentication token written whole before it
 starts (``ensure_ray_token``), its banner about that token kept off the
-terminal, and this process's SIGTERM handler put back afterwards.
+terminal, and this process's SIGTERM handler put back afterwards. A local
+Ray's processes start with SIGTERM blocked, as Ray starts them with SIGINT
+blocked: a SIGTERM sent to every process of the command (``timeout``,
+systemd's ``KillMode=control-group``) stops the command as Ctrl-C does,
+and the command ends its Ray itself (``_sigterm_to_this_process``).
 
 Example::
 
@@ -18,6 +22,7 @@ import os
 import secrets
 import signal
 import socket
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,7 +50,7 @@ def connect_ray(address: str | None, num_cpus: int, num_gpus: float | None = Non
     _quiet_ray_auth_banner()
     if not address:
         ensure_ray_token()
-    with _keeping_sigterm_handler():
+    with _sigterm_to_this_process(starts_ray=not address):
         if address:
             try:
                 ray.init(address=address, namespace=NAMESPACE, logging_level=logging.WARNING)
@@ -57,23 +62,98 @@ def connect_ray(address: str | None, num_cpus: int, num_gpus: float | None = Non
         # RAY_ADDRESS or the newest `ray start` on this machine names, and refuse num_cpus there.
         ray.init(address="local", num_cpus=num_cpus, num_gpus=math.ceil(num_gpus) if num_gpus else None,
                  include_dashboard=False, namespace=NAMESPACE, logging_level=logging.WARNING)
+        _end_without_sigterm()  # before a SIGTERM held back meanwhile can interrupt this process
     return True
 
 
 @contextlib.contextmanager
-def _keeping_sigterm_handler() -> Iterator[None]:
-    """Puts back this process's SIGTERM handler after ray.init, which replaces it with abseil's failure handler
-    (a stack dump, then an abort 3 s later; ray-project/ray issues 37288 and 64829): SIGTERM stops our commands
-    as Ctrl-C does (alphazero.app.cli), with the finished work saved."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    handler = signal.getsignal(signal.SIGTERM)
+def _sigterm_to_this_process(starts_ray: bool) -> Iterator[None]:
+    """Around ray.init: this process's SIGTERM handler put back afterwards, and (``starts_ray``) the processes
+    of the local Ray it starts left deaf to SIGTERM.
+
+    ray.init replaces the handler with its own (a stack dump, then an abort 3 s later; ray-project/ray
+    issues 37288 and 64829): SIGTERM stops our commands as Ctrl-C does (alphazero.app.cli), with the
+    finished work saved.
+
+    A SIGTERM sent to every process of the command (``timeout`` signals its process group, systemd with
+    ``KillMode=control-group`` the whole cgroup) also reached the GCS and the raylet: the GCS hung in its
+    own shutdown, the raylet went, and the driver waited on calls they never answered until Ray's own
+    timeout ended it, without its summary (EXPERIMENTS.md, "Issue 69: SIGTERM to the whole command").
+    Ray blocks SIGINT in the processes it starts, which is why Ctrl-C to the group works; blocking SIGTERM
+    in this thread while they start does the same for SIGTERM, since a child inherits its parent's signal
+    mask (and the raylet passes it on to the workers it forks). The driver then stops as on Ctrl-C and
+    ends its Ray itself (_end_without_sigterm); were the driver to die, they would die with it (Ray's
+    kill-on-parent-death is SIGKILL, which no mask holds back). The handler is put back before the mask,
+    so that a SIGTERM that came meanwhile reaches ours.
+    """
+    handler = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
+    blocks = starts_ray and hasattr(signal, "pthread_sigmask")  # not on Windows
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}) if blocks else None
     try:
         yield
     finally:
-        if handler is not None:  # None: installed outside Python, nothing of ours to put back
+        if handler is not None:  # None: installed outside Python, or not the main thread: nothing of ours
             signal.signal(signal.SIGTERM, handler)
+        if mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _end_without_sigterm() -> None:
+    """Makes ray.shutdown (and Ray's own exit hook) end the local Ray's processes, and theirs, at once with SIGKILL.
+
+    Ray ends its processes with SIGTERM and a second's wait for each before its SIGKILL; with SIGTERM blocked
+    in them (_sigterm_to_this_process) each wait would be spent in full, and the raylet, killed, would leave its
+    agents behind (the dashboard's and the runtime environments', which it ends only on a SIGTERM; they linger
+    long after: EXPERIMENTS.md, "Issue 69: SIGTERM to the whole command"). So every descendant of Ray's
+    processes is killed with them. Ray's node object is internal: where it is not as expected, shutdowns keep
+    Ray's way (slower, and its agents may linger).
+    """
+    import ray
+
+    node = getattr(getattr(getattr(ray, "_private", None), "worker", None), "_global_node", None)
+    kill = getattr(node, "kill_all_processes", None)
+    if node is None or kill is None or not isinstance(getattr(node, "all_processes", None), dict):
+        return
+
+    def kill_all_processes(check_alive: bool = True, allow_graceful: bool = False, wait: bool = False) -> None:
+        started = [getattr(info, "process", None) for infos in node.all_processes.values() for info in infos]
+        family = _descendants({process.pid for process in started if process is not None})
+        kill(check_alive=check_alive, allow_graceful=False, wait=wait)
+        for pid in family:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+    node.kill_all_processes = kill_all_processes
+
+
+def _descendants(roots: set[int]) -> list[int]:
+    """Gets the processes descended from ``roots`` (not themselves); none where neither /proc nor ps answers."""
+    parents = _parents()
+    found: list[int] = []
+    level = set(roots)
+    while level:
+        level = {pid for pid, parent in parents.items() if parent in level}
+        found.extend(sorted(level))
+    return found
+
+
+def _parents() -> dict[int, int]:
+    """Gets every process's parent: from /proc (Linux), else from ps (macOS)."""
+    parents: dict[int, int] = {}
+    if Path("/proc/self/stat").is_file():
+        for entry in Path("/proc").glob("[0-9]*"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                # /proc/PID/stat: 'PID (COMMAND) STATE PPID ...'; the command may hold spaces and parentheses.
+                parents[int(entry.name)] = int(entry.joinpath("stat").read_text().rpartition(")")[2].split()[1])
+        return parents
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        listing = subprocess.run(["ps", "-A", "-o", "pid=", "-o", "ppid="], capture_output=True, text=True,
+                                 timeout=10, check=True).stdout
+        for line in listing.splitlines():
+            with contextlib.suppress(ValueError):
+                pid, parent = map(int, line.split())
+                parents[pid] = parent
+    return parents
 
 
 _RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"

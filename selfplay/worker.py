@@ -28,13 +28,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from alphazero.config import Config
+from alphazero.config import Config, SelfPlayConfig
 from alphazero.nn.forward import Evaluator
 from alphazero.nn.network import build_network, pick_device
 from alphazero.nn.parity import ParitySettings
 from alphazero.presets import from_toml
 from alphazero.search import SELFPLAY, search_params
-from alphazero.store.checkpoint import load_latest_weights
+from alphazero.search_action_values import asks_action_values
+from alphazero.store.played_weights import poll_latest_weights
 from alphazero.store.resign import game_resign_fields, threshold_for_actors, threshold_in_file
 from alphazero.store.rundir import RunDir
 from mcts_ext.search import MultiGameSearch
@@ -44,7 +45,7 @@ from selfplay.sink import DiskOutput, SinkSender
 log = logging.getLogger(__name__)
 
 EvaluateFn = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
-Result = Callable[[], tuple[np.ndarray, np.ndarray]]  # waits for a batch's (legal logits, values)
+Result = Callable[[], tuple[np.ndarray, ...]]  # waits for a batch's (legal logits, values[, legal action values])
 
 
 @dataclass
@@ -68,6 +69,7 @@ class PlayStats:
     would_have_resigned: int = 0      # ... in which a side went below the threshold
     false_resignations: int = 0       # ... and that side did not lose
     weights_step: int = -1            # -1: freshly initialised weights
+    weights_identity: str | None = None  # what they are (alphazero.store.played_weights); None: fresh or a server's
     sink_wait_seconds: float = 0.0    # transport 'ray': waiting for the sink's acknowledgements
     gpu_seconds: float = 0.0          # GPU time of the local passes (CUDA events; 0 on the CPU or with a server)
     precision: str = ""               # what the local network runs in, and why ('' with a server)
@@ -78,6 +80,16 @@ class PlayStats:
     host: str = ""                    # where it runs: 'hostname (node IP)'
     games_started: int = 0
     games_stored: int = 0             # in shards the run directory (or the sink) holds
+
+
+def selfplay_evaluator(model: torch.nn.Module, selfplay: SelfPlayConfig, device: torch.device,
+                       max_batch: int) -> Evaluator:
+    """Gets the Evaluator of self-play's network (an actor's own, or an inference server's) on ``device``: the
+    forward mode and precision setting of that kind of device (selfplay.cuda_forward and cuda_precision on a
+    GPU, cpu_forward and cpu_precision on a CPU: a CPU's setting never decides on a GPU)."""
+    forward = selfplay.cuda_forward if device.type == "cuda" else selfplay.cpu_forward
+    return Evaluator(model, device, forward=forward, precision=selfplay.precision_for(device.type),
+                     max_batch=max_batch, parity=ParitySettings.from_config(selfplay))
 
 
 def _one_thread() -> None:
@@ -94,7 +106,7 @@ class _Lane:
     search: MultiGameSearch
     batch: tuple[np.ndarray, ...]      # search.new_batch()'s arrays, pinned for a local GPU
     steps: list[list[tuple[int, int]]]  # per slot: (ply, weights' step) at its game's start and each change since
-    waiting: Result | None = None      # the batch in the network: call it for (legal logits, values)
+    waiting: Result | None = None      # the batch in the network: call it for its outputs (Result)
 
     def change_step(self, step: int) -> None:
         """Notes that the positions each game searches from its current ply on are searched with ``step``."""
@@ -133,7 +145,9 @@ class SelfPlayWorker:
     hides behind the network. On a GPU the pass only gets queued (CUDA
     streams); on the CPU the network runs in a thread; with an inference
     server both lanes' requests are in flight. The network sees only the
-    legal moves' logits (Evaluator.evaluate_legal, MultiGameSearch.backup_legal).
+    legal moves' logits (Evaluator.evaluate_legal, MultiGameSearch.backup_legal),
+    and the legal moves' action values where the search reads them and the
+    network has the head (alphazero.search_action_values; ``action_values``).
     """
 
     def __init__(self, run_path: str | None, config_toml: str, name: str, *, seed: int | None = None,
@@ -159,6 +173,8 @@ class SelfPlayWorker:
         self.name = name
         self.server = server
         self.step = -1
+        self.weights_identity: str | None = None  # None: freshly initialised weights
+        self.weights_file: str | None = None      # the checkpoint file last read (played_weights.file_key)
         self.weights_checked = 0.0
         self.first_game_time: float | None = None  # time.time() at the first finished game (bench selfplay's latency)
         self.incarnation = uuid.uuid4().hex[:12]
@@ -168,12 +184,8 @@ class SelfPlayWorker:
         games = lane_games(selfplay.games_per_actor, uses_overlap(selfplay.overlap, torch_device))
         self.evaluator: Evaluator | None = None
         if torch_device is not None:
-            model = build_network(self.config.network)
-            forward = selfplay.cuda_forward if torch_device.type == "cuda" else selfplay.cpu_forward
-            self.evaluator = Evaluator(model, torch_device, forward=forward,
-                                       precision=selfplay.cpu_precision,
-                                       max_batch=games[0] * self.config.search.leaves_per_game,
-                                       parity=ParitySettings.from_config(selfplay))
+            self.evaluator = selfplay_evaluator(build_network(self.config.network), selfplay, torch_device,
+                                                games[0] * self.config.search.leaves_per_game)
             self._poll_weights(force=True)
             if self.step < 0 and self.run is not None:
                 log.warning("%s: no checkpoint in %s yet: playing with freshly initialised weights",
@@ -195,6 +207,11 @@ class SelfPlayWorker:
             if self.evaluator is not None:
                 batch = self.evaluator.pin(batch)
             self.lanes.append(_Lane(index, search, batch, [[(0, self.step)] for _ in range(count)]))
+        # Asked of the network only where the search reads them; a network without the head is said once here.
+        self.action_values = asks_action_values(
+            self.search, self.search.reads_action_values and self._has_action_values(),
+            "the inference server's network" if server is not None else "the run's network",
+            lambda line: log.warning("%s: %s", name, line))
         # Games this worker may still start (None: no limit); all slots start at once.
         total = sum(games)
         self.games_to_start = None if max_games is None else max_games - total
@@ -216,14 +233,33 @@ class SelfPlayWorker:
         """The first lane's search (the only one without overlap)."""
         return self.lanes[0].search
 
+    def _has_action_values(self) -> bool:
+        """Whether the network this worker evaluates with (its own, or its server's: asked once) has the head."""
+        if self.server is not None:
+            import ray
+
+            return bool(ray.get(self.server.has_action_values.remote()))
+        return self.evaluator is not None and self.evaluator.has_action_values
+
     # -- weights -------------------------------------------------------------
 
-    def set_weights(self, step: int, state_dict: dict[str, torch.Tensor]) -> int:
-        """Takes weights pushed through Ray (between play() calls, with no batch in the network)."""
-        if self.evaluator is not None and step > self.step:
-            self.evaluator.set_weights(state_dict)
-            self._use_step(step)
+    def set_weights(self, step: int, state_dict: dict[str, torch.Tensor], identity: str | None = None) -> int:
+        """Takes weights pushed through Ray (between play() calls, with no batch in the network) unless they are
+        the ones in use: any other weights, of a lower step too (a rewound learner's). A push that does not name
+        its weights (``identity`` None, an older sender) is named by its step."""
+        if self.evaluator is not None:
+            self._take_weights(step, identity if identity is not None else f"step {step}", state_dict)
         return self.step
+
+    def _take_weights(self, step: int, identity: str, state_dict: dict[str, torch.Tensor]) -> None:
+        """Every weight change goes through here, whichever transport brought it: Evaluator.set_weights, which
+        also refolds the batch norms and arms the parity check for the next passes (alphazero.nn.forward)."""
+        if self.evaluator is None or identity == self.weights_identity:
+            return
+        self.evaluator.set_weights(state_dict)
+        self.weights_identity = identity
+        self._use_step(step)
+        log.info("%s: now playing with the weights of step %d (%s)", self.name, step, identity)
 
     def _use_step(self, step: int) -> None:
         """Notes that the network now holds the weights of ``step``: each game's next positions are searched
@@ -235,17 +271,18 @@ class SelfPlayWorker:
             lane.change_step(step)
 
     def _poll_weights(self, force: bool = False) -> None:
-        """Loads the run's LATEST checkpoint when it is newer than the weights in use (transport 'disk')."""
+        """Loads the weights LATEST names when they differ from those in use (transport 'disk'): newer ones,
+        or older ones after a rewind (``learn --from-checkpoint``)."""
         if self.evaluator is None or self.run is None:
             return
         now = time.monotonic()
         if not force and now - self.weights_checked < self.config.selfplay.weights_poll_seconds:
             return
         self.weights_checked = now
-        step = load_latest_weights(self.run, self.evaluator.model, newer_than=self.step)
-        if step is not None:
-            self._use_step(step)
-            log.info("%s: now playing with the weights of step %d", self.name, step)
+        found = poll_latest_weights(self.run, self.config.network, seen_file=self.weights_file)
+        if found is not None:
+            self._take_weights(found.step, found.identity, found.state)
+            self.weights_file = found.file_key
 
     # -- the resignation threshold -------------------------------------------------
 
@@ -275,19 +312,24 @@ class SelfPlayWorker:
 
             width = int(counts[:rows].max())
             ref = self.server.evaluate_legal.remote(planes, scalars, np.ascontiguousarray(indices[:rows, :width]),
-                                                    counts[:rows])
+                                                    counts[:rows], action_values=self.action_values)
 
-            def from_server() -> tuple[np.ndarray, np.ndarray]:
-                logits, values, step = ray.get(ref)
+            def from_server() -> tuple[np.ndarray, ...]:
+                logits, values, step, *action_values = ray.get(ref)  # action values where asked
                 self._use_step(step)
-                return logits, values
+                return logits, values, *action_values
 
             return from_server
         assert self.evaluator is not None
         if self.pool is not None:
+            if self.action_values:
+                return self.pool.submit(self.evaluator.evaluate_legal, planes, scalars, indices, counts,
+                                        lane=lane.index, action_values=True).result
+            # Not asked: the call as before, which an evaluator without the keyword takes too.
             return self.pool.submit(self.evaluator.evaluate_legal, planes, scalars, indices, counts,
                                     lane=lane.index).result
-        return self.evaluator.submit_legal(planes, scalars, indices, counts, lane=lane.index).wait
+        return self.evaluator.submit_legal(planes, scalars, indices, counts, lane=lane.index,
+                                           action_values=self.action_values).wait
 
     # -- playing -------------------------------------------------------------
 
@@ -326,6 +368,7 @@ class SelfPlayWorker:
         stats.sink_wait_seconds = self.output.wait_seconds - sink_wait_before
         stats.moves = self._total_moves() - moves_before
         stats.weights_step = self.step
+        stats.weights_identity = self.weights_identity
         stats.first_game_time = self.first_game_time
         self._count_games(stats)
         if self.evaluator is not None:
@@ -357,10 +400,11 @@ class SelfPlayWorker:
         if lane.waiting is None:
             return
         tick = time.perf_counter()
-        logits, values = lane.waiting()
+        logits, values, *action_values = lane.waiting()  # action values where the worker asks (self.action_values)
         stats.network_seconds += time.perf_counter() - tick
         lane.waiting = None
-        lane.search.backup_legal(np.ascontiguousarray(logits, np.float32), np.ascontiguousarray(values, np.float32))
+        lane.search.backup_legal(np.ascontiguousarray(logits, np.float32), np.ascontiguousarray(values, np.float32),
+                                 np.ascontiguousarray(action_values[0], np.float32) if action_values else None)
         self._collect(stats, lane)
 
     def _total_moves(self) -> int:
@@ -406,7 +450,8 @@ class SelfPlayWorker:
         The baseline of `alphazero bench selfplay`: same process (or the same
         inference server), same thread settings, same kind of positions (the
         last batch of the first lane, repeated to `rows`; default: a full
-        lane), the same legal-logit path, no search in between.
+        lane), the same legal-logit path (with the action values where self-play
+        asks for them), no search in between.
         """
         lane = self.lanes[0]
         rows = max(1, rows or lane.search.max_batch)
@@ -415,12 +460,13 @@ class SelfPlayWorker:
         if self.server is not None:
             import ray
 
-            return ray.get(self.server.network_rate.remote(*arrays, seconds))
+            return ray.get(self.server.network_rate.remote(*arrays, seconds, action_values=self.action_values))
         assert self.evaluator is not None
         pinned = self.evaluator.pin(arrays)  # as self-play's batches are
         for target, array in zip(pinned, arrays):
             target[...] = array
-        return measure_rate(self.evaluator, pinned[0], pinned[1], pinned[2], pinned[3], seconds)
+        return measure_rate(self.evaluator, pinned[0], pinned[1], pinned[2], pinned[3], seconds,
+                            action_values=self.action_values)
 
     def restart_games(self, games: int | None = None) -> None:
         """Drops every game in flight and starts ``games`` new ones (None: one per slot), shared among the lanes
@@ -456,12 +502,13 @@ class SelfPlayWorker:
 
 
 def measure_rate(evaluator: Evaluator, planes: np.ndarray, scalars: np.ndarray, indices: np.ndarray,
-                 counts: np.ndarray, seconds: float) -> float:
-    """Evaluations/s of evaluator.evaluate_legal on one batch, repeated for about `seconds` after a warm-up pass."""
-    evaluator.evaluate_legal(planes, scalars, indices, counts)
+                 counts: np.ndarray, seconds: float, *, action_values: bool = False) -> float:
+    """Evaluations/s of evaluator.evaluate_legal (with ``action_values`` as self-play asks) on one batch,
+    repeated for about `seconds` after a warm-up pass."""
+    evaluator.evaluate_legal(planes, scalars, indices, counts, action_values=action_values)
     done, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
-        evaluator.evaluate_legal(planes, scalars, indices, counts)
+        evaluator.evaluate_legal(planes, scalars, indices, counts, action_values=action_values)
         done += len(planes)
     return done / (time.perf_counter() - start)
 

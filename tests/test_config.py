@@ -192,7 +192,8 @@ def test_gpus_put_self_play_on_them_whatever_the_preset(preset: str) -> None:
     from alphazero.selfplay_devices import for_gpus
 
     assert for_gpus(get_preset(preset), 1).selfplay.device == "cuda"
-    assert for_gpus(apply_overrides(get_preset(preset), ["selfplay.device=cuda:1"]), 2).selfplay.device == "cuda:1"
+    # An actor sees only its own GPU, as cuda:0 (issue 69: cuda:1 is refused, tests/test_cuda_devices.py).
+    assert for_gpus(apply_overrides(get_preset(preset), ["selfplay.device=cuda:0"]), 2).selfplay.device == "cuda"
     with pytest.raises(UserError, match=r"--gpus 1 reserves GPUs for self-play, but selfplay.device is 'cpu'"):
         for_gpus(apply_overrides(get_preset(preset), ["selfplay.device=cpu"]), 1)
 

@@ -66,3 +66,26 @@ def test_doctor_refuses_bad_options_in_one_line(capsys):
     assert cli.main(["doctor", "--batch-sizes", "0,8"]) == 2
     said = capsys.readouterr().err.strip()
     assert said == "alphazero doctor: error: --batch-sizes must be positive integers, got '0,8'"
+
+
+GPUS = [(torch.device("cuda", 0), "Tesla T4", (7, 5)), (torch.device("cuda", 1), "NVIDIA A100", (8, 0))]
+
+
+def test_doctor_says_which_precision_each_gpu_gets_and_why() -> None:
+    # Issue 69: bf16 was taken on every GPU, the T4's and the V100's too, which have no native bf16.
+    t4, a100 = doctor.cuda_precision_lines(GPUS)
+    assert t4.startswith("on cuda:0 (Tesla T4) precision 'auto' runs the network in float16 autocast (cuda:0, "
+                         "compute capability 7.5: no native bf16")
+    assert "and trains in float16 autocast (cuda:0, compute capability 7.5: no native bf16" in t4
+    assert a100 == ("on cuda:1 (NVIDIA A100) precision 'auto' runs the network in bf16 autocast (cuda:1, compute "
+                    "capability 8.0: native bf16) and trains in bf16 autocast (cuda:1, compute capability 8.0: "
+                    "native bf16)")
+
+
+def test_doctor_checks_each_gpu_in_the_precision_auto_takes_there(monkeypatch):
+    monkeypatch.setattr(doctor, "cuda_devices", lambda: GPUS)
+    labels = [mode.label for mode in doctor.supported_modes(True)]
+    assert labels[:4] == ["cuda:0 eager (float16)", "cuda:0 graphs (float16)", "cuda:0 compile (float16)",
+                          "cuda:1 graphs (bf16)"]  # a pass on a GPU other than the current one
+    assert all(label.startswith("cpu") for label in labels[4:])
+    assert [mode.label for mode in doctor.supported_modes(False)] == labels[4:]

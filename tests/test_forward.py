@@ -168,10 +168,11 @@ def test_capture_is_thread_local(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
     monkeypatch.setattr(torch.cuda, "graph", fake_graph)
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
     buffers = types.SimpleNamespace(device=torch.device("cuda", 0))
     calls: list[int] = []
     replay = capture_graph(lambda p, s: calls.append(1) or ("out",), buffers, buffers)
-    assert recorded == {"capture_error_mode": "thread_local"}
+    assert recorded["capture_error_mode"] == "thread_local" and isinstance(recorded["stream"], FakeStream)
     assert len(calls) == 4  # three warm-up passes and the captured one
     assert replay() == ("out",) and replays == [1]
 

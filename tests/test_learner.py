@@ -38,7 +38,7 @@ from alphazero.store.checkpoint import (
     step_of,
 )
 from alphazero.store.rundir import LEARNER_LOCK_NAME, RunDir
-from alphazero.store.shards import DRAW_BAND
+from alphazero.store.shards import DRAW_BAND, shard_name, write_shard
 from learner import cli
 from learner.loop import PROBES, Learner, probe_report, run_learner
 from learner.replay import Batch, ReplayWindow
@@ -52,7 +52,7 @@ from learner.trainer import (
     validation_sums,
     value_classes,
 )
-from tests.helpers import add_games, add_shard, fixed_batch, overwrite_inside
+from tests.helpers import add_games, add_shard, fixed_batch, make_shard, overwrite_inside
 
 SMALL_NET = ["network.blocks=1", "network.filters=16", "network.policy_filters=16", "network.value_filters=2",
              "network.value_hidden=16"]
@@ -311,6 +311,44 @@ def test_policy_head_training_moves_the_policy_head_alone() -> None:
         small_config("learner.trainable=policy_head", "learner.freeze_batch_norm=false")
 
 
+def _with_win_probabilities(batch: Batch, seed: int = 1) -> Batch:
+    """The batch with a win probability on each legal move (Stockfish's per-move values)."""
+    values = np.where(batch.legal, np.random.default_rng(seed).random(batch.legal.shape), np.nan).astype(np.float32)
+    return dataclasses.replace(batch, action_values=values)
+
+
+def test_action_value_head_training_moves_that_head_alone() -> None:
+    """learner.trainable=action_value_head: the tower, the policy and value heads and the batch-norm buffers
+    stay bit-for-bit (what the search plays with), the head learns; a batch without per-move values moves
+    nothing; a network without the head is refused in one line; policy_head leaves the head frozen."""
+    torch.manual_seed(0)
+    batch = _with_win_probabilities(fixed_batch())
+    config = small_config("learner.learning_rates=[0.05]", "learner.freeze_batch_norm=true",
+                          "learner.trainable=action_value_head", "network.action_value_head=logit")
+    trainer = Trainer(AlphaZeroNet(config.network), config.learner, torch.device("cpu"))
+    before = copy.deepcopy(trainer.model.state_dict())
+    losses = [float(trainer.step(batch, step).action_value) for step in range(10)]
+    after = trainer.model.state_dict()
+    moved = {name for name in after if not torch.equal(before[name], after[name])}
+    assert moved and all(name.startswith("action_value") for name in moved), moved
+    assert {"action_value_conv.weight", "action_value.out.weight"} <= moved
+    assert losses[-1] < losses[0]
+    stats = trainer.step(dataclasses.replace(batch, action_values=None), 10)  # a game's positions: no target
+    assert float(stats.grad_norm) == 0.0
+    assert all(torch.equal(after[name], value) for name, value in trainer.model.state_dict().items())
+    with pytest.raises(UserError, match="has none") as refused:
+        headless = small_config("learner.freeze_batch_norm=true", "learner.trainable=action_value_head")
+        Trainer(AlphaZeroNet(headless.network), headless.learner, torch.device("cpu"))
+    assert "\n" not in str(refused.value)
+    policy_only = small_config("learner.learning_rates=[0.05]", "learner.freeze_batch_norm=true",
+                               "learner.trainable=policy_head", "network.action_value_head=logit")
+    trainer = Trainer(AlphaZeroNet(policy_only.network), policy_only.learner, torch.device("cpu"))
+    before = copy.deepcopy(trainer.model.state_dict())
+    trainer.step(batch, 0)
+    moved = {name for name, value in trainer.model.state_dict().items() if not torch.equal(before[name], value)}
+    assert moved and all(name.startswith("policy") for name in moved), moved
+
+
 def test_the_anchor_pulls_towards_the_start_and_is_zero_there() -> None:
     from learner.trainer import anchor_loss
 
@@ -375,6 +413,31 @@ def test_replay_mixing_draws_its_share_of_each_batch_and_decays(run: tuple[RunDi
     assert mixed == [8, 6, 4, 2, 0, 0]
     with pytest.raises(UserError, match="holds no shards"):
         Learner(rundir, small_config("learner.mix_dir=nowhere", "learner.mix_share=0.5"))
+
+
+def _add_labelled_shard(directory: Path, ids: range) -> None:
+    """A shard as Stockfish labels write it: a win probability after each move (policy_wins)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    shard = make_shard(ids)
+    wins = np.random.default_rng(ids.start).random(len(shard.policy_indices)).astype(np.float32)
+    write_shard(directory / shard_name("labels"), dataclasses.replace(shard, policy_wins=wins,
+                                                                      meta={"kind": "stockfish"}))
+
+
+@pytest.mark.parametrize("head", ["none", "logit"])
+def test_only_a_learner_with_an_action_value_head_builds_action_values(tmp_path: Path, head: str) -> None:
+    """Pretraining a head-less network on Stockfish labels keeps no win probabilities and builds no dense
+    per-move array, in its window nor in the mix folder's; a network with the head gets both."""
+    rundir, config = RunDir.create_or_open(tmp_path / "run", small_config(f"network.action_value_head={head}"))
+    _add_labelled_shard(rundir.pretrain, range(0, 100))
+    _add_labelled_shard(rundir.root / "mix", range(1000, 1100))
+    config = apply_overrides(config, ["learner.mix_dir=mix", "learner.mix_share=0.5"])
+    with Learner(rundir, config, shards=rundir.pretrain) as learner:
+        learner.resume()
+        assert learner.mix is not None
+        for window in (learner.window, learner.mix):
+            batch = window.sample(8)
+            assert batch is not None and (batch.action_values is not None) == (head != "none"), window.directory
 
 
 def test_probe_report_names_legal_moves_for_each_probe() -> None:

@@ -34,7 +34,7 @@ CHANGED = dict(algorithm="puct", simulations=77, c_init=2.5, c_base=1000.0, diri
                resign_disabled_fraction=0.5, playout_cap_fraction=0.5, playout_cap_simulations=9, gumbel_considered=4,
                gumbel_scale=0.5, gumbel_c_visit=10.0, gumbel_c_scale=0.5, gumbel_q_normalisation="node",
                gumbel_unvisited="action_value", autoplay=False, add_noise=False, record=False, visits_per_leaf=2.0,
-               resign_threshold=-0.75, solver=True)
+               resign_threshold=-0.75, solver=True, tree_memory_mb=64.0)
 
 
 def test_the_c_struct_has_a_value_for_each_field_and_a_field_for_each_value():

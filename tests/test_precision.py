@@ -1,5 +1,6 @@
 """The network's precision on a CPU (issue 32): bf16 only where the processor has it and it measured faster,
-checked against float32 eager like the GPU's fast pass, with float32 master weights when training."""
+checked against float32 eager like the GPU's fast pass, with float32 master weights when training; on a GPU
+(issue 69): a function of its compute capability, bf16 from 8.0, else float16 (inference) or float32."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch
 import alphazero.nn.forward as forward_module
 import alphazero.nn.precision as precision_module
 from alphazero.app.doctor import sample_leaves
+from alphazero.config import CPU_PRECISIONS
 from alphazero.nn.forward import Evaluator
 from alphazero.nn.network import AlphaZeroNet
 from alphazero.nn.parity import ParitySettings
@@ -81,15 +83,97 @@ def test_forced_settings_and_cuda_need_no_timing() -> None:
     assert choose_precision("bf16", CPU, key="n", timer=never, probe=lambda: None).bf16  # emulated, but asked for
     assert "emulated" in choose_precision("bf16", CPU, key="n", timer=never, probe=lambda: None).reason
     assert not choose_precision("float32", CPU, key="n", timer=never, probe=lambda: "AMX").bf16
-    assert choose_precision("auto", torch.device("cuda"), key="n", timer=never).bf16
-    assert not choose_precision("float32", torch.device("cuda"), key="n", timer=never).bf16
+    assert choose_precision("auto", torch.device("cuda"), key="n", timer=never, capability=(8, 0)).bf16
+    assert not choose_precision("float32", torch.device("cuda"), key="n", timer=never, capability=(8, 0)).autocast
     assert calls == []
 
 
 def test_an_unknown_precision_is_named_in_the_error() -> None:
     assert check_precision(" BF16 ") == "bf16"
-    with pytest.raises(ValueError, match="selfplay.cpu_precision must be one of auto, bf16, float32"):
-        check_precision("fp8", "selfplay.cpu_precision")
+    with pytest.raises(ValueError, match="selfplay.cpu_precision must be one of auto, bf16, float32, got 'fp8'"):
+        check_precision("fp8", "selfplay.cpu_precision", CPU_PRECISIONS)
+    with pytest.raises(ValueError, match="precision must be one of auto, bf16, float16, float32"):
+        check_precision("fp8")
+
+
+# --- on a GPU: a function of its compute capability (issue 69) ----------------------------------------
+
+
+CUDA1 = torch.device("cuda", 1)
+
+
+@pytest.mark.parametrize(("capability", "inference", "training"), [
+    ((9, 0), "bf16", "bf16"),  # H100, H200
+    ((8, 0), "bf16", "bf16"),  # A100: the first with native bf16
+    ((7, 5), "float16", "float32"),  # T4: float16 tensor cores, no bf16; training would need loss scaling
+    ((7, 0), "float16", "float32"),  # V100
+    ((6, 1), "float32", "float32"),  # GTX 1080: neither tensor cores nor a fast float16
+])
+def test_auto_on_a_gpu_takes_what_its_compute_capability_computes_natively(
+        capability: tuple[int, int], inference: str, training: str) -> None:
+    never = timer_of(1.0, 1.0, calls := [])
+    served = choose_precision("auto", CUDA1, key="n", timer=never, float16=True, capability=capability)
+    trained = choose_precision("auto", CUDA1, key="n", timer=never, capability=capability)
+    assert (served.name, trained.name) == (inference, training) and calls == []
+    assert served.dtype == {"bf16": torch.bfloat16, "float16": torch.float16, "float32": None}[inference]
+    for choice in (served, trained):  # the reason names the device and its capability
+        assert choice.reason.startswith(choice.name) and f"cuda:1, compute capability {capability[0]}." in choice.reason
+    if training == "float32" and inference != "float32":
+        assert "loss scaling" in trained.reason
+
+
+def test_the_capability_is_asked_of_the_models_gpu_not_the_current_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[object] = []
+
+    def capability_of(device: object = None) -> tuple[int, int]:
+        asked.append(device)
+        return (7, 5)
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", capability_of)
+    monkeypatch.setattr(torch.version, "hip", None)
+    choice = choose_precision("auto", CUDA1, key="n", timer=timer_of(1.0, 1.0), float16=True)
+    assert choice.name == "float16" and asked == [CUDA1]
+
+
+def test_forced_precisions_on_a_gpu_and_float16_where_it_cannot_run() -> None:
+    never = timer_of(1.0, 1.0)
+    emulated = choose_precision("bf16", CUDA1, key="n", timer=never, capability=(7, 5))
+    assert emulated.bf16 and "emulated" in emulated.reason  # asked for, so taken, and said
+    assert choose_precision("float16", CUDA1, key="n", timer=never, float16=True, capability=(8, 0)).name == "float16"
+    assert choose_precision("float32", CUDA1, key="n", timer=never, float16=True, capability=(7, 5)).name == "float32"
+    with pytest.raises(ValueError, match="float16 training needs loss scaling"):
+        choose_precision("float16", CUDA1, key="n", timer=never, capability=(7, 5))
+    on_cpu = choose_precision("float16", CPU, key="n", timer=never, float16=True, probe=lambda: "AMX")
+    assert on_cpu.name == "float32" and "float16 is for CUDA" in on_cpu.reason  # a player's setting, on a CPU
+
+
+class _SeesAutocast(torch.nn.Module):
+    """The tiny net, noting the autocast type of each pass (None: no autocast)."""
+
+    def __init__(self, model: AlphaZeroNet) -> None:
+        super().__init__()
+        self.model, self.stem, self.config = model, model.stem, model.config
+        self.seen: list[torch.dtype | None] = []
+
+    def forward(self, planes: torch.Tensor, scalars: torch.Tensor, **kwargs: bool):
+        on = torch.is_autocast_enabled("cpu")
+        self.seen.append(torch.get_autocast_dtype("cpu") if on else None)
+        return self.model(planes, scalars, **kwargs)
+
+
+def test_a_float16_choice_runs_float16_autocast_and_is_checked_like_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
+    # What a T4 gets; on the CPU the Evaluator is told the choice (CPU autocast runs float16 too, slowly).
+    from alphazero.nn.precision import PrecisionChoice
+
+    chosen = PrecisionChoice("float16", "float16 autocast (cuda:0, compute capability 7.5: ...)")
+    monkeypatch.setattr(forward_module, "choose_precision", lambda *args, **kwargs: chosen)
+    model = _SeesAutocast(_model())
+    evaluator = Evaluator(model, CPU)
+    assert evaluator.autocast and evaluator.describe_pass() == "eager, float16" and evaluator._check_passes
+    planes, scalars, indices, counts = sample_leaves(8)
+    evaluator.evaluate_legal(planes, scalars, indices, counts)
+    assert model.seen == [torch.float16, None]  # the pass, then float32 eager's, which checked it
+    assert evaluator.precision_text() == chosen.reason and not evaluator.fallbacks
 
 
 def _model() -> AlphaZeroNet:

@@ -898,3 +898,76 @@ def test_pretrain_options_are_checked(tmp_path: Path, capsys) -> None:
     assert cli.main(["pretrain", "--run", run, "--quiet"]) == 2
     assert "no positions to train on" in capsys.readouterr().err
 
+
+
+# --- pretraining from given weights (--init) -----------------------------------------------------------------
+
+INIT_NET = ["network.blocks=1", "network.filters=16", "network.policy_filters=16", "network.value_filters=2",
+            "network.value_hidden=16"]
+HEAD_ONLY = ["--set", "network.action_value_head=logit", "--set", "network.action_value_filters=8",
+             "--set", "learner.trainable=action_value_head", "--set", "learner.freeze_batch_norm=true",
+             "--set", "learner.batch_size=16", "--set", "learner.learning_rates=[0.05]", "--set",
+             "learner.lr_boundaries=[]", "--set", "learner.scale_lr=false", "--set", "learner.validation_share=0",
+             "--set", "learner.cpu_precision=float32", "--set", "learner.device=cpu"]
+
+
+def _write_labelled(folder: Path) -> None:
+    """Stockfish-style shards in ``folder``: a win probability after every move (policy_wins)."""
+    import dataclasses
+
+    from alphazero.store.shards import shard_name, write_shard
+    from tests.helpers import make_shard
+
+    folder.mkdir(parents=True, exist_ok=True)
+    shard = make_shard(range(0, 64))
+    wins = np.random.default_rng(1).random(len(shard.policy_indices)).astype(np.float32)
+    write_shard(folder / shard_name("labels"), dataclasses.replace(shard, policy_wins=wins, meta={"kind": "stockfish"}))
+
+
+def _init_file(path: Path) -> dict[str, torch.Tensor]:
+    """Saves a trained-looking head-less network as a model file; returns its weights."""
+    from alphazero.config import apply_overrides
+    from alphazero.store.checkpoint import save_model
+
+    torch.manual_seed(11)
+    model = AlphaZeroNet(apply_overrides(get_preset("tiny"), INIT_NET).network)
+    save_model(path, model, step=7, summary="test weights")
+    return {name: value.clone() for name, value in model.state_dict().items()}
+
+
+def test_pretrain_init_trains_a_fresh_action_value_head_alone_on_the_given_weights(tmp_path: Path, capsys) -> None:
+    """`pretrain --init FILE --set network.action_value_head=logit --set learner.trainable=action_value_head`
+    on a run whose pretrain/ data --data-only wrote (another network, no checkpoint): the run takes the
+    init's network with a fresh head, step 0 holds the init's weights, and the steps move the head alone."""
+    from alphazero.store.checkpoint import checkpoint_name, load_checkpoint
+
+    start = _init_file(tmp_path / "init.pt")
+    run, _ = RunDir.create_or_open(tmp_path / "run", get_preset("tiny"))  # as --data-only leaves it: 2x32
+    _write_labelled(run.pretrain)
+    args = ["pretrain", "--run", str(run.root), "--init", str(tmp_path / "init.pt"), *HEAD_ONLY, "--steps", "3",
+            "--quiet"]
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert "takes the --init network" in out and "starting from" in out and "test weights" in out
+    network = run.read_config().network
+    assert (network.blocks, network.filters, network.action_value_head) == (1, 16, "logit")
+    first = load_checkpoint(run.checkpoints / checkpoint_name(0))["model"]
+    last = load_checkpoint(run.checkpoints / checkpoint_name(3))["model"]
+    assert set(start) < set(first)  # the init's weights, and a head beside them
+    for name, value in start.items():  # the tower, the policy and value heads, their statistics: the init's
+        assert torch.equal(first[name], value) and torch.equal(last[name], value), name
+    moved = {name for name in first if name.startswith("action_value") and not torch.equal(first[name], last[name])}
+    assert {"action_value_conv.weight", "action_value.out.weight"} <= moved
+
+    assert cli.main(args) == 2  # now it has checkpoints: it resumes from its own, without --init
+    assert "already has checkpoints" in capsys.readouterr().err
+    assert cli.main(["pretrain", "--run", str(tmp_path / "other"), "--init", str(tmp_path / "init.pt"),
+                     "--data-only", "--pgn", str(GAMES)]) == 2
+    assert "--init FILE_OR_RUN starts the training" in capsys.readouterr().err
+    headless = [a for a in args if a not in ("network.action_value_head=logit", "network.action_value_filters=8")]
+    headless = [a for i, a in enumerate(headless) if not (a == "--set" and headless[i + 1] == "--set")]
+    fresh = tmp_path / "fresh"
+    _write_labelled(fresh / "pretrain")
+    assert cli.main([*headless[:2], str(fresh), *headless[3:]]) == 2  # the head alone, but no head
+    err = capsys.readouterr().err
+    assert "has none (network.action_value_head = 'none')" in err and len(err.strip().splitlines()) == 1

@@ -299,6 +299,27 @@ def test_av_reads_alphazero_nns_action_value_head(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("one_torch_thread")
+def test_sv_scores_no_move_with_the_action_value_head(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SV needs the children's values alone: a network with the head scores every move (all 4672) only in
+    the probe's own pass, for AV, never for the ~30 children of each position."""
+    _write_game_labels(tmp_path / "labels")
+    data = ProbeSet.load(tmp_path / "labels")
+    torch.manual_seed(7)
+    model = build_network(dataclasses.replace(get_preset("tiny").network, action_value_head="logit"))
+    scored: list[int] = []
+    all_values = model.action_value.all_values
+
+    def counted(features: torch.Tensor) -> torch.Tensor:
+        scored.append(features.shape[0])
+        return all_values(features)
+
+    monkeypatch.setattr(model.action_value, "all_values", counted)
+    figures = probe_network(model, data, state_values=True)
+    assert set(figures.predictors) == {"bc", "sv", "av"} and figures.predictors["sv"].positions == 5
+    assert sum(scored) == len(data)  # the probe's positions, once each; no child
+
+
+@pytest.mark.usefixtures("one_torch_thread")
 def test_a_position_that_does_not_match_its_game_is_left_out_of_sv(tmp_path: Path) -> None:
     _write_game_labels(tmp_path / "labels")
     data = ProbeSet.load(tmp_path / "labels")

@@ -3,33 +3,40 @@
 Ray's driver replaces a process's SIGTERM handler in ray.init with abseil's
 failure handler (a stack dump, then an abort): `train` and `selfplay` must put
 theirs back, so that the finished games are written and the summary printed.
+`docker stop` and Kubernetes signal the command's first process alone;
+`timeout` signals its process group, systemd (KillMode=control-group) every
+process of the unit, Ray's among them (issue 69).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from alphazero.store.checkpoint import step_of
+from alphazero.store.shards import list_shards, read_shard_games
 from tests.helpers import ROOT, SELFPLAY_FAST, TRAIN_FAST, repo_env
 
 pytest.importorskip("ray")
 
 HANG_BOUND_S = 300  # only stops a hang: each wait ends on its condition long before
+SERVICE_STOP_S = 90  # systemd's TimeoutStopSec by default: what the whole stop may take before its SIGKILL
 # What abseil's failure handler and an uncaught exception print; none of it may appear.
 DUMPS = ("Traceback", "SIGTERM received", "Stack trace", "AbslFailureSignalHandler", "*** ")
 
 
-def _start(*args: str) -> subprocess.Popen[str]:
+def _start(*args: str, new_session: bool = False) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "alphazero", *args], cwd=ROOT, env=repo_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=new_session)
 
 
 def _sets(overrides: list[str]) -> list[str]:
@@ -51,11 +58,11 @@ def _wait_for(condition: Callable[[], bool], process: subprocess.Popen[str], wha
 def _stop(process: subprocess.Popen[str], signum: int) -> tuple[str, str]:
     process.send_signal(signum)
     try:
-        return process.communicate(timeout=HANG_BOUND_S)
+        return process.communicate(timeout=SERVICE_STOP_S)
     except subprocess.TimeoutExpired:
         process.kill()
         out, err = process.communicate()
-        pytest.fail(f"the command did not end within {HANG_BOUND_S} s of signal {signum}; it said, last:\n"
+        pytest.fail(f"the command did not end within {SERVICE_STOP_S} s of signal {signum}; it said, last:\n"
                     f"{out[-3000:]}\n{err[-3000:]}")
 
 
@@ -112,3 +119,78 @@ def test_more_actors_than_fit_start_as_many_as_fit_and_ctrl_c_stops_them_while_t
     assert process.returncode == 0 and "self-play: stopping; writing the finished games" in out \
         or process.returncode == 130, (out, err)
     assert not [dump for dump in DUMPS if dump in err], err
+
+
+def _session(session: int) -> list[int]:
+    """The live processes of a session (the command's and all it started: Ray's, its workers in their own groups)."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError, IndexError):
+            if os.getsid(int(entry.name)) == session and \
+                    entry.joinpath("stat").read_text().rpartition(")")[2].split()[0] != "Z":
+                found.append(int(entry.name))
+    return found
+
+
+@contextlib.contextmanager
+def _command_in_session(*args: str) -> Iterator[subprocess.Popen[str]]:
+    """Runs the command in a session of its own (its process group is the session's id); kills what is left."""
+    process = _start(*args, new_session=True)
+    try:
+        yield process
+    finally:
+        for pid in _session(process.pid):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        if process.poll() is None:
+            process.communicate()
+
+
+def _games_on_disk(run: Path) -> int:
+    return sum(len(read_shard_games(path)) for path in list_shards(run / "selfplay"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="finds the command's processes in /proc")
+@pytest.mark.parametrize("to", ["group", "every process"])
+@pytest.mark.parametrize("command", ["train", "selfplay"])
+def test_sigterm_to_every_process_of_the_command_stops_it_with_its_summary_and_its_finished_games_on_disk(
+        tmp_path: Path, command: str, to: str) -> None:
+    # Issue 69: `timeout -s TERM` signals the process group, systemd every process of the unit; both reached
+    # Ray's GCS and raylet too, and `train` then waited on them until Ray's own timeout killed it, without its
+    # summary. Now each stops as on Ctrl-C, within what a service manager waits, with every game it reports
+    # finished in the run's shards (the actor's own unwritten ones included: several games to a shard), and
+    # leaves no process behind (systemd waits for all of them).
+    run = tmp_path / "run"
+    fast = TRAIN_FAST if command == "train" else [*SELFPLAY_FAST, "selfplay.shard_games=3"]
+    with _command_in_session(command, "--run", str(run), "--actors", "1", "--no-progress", *_sets(fast)) as process:
+        _wait_for(lambda: bool(list_shards(run / "selfplay")), process, "a finished game on disk")
+        deadline = time.monotonic() + SERVICE_STOP_S
+        if to == "group":
+            os.killpg(process.pid, signal.SIGTERM)
+        else:
+            for pid in _session(process.pid):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGTERM)
+        try:
+            out, err = process.communicate(timeout=SERVICE_STOP_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            out, err = process.communicate()
+            pytest.fail(f"no end within {SERVICE_STOP_S} s of SIGTERM to the {to}; it said, last:\n"
+                        f"{out[-3000:]}\n{err[-3000:]}")
+        while _session(process.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _session(process.pid), f"processes left {SERVICE_STOP_S} s after the signal"
+    assert process.returncode == 0, (out, err)
+    assert "self-play: stopping; writing the finished games" in out
+    assert not [dump for dump in DUMPS if dump in err], err
+    assert "lost actor" not in out, out
+    if command == "train":
+        summary = re.search(r"train: (\d+) games, [\d,]+ positions; learner at step \d+", out)
+        assert summary is not None, out
+    else:
+        summary = re.search(r"self-play: (\d+) games, [\d,]+ positions in (\d+) shards", out)
+        assert summary is not None, out
+        assert int(summary[2]) == len(list_shards(run / "selfplay")), out
+    assert int(summary[1]) == _games_on_disk(run) > 0, out

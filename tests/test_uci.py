@@ -25,7 +25,9 @@ import torch
 
 import eval.uci as uci_module
 from alphazero.errors import UserError
+from alphazero.nn.cuda_device import cuda_capability
 from alphazero.nn.network import AlphaZeroNet
+from alphazero.nn.precision import cuda_choice
 from alphazero.presets import get_preset
 from alphazero.store.checkpoint import save_model
 from eval.scores import centipawns_to_value
@@ -534,7 +536,10 @@ def test_on_cuda_the_engine_replays_cuda_graphs_and_still_finds_the_mate_and_the
     engine = UciEngine(None, "builtin", "cuda", stdin=io.StringIO(""), stdout=out)
     engine.handle("isready")
     network = engine._network
-    assert network is not None and network.evaluator.describe_pass() == "graphs, bf16"
+    # What the device's compute capability gives (bf16 from 8.0, float16 from 7.0: alphazero.nn.precision).
+    device = network.evaluator.device if network is not None else torch.device("cuda")
+    expected = f"graphs, {cuda_choice('auto', device, cuda_capability(device), float16=True).name}"
+    assert network is not None and network.evaluator.describe_pass() == expected
     for fen, best in ((BACK_RANK_MATE, "a1a8"), (HANGING_QUEEN, "d2d5")):
         engine.handle(f"position fen {fen}")
         engine.handle("go nodes 400")
@@ -542,7 +547,7 @@ def test_on_cuda_the_engine_replays_cuda_graphs_and_still_finds_the_mate_and_the
         assert out.getvalue().rstrip().split("\n")[-1].startswith(f"bestmove {best}")
     # Every batch size the searches sent replayed a captured graph, each checked once against float32 eager.
     assert network.evaluator.bucket_failures == {} and network.evaluator.fallbacks == []
-    assert network.evaluator.describe_pass() == "graphs, bf16"
+    assert network.evaluator.describe_pass() == expected
     engine.stop_search()
 
 
@@ -812,7 +817,11 @@ def test_the_uci_engine_does_not_import_the_cli() -> None:
 
 def test_the_precision_option_sets_what_the_network_runs_in(weights: Path) -> None:
     # Issue 32: auto, bf16 or float32 on a CPU; the engine says which (and why) when it loads the network.
-    for value, said in (("float32", "float32 (forced)"), ("bf16", "bf16 (forced"), ("fp8", None)):
+    # float16 is a GPU's (issue 69): a CPU takes it and runs float32, saying so.
+    option = next(option for option in OPTIONS if option.name == "Precision")
+    assert "float16" in option.choices and "GPU" in option.help and "compute capability" in option.help
+    for value, said in (("float32", "float32 (forced)"), ("bf16", "bf16 (forced"), ("fp8", None),
+                        ("float16", "float32 (float16 is for CUDA")):
         out = io.StringIO()
         commands = f"uci\nsetoption name Precision value {value}\nisready\nposition startpos\ngo nodes 8\nquit\n"
         UciEngine(None, weights, "cpu", stdin=io.StringIO(commands), stdout=out, stderr=io.StringIO(),

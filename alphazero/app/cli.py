@@ -18,6 +18,7 @@ from pathlib import Path
 
 from alphazero import __version__
 from alphazero.errors import UserError
+from alphazero.out_of_memory import OUT_OF_MEMORY_STATUS, out_of_memory_in, out_of_memory_message
 
 
 def _cmd_perft(args: argparse.Namespace) -> None:
@@ -231,12 +232,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         _validate(args)
         with _interrupt_on_sigterm():
             status = args.func(args)
-    except (UserError, ChessError) as error:
-        print(f"alphazero {args.command}: error: {error}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print(f"alphazero {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as error:
+        # Out of memory is said as what ran out and what to lower, not as a traceback; it wins over a one-line
+        # error that wraps it (a self-play actor's, say), whose message cannot say what to lower.
+        exhausted = out_of_memory_in(error)
+        if exhausted is not None:
+            print(f"alphazero {args.command}: error: {out_of_memory_message(exhausted, args.command)}",
+                  file=sys.stderr)
+            return OUT_OF_MEMORY_STATUS
+        if not isinstance(error, (UserError, ChessError)):
+            raise
+        print(f"alphazero {args.command}: error: {error}", file=sys.stderr)
+        return 2
     return status if isinstance(status, int) else 0
 
 

@@ -1,11 +1,13 @@
 """`alphazero doctor`: checks this machine's forward passes against float32 eager; run it first on a new machine.
 
-The GPU path (bf16 autocast, CUDA graphs or torch.compile per batch-size
-bucket, the legal logits gathered on the device) was written on machines
-without a GPU, so it is checked where it runs. The doctor prints the device,
-torch and CUDA versions, then for each forward mode the device supports
-(CUDA: eager bf16, graphs, compile; and always the CPU: eager in float32 and bf16, compiled in bf16) and a few batch
-sizes: evaluations per second through ``Evaluator.evaluate_legal`` (the path
+The GPU path (bf16 or float16 autocast, CUDA graphs or torch.compile per
+batch-size bucket, the legal logits gathered on the device) was written on
+machines without a GPU, so it is checked where it runs. The doctor prints the
+devices, torch and CUDA versions, what precision 'auto' takes on each device
+and why (alphazero.nn.precision), then for each forward mode the devices
+support (the first GPU: eager, graphs and compile in the precision 'auto'
+takes there; every other GPU: graphs; always the CPU: eager in float32 and
+bf16, compiled in bf16) and a few batch sizes: evaluations per second through ``Evaluator.evaluate_legal`` (the path
 self-play uses) and the largest differences from plain float32 eager on the
 same batch and device: of a value, and of a legal move's probability (the
 softmax over each position's legal moves: alphazero.nn.parity). A mode passes
@@ -33,6 +35,7 @@ from alphazero.errors import UserError
 
 if TYPE_CHECKING:
     import numpy as np
+    import torch
 
     from alphazero.nn.forward import Evaluator, RunnerMaker
     from alphazero.nn.parity import ParitySettings
@@ -48,7 +51,7 @@ class Mode:
 
     device: str
     forward: str = "eager"
-    precision: str = "float32"  # 'bf16' or 'float32' (alphazero.nn.precision)
+    precision: str = "float32"  # 'bf16', 'float16' or 'float32' (alphazero.nn.precision)
     runner_maker: RunnerMaker | None = None
 
     @property
@@ -101,12 +104,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="config override, e.g. --set selfplay.parity_atol=0.05 (the tolerances)")
 
 
+def cuda_devices() -> list[tuple[torch.device, str, tuple[int, int]]]:
+    """Lists this machine's CUDA devices: (device, name, compute capability)."""
+    import torch
+
+    from alphazero.nn.cuda_device import cuda_capability
+
+    devices = [torch.device("cuda", index) for index in range(torch.cuda.device_count())]
+    return [(device, torch.cuda.get_device_name(device), cuda_capability(device)) for device in devices]
+
+
+def _cuda_auto(device: torch.device, capability: tuple[int, int], *, training: bool = False) -> Any:
+    """What precision 'auto' takes for the network on a GPU of ``capability`` (a PrecisionChoice); the same
+    for training (``training``), since the learner scales its float16 losses."""
+    from alphazero.nn.precision import cuda_choice
+
+    return cuda_choice("auto", device, capability, float16=True)
+
+
 def supported_modes(cuda: bool) -> list[Mode]:
-    """Gets the modes checked: with CUDA eager, graphs and compile in bf16; then the CPU eager in float32 and bf16,
-    and compiled in bf16."""
+    """Gets the modes checked: with CUDA eager, graphs and compile on the first GPU and graphs on each other one
+    (a pass on a GPU that is not the current device), in the precision 'auto' takes there; then the CPU eager in
+    float32 and bf16, and compiled in bf16."""
     from alphazero.config import FORWARD_MODES
 
-    cuda_modes = [Mode("cuda", forward, "bf16") for forward in FORWARD_MODES] if cuda else []
+    cuda_modes = []
+    for device, _, capability in cuda_devices() if cuda else []:
+        precision = _cuda_auto(device, capability).name
+        forwards = FORWARD_MODES if device.index == 0 else ("graphs",)
+        cuda_modes += [Mode(str(device), forward, precision) for forward in forwards]
     # Compiled, the CPU is checked as self-play's actors run it where bf16 pays (selfplay.cpu_forward): in bf16.
     cpu_modes = [Mode("cpu"), Mode("cpu", precision="bf16"), Mode("cpu", "compile", "bf16")]
     return [*cuda_modes, *cpu_modes]
@@ -232,15 +258,22 @@ def _header(cuda: bool) -> list[str]:
              f"numpy {numpy.__version__}",
              f"CUDA: torch built for {torch.version.cuda or 'no CUDA'}"]
     if cuda:
-        name = torch.cuda.get_device_name(0)
-        major, minor = torch.cuda.get_device_capability(0)
-        lines[-1] += (f"; device cuda:0 = {name} (compute capability {major}.{minor}, "
-                      f"{torch.cuda.device_count()} device(s)), cuDNN {torch.backends.cudnn.version()}")
+        named = ", ".join(f"{device} = {name} (compute capability {major}.{minor})"
+                          for device, name, (major, minor) in cuda_devices())
+        lines[-1] += f"; {named}; cuDNN {torch.backends.cudnn.version()}"
     else:
         lines[-1] += "; CUDA is not available here: the GPU was not checked"
     lines.append(f"CPU: {platform.machine()}, torch threads {torch.get_num_threads()}, native bf16: "
                  f"{native_bf16() or 'none (neither AVX512-BF16 nor AMX)'}")
     return lines
+
+
+def cuda_precision_lines(devices: list[tuple[torch.device, str, tuple[int, int]]]) -> list[str]:
+    """Says what precision 'auto' takes on each GPU and why: for the network of self-play and the engine
+    (selfplay.cuda_precision, the UCI option Precision) and for training (learner.cuda_precision)."""
+    return [f"on {device} ({name}) precision 'auto' runs the network in {_cuda_auto(device, capability).reason} "
+            f"and trains in {_cuda_auto(device, capability, training=True).reason}"
+            for device, name, capability in devices]
 
 
 def _cpu_auto_line(config: Any, state: dict[str, Any]) -> str:
@@ -258,16 +291,16 @@ def _cpu_auto_line(config: Any, state: dict[str, Any]) -> str:
 
 
 def _table_header() -> str:
-    return f"{'mode':<22} {'batch':>6} {'evals/s':>9} {'value error':>12} {'policy error':>13}  verdict"
+    return f"{'mode':<24} {'batch':>6} {'evals/s':>9} {'value error':>12} {'policy error':>13}  verdict"
 
 
 def _table_rows(report: ModeReport) -> list[str]:
     from alphazero.app.bench import rate
 
-    lines = [f"{report.mode.label:<22} {point.batch:>6} {rate(point.evals_per_second):>9} "
+    lines = [f"{report.mode.label:<24} {point.batch:>6} {rate(point.evals_per_second):>9} "
              f"{point.value_error:>12.2e} {point.policy_error:>13.2e}  {'ok' if point.ok else 'MISMATCH'}"
              for point in report.points]
-    return [*lines, f"{report.mode.label:<22} {'':>44}  => {report.verdict()}"]
+    return [*lines, f"{report.mode.label:<24} {'':>44}  => {report.verdict()}"]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -294,7 +327,8 @@ def run(args: argparse.Namespace) -> int:
     for line in _header(cuda):
         print(line)
     print(f"network: {described}; {max(batches)} self-play leaves")
-    print(_cpu_auto_line(config, state))
+    for line in [_cpu_auto_line(config, state), *cuda_precision_lines(cuda_devices() if cuda else [])]:
+        print(line)
     print(f"a mode passes when every value and legal-move probability lies within {settings.atol:g} + "
           f"{settings.rtol:g} x |float32 eager's| (selfplay.parity_atol, parity_rtol) and no bucket fell back\n",
           flush=True)
@@ -306,8 +340,8 @@ def run(args: argparse.Namespace) -> int:
     failed = [report.mode.label for report in reports if not report.passed]
     if failed:
         print(f"\ndoctor: {', '.join(failed)} did not pass; self-play falls back to eager (then float32) on such "
-              f"a mismatch by itself, or set selfplay.cuda_forward (on a CPU selfplay.cpu_precision) to a mode "
-              f"that passed")
+              f"a mismatch by itself, or set selfplay.cuda_forward and cuda_precision (on a CPU "
+              f"selfplay.cpu_precision) to a mode that passed")
         return 1
     checked = "every mode" if cuda else "the CPU path (the GPU was not checked: CUDA is not available here)"
     print(f"\ndoctor: ok: {checked} agrees with float32 eager")

@@ -73,7 +73,9 @@ def run(args: argparse.Namespace) -> None:
         raise UserError(f"--from-checkpoint takes a step (0 or more), got {args.from_checkpoint}")
     if args.init is not None and args.from_checkpoint is not None:
         raise UserError("--init starts a new run and --from-checkpoint resumes an old one: give one of them")
-    init = _read_init(args.init, args.run) if args.init is not None else None
+    from learner.init_weights import read_init  # (one copy: `alphazero pretrain --init` reads it too)
+
+    init = read_init(args.init, args.run) if args.init is not None else None
     defaults = init_defaults(init, args.preset, args.overrides) if init is not None else []
     run_dir, config = open_run_from_args(args, init.overrides() if init is not None else (), defaults=defaults)
     if init is not None:
@@ -106,11 +108,11 @@ def _learn_and_play(args: argparse.Namespace, run_dir: RunDir, config: Config, i
     """Runs the learner in a thread and self-play in this one until the end; prints what was done."""
     import torch
 
-    from alphazero.nn.network import load_weights
+    from learner.init_weights import start_from
     from learner.loop import Learner
     from selfplay.driver import run_selfplay
 
-    stop = threading.Event()
+    stop = hooks.stopping  # set by the learner's end, the deadline or a signal: no push to actors that go
     failure: list[BaseException] = []
     # One torch thread in this process, the learner's: the cores belong to the self-play actors.
     torch.set_num_threads(1)
@@ -121,10 +123,8 @@ def _learn_and_play(args: argparse.Namespace, run_dir: RunDir, config: Config, i
         print(f"train: learner {note}", flush=True)
     if learner.resumed_from is None:
         if init is not None:
-            load_weights(learner.model, init.state, init.path)
-            print(f"train: starting from {init.summary}", flush=True)
-            if init.notice:
-                print(f"train: the weights' notice: {init.notice}", flush=True)
+            for line in start_from(learner.model, init):
+                print(f"train: {line}", flush=True)
         else:
             print("train: no checkpoint yet: the learner starts at step 0", flush=True)
         learner.save()  # actors and learner start from the same weights
@@ -193,14 +193,19 @@ def milestones_text(launched: float, totals: Totals | None, learner: Learner) ->
 
 class CheckpointHooks:
     """What runs after each new checkpoint (the learner's on_checkpoint): the weights pushed to the run's
-    self-play actors through Ray (when publishing), then the quick evaluation (eval.every_steps)."""
+    self-play actors through Ray (when publishing), then the quick evaluation (eval.every_steps).
+
+    Once ``stopping`` is set (`alphazero train`'s stop: self-play is writing its last games and ending its
+    actors) no checkpoint is pushed: the learner's last one would wait on actors that are going.
+    """
 
     def __init__(self, evaluation: PeriodicEvaluation, publish: Callable[[int, Path], object] | None) -> None:
         self.evaluation = evaluation
         self.publish = publish
+        self.stopping = threading.Event()
 
     def __call__(self, step: int, path: Path) -> None:
-        if self.publish is not None:
+        if self.publish is not None and not self.stopping.is_set():
             self.publish(step, path)
         self.evaluation(step, path)
 
@@ -247,19 +252,3 @@ def init_defaults(init: Weights, preset: str | None, overrides: Sequence[str]) -
         defaults += [f"learner.learning_rates={rate:.6g}", "learner.lr_boundaries=", "learner.scale_lr=false",
                      "learner.warmup_steps=0"]
     return defaults
-
-
-def _read_init(spec: str, run: str | os.PathLike[str]) -> Weights:
-    """Reads the --init weights, refusing a run that already has checkpoints.
-
-    Raises:
-        UserError: the run has checkpoints, or the weights cannot be read.
-    """
-    from alphazero.store.checkpoint import latest_checkpoint
-    from alphazero.store.sources import read_weights
-
-    latest = latest_checkpoint(run)
-    if latest is not None:
-        raise UserError(f"--init starts a new run, but {run} already has checkpoints (newest {latest.name}); "
-                        f"use a new --run directory, or leave out --init to resume this run")
-    return read_weights(spec)

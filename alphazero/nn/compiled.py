@@ -2,7 +2,8 @@
 
 Each bucket's fixed shape is compiled once, when the bucket is made: on a
 GPU with ``mode="reduce-overhead"`` (Inductor's kernels replayed from CUDA
-graphs), on a CPU as C++ kernels without graphs.
+graphs), on a CPU as C++ kernels without graphs. Compilation and calls run
+with the buffers' GPU current (alphazero.nn.cuda_device), as a capture does.
 
 Example::
 
@@ -19,6 +20,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from alphazero.nn.buckets import Runner, RunnerMaker
+from alphazero.nn.cuda_device import device_context
 
 COMPILE_PASSES = 3  # calls when a bucket is compiled: reduce-overhead warms up, then records its graph
 RECOMPILE_LIMIT = 64  # shapes Dynamo may compile per function (its default, 8, is below the bucket count)
@@ -59,12 +61,13 @@ def compile_per_bucket(model: torch.nn.Module, *, backend: str | Callable[..., o
     compiled = torch.compile(model, dynamic=False, backend=backend, mode=mode)
 
     def make(planes: torch.Tensor, scalars: torch.Tensor) -> Runner:
-        with _compile_settings():
+        device = planes.device
+        with _compile_settings(), device_context(device):
             for _ in range(COMPILE_PASSES):
                 compiled(planes, scalars)
 
         def run() -> tuple:
-            with _compile_settings():
+            with _compile_settings(), device_context(device):
                 return compiled(planes, scalars)
 
         return run

@@ -1,8 +1,12 @@
 """The Evaluator, which runs the network for the search: numpy in, float32 numpy out.
 
 It gives all 4672 logits or only the legal moves' (what the search reads,
-gathered by alphazero.nn.legal), under bf16 autocast on a GPU, checking its
-fast passes against float32 eager (alphazero.nn.parity). A pass runs eager,
+gathered by alphazero.nn.legal), under bf16 or float16 autocast on a GPU
+(alphazero.nn.precision), checking its fast passes against float32 eager
+(alphazero.nn.parity). Every pass runs with its model's device current
+(alphazero.nn.cuda_device): CUDA graphs, events and synchronisations follow
+the current device, which on a machine of several GPUs need not be the
+model's. A pass runs eager,
 or padded to a batch-size bucket (alphazero.nn.buckets, which describes the
 forward modes) whose pass is a CUDA graph's replay (alphazero.nn.cuda_graphs)
 or compiled code (alphazero.nn.compiled). The legal moves' results reach the
@@ -17,12 +21,11 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Literal, overload
 
 import numpy as np
@@ -35,6 +38,7 @@ from alphazero.errors import UserError
 from alphazero.nn.action_values import ActionValueHead, action_features, action_value_head, features_only
 from alphazero.nn.buckets import BucketedForward, Runner, RunnerMaker, bucket_for, start_buckets
 from alphazero.nn.compiled import compile_per_bucket
+from alphazero.nn.cuda_device import device_context, indexed
 from alphazero.nn.cuda_graphs import capture_graph
 from alphazero.nn.host import (
     HostOutput,
@@ -49,38 +53,16 @@ from alphazero.nn.legal import gather_legal, gather_legal_numpy, safe_legal_indi
 from alphazero.nn.network import fold_batch_norm, load_weights, model_config
 from alphazero.nn.parity import ParityErrors, ParitySettings, compare_legal
 from alphazero.nn.planes import check_compact_numpy, compact_to_torch
-from alphazero.nn.precision import choose_precision, random_positions, seconds_per_call
+from alphazero.nn.precision import (
+    MAX_TIMING_ROWS,
+    TIMING_ROWS,
+    channels_last,
+    choose_precision,
+    pass_autocast,
+    time_forward,
+)
 
 log = logging.getLogger(__name__)
-
-TIMING_ROWS = 32  # the batch the start-up timing of a CPU's precision runs when the caller's is not known
-MAX_TIMING_ROWS = 64  # and at most this many rows when it is (alphazero.nn.precision)
-
-
-# --- precision: bf16 autocast, and the start-up timing that chooses it on a CPU ---------------
-
-
-def bf16_autocast(device: torch.device) -> contextlib.AbstractContextManager[Any]:
-    """Gets bf16 autocast on ``device``'s type, without the weight-cast cache: a CUDA graph must redo the casts it
-    captured on every replay, and a CPU pass's autocast context lasts one pass anyway."""
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, cache_enabled=False)
-
-
-def _channels_last(model: torch.nn.Module) -> torch.nn.Module:
-    return model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # (stubs)
-
-
-def time_forward(model: torch.nn.Module, device: torch.device, bf16: bool, rows: int = TIMING_ROWS) -> float:
-    """Times eval-mode passes of a copy of ``model`` on ``rows`` random positions (precision.seconds_per_call):
-    seconds per pass, in bf16 autocast and channels_last (True) or float32 as it is (False)."""
-    planes, scalars = random_positions(rows, device)
-    candidate = features_only(copy.deepcopy(model).eval())
-    if bf16:
-        candidate = _channels_last(candidate)
-    context = bf16_autocast(device) if bf16 else contextlib.nullcontext()
-    with torch.inference_mode(), context:
-        return seconds_per_call(lambda: candidate(planes, scalars))
-
 
 # --- the host side: CUDA events (the rest is alphazero.nn.host) -------------------------------------
 
@@ -104,13 +86,16 @@ class Evaluator:
     """Runs a model for search: numpy in, float32 numpy out, no gradients.
 
     The model itself is moved to ``device`` (default: where its weights are),
-    put in eval mode and into channels_last memory format where it runs bf16;
-    ``precision`` ('auto', 'bf16', 'float32': alphazero.nn.precision) says whether
-    it runs under bf16 autocast: on CUDA 'auto' is bf16, on a CPU bf16 where the
-    processor has native bf16 and a pass timed at start was faster
-    (``precision_choice.reason`` says which and why). The heads' last layers
-    stay float32 and outputs are float32. ``compile=True`` wraps the model in
-    torch.compile; the first batches of each new size are then slow.
+    put in eval mode and into channels_last memory format where it runs on
+    CUDA or under autocast; ``precision`` ('auto', 'bf16', 'float16', 'float32':
+    alphazero.nn.precision) says whether it runs under autocast and to which
+    type: on CUDA 'auto' is bf16 where the GPU has native bf16 (compute
+    capability 8.0 and up), else float16 where it has float16 tensor cores,
+    else float32; on a CPU bf16 where the processor has native bf16 and a pass
+    timed at start was faster, else float32 (``precision_choice.reason`` says
+    which and why). The heads' last layers stay float32 and outputs are
+    float32. ``compile=True`` wraps the model in torch.compile; the first
+    batches of each new size are then slow.
 
     ``forward`` picks how a CUDA pass runs (alphazero.nn.forward.FORWARD_MODES):
     'eager', 'graphs' (a CUDA graph per batch-size bucket) or 'compile'
@@ -162,16 +147,18 @@ class Evaluator:
                  runner_maker: RunnerMaker | None = None, name: str = "this network") -> None:
         if forward not in FORWARD_MODES:
             raise ValueError(f"forward must be one of {', '.join(FORWARD_MODES)}, got {forward!r}")
-        self.device = torch.device(device) if device is not None else next(model.parameters()).device
-        self.model = model.to(self.device).eval()
+        device = torch.device(device) if device is not None else next(model.parameters()).device
+        self.model = model.to(device).eval()
+        self.device = indexed(device, self.model)  # 'cuda' -> the GPU the weights went to, for device_context
         self.use_cuda = self.device.type == "cuda"
         rows = min(max_batch, MAX_TIMING_ROWS) if max_batch else TIMING_ROWS  # the batches it will run
         self.precision_choice = choose_precision(
             precision, self.device, key=(architecture_hash(model_config(self.model)), "forward", rows),
-            timer=functools.partial(time_forward, self.model, self.device, rows=rows))
-        self.autocast = self.precision_choice.bf16
+            timer=functools.partial(time_forward, self.model, self.device, rows=rows), float16=True)
+        self.autocast = self.precision_choice.autocast
+        self.autocast_dtype = self.precision_choice.dtype or torch.bfloat16
         if self.use_cuda or self.autocast:
-            self.model = _channels_last(self.model)
+            self.model = channels_last(self.model)
         self.name = name
         self._search = features_only(self.model)
         self._head: ActionValueHead | None = action_value_head(self.model)
@@ -207,15 +194,22 @@ class Evaluator:
         """Buckets whose capture or compilation failed (they run eager), with the error."""
         return dict(self._bucketed.failures) if self._bucketed is not None else {}
 
+    @property
+    def precision(self) -> str:
+        """What a pass runs in now: 'bf16', 'float16' or 'float32'."""
+        if not self.autocast:
+            return "float32"
+        return "float16" if self.autocast_dtype == torch.float16 else "bf16"
+
     def describe_pass(self) -> str:
         """Gets how a pass runs now: 'graphs, bf16', 'eager, float32', ..."""
-        return f"{self.forward_mode}, {'bf16' if self.autocast else 'float32'}"
+        return f"{self.forward_mode}, {self.precision}"
 
     def precision_text(self) -> str:
         """Says what the passes run in and why: the start's choice (precision_choice.reason), or the fallback."""
-        if self.autocast or not self.precision_choice.bf16:
+        if self.autocast or not self.precision_choice.autocast:
             return self.precision_choice.reason
-        return "float32 (bf16 differed from float32 eager: the parity check fell back)"
+        return f"float32 ({self.precision_choice.name} differed from float32 eager: the parity check fell back)"
 
     def _runner_maker(self, mode: str) -> RunnerMaker:
         if mode == "graphs":
@@ -227,13 +221,20 @@ class Evaluator:
         return self.parity.mode != "off" and (self.forward_mode != "eager" or self.autocast)
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
-        return bf16_autocast(self.device) if self.autocast else contextlib.nullcontext()
+        return pass_autocast(self.device, self.autocast_dtype) if self.autocast else contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def _pass(self) -> Iterator[None]:
+        """A pass's contexts: no gradients, the model's device current (graph captures and replays, events and
+        synchronisations use the current device's stream: alphazero.nn.cuda_device), its autocast."""
+        with torch.inference_mode(), device_context(self.device), self._autocast():
+            yield
 
     def warm_up(self) -> None:
         """Captures or compiles the fast pass's start buckets now (alphazero.nn.buckets.start_buckets), so that
         none stalls a pass later; a bucket that fails runs eager (one warning). Nothing on an eager pass."""
         if self._bucketed is not None and self._forward is self._bucketed:
-            with torch.inference_mode(), self._autocast():
+            with self._pass():
                 self._bucketed.warm()
 
     @property
@@ -264,12 +265,10 @@ class Evaluator:
         check_compact_numpy(planes, scalars)
         if planes.shape[0] == 0:
             return np.zeros((0, NUM_MOVES), np.float32), np.zeros((0,), np.float32)
-        planes_t, scalars_t = compact_to_torch(planes, scalars, self.device)
-        with torch.inference_mode(), self._autocast():
+        with self._pass():
+            planes_t, scalars_t = compact_to_torch(planes, scalars, self.device)
             out = self._forward(planes_t, scalars_t)
-        logits = out.policy_logits.float().cpu().numpy()
-        values = out.value.float().cpu().numpy()
-        return logits, values
+            return out.policy_logits.float().cpu().numpy(), out.value.float().cpu().numpy()
 
     def evaluate_action_values(self, planes: np.ndarray, scalars: np.ndarray) -> np.ndarray:
         """Evaluates B compact positions' action values: float32 [B, 4672], the mover's win probability in
@@ -287,8 +286,8 @@ class Evaluator:
         check_compact_numpy(planes, scalars)
         if planes.shape[0] == 0:
             return np.zeros((0, NUM_MOVES), np.float32)
-        planes_t, scalars_t = compact_to_torch(planes, scalars, self.device)
-        with torch.inference_mode(), self._autocast():
+        with self._pass():
+            planes_t, scalars_t = compact_to_torch(planes, scalars, self.device)
             out = self._forward(planes_t, scalars_t)
             return head.all_values(action_features(out)).cpu().numpy()
 
@@ -302,9 +301,10 @@ class Evaluator:
         if not self.use_cuda:
             return arrays
         pinned = []
-        for array in arrays:
-            memory = torch.zeros(array.nbytes, dtype=torch.uint8, pin_memory=True)
-            pinned.append(memory.numpy().view(array.dtype).reshape(array.shape))
+        with device_context(self.device):  # pinning opens a CUDA context: on this GPU, not on GPU 0 as well
+            for array in arrays:
+                memory = torch.zeros(array.nbytes, dtype=torch.uint8, pin_memory=True)
+                pinned.append(memory.numpy().view(array.dtype).reshape(array.shape))
         return tuple(pinned)
 
     @overload
@@ -355,7 +355,7 @@ class Evaluator:
             return PendingOutput(host, rows, width, None, action_values=action_values)
         made = self._bucketed.made if self._bucketed is not None else 0
         check = self._parity_key(rows, action_values) if self._check_passes else None
-        with torch.inference_mode(), self._autocast():
+        with self._pass():  # the events record on the model's device's stream, as its pass runs
             self._run_legal(planes, scalars, legal_indices, legal_counts,
                             host.tensors(rows, width, action_values=action_values), stage_events(events))
         if check is not None:
@@ -452,7 +452,7 @@ class Evaluator:
         planes_t, scalars_t = compact_to_torch(planes[:rows], scalars[:rows], self.device)
         indices_t = to_device(legal_indices[:rows, :width], self.device)
         counts_t = to_device(legal_counts[:rows], self.device)
-        with torch.inference_mode():
+        with torch.inference_mode(), device_context(self.device):
             out = self._search(planes_t, scalars_t)
             legal, _ = gather_legal(out.policy_logits.float(), indices_t, counts_t)
             action = None
@@ -462,7 +462,8 @@ class Evaluator:
             return legal.cpu().numpy(), out.value.float().cpu().numpy(), action
 
     def _fall_back(self, errors: ParityErrors, rows: int) -> None:
-        """Steps to a plainer pass after a mismatch (graphs or compile -> eager; bf16 -> float32), with one warning."""
+        """Steps to a plainer pass after a mismatch (graphs or compile -> eager; bf16 or float16 -> float32), with
+        one warning."""
         before = self.describe_pass()
         if self.forward_mode != "eager":
             self.forward_mode, self._forward = "eager", self._eager
@@ -509,7 +510,8 @@ class Evaluator:
     def _lane(self, lane: int) -> tuple[HostOutput, tuple[Any, Any] | None]:
         entry = self._lanes.get(lane)
         if entry is None:
-            entry = (HostOutput(pin=self.use_cuda), _pass_events(self.device))
+            with device_context(self.device):  # the pinned buffers' CUDA context: this GPU's (see pin())
+                entry = (HostOutput(pin=self.use_cuda), _pass_events(self.device))
             self._lanes[lane] = entry
         return entry
 
@@ -533,7 +535,7 @@ class Evaluator:
         if rows == 0:
             raise ValueError("profile_legal needs at least one position")
         host, _ = self._lane(-1)
-        sync = torch.cuda.synchronize if self.use_cuda else (lambda: None)
+        sync = functools.partial(torch.cuda.synchronize, self.device) if self.use_cuda else (lambda: None)
         times: dict[str, float] = {}
         tick = [time.perf_counter()]
 
@@ -542,7 +544,7 @@ class Evaluator:
             now = time.perf_counter()
             times[name], tick[0] = now - tick[0], now
 
-        with torch.inference_mode(), self._autocast():
+        with self._pass():
             sync()
             tick[0] = time.perf_counter()
             self._run_legal(planes, scalars, legal_indices, legal_counts,
@@ -565,7 +567,7 @@ class Evaluator:
 
     def _folded(self) -> torch.nn.Module:
         folded = fold_batch_norm(self.model)
-        return features_only(_channels_last(folded) if self.autocast else folded)
+        return features_only(channels_last(folded) if self.autocast else folded)
 
     def set_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Replaces the model's weights in place (no rebuild, no recompile, captured graphs stay valid); the

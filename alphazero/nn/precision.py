@@ -1,37 +1,52 @@
-"""Which precision the network runs in: bfloat16 autocast, or float32.
+"""Which precision the network runs in: bfloat16 or float16 autocast, or float32.
 
-On CUDA the answer is bf16 unless told otherwise (the tensor cores want it;
-the parity check watches it). On a CPU bf16 pays only where the processor
-computes it natively (AVX512-BF16 or AMX, which torch's oneDNN kernels use):
-elsewhere it is emulated and slower than float32. So on a CPU ``auto`` asks
-the processor first, then times one short pass (or training step) both ways
-on the network at hand, and takes bf16 only when it measured at least
-MIN_SPEEDUP faster. The choice is made once per process, architecture,
-thread count and purpose (``choose_precision`` caches it), and says why in
+On CUDA the answer is a function of the device's compute capability
+(``cuda_choice``): bf16 where the GPU computes it natively (8.0 and up:
+Ampere on); below that float16 where the GPU has float16 tensor cores (7.0
+and up: the V100, the T4), else float32. A fast inference pass is checked
+against float32 eager either way (alphazero.nn.parity), which also catches
+float16's overflow past 65504; the learner trains float16 with loss scaling
+(learner.loss_scaling: float16 gradients underflow without it). A caller
+that can do neither passes ``float16=False`` and gets float32 below 8.0.
+On a CPU bf16 pays only where the processor computes it natively
+(AVX512-BF16 or AMX, which torch's oneDNN kernels use): elsewhere it is
+emulated and slower than float32. So on a CPU ``auto`` asks the processor
+first, then times one short pass (or training step) both ways on the network
+at hand, and takes bf16 only when it measured at least MIN_SPEEDUP faster.
+That choice is made once per process, architecture, thread count and purpose
+(``choose_precision`` caches it). Every choice says why in
 ``PrecisionChoice.reason``, which the commands print once.
 
-Settings (``PRECISIONS``), from ``selfplay.cpu_precision``,
-``learner.cpu_precision``, a player's ``precision=`` option or the UCI
-option ``Precision``: ``auto``, ``bf16`` (forced, even where emulated) and
-``float32``. The heads' last layers stay float32 under bf16 either way
-(alphazero.nn.heads.float32_head), so priors and values are not rounded to
-8 bits of mantissa.
+Settings (``PRECISIONS``): ``auto``, ``bf16`` (forced, even where emulated),
+``float16`` (CUDA; a CPU runs float32 for it) and ``float32``, from
+``selfplay.cpu_precision`` / ``selfplay.cuda_precision`` (the network of
+actors and servers on each kind of device), ``learner.cpu_precision`` /
+``learner.cuda_precision``, a player's ``precision=`` option or the UCI
+option ``Precision``. The heads' last layers stay float32 under autocast
+either way (alphazero.nn.heads.float32_head), so priors and values are not
+rounded to 8 (bf16) or 11 (float16) bits of mantissa.
 
 Example::
 
     choice = choose_precision("auto", torch.device("cpu"), key=("tiny", "forward"), timer=time_both_ways)
     print(choice.reason)   # 'bf16 (AVX512-BF16; 2.4x float32, measured at start)'
+    cuda_choice("auto", torch.device("cuda:0"), (7, 5), float16=True).name   # 'float16'
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from alphazero.config import PRECISIONS
+from alphazero.nn.action_values import features_only
+from alphazero.nn.cuda_device import FLOAT16_TENSOR_CORES, NATIVE_BF16, cuda_capability
 
 MIN_SPEEDUP = 1.1  # bf16 is taken on a CPU only when a pass measured at least this much faster than float32
 TIMING_ROUNDS = 3  # each precision is timed this many times, alternating; the fastest of each counts
@@ -56,55 +71,79 @@ def native_bf16() -> str | None:
     return None
 
 
+_DTYPES = {"bf16": torch.bfloat16, "float16": torch.float16}
+
+
 @dataclass(frozen=True)
 class PrecisionChoice:
     """What a network runs in, and why (a line for the user)."""
 
-    bf16: bool
+    name: str  # 'bf16', 'float16' (autocast to that type) or 'float32'
     reason: str
     speedup: float | None = None  # float32's time over bf16's, where it was measured
 
     @property
-    def name(self) -> str:
-        return "bf16" if self.bf16 else "float32"
+    def bf16(self) -> bool:
+        return self.name == "bf16"
+
+    @property
+    def autocast(self) -> bool:
+        """Whether the network runs under autocast (bf16 or float16)."""
+        return self.name in _DTYPES
+
+    @property
+    def dtype(self) -> torch.dtype | None:
+        """The autocast type (torch.bfloat16 or torch.float16), None in float32."""
+        return _DTYPES.get(self.name)
+
+
+def _of(bf16: bool, reason: str, speedup: float | None = None) -> PrecisionChoice:
+    return PrecisionChoice("bf16" if bf16 else "float32", reason, speedup)
 
 
 _CHOSEN: dict[Hashable, PrecisionChoice] = {}
 
 
-def check_precision(setting: str, where: str = "precision") -> str:
-    """Gets ``setting`` lower-cased when it is one of PRECISIONS.
+def check_precision(setting: str, where: str = "precision", choices: tuple[str, ...] = PRECISIONS) -> str:
+    """Gets ``setting`` lower-cased when it is one of ``choices``.
 
     Raises:
         ValueError: another value; the message names ``where`` (a config key or an option).
     """
     value = str(setting).strip().lower()
-    if value not in PRECISIONS:
-        raise ValueError(f"{where} must be one of {', '.join(PRECISIONS)}, got {setting!r}")
+    if value not in choices:
+        raise ValueError(f"{where} must be one of {', '.join(choices)}, got {setting!r}")
     return value
 
 
 def choose_precision(setting: str, device: torch.device, *, key: Hashable, timer: Timer,
-                     probe: Probe | None = None) -> PrecisionChoice:
-    """Decides bf16 or float32 for a network on ``device`` (see the module's docstring).
+                     probe: Probe | None = None, float16: bool = False,
+                     capability: tuple[int, int] | None = None) -> PrecisionChoice:
+    """Decides the precision of a network on ``device`` (see the module's docstring).
 
     ``key`` names what is timed (the architecture, the purpose): a CPU
     decision for the same key and thread count is made once per process.
     ``timer`` runs only for 'auto' on a CPU with native bf16; ``probe`` (default
-    native_bf16) says whether the processor has it.
+    native_bf16) says whether the processor has it. ``float16``: whether the
+    caller may run float16 autocast (inference, which the parity check
+    watches; the learner, which scales its loss). On CUDA ``capability`` is the
+    device's compute capability (default: asked of the device; tests give it).
 
     Raises:
-        ValueError: an unknown setting.
+        ValueError: an unknown setting, or float16 for a caller that may not run it.
     """
     setting = check_precision(setting)
+    if device.type == "cuda":
+        return cuda_choice(setting, device, capability or cuda_capability(device), float16=float16)
+    if device.type != "cpu":  # (pick_device makes no other kind)
+        return _of(setting not in ("float32", "float16"), f"{setting} on {device.type}")
     probe = probe or native_bf16  # looked up now: tests replace the module's probe
-    if device.type != "cpu":
-        return PrecisionChoice(setting != "float32", "float32 (forced)" if setting == "float32"
-                               else f"bf16 autocast on {device.type}")
+    if setting == "float16":  # one setting (a player's, the UCI option) may serve either device
+        return _of(False, "float32 (float16 is for CUDA: a CPU has no fast float16, so it runs float32)")
     if setting != "auto":
         native = probe()
         why = f"forced; {native} native" if native else "forced; emulated here: no native bf16, slower"
-        return PrecisionChoice(setting == "bf16", f"{setting} ({why})" if setting == "bf16" else "float32 (forced)")
+        return _of(setting == "bf16", f"{setting} ({why})" if setting == "bf16" else "float32 (forced)")
     cache_key = (key, torch.get_num_threads(), probe)
     chosen = _CHOSEN.get(cache_key)
     if chosen is None:
@@ -112,10 +151,47 @@ def choose_precision(setting: str, device: torch.device, *, key: Hashable, timer
     return chosen
 
 
+def cuda_choice(setting: str, device: torch.device, capability: tuple[int, int], *,
+                float16: bool) -> PrecisionChoice:
+    """Decides the precision of a network on the CUDA ``device`` of compute ``capability`` (no timing): see the
+    module's docstring; ``float16`` as in choose_precision.
+
+    Raises:
+        ValueError: float16 asked for by a caller that may not run it.
+    """
+    where = f"{device}, compute capability {capability[0]}.{capability[1]}"
+    native = tuple(capability) >= NATIVE_BF16
+    if setting == "float32":
+        return _of(False, "float32 (forced)")
+    if setting == "bf16":
+        why = "native bf16" if native else "no native bf16 below 8.0: emulated, slower"
+        return _of(True, f"bf16 autocast (forced; {where}: {why})")
+    if setting == "float16":
+        if not float16:
+            raise ValueError("float16 training needs loss scaling, which this caller does not do: "
+                             "use auto, bf16 or float32")
+        return PrecisionChoice("float16", f"float16 autocast (forced; {where})")
+    if native:
+        return _of(True, f"bf16 autocast ({where}: native bf16)")
+    if not float16:
+        return _of(False, f"float32 ({where}: no native bf16 below 8.0, and float16 training needs loss "
+                          f"scaling, which this caller does not do)")
+    if tuple(capability) >= FLOAT16_TENSOR_CORES:
+        # float16 keeps more mantissa than bf16 (11 bits to 8) but overflows past 65504: the parity check
+        # compares a pass with float32 eager, and an overflow (inf or NaN) falls back to float32. Training
+        # takes float16 here too, as AMP on a V100 or T4 does (lc0's and KataGo's trainers with it): the tensor
+        # cores run it at many times float32's rate, and the learner's loss scaling keeps small gradients
+        # from flushing to zero and skips (then retries) a step whose gradients overflowed.
+        return PrecisionChoice("float16", f"float16 autocast ({where}: no native bf16 below 8.0; float16 "
+                                          f"tensor cores)")
+    # Below 7.0 there are no tensor cores, and the 6.1 GPUs (GTX 10x0) run float16 at a 64th of float32's rate.
+    return _of(False, f"float32 ({where}: neither native bf16, from 8.0, nor float16 tensor cores, from 7.0)")
+
+
 def _measure(timer: Timer, probe: Probe) -> PrecisionChoice:
     native = probe()
     if native is None:
-        return PrecisionChoice(False, "float32 (this processor has no native bf16: neither AVX512-BF16 nor AMX)")
+        return _of(False, "float32 (this processor has no native bf16: neither AVX512-BF16 nor AMX)")
     # Alternate the two so that a burst of load elsewhere slows both; keep each one's best. Where bf16 did not
     # win, time both again before settling: the choice holds for the process's life, and a burst at start
     # can cost an actor bf16 for all of it (EXPERIMENTS.md, "Issue 33: self-play that climbs").
@@ -129,8 +205,8 @@ def _measure(timer: Timer, probe: Probe) -> PrecisionChoice:
         if speedup >= MIN_SPEEDUP:
             break
     if speedup >= MIN_SPEEDUP:
-        return PrecisionChoice(True, f"bf16 ({native}; {speedup:.1f}x float32, measured at start)", speedup)
-    return PrecisionChoice(False, f"float32 ({native}, but bf16 measured {speedup:.2f}x float32 at start)", speedup)
+        return _of(True, f"bf16 ({native}; {speedup:.1f}x float32, measured at start)", speedup)
+    return _of(False, f"float32 ({native}, but bf16 measured {speedup:.2f}x float32 at start)", speedup)
 
 
 TIMING_SECONDS = 0.02  # a timer repeats its pass (or step) for at least this long
@@ -156,10 +232,40 @@ def seconds_per_call(call: Callable[[], object]) -> float:
     return (time.perf_counter() - start) / calls
 
 
+# --- a pass's autocast and layout, and the Evaluator's timer (alphazero.nn.forward) ----------------------
+
+TIMING_ROWS = 32  # the batch the start-up timing of a CPU's precision runs when the caller's is not known
+MAX_TIMING_ROWS = 64  # and at most this many rows when it is
+
+
+def pass_autocast(device: torch.device, dtype: torch.dtype = torch.bfloat16) -> contextlib.AbstractContextManager[Any]:
+    """Gets autocast to ``dtype`` on ``device``'s type, without the weight-cast cache: a CUDA graph must redo the
+    casts it captured on every replay, and a CPU pass's autocast context lasts one pass anyway."""
+    return torch.autocast(device_type=device.type, dtype=dtype, cache_enabled=False)
+
+
+def channels_last(model: torch.nn.Module) -> torch.nn.Module:
+    """Puts ``model`` in channels_last memory format (in place), as a pass on CUDA or under autocast runs it."""
+    return model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # (stubs)
+
+
+def time_forward(model: torch.nn.Module, device: torch.device, bf16: bool, rows: int = TIMING_ROWS) -> float:
+    """Times eval-mode passes of a copy of ``model`` on ``rows`` random positions (seconds_per_call): seconds per
+    pass, in bf16 autocast and channels_last (True) or float32 as it is (False)."""
+    planes, scalars = random_positions(rows, device)
+    candidate = features_only(copy.deepcopy(model).eval())
+    if bf16:
+        candidate = channels_last(candidate)
+    context = pass_autocast(device) if bf16 else contextlib.nullcontext()
+    with torch.inference_mode(), context:
+        return seconds_per_call(lambda: candidate(planes, scalars))
+
+
 def forget_choices() -> None:
     """Forgets the measured choices (tests; a process whose load changed for good)."""
     _CHOSEN.clear()
 
 
-__all__ = ["MIN_SPEEDUP", "PRECISIONS", "TIMING_ROUNDS", "PrecisionChoice", "check_precision", "choose_precision",
-           "forget_choices", "native_bf16", "random_positions", "seconds_per_call"]
+__all__ = ["MAX_TIMING_ROWS", "MIN_SPEEDUP", "PRECISIONS", "TIMING_ROUNDS", "TIMING_ROWS", "PrecisionChoice",
+           "channels_last", "check_precision", "choose_precision", "cuda_choice", "forget_choices", "native_bf16",
+           "pass_autocast", "random_positions", "seconds_per_call", "time_forward"]

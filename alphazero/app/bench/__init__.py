@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 BENCHES = {
     "movegen": "perft nodes/s of the Cython core vs python-chess and Stockfish",
     "search": "simulations/s of the Cython search vs a plain-Python PUCT over python-chess",
-    "network": "network evaluations/s by batch size for each preset (CPU, and CUDA when present)",
+    "network": "network evaluations/s by batch size for each preset (CPU, and CUDA when present), beside the "
+               "FLOPs of the search's pass (an action-value head's features, no move scored)",
     "selfplay": "self-play positions/s and the share of time spent in the network",
     "learner": "training samples/s per preset (CPU, and CUDA when present) vs inference-only evals/s at the same batch",
     "uci": "the UCI engine's nodes/s at each LeavesPerBatch beside the network's evals/s at that batch",

@@ -10,8 +10,9 @@ step costs about three forward passes, so expect about 0.3x. A third figure
 times the replay window's batch assembly (``ReplayWindow.sample``: dense
 policies and legal masks from the compact shards) against the training rate.
 
-Batch sizes: each preset's ``learner.batch_size`` on CUDA (bf16 autocast,
-channels_last). On a CPU the tiny preset keeps its batch of 256, but the
+Batch sizes: each preset's ``learner.batch_size`` on CUDA (autocast in the
+precision the device's compute capability takes: bf16 from 8.0, float16 with
+loss scaling from 7.0; channels_last). On a CPU the tiny preset keeps its batch of 256, but the
 20x256 alphazero network is slow there (a training step at batch 16 takes
 about 0.8 s on 2 cores; at 4096 it would take minutes), so it runs batch 16
 and the fewest rounds: the whole default run takes under half a minute on 2
@@ -22,6 +23,7 @@ several timed rounds (other processes only ever make a round slower).
 from __future__ import annotations
 
 import argparse
+import functools
 import tempfile
 import time
 from collections.abc import Callable
@@ -76,8 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compile", action="store_true", help="torch.compile the network (slow first steps)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--precision", type=precision_list, default=precision_list("auto"), metavar="LIST",
-                        help="comma-separated precisions to measure each in: auto (bf16 on CUDA; on a CPU bf16 "
-                             "where native and faster), bf16, float32; e.g. float32,auto (default: auto)")
+                        help="comma-separated precisions to measure each in: auto (on CUDA bf16 from compute "
+                             "capability 8.0, float16 from 7.0; on a CPU bf16 where native and faster), bf16, "
+                             "float16 (CUDA), float32; e.g. float32,auto (default: auto)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config field of every measured preset, e.g. --set network.blocks=8 "
                              "--set network.filters=96 (repeatable)")
@@ -165,7 +168,8 @@ def _measure(preset: str, device: torch.device, precision: str, args: argparse.N
     config = apply_overrides(get_preset(preset), args.overrides)
     batch_size = _batch_size(preset, device, args.batch_size)
     batch = synthetic_batch(batch_size, np.random.default_rng(0))
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    # The device the model lives on, not the current one (GPU 0 unless told): `--device cuda:1` waits for cuda:1.
+    sync = functools.partial(torch.cuda.synchronize, device) if device.type == "cuda" else (lambda: None)
     # One model at a time: each is freed when its function returns.
     train_s, parameters, chosen = _training_seconds(config, batch, device, precision, args, sync)
     infer_s = _inference_seconds(config, batch, device, precision, args, sync)
@@ -177,7 +181,7 @@ def _measure(preset: str, device: torch.device, precision: str, args: argparse.N
 def _training_seconds(config: Any, batch: Any, device: torch.device, precision: str, args: argparse.Namespace,
                       sync: Callable[[], None]) -> tuple[float, int, str]:
     """The fastest training step's seconds on ``batch``, the model's trainable parameters and the precision
-    the steps ran in ('bf16' or 'float32')."""
+    the steps ran in ('bf16', 'float16' or 'float32')."""
     import torch
 
     from alphazero.nn.network import build_network, count_parameters

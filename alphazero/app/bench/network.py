@@ -1,9 +1,16 @@
 """`alphazero bench network`: network evaluations per second by batch size, per preset and device.
 
 Beside the speed, each preset's FLOPs per evaluation: counted by
-``torch.utils.flop_counter.FlopCounterMode`` over one forward pass (the
+``torch.utils.flop_counter.FlopCounterMode`` over one pass of the search (the
 matrix products and convolutions; a multiply-add counts 2, element-wise work
-such as softmax and activations is not counted), divided by the batch.
+such as softmax and activations is not counted), divided by the batch. The
+search's pass is the one timed: with an action-value head it computes the
+head's per-square features but scores no move (alphazero.nn.action_values
+features_only), not the every-move scoring of a plain ``model(planes,
+scalars)`` call, which only the ``av`` player and the probe ask for. For a
+network with the head a note adds the pass that also scores the LEGAL_MOVES
+legal moves (``evaluate_legal(..., action_values=True)``: search.fpu_mode or
+search.gumbel_unvisited = action_value).
 ``--set network.KEY=VALUE`` changes every measured preset's network (e.g. a
 wider resnet to compare with a Chessformer of some FLOPs).
 
@@ -12,7 +19,8 @@ compact numpy in, expansion on the device, forward pass, the logits of 32
 "legal" moves per position gathered on the device, float32 numpy out) on
 random positions, and is compared with batch size 1 of the same preset and
 device in the same run. Each point is the fastest of five or more timed
-rounds. On CUDA the evaluator runs bf16 autocast in channels_last, and the
+rounds. On CUDA the evaluator runs in channels_last and the precision its compute
+capability takes (bf16 from 8.0, float16 from 7.0: alphazero.nn.precision), and the
 forward pass the way self-play runs it (the preset's selfplay.cuda_forward:
 CUDA graphs or torch.compile per batch size; --forward to choose). Beside
 each point: where one pass goes (``Evaluator.profile_legal``, the fastest of
@@ -87,8 +95,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how a CUDA pass runs (default: the preset's selfplay.cuda_forward; the CPU runs eager)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--precision", type=precision_list, default=precision_list("auto"), metavar="LIST",
-                        help="comma-separated precisions to measure each in: auto (bf16 on CUDA; on a CPU bf16 "
-                             "where native and faster), bf16, float32; e.g. float32,auto (default: auto)")
+                        help="comma-separated precisions to measure each in: auto (on CUDA bf16 from compute "
+                             "capability 8.0, float16 from 7.0; on a CPU bf16 where native and faster), bf16, "
+                             "float16 (CUDA), float32; e.g. float32,auto (default: auto)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config field of every measured preset, e.g. --set network.filters=64 "
                              "(repeatable)")
@@ -110,8 +119,10 @@ def _random_positions(batch: int, rng: np.random.Generator) -> tuple[np.ndarray,
     return planes, scalars, indices, counts
 
 
-def flops_per_evaluation(model: nn.Module, batch: int = 4) -> float:
-    """Counts the FLOPs of one forward pass per position (FlopCounterMode; float32 on the CPU, no gradients).
+def flops_per_evaluation(model: nn.Module, batch: int = 4, *, legal_values: bool = False) -> float:
+    """Counts the FLOPs of one pass of the search per position (FlopCounterMode; float32 on the CPU, no
+    gradients): the forward pass without the action-value head's every-move scoring (features_only), and
+    with ``legal_values`` the head's values of LEGAL_MOVES legal moves too (a network with the head).
 
     A copy of the model runs, so the caller's model keeps its device and mode.
     """
@@ -121,13 +132,18 @@ def flops_per_evaluation(model: nn.Module, batch: int = 4) -> float:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
+    from alphazero.nn.action_values import action_features, action_value_head, features_only
     from alphazero.nn.planes import compact_to_torch
 
     counted = copy.deepcopy(model).to("cpu").float().eval()
     compact = _random_positions(batch, np.random.default_rng(0))
     planes, scalars = compact_to_torch(compact[0], compact[1], "cpu")
+    head = action_value_head(counted)
+    legal = torch.from_numpy(compact[2][:, :LEGAL_MOVES].astype(np.int64))
     with torch.inference_mode(), FlopCounterMode(display=False) as counter:
-        counted(planes, scalars)
+        out = features_only(counted)(planes, scalars)  # the search's pass: Evaluator.evaluate_legal's
+        if legal_values and head is not None:
+            head.legal_values(action_features(out), legal)
     return counter.get_total_flops() / batch
 
 
@@ -179,10 +195,10 @@ def _measure_model(evaluator: Evaluator, batches: list[int], args: argparse.Name
     return points
 
 
-def _device_label(device: torch.device, forward: str, bf16: bool) -> str:
+def _device_label(device: torch.device, forward: str, precision: str) -> str:
+    """Names the device and what the pass ran in (Evaluator.precision: 'bf16', 'float16' or 'float32')."""
     import torch
 
-    precision = "bf16" if bf16 else "float32"
     if device.type == "cuda":
         return f"{device} ({torch.cuda.get_device_name(device)}, {precision}, {forward})"
     return f"cpu ({torch.get_num_threads()} threads, {precision})"
@@ -193,6 +209,7 @@ def run(args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from alphazero.nn.action_values import has_action_values
     from alphazero.nn.forward import Evaluator
     from alphazero.nn.network import build_network, count_parameters
 
@@ -204,7 +221,9 @@ def run(args: argparse.Namespace) -> None:
     batches = sorted(set(args.batch_sizes) | {1})
     configs = {name: apply_overrides(get_preset(name), args.overrides).network for name in args.preset}
     table = Table(title="network evaluations per second (Evaluator.evaluate_legal: compact numpy in, the legal "
-                        "moves' logits out)")
+                        "moves' logits out)",
+                  caption="MFLOP/eval: the search's pass per position, the one timed (with an action-value head: "
+                          "its per-square features, no move scored)")
     for column in ("preset", "kind", "parameters", "MFLOP/eval", "device", "batch", "evals/s", "ms/pass",
                    "input ms", "forward ms", "output ms", "vs batch 1"):
         table.add_column(column, justify="right")
@@ -214,6 +233,10 @@ def run(args: argparse.Namespace) -> None:
             torch.manual_seed(0)
             model = build_network(config)
             flops = flops_per_evaluation(model)
+            if device == devices[0] and precision == args.precision[0] and has_action_values(model):
+                notes.append(f"{name}: {flops_per_evaluation(model, legal_values=True) / 1e6:.1f} MFLOP/eval with "
+                             f"the action-value head's values of {LEGAL_MOVES} legal moves (search.fpu_mode or "
+                             f"gumbel_unvisited = action_value; not timed here)")
             forward = args.forward or get_preset(name).selfplay.cuda_forward
             evaluator = Evaluator(model, device, compile=args.compile, forward=forward, precision=precision)
             if device.type == "cpu":
@@ -222,7 +245,7 @@ def run(args: argparse.Namespace) -> None:
             baseline = points[0].evals_per_second
             for i, point in enumerate(points):
                 label = ((name, config.kind, f"{count_parameters(model) / 1e6:.2f}M", f"{flops / 1e6:.1f}",
-                          _device_label(device, evaluator.forward_mode, evaluator.autocast)) if i == 0 else ("",) * 5)
+                          _device_label(device, evaluator.forward_mode, evaluator.precision)) if i == 0 else ("",) * 5)
                 if point.skipped:
                     table.add_row(*label, str(point.batch), "skipped", point.skipped, "-", "-", "-", "-")
                 else:
