@@ -237,9 +237,12 @@ UCI_AGENT_OPTIONS = {
     "precision": "Precision",
     "timeman": "TimeManager",
     "mode": "Mode",
+    "fpu": "FpuMode",
+    "unvisited": "GumbelUnvisited",
+    "treemb": "TreeMemoryMB",
 }
 """The `uci` player's options that set the engine's UCI options: spec key -> UCI name (eval.uci.OPTIONS)."""
-_UCI_TEXT_OPTIONS = ("algorithm", "ptemp", "cpuct", "precision", "timeman", "mode")
+_UCI_TEXT_OPTIONS = ("algorithm", "ptemp", "cpuct", "precision", "timeman", "mode", "fpu", "unvisited")
 """Those passed on as text (the rest are integers)."""
 
 

@@ -675,6 +675,23 @@ def test_the_uci_players_options_name_the_engines_options() -> None:
     assert set(UCI_AGENT_OPTIONS.values()) <= {option.name for option in OPTIONS}
 
 
+def test_the_uci_player_sets_the_engines_action_value_and_memory_options(weights: Path, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 68's search uses are measured through `match ... uci:fpu=action_value,...`: the keys must reach
+    # the engine's options, and a value the engine refuses must say so in one line.
+    from eval.agents import UciAgent, parse_player
+
+    monkeypatch.setenv("PYTHONPATH", repo_env()["PYTHONPATH"])
+    spec = f"uci:weights={weights},threads=1,fpu=action_value,unvisited=action_value,treemb=64,nodes=8"
+    with parse_player(spec, run=tmp_path, device="cpu") as agent:
+        assert isinstance(agent, UciAgent)
+        board = chess.Board()
+        agent.new_game()
+        assert board.is_legal(agent.choose([board])[0].move)
+    with pytest.raises(UserError, match="refused an option"):
+        parse_player(f"uci:weights={weights},threads=1,fpu=sometimes", run=tmp_path, device="cpu")
+
+
 def test_the_uci_player_plays_by_movetime_and_on_a_clock(weights: Path, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     from eval.agents import UciAgent, parse_player
