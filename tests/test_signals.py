@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -53,6 +54,21 @@ def _wait_for(condition: Callable[[], bool], process: subprocess.Popen[str], wha
             process.kill()
             pytest.fail(f"no {what} within {HANG_BOUND_S} s")
         time.sleep(0.2)
+
+
+def _wait_until_gone(session: int, deadline: float) -> None:
+    """Waits, until ``deadline`` (time.monotonic) at most, for every process of ``session`` to exit: on each
+    one's pidfd, which becomes readable when it exits (they are not this process's children to wait for)."""
+    while (pids := _session(session)) and time.monotonic() < deadline:
+        for pid in pids:
+            try:
+                fd = os.pidfd_open(pid)
+            except ProcessLookupError:
+                continue  # gone already
+            try:
+                select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            finally:
+                os.close(fd)
 
 
 def _stop(process: subprocess.Popen[str], signum: int) -> tuple[str, str]:
@@ -179,8 +195,7 @@ def test_sigterm_to_every_process_of_the_command_stops_it_with_its_summary_and_i
             out, err = process.communicate()
             pytest.fail(f"no end within {SERVICE_STOP_S} s of SIGTERM to the {to}; it said, last:\n"
                         f"{out[-3000:]}\n{err[-3000:]}")
-        while _session(process.pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        _wait_until_gone(process.pid, deadline)
         assert not _session(process.pid), f"processes left {SERVICE_STOP_S} s after the signal"
     assert process.returncode == 0, (out, err)
     assert "self-play: stopping; writing the finished games" in out
