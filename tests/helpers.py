@@ -8,12 +8,15 @@ conftest.py.
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import chess
 import numpy as np
@@ -282,3 +285,61 @@ def fixed_batch(size: int = 48, seed: int = 0) -> Batch:
     planes = rng.integers(0, np.iinfo(np.uint64).max, size=(size, 112), dtype=np.uint64, endpoint=True)
     scalars = rng.random((size, 7), dtype=np.float32)
     return Batch(planes, scalars, policy, legal, rng.integers(-1, 2, size).astype(np.float32))
+
+
+class WatchedOutput(io.StringIO):
+    """An in-process engine's output that sets ``seen`` once a written piece holds ``wanted``: a test waits on the
+    event, not on a clock."""
+
+    def __init__(self, wanted: str = " pv ") -> None:
+        super().__init__()
+        self.wanted = wanted
+        self.seen = threading.Event()
+
+    def write(self, text: str) -> int:
+        written = super().write(text)
+        if self.wanted in text:
+            self.seen.set()
+        return written
+
+
+def spy_legal_passes(evaluator: Any) -> list[bool]:
+    """Records, for each legal pass asked of ``evaluator`` (an alphazero.nn.forward.Evaluator), whether it asked
+    for the head's action values."""
+    asked: list[bool] = []
+    for name in ("submit_legal", "evaluate_legal"):
+        real = getattr(evaluator, name)
+
+        def spy(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
+            asked.append(bool(kwargs.get("action_values", False)))
+            return _real(*args, **kwargs)
+
+        setattr(evaluator, name, spy)
+    return asked
+
+
+def engine_with_spies(run: RunDir, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, io.StringIO, list[list[bool]]]:
+    """An in-process UCI engine on ``run`` (float32) with empty input and, per network it loads, its legal passes
+    (spy_legal_passes)."""
+    import eval.uci as uci_module
+
+    load_network = uci_module.load_network
+    spies: list[list[bool]] = []
+
+    def spied(*args: Any, **kwargs: Any) -> Any:
+        network = load_network(*args, **kwargs)
+        spies.append(spy_legal_passes(network.evaluator))
+        return network
+
+    monkeypatch.setattr(uci_module, "load_network", spied)
+    out = io.StringIO()
+    engine = uci_module.UciEngine(run.root, None, "cpu", stdin=io.StringIO(""), stdout=out)
+    engine.handle("setoption name Precision value float32")
+    return engine, out, spies
+
+
+def go_nodes(engine: Any, fen: str, nodes: int) -> None:
+    """Has an in-process engine search ``fen`` for ``nodes`` nodes and waits for its answer."""
+    engine.handle(f"position fen {fen}")
+    engine.handle(f"go nodes {nodes}")
+    engine.wait()

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
-import io
 import logging
 import sys
 from pathlib import Path
@@ -25,7 +24,6 @@ import numpy as np
 import pytest
 import torch
 
-import eval.uci as uci_module
 from alphazero.config import Config, apply_overrides, to_toml
 from alphazero.nn.action_values import has_action_values as model_has_head
 from alphazero.nn.forward import Evaluator
@@ -36,13 +34,12 @@ from alphazero.store.rundir import RunDir
 from alphazero.store.sources import Network
 from eval.agents import parse_player
 from eval.network_agents import SearchAgent, to_mcts_board
-from eval.uci import UciEngine
 from mcts_ext import Board
 from mcts_ext.encode import encode_boards, legal_move_indices, new_batch
 from mcts_ext.search import MultiGameSearch
 from selfplay.inference import InferenceServer
 from selfplay.worker import PlayStats, SelfPlayWorker
-from tests.helpers import ROOT, fast_run, repo_env
+from tests.helpers import ROOT, engine_with_spies, fast_run, go_nodes, repo_env, spy_legal_passes
 
 TINY = get_preset("tiny")  # its search.algorithm is gumbel
 HEAD = "network.action_value_head=logit"
@@ -81,20 +78,6 @@ def _assert_tree_holds_the_head(search: MultiGameSearch, slot: int, evaluator: E
     assert kept.keys() == wins.keys() and None not in kept.values()
     for uci, win in wins.items():
         assert kept[uci] == pytest.approx(2 * win - 1, abs=1e-5), uci
-
-
-def _spy(evaluator: Evaluator) -> list[bool]:
-    """Records, for each legal pass asked of ``evaluator``, whether it asked for action values."""
-    asked: list[bool] = []
-    for name in ("submit_legal", "evaluate_legal"):
-        real = getattr(evaluator, name)
-
-        def spy(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
-            asked.append(bool(kwargs.get("action_values", False)))
-            return _real(*args, **kwargs)
-
-        setattr(evaluator, name, spy)
-    return asked
 
 
 def _one_batch(worker: SelfPlayWorker) -> None:
@@ -150,7 +133,7 @@ def test_the_selfplay_worker_backs_up_the_heads_values_where_its_search_reads_th
     worker = SelfPlayWorker(str(run.root), to_toml(config), "w", seed=1, max_games=2)
     assert worker.action_values and (worker.pool is not None) == (overlap == "on")
     assert worker.evaluator is not None
-    asked = _spy(worker.evaluator)
+    asked = spy_legal_passes(worker.evaluator)
     _one_batch(worker)
     for lane in worker.lanes:
         for slot in range(lane.search.games):
@@ -164,7 +147,7 @@ def test_a_selfplay_search_that_does_not_read_them_never_asks(tmp_path: Path) ->
     run, config = _fast_run(tmp_path / "run", HEAD, *CHEAP, "search.algorithm=puct")
     worker = SelfPlayWorker(str(run.root), to_toml(config), "w", seed=1, max_games=2)
     assert worker.evaluator is not None and worker.evaluator.has_action_values and not worker.action_values
-    asked = _spy(worker.evaluator)
+    asked = spy_legal_passes(worker.evaluator)
     _one_batch(worker)
     assert asked and not any(asked)
     assert set(worker.search.action_values(0).values()) == {None}
@@ -176,7 +159,7 @@ def test_selfplay_without_the_head_says_so_once_and_plays_with_the_reduction(
     with caplog.at_level(logging.WARNING, logger="selfplay.worker"):
         worker = SelfPlayWorker(str(run.root), to_toml(config), "w", seed=1, max_games=2)
         assert not worker.action_values
-        asked = _spy(worker.evaluator)  # type: ignore[arg-type]
+        asked = spy_legal_passes(worker.evaluator)  # type: ignore[arg-type]
         stats = worker.play(120)
         worker.flush()
     said = [record.getMessage() for record in caplog.records if "action-value head" in record.getMessage()]
@@ -287,7 +270,7 @@ def test_a_search_player_asks_for_the_values_only_where_its_settings_read_them(r
     model = _zeroed_model()
     for overrides, wanted in ((reads, True), (reads[:1], False)):
         network = _network(model, *overrides)
-        asked = _spy(network.evaluator)
+        asked = spy_legal_passes(network.evaluator)
         with parse_player("search:8", network=network) as agent:
             assert isinstance(agent, SearchAgent)
             agent.choose([chess.Board(), chess.Board("4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1")])
@@ -301,7 +284,7 @@ def test_a_search_player_without_the_head_warns_once_and_searches_as_before(
         capsys: pytest.CaptureFixture[str]) -> None:
     board = chess.Board()
     network = _network(_zeroed_model(head=False), *PUCT_READS)
-    asked = _spy(network.evaluator)
+    asked = spy_legal_passes(network.evaluator)
     with parse_player("search:1", network=network) as agent:
         for _ in range(2):
             assert agent.choose([board])[0].move.uci() == _plain_choice(board)
@@ -345,39 +328,13 @@ def test_the_engine_through_python_chess_plays_the_move_only_the_heads_values_ex
             engine.quit()
 
 
-_LOAD_NETWORK = uci_module.load_network
-
-
-def _engine(run: RunDir, monkeypatch: pytest.MonkeyPatch) -> tuple[UciEngine, io.StringIO, list[list[bool]]]:
-    """An in-process engine on ``run`` (float32) with empty input (run() ends it) and, per network it loads,
-    its legal passes (_spy)."""
-    spies: list[list[bool]] = []
-
-    def spied(*args: Any, **kwargs: Any) -> Network:
-        network = _LOAD_NETWORK(*args, **kwargs)
-        spies.append(_spy(network.evaluator))
-        return network
-
-    monkeypatch.setattr(uci_module, "load_network", spied)
-    out = io.StringIO()
-    engine = UciEngine(run.root, None, "cpu", stdin=io.StringIO(""), stdout=out)
-    engine.handle("setoption name Precision value float32")
-    return engine, out, spies
-
-
-def _go(engine: UciEngine, fen: str, nodes: int) -> None:
-    engine.handle(f"position fen {fen}")
-    engine.handle(f"go nodes {nodes}")
-    engine.wait()
-
-
 def test_the_engine_backs_up_the_heads_values_only_where_its_settings_read_them(
         tmp_path: Path, zeroed: torch.nn.Module, monkeypatch: pytest.MonkeyPatch) -> None:
     fen = chess.STARTING_FEN
     for name, overrides, wanted in (("reads", PUCT_READS, True), ("gumbel", GUMBEL_READS, True),
                                     ("plain", ("search.algorithm=puct",), False)):
-        engine, out, spies = _engine(_engine_run(tmp_path / name, zeroed, *overrides), monkeypatch)
-        _go(engine, fen, 16)
+        engine, out, spies = engine_with_spies(_engine_run(tmp_path / name, zeroed, *overrides), monkeypatch)
+        go_nodes(engine, fen, 16)
         assert out.getvalue().splitlines()[-1].startswith("bestmove "), name
         search = engine._search
         assert search is not None and search.reads_action_values == wanted
@@ -393,9 +350,10 @@ def test_the_engine_backs_up_the_heads_values_only_where_its_settings_read_them(
 
 def test_the_engine_without_the_head_says_so_in_one_info_string_and_searches(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    engine, out, spies = _engine(_engine_run(tmp_path / "run", _zeroed_model(head=False), *PUCT_READS), monkeypatch)
+    run = _engine_run(tmp_path / "run", _zeroed_model(head=False), *PUCT_READS)
+    engine, out, spies = engine_with_spies(run, monkeypatch)
     for _ in range(2):
-        _go(engine, chess.STARTING_FEN, 1)
+        go_nodes(engine, chess.STARTING_FEN, 1)
     lines = out.getvalue().splitlines()
     said = [line for line in lines if "action-value head" in line]
     assert len(said) == 1 and said[0].startswith("info string warning: search.fpu_mode = 'action_value' reads")

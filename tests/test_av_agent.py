@@ -14,7 +14,6 @@ import itertools
 import json
 import math
 import sys
-import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -47,7 +46,7 @@ from eval.scores import value_to_centipawns
 from eval.uci import OPTIONS, UciEngine
 from eval.uci_options import MODES
 from mcts_ext.encode import encode_boards, legal_move_indices, new_batch, uci_to_index
-from tests.helpers import ROOT, repo_env
+from tests.helpers import ROOT, WatchedOutput, repo_env
 
 TINY: Config = get_preset("tiny")
 HANGING_QUEEN = "4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1"  # Rxd5 wins the queen: the one winning move
@@ -322,23 +321,8 @@ def test_mode_av_through_python_chess_with_a_head(weights: Path) -> None:
         uci.quit()
 
 
-class _Lines(io.StringIO):
-    """The engine's output, with an event set when a written line holds ``wanted``."""
-
-    def __init__(self, wanted: str = " pv ") -> None:
-        super().__init__()
-        self.wanted = wanted
-        self.seen = threading.Event()
-
-    def write(self, text: str) -> int:
-        written = super().write(text)
-        if self.wanted in text:
-            self.seen.set()
-        return written
-
-
-def _in_process(weights: Path, *options: str) -> tuple[UciEngine, _Lines]:
-    out = _Lines()
+def _in_process(weights: Path, *options: str) -> tuple[UciEngine, WatchedOutput]:
+    out = WatchedOutput()
     engine = UciEngine(None, weights, "cpu", stdin=io.StringIO(""), stdout=out)
     for option in options:
         engine.handle(f"setoption name {option}")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from alphazero.store.sources import Network
 from eval.uci import UciEngine
 from eval.uci_options import INFINITE_NODES, OPTIONS_BY_NAME
 from mcts_ext import Board
-from tests.helpers import ROOT, repo_env
+from tests.helpers import ROOT, WatchedOutput, repo_env
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -95,23 +94,8 @@ def test_go_nodes_beyond_what_fits_answers_with_the_searchs_move(engine: chess.e
 # --- in process ---------------------------------------------------------------------------------------------
 
 
-class _Lines(io.StringIO):
-    """The engine's output, which sets `seen` once a line holding `wanted` was written."""
-
-    def __init__(self, wanted: str) -> None:
-        super().__init__()
-        self.wanted = wanted
-        self.seen = threading.Event()
-
-    def write(self, text: str) -> int:
-        written = super().write(text)
-        if self.wanted in text:
-            self.seen.set()
-        return written
-
-
-def _engine(weights: Path, wanted: str, *options: str) -> tuple[UciEngine, _Lines]:
-    out = _Lines(wanted)
+def _engine(weights: Path, wanted: str, *options: str) -> tuple[UciEngine, WatchedOutput]:
+    out = WatchedOutput(wanted)
     engine = UciEngine(None, weights, "cpu", stdin=io.StringIO(""), stdout=out)
     for option in options:
         engine.handle(f"setoption name {option}")

@@ -10,27 +10,23 @@ highest when the search reads the head, and the first legal move (every move tie
 from __future__ import annotations
 
 import dataclasses
-import io
 from pathlib import Path
-from typing import Any
 
 import chess
 import pytest
 import torch
 
-import eval.uci as uci_module
 from alphazero.config import Config
 from alphazero.nn.forward import Evaluator
 from alphazero.nn.network import build_network
 from alphazero.presets import get_preset
 from alphazero.store.checkpoint import save_checkpoint
 from alphazero.store.rundir import RunDir
-from alphazero.store.sources import Network
-from eval.uci import UciEngine
 from eval.uci_options import OPTIONS_BY_NAME
 from mcts_ext import Board
 from mcts_ext.encode import encode_boards, legal_move_indices, new_batch
 from mcts_ext.params import FPU_MODES, GUMBEL_UNVISITED
+from tests.helpers import engine_with_spies, go_nodes
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -77,40 +73,6 @@ def _engine_run(path: Path, model: torch.nn.Module, *overrides: str) -> RunDir:
     return run
 
 
-_LOAD_NETWORK = uci_module.load_network
-
-
-def _engine(run: RunDir, monkeypatch: pytest.MonkeyPatch) -> tuple[UciEngine, io.StringIO, list[list[bool]]]:
-    """An in-process engine on ``run`` (float32) and, per network it loads, whether each legal pass asked for
-    action values."""
-    spies: list[list[bool]] = []
-
-    def spied(*args: Any, **kwargs: Any) -> Network:
-        network = _LOAD_NETWORK(*args, **kwargs)
-        asked: list[bool] = []
-        real = network.evaluator.evaluate_legal
-
-        def evaluate_legal(*arrays: Any, **options: Any) -> Any:
-            asked.append(bool(options.get("action_values", False)))
-            return real(*arrays, **options)
-
-        network.evaluator.evaluate_legal = evaluate_legal  # type: ignore[method-assign]
-        spies.append(asked)
-        return network
-
-    monkeypatch.setattr(uci_module, "load_network", spied)
-    out = io.StringIO()
-    engine = UciEngine(run.root, None, "cpu", stdin=io.StringIO(""), stdout=out)
-    engine.handle("setoption name Precision value float32")
-    return engine, out, spies
-
-
-def _go(engine: UciEngine, fen: str, nodes: int) -> None:
-    engine.handle(f"position fen {fen}")
-    engine.handle(f"go nodes {nodes}")
-    engine.wait()
-
-
 def _bestmove(text: str) -> str:
     return [line for line in text.splitlines() if line.startswith("bestmove")][-1].split()[1]
 
@@ -124,29 +86,29 @@ def test_the_options_offer_the_searchs_choices_and_auto() -> None:
 def test_fpu_mode_action_value_makes_the_engine_ask_for_and_play_by_the_heads_values(
         tmp_path: Path, zeroed: torch.nn.Module, monkeypatch: pytest.MonkeyPatch) -> None:
     run = _engine_run(tmp_path / "plain", zeroed, "search.algorithm=puct")  # its config reads no action values
-    engine, out, spies = _engine(run, monkeypatch)
+    engine, out, spies = engine_with_spies(run, monkeypatch)
     board = chess.Board()
-    _go(engine, board.fen(), 1)
+    go_nodes(engine, board.fen(), 1)
     [asked] = spies
     assert asked and not any(asked) and _bestmove(out.getvalue()) == _plain_choice(board)
     engine.handle("setoption name FpuMode value action_value")
     asked.clear()
-    _go(engine, board.fen(), 1)
+    go_nodes(engine, board.fen(), 1)
     search = engine._search
     assert search is not None and search.reads_action_values
     assert asked and all(asked) and _bestmove(out.getvalue()) == _head_choice(zeroed, board)
     engine.handle("setoption name FpuMode value auto")  # back to the run's own: the reduction
     asked.clear()
-    _go(engine, board.fen(), 1)
+    go_nodes(engine, board.fen(), 1)
     assert asked and not any(asked) and _bestmove(out.getvalue()) == _plain_choice(board)
     engine.run()
 
 
 def test_the_options_override_a_run_config_that_reads_them(
         tmp_path: Path, zeroed: torch.nn.Module, monkeypatch: pytest.MonkeyPatch) -> None:
-    engine, out, spies = _engine(_engine_run(tmp_path / "reads", zeroed, *PUCT_READS), monkeypatch)
+    engine, out, spies = engine_with_spies(_engine_run(tmp_path / "reads", zeroed, *PUCT_READS), monkeypatch)
     engine.handle("setoption name FpuMode value reduction")
-    _go(engine, chess.STARTING_FEN, 1)
+    go_nodes(engine, chess.STARTING_FEN, 1)
     [asked] = spies
     assert asked and not any(asked) and _bestmove(out.getvalue()) == _plain_choice(chess.Board())
     engine.run()
@@ -154,9 +116,10 @@ def test_the_options_override_a_run_config_that_reads_them(
 
 def test_gumbel_unvisited_action_value_makes_a_gumbel_search_ask(
         tmp_path: Path, zeroed: torch.nn.Module, monkeypatch: pytest.MonkeyPatch) -> None:
-    engine, _, spies = _engine(_engine_run(tmp_path / "gumbel", zeroed, "search.algorithm=gumbel"), monkeypatch)
+    run = _engine_run(tmp_path / "gumbel", zeroed, "search.algorithm=gumbel")
+    engine, _, spies = engine_with_spies(run, monkeypatch)
     engine.handle("setoption name GumbelUnvisited value action_value")
-    _go(engine, chess.STARTING_FEN, 16)
+    go_nodes(engine, chess.STARTING_FEN, 16)
     [asked] = spies
     search = engine._search
     assert search is not None and search.algorithm == "gumbel" and search.reads_action_values
@@ -166,7 +129,7 @@ def test_gumbel_unvisited_action_value_makes_a_gumbel_search_ask(
 
 def test_a_bad_value_is_refused_and_the_old_one_kept(tmp_path: Path, zeroed: torch.nn.Module,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    engine, out, _ = _engine(_engine_run(tmp_path / "run", zeroed, "search.algorithm=puct"), monkeypatch)
+    engine, out, _ = engine_with_spies(_engine_run(tmp_path / "run", zeroed, "search.algorithm=puct"), monkeypatch)
     engine.handle("setoption name FpuMode value sometimes")
     assert "info string ignored: FpuMode takes one of auto, reduction, absolute, action_value" in out.getvalue()
     assert engine.values["FpuMode"] == "auto"
