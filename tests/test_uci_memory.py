@@ -79,6 +79,7 @@ def test_go_infinite_with_a_full_tree_waits_for_stop_and_answers_with_the_search
 
 def test_go_nodes_beyond_what_fits_answers_with_the_searchs_move(engine: chess.engine.SimpleEngine) -> None:
     board = chess.Board(OPENING)
+    engine.play(board, chess.engine.Limit(nodes=1))  # a search with this limit first: its memory line said
     with engine.analysis(board, chess.engine.Limit(nodes=1_000_000)) as analysis:
         infos = list(analysis)  # until bestmove
         best = analysis.wait()
@@ -87,7 +88,7 @@ def test_go_nodes_beyond_what_fits_answers_with_the_searchs_move(engine: chess.e
     searched = [info for info in infos if "pv" in info]
     assert best.move is not None and board.is_legal(best.move) and best.move == searched[-1]["pv"][0]
     assert searched[-1]["nodes"] < 1_000_000
-    # The memory line is said once for a setting: this search has the same limit as the last.
+    # The memory line is said once for a setting: this search has the same limit as the one before.
     assert not any(text.startswith("tree memory") for text in _strings(infos))
 
 
