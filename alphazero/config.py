@@ -106,14 +106,15 @@ class NetworkConfig(_Section):
     SECTION: ClassVar[str] = "network"
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"kind": ("resnet", "chessformer"),
                                                      "value_head": ("scalar", "wdl"),
-                                                     "action_value_head": ("none", "logit", "hl_gauss")}
+                                                     "action_value_head": ("none", "logit", "hl_gauss"),
+                                                     "action_value_shape": ("squares", "policy")}
     MINIMUM: ClassVar[dict[str, float]] = {"blocks": 0, "filters": 1, "policy_filters": 1,
                                            "value_filters": 1, "value_hidden": 1,
                                            "layers": 1, "embedding": 1, "heads": 1, "ffn": 1,
                                            "action_value_bins": 2, "action_value_filters": 1}
     # Networks without the head hash as they did before these fields existed (old checkpoints carry the hash).
     CANONICAL_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("action_value_head", "action_value_bins",
-                                                       "action_value_filters")
+                                                       "action_value_filters", "action_value_shape")
 
     kind: str = _field("resnet", "'resnet': AlphaZero's residual tower; 'chessformer': a transformer over the 64 "
                                  "squares with relative square positions (Monroe & Chalmers)")
@@ -134,12 +135,20 @@ class NetworkConfig(_Section):
                                             "binary cross-entropy) or 'hl_gauss' (action_value_bins bins on [0, 1], "
                                             "the HL-Gauss loss)")
     action_value_bins: int = _field(128, "(hl_gauss) bins of the action-value head's distribution over [0, 1]")
-    action_value_filters: int = _field(32, "channels of the action-value head's per-square from and to features "
-                                           "and of each move's hidden layer")
+    action_value_filters: int = _field(32, "('squares' shape) channels of the action-value head's per-square from "
+                                           "and to features and of each move's hidden layer")
+    action_value_shape: str = _field("squares", "how the action-value head reads the body: 'squares' (a move's "
+                                                "value from its two squares' features through one hidden layer) "
+                                                "or 'policy' (a second policy head, its logits the moves' value "
+                                                "logits; 'logit' form only; starts from the policy head's weights "
+                                                "when loaded from a network without the head)")
 
     def _check(self) -> None:
         if self.policy_kernel not in (1, 3):
             raise UserError(f"network.policy_kernel must be 1 or 3, got {self.policy_kernel}")
+        if self.action_value_shape == "policy" and self.action_value_head == "hl_gauss":
+            raise UserError("network.action_value_shape = 'policy' takes network.action_value_head = 'logit' (one "
+                            "logit a move, as the policy's), not 'hl_gauss'")
         if self.kind == "chessformer" and self.embedding % self.heads:
             raise UserError(f"network.embedding ({self.embedding}) must be a multiple of network.heads "
                             f"({self.heads})")

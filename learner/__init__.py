@@ -5,9 +5,13 @@ Modules, by concern:
 - ``learner.replay``: ReplayWindow (the newest positions of run/selfplay, the
   reuse cap); its storage in ``learner.replay_store``, the Batch it samples in
   ``learner.batch``.
+- ``learner.batch_device``: a batch staged on the host (pinned on CUDA) and
+  its dense targets scattered on the device; ``learner.dense_batches`` the
+  dense host path it replaced (the baseline `bench learner` times).
 - ``learner.trainer``: the loss, the optimiser and Trainer.step.
 - ``learner.loop``: Learner and run_learner (resume, wait, train, log,
-  checkpoint, publish); beside it ``learner.probes`` (fixed positions whose
+  checkpoint, publish); its batches made on a thread by ``learner.feed``
+  (over ``learner.prefetch``); beside it ``learner.probes`` (fixed positions whose
   outputs are logged), ``learner.reporting`` (running figures, TensorBoard
   names, the progress line), ``learner.interrupts`` (Ctrl-C and SIGTERM).
 - Supervised pretraining: ``learner.pgn_data`` (games to shards),

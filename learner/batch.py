@@ -1,11 +1,20 @@
-"""The training batch: B positions as numpy arrays, the dense policy built from a shard's sparse one.
+"""The training batch: B positions as numpy arrays, each position's moves sparse, as the shards keep them.
 
-The replay window (learner.replay) gathers them; the trainer (learner.trainer)
-moves them to the device.
+Each position lists its legal moves (entries ``offsets[r]:offsets[r + 1]``
+of ``moves``), with the search's visit share of each (``shares``, 0 for an
+unvisited move) and, for Stockfish's labels, the mover's win probability
+after it (``wins``). The dense [B, 4672] targets are built on the training
+device (learner.batch_device), not here: the dense properties below are for
+callers that read a batch (tests, probes), never for training (EXPERIMENTS.md,
+"Issue 69: the learner's targets sparse on the device, a prefetch thread").
+
+The replay window (learner.replay) gathers batches; learner.batch_device stages
+them for the device and scatters their targets there.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,37 +26,98 @@ __all__ = ["Batch", "concatenate_batches"]
 
 @dataclass(frozen=True)
 class Batch:
-    """One training batch of B positions, as numpy arrays."""
+    """One training batch of B positions, as numpy arrays; E entries, one per legal move of each position.
+
+    The moves of a position are distinct (its legal moves), so each dense
+    target cell is written at most once.
+    """
 
     planes: np.ndarray  # uint64 [B, 112] compact bitboards
     scalars: np.ndarray  # float32 [B, 7] raw scalars
-    policy: np.ndarray  # float32 [B, 4672] visit shares (zero off the visited moves)
-    legal: np.ndarray  # bool [B, 4672] True at the position's legal moves
+    offsets: np.ndarray  # int64 [B + 1]: position r's moves are entries offsets[r]:offsets[r + 1]
+    moves: np.ndarray  # integer [E] (int16 from shards): the policy index of each legal move
+    shares: np.ndarray  # float32 [E] the search's visit share of each move (0: not visited)
     z: np.ndarray  # float32 [B] the value target for the side to move: a result 1, 0, -1 or a value; NaN: none
     q: np.ndarray | None = None  # float32 [B] the search's root value for the side to move (None: unknown)
-    # float32 [B, 4672] the mover's win probability after each move (Stockfish labels' policy_wins), NaN where
-    # there is none; None when no position of the batch has one (self-play's), as if all were NaN.
-    action_values: np.ndarray | None = None
+    # float16 or float32 [E] the mover's win probability after each move (Stockfish labels' policy_wins), NaN
+    # where there is none; None when no position of the batch has one (self-play's), as if all were NaN.
+    wins: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.z)
 
+    @property
+    def rows(self) -> np.ndarray:
+        """Gets the batch row of each entry (int64 [E])."""
+        return np.repeat(np.arange(len(self), dtype=np.int64), np.diff(self.offsets))
 
-def _nan_values(rows: int) -> np.ndarray:
-    return np.full((rows, NUM_MOVES), np.nan, np.float32)
+    # Cached: a test reads them row by row. (functools.cached_property writes the instance's __dict__, which a
+    # frozen dataclass allows.)
+    @functools.cached_property
+    def policy(self) -> np.ndarray:
+        """Gets the dense visit shares, float32 [B, 4672] (zero off the legal moves)."""
+        return _dense(self, self.shares, np.float32, 0)
+
+    @functools.cached_property
+    def legal(self) -> np.ndarray:
+        """Gets the dense legal-move mask, bool [B, 4672]."""
+        return _dense(self, np.ones(len(self.moves), np.bool_), np.bool_, False)
+
+    @functools.cached_property
+    def action_values(self) -> np.ndarray | None:
+        """Gets the dense win probabilities, float32 [B, 4672], NaN where none; None without ``wins``."""
+        return None if self.wins is None else _dense(self, self.wins, np.float32, np.nan)
+
+    @classmethod
+    def from_dense(cls, planes: np.ndarray, scalars: np.ndarray, policy: np.ndarray, legal: np.ndarray,
+                   z: np.ndarray, q: np.ndarray | None = None, action_values: np.ndarray | None = None) -> Batch:
+        """Builds a batch from dense targets (float32 [B, 4672] visit shares, bool [B, 4672] legal moves, and
+        float32 [B, 4672] win probabilities, NaN where none, or None).
+
+        Raises:
+            ValueError: a visit share or a win probability off the legal moves (the entries are the legal moves).
+        """
+        if np.any(policy[~legal]):
+            raise ValueError("a batch's visit shares must be zero off its legal moves")
+        rows, moves = np.nonzero(legal)  # row-major: each position's moves in ascending order
+        offsets = np.concatenate([np.zeros(1, np.int64), np.cumsum(np.count_nonzero(legal, axis=1))])
+        batch = cls(planes, scalars, offsets, moves.astype(np.int16), policy[rows, moves].astype(np.float32), z, q)
+        return batch.with_action_values(action_values)
+
+    def with_action_values(self, action_values: np.ndarray | None) -> Batch:
+        """Gets this batch with other win probabilities: dense float32 [B, 4672], NaN where none, or None.
+
+        Raises:
+            ValueError: a win probability off the legal moves.
+        """
+        if action_values is None:
+            return _replace(self, None)
+        if np.isfinite(action_values[~self.legal]).any():
+            raise ValueError("a batch's win probabilities must be NaN off its legal moves")
+        return _replace(self, action_values[self.rows, self.moves.astype(np.int64)].astype(np.float32))
+
+
+def _replace(batch: Batch, wins: np.ndarray | None) -> Batch:
+    return Batch(batch.planes, batch.scalars, batch.offsets, batch.moves, batch.shares, batch.z, batch.q, wins)
+
+
+def _dense(batch: Batch, values: np.ndarray, dtype: type[np.generic], fill: float) -> np.ndarray:
+    out: np.ndarray = np.full((len(batch), NUM_MOVES), fill, dtype)
+    out[batch.rows, batch.moves.astype(np.int64)] = values
+    return out
 
 
 def concatenate_batches(first: Batch, second: Batch) -> Batch:
-    """Joins two batches, rows of ``first`` first (root values kept when both have them; action values when
-    either has them, NaN for the other's rows)."""
+    """Joins two batches, rows of ``first`` first (root values kept when both have them; win probabilities when
+    either has them, NaN for the other's moves)."""
     def joined(name: str) -> np.ndarray:
         return np.concatenate([getattr(first, name), getattr(second, name)])
 
+    offsets = np.concatenate([first.offsets, second.offsets[1:] + first.offsets[-1]])
     q = None if first.q is None or second.q is None else np.concatenate([first.q, second.q])
-    action_values = None
-    if first.action_values is not None or second.action_values is not None:
-        action_values = np.concatenate([
-            batch.action_values if batch.action_values is not None else _nan_values(len(batch))
-            for batch in (first, second)])
-    return Batch(joined("planes"), joined("scalars"), joined("policy"), joined("legal"), joined("z"), q,
-                 action_values)
+    wins = None
+    if first.wins is not None or second.wins is not None:
+        wins = np.concatenate([batch.wins if batch.wins is not None else np.full(len(batch.moves), np.nan, np.float16)
+                               for batch in (first, second)])
+    return Batch(joined("planes"), joined("scalars"), offsets, joined("moves"), joined("shares"), joined("z"), q,
+                 wins)

@@ -10,6 +10,10 @@
 - **Waiting**: while the window holds fewer than ``min_window_positions``, or
   the reuse cap is reached, it says so (once per reason) and looks for new
   shards every ``learner.poll_seconds``.
+- **Batches** are made on a thread while the step before them trains
+  (learner.feed: new shards read, the window sampled, the batch staged for the
+  device, pinned on CUDA); their dense targets are scattered on the device
+  (learner.batch_device). A seed gives the same batches as without the thread.
 - **Checkpoints** every ``checkpoint_every`` steps (alphazero.store.checkpoint:
   atomic, LATEST, thinned), then ``on_checkpoint(step, path)`` so the caller
   can push the weights to self-play actors. A clean stop (the ``stop`` event,
@@ -77,7 +81,8 @@ from alphazero.store.checkpoint import (
     thin_checkpoints,
 )
 from alphazero.store.rundir import RunDir
-from learner.batch import Batch, concatenate_batches
+from learner.batch_device import pins
+from learner.feed import BatchFeed
 from learner.interrupts import stop_on_interrupt
 from learner.probes import PROBES, Probe, encode_probes, probe_report
 from learner.replay import WAIT_POSITIONS, ReplayWindow
@@ -157,6 +162,8 @@ class Learner:
         self._progress = Progress(progress, log)
         self._progress.message(f"learner: {self.precision_text()}")
         self.mix = self._mix_window()
+        self._feed = BatchFeed(self.window, self.mix, self.settings, pin=pins(self.device),
+                               describe_wait=self._waiting_text)
         self._running = Running()
         self._writer: Any = None
         self._probes = encode_probes(PROBES)
@@ -237,7 +244,8 @@ class Learner:
                                              f"LATEST names step {from_step:,} again")
             for note in self.resume_notes:
                 self._progress.message(note)
-        self.window.refresh(force=True)
+        with self._feed.lock:
+            self.window.refresh(force=True)
         return self.step
 
     def _checkpoint_to_resume(self, from_step: int | None) -> Path | None:
@@ -274,7 +282,7 @@ class Learner:
         self._check_finite()
         try:
             path = save_checkpoint(self.run, self.model, self.optimizer, self.step, self.config,
-                                   replay=self.window.state(), run_seconds=self.run_seconds)
+                                   replay=self._feed.window_state(), run_seconds=self.run_seconds)
         except UserError as error:
             last = f"step {self.saved_step:,}" if self.saved_step is not None else "the start"
             raise UserError(f"{error}; the learner stopped at step {self.step:,}, and a restart resumes from "
@@ -356,7 +364,7 @@ class Learner:
             "throughput/samples_per_s": running.samples_per_s,
             "replay/window_positions": len(window),
             "replay/window_size": window.window_size,
-            "replay/average_reuse": window.average_reuse,
+            "replay/average_reuse": self._feed.average_reuse,
             "replay/positions_added": window.positions_added,
             "replay/corrupt_shards": window.corrupt_shards,
             "replay/skipped_shards": window.skipped_shards,
@@ -400,17 +408,8 @@ class Learner:
             self._progress.message(f"training is finished: step {self.step:,} reached learner.training_steps")
         interrupted = threading.Event()
         with stop_on_interrupt(stop, interrupted, self._progress):
-            while self.step < target and not stop.is_set():
-                started = time.perf_counter()
-                batch, waited = self._next_batch(stop)
-                if batch is None:
-                    break
-                stats = self.trainer.step(batch, self.step)
-                self.step += 1
-                if self.first_step_time is None:
-                    self.first_step_time = time.time()
-                self._running.add(stats, len(batch), time.perf_counter() - started - waited)
-                self._after_step()
+            if self.step < target and not stop.is_set():
+                self._train_steps(target, stop)
             if self.settings.validate_every and self._validated_step != self.step and self.step > 0:
                 self.validate()
             if self.saved_step != self.step:
@@ -419,6 +418,30 @@ class Learner:
         if interrupted.is_set():
             raise KeyboardInterrupt
         return self.step
+
+    def _train_steps(self, target: float, stop: threading.Event) -> None:
+        """Trains until step ``target`` or ``stop``, on batches made ahead on the feed's thread (learner.feed)."""
+        with self._feed.prefetching(self.step) as feed:
+            while self.step < target and not stop.is_set():
+                started = time.perf_counter()
+                batch, waited = feed.next(stop, self._on_wait)
+                self._running.waited += waited
+                if batch is None:
+                    break
+                stats = self.trainer.step(batch, self.step)
+                self.step += 1
+                if self.first_step_time is None:
+                    self.first_step_time = time.time()
+                self._running.add(stats, len(batch), time.perf_counter() - started - waited)
+                self._after_step()
+
+    def _on_wait(self, reason: str, text: str) -> None:
+        # A learner ahead of self-play waits every few steps: say so when the reason changes, not every
+        # time; the live line and the waited seconds tell the rest.
+        if reason != self._announced:
+            self._progress.message(text)
+            self._announced = reason
+        self._progress.status(text)
 
     def _load_anchor(self) -> None:
         """Gives the trainer the run's step-0 network as the anchor's start (learner.start_anchor_weight).
@@ -460,15 +483,17 @@ class Learner:
         Returns the figures (None while no game is held out yet).
         """
         self._validated_step = self.step
-        self.window.refresh()
         size = self.settings.batch_size
-        held_out = self.trainer.validate(self.window.validation_batches(size))
-        if held_out is None:
-            return None
-        sample = self.trainer.validate(self.window.training_sample_batches(int(held_out["positions"]), size,
-                                                                           seed=self.step))
+        with self._feed.lock:  # the feed's thread reads shards and samples the window meanwhile
+            self.window.refresh()
+            held_out = self.trainer.validate(self.window.validation_batches(size))
+            if held_out is None:
+                return None
+            sample = self.trainer.validate(self.window.training_sample_batches(int(held_out["positions"]), size,
+                                                                               seed=self.step))
+            games = len(self.window.validation_game_ids())
         scalars = {f"validation/{name}": value for name, value in held_out.items()}
-        scalars["validation/games"] = float(len(self.window.validation_game_ids()))
+        scalars["validation/games"] = float(games)
         if sample is not None:
             scalars.update({f"validation/train_{name}": sample[name] for name in VALIDATION_FIGURES
                             + ("action_value_loss", "action_value_mae") if name in sample})
@@ -503,7 +528,7 @@ class Learner:
         losses = (f"loss {means['total']:.3f} (policy {means['policy']:.3f}, value {means['value']:.3f})"
                   if means else "loss -")
         parts = [f"step {self.step:,}{total}", losses, f"{running.samples_per_s:,.0f} samples/s",
-                 f"window {len(window):,}", f"reuse {window.average_reuse:.2f}{cap}",
+                 f"window {len(window):,}", f"reuse {self._feed.average_reuse:.2f}{cap}",
                  f"lr {self.settings.learning_rate(max(self.step - 1, 0)):.3g}"]
         if running.waited >= 0.5:
             parts.append(f"waited {running.waited:,.0f} s")
@@ -511,37 +536,6 @@ class Learner:
         if self.validation:
             line += "\n" + fit_line([f"validation at {self.validation_text()}"], width)
         return line
-
-    def _next_batch(self, stop: threading.Event) -> tuple[Batch | None, float]:
-        """Gets the next batch and the seconds waited for it, saying why while it waits; None once ``stop`` is set."""
-        mixed = self.settings.mix_rows(self.step) if self.mix is not None else 0
-        size = self.settings.batch_size - mixed  # the reuse cap counts self-play's rows only
-        self.window.refresh()
-        batch = self.window.sample(size)
-        waited = 0.0
-        if batch is None:
-            started = time.perf_counter()
-            while not stop.is_set():
-                self.window.refresh(force=True)
-                batch = self.window.sample(size)
-                if batch is not None:
-                    break
-                reason, text = self.window.waiting_reason(size), self._waiting_text(size)
-                # A learner ahead of self-play waits every few steps: say so when the reason
-                # changes, not every time; the live line and the waited seconds tell the rest.
-                if reason != self._announced:
-                    self._progress.message(text)
-                    self._announced = reason
-                self._progress.status(text)
-                stop.wait(self.settings.poll_seconds)
-            waited = time.perf_counter() - started
-            self._running.waited += waited
-        if batch is not None and mixed:
-            assert self.mix is not None
-            extra = self.mix.sample(mixed)
-            assert extra is not None  # no reuse cap, and never empty (checked when opened)
-            batch = concatenate_batches(batch, extra)
-        return batch, waited
 
     def precision_text(self) -> str:
         """Says where and in what precision the learner trains, and why ('trains on cpu in bf16 (...)')."""
@@ -551,8 +545,9 @@ class Learner:
         """Says why the learner could not take its next batch now ('' when it could): the window's size against
         learner.min_window_positions, or the reuse cap."""
         size = self.settings.batch_size - (self.settings.mix_rows(self.step) if self.mix is not None else 0)
-        self.window.refresh(force=True)
-        return self._waiting_text(size) if self.window.waiting_reason(size) is not None else ""
+        with self._feed.lock:
+            self.window.refresh(force=True)
+            return self._waiting_text(size) if self.window.waiting_reason(size) is not None else ""
 
     def _waiting_text(self, size: int) -> str:
         window = self.window

@@ -10,8 +10,8 @@ names start with the write time, so sorting them sorts them by age. The window:
   ever entered it (never shrinking) up to ``window_positions``. Only the
   compact arrays are kept (planes, scalars, the sparse policy, results: under
   1 KB a position; Stockfish labels' win probability after each move, in half
-  precision, where a shard has it); dense policies (and action values,
-  Batch.action_values) are built per batch. Small shards are
+  precision, where a shard has it), and batches keep them sparse: the dense
+  targets are built on the training device (learner.batch_device). Small shards are
   joined into blocks of about 1/32 of the window, so a batch gathers from a
   few dozen arrays; the oldest block may be partly outside the window (never
   sampled there) and is dropped once none of it is inside.
@@ -57,7 +57,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,7 +69,10 @@ from alphazero.store.shards import SHARD_SUFFIX, Shard, ShardError, game_ids, re
 from learner.batch import Batch, concatenate_batches
 from learner.replay_store import Block, Store, arrays_outside_the_heap
 
-__all__ = ["Batch", "ReplayWindow", "WAIT_POSITIONS", "WAIT_REUSE", "concatenate_batches", "is_validation_game"]
+__all__ = [
+    "Batch", "ReplayWindow", "SamplerState", "WAIT_POSITIONS", "WAIT_REUSE", "concatenate_batches",
+    "is_validation_game",
+]
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +89,14 @@ def is_validation_game(game_id: str, share: float) -> bool:
     """
     digest = hashlib.sha256(game_id.encode("utf-8")).digest()
     return int.from_bytes(digest[:8], "big") / 2.0**64 < share
+
+
+@dataclass(frozen=True)
+class SamplerState:
+    """The training sampler's generator state and the samples drawn by then (ReplayWindow.sampler_state)."""
+
+    rng: Mapping[str, Any]
+    drawn: int
 
 
 @dataclass(frozen=True)
@@ -227,16 +238,29 @@ class ReplayWindow:
             return WAIT_REUSE
         return None
 
-    def state(self) -> dict[str, Any]:
-        """Gets the counters and the sampler's generator state as plain data (for a checkpoint)."""
+    def state(self, sampler: SamplerState | None = None) -> dict[str, Any]:
+        """Gets the counters and the sampler's generator state as plain data (for a checkpoint); with ``sampler``
+        (a ``sampler_state()`` taken earlier), the sampler as it was then: a learner that drew batches ahead of
+        the steps it trained saves the draws of those steps alone."""
+        sampler = sampler or self.sampler_state()
         return {
             "positions_added": self.positions_added,
-            "samples_drawn": self.samples_drawn,
+            "samples_drawn": sampler.drawn,
             "corrupt_shards": self.corrupt_shards,
             "skipped_shards": self.skipped_shards,
             "newest_shard": max(self._newest_name, self._counted_up_to),
-            "rng": json.dumps(self._rng.bit_generator.state),
+            "rng": json.dumps(sampler.rng),
         }
+
+    def sampler_state(self) -> SamplerState:
+        """Gets the sampler's generator state and the samples drawn so far (``rewind`` puts them back)."""
+        return SamplerState(self._rng.bit_generator.state, self.samples_drawn)
+
+    def rewind(self, sampler: SamplerState) -> None:
+        """Puts the sampler back as ``sampler_state()`` found it: the draws since are undone (the positions that
+        entered the window since stay)."""
+        self._rng.bit_generator.state = sampler.rng
+        self.samples_drawn = sampler.drawn
 
     def restore(self, state: dict[str, Any]) -> None:
         """Puts back counters saved by ``state``; call before the first ``refresh``.

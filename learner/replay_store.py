@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from alphazero.chess.moves import NUM_MOVES
 from alphazero.nn.planes import COMPACT_PLANES, NUM_SCALARS
 from alphazero.store.shards import Shard, value_targets
 from learner.batch import Batch
@@ -224,12 +223,11 @@ class Store:
         return ids
 
     def gather(self, numbers: np.ndarray) -> Batch:
-        """Builds the batch of the positions numbered ``numbers`` (sorted, in view)."""
+        """Builds the batch of the positions numbered ``numbers`` (sorted, in view): their compact arrays and
+        their moves sparse, as the blocks keep them (the dense targets are built on the training device)."""
         size = len(numbers)
         planes = np.empty((size, COMPACT_PLANES), np.uint64)
         scalars = np.empty((size, NUM_SCALARS), np.float32)
-        policy = np.zeros((size, NUM_MOVES), np.float32)
-        legal = np.zeros((size, NUM_MOVES), np.bool_)
         z = np.empty(size, np.float32)
         q = np.empty(size, np.float32)
         starts = np.array([block.start for block in self.blocks], dtype=np.int64)
@@ -237,9 +235,8 @@ class Store:
         # numbers are sorted, so each block's positions are one slice of the batch.
         bounds = np.searchsorted(owner, np.arange(len(self.blocks) + 1))
         used = [b for b in range(len(self.blocks)) if bounds[b] < bounds[b + 1]]
-        # Self-play's batches have no action values: no [B, 4672] array of NaN for them.
-        action_values = np.full((size, NUM_MOVES), np.nan, np.float32) \
-            if any(self.blocks[b].has_wins for b in used) else None
+        with_wins = any(self.blocks[b].has_wins for b in used)  # self-play's batches have no win probabilities
+        counts, moves, shares, wins = [], [], [], []
         for b in used:
             block = self.blocks[b]
             lo_out, hi_out = int(bounds[b]), int(bounds[b + 1])
@@ -250,10 +247,17 @@ class Store:
             q[lo_out:hi_out] = block.root_values[rows]
             lo, hi = block.policy_offsets[rows], block.policy_offsets[rows + 1]
             entries = np.repeat(lo, hi - lo) + _ranges(hi - lo)
-            batch_rows = np.repeat(np.arange(lo_out, hi_out), hi - lo)
-            moves = block.policy_indices[entries].astype(np.int64)
-            policy[batch_rows, moves] = block.policy_probs[entries]
-            legal[batch_rows, moves] = True
-            if action_values is not None and block.has_wins:
-                action_values[batch_rows, moves] = block.policy_wins[entries]
-        return Batch(planes, scalars, policy, legal, z, q, action_values)
+            counts.append(hi - lo)
+            moves.append(block.policy_indices[entries])
+            shares.append(block.policy_probs[entries])
+            if with_wins:
+                kept = block.policy_wins[entries] if block.has_wins else None
+                wins.append(kept if kept is not None else np.full(len(entries), np.nan, _WINS_DTYPE))
+        offsets = np.zeros(size + 1, np.int64)
+        np.cumsum(_joined(counts, np.int64), out=offsets[1:])
+        return Batch(planes, scalars, offsets, _joined(moves, np.int16), _joined(shares, np.float32), z, q,
+                     _joined(wins, _WINS_DTYPE) if with_wins else None)
+
+
+def _joined(parts: list[np.ndarray], dtype: type[np.generic]) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, dtype)

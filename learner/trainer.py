@@ -59,9 +59,10 @@ harder than its knowledge (``loss/anchor``).
 
 **Action values** (``network.action_value_head``; alphazero.nn.action_values
 has the losses): the mean over the moves with Stockfish's win probability
-(Batch.action_values; NaN elsewhere, and self-play has none), weighted by
+(Batch.wins; NaN elsewhere, and self-play has none), weighted by
 ``action_value_loss_weight`` (``loss/action_value``, 0 without targets). They
-are picked on the host: NaN never reaches the device, no other move is scored.
+are picked on the host (learner.batch_device): NaN never reaches the device,
+no other move is scored.
 Validation adds ``action_value_loss`` and ``action_value_mae`` (|predicted -
 Stockfish's| win probability, comparable across the two forms).
 
@@ -93,7 +94,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -105,13 +105,12 @@ from alphazero.nn.action_values import (
     action_value_head,
     action_value_loss,
     action_value_sums,
-    action_value_targets,
     features_only,
 )
 from alphazero.nn.network import NetOutput, model_config
-from alphazero.nn.planes import compact_to_torch
 from alphazero.store.shards import DRAW_BAND
 from learner.batch import Batch
+from learner.batch_device import DeviceBatch, StagedBatch, on_device, pins, stage
 from learner.loss_scaling import MAX_SKIPS, attach, new_scaler, overflow_message
 from learner.trainer_setup import (
     build_optimizer,
@@ -125,13 +124,15 @@ from learner.trainer_setup import (
 )
 
 __all__ = [
-    "StepStats", "Trainer", "VALIDATION_FIGURES", "anchor_loss", "auxiliary_losses", "build_optimizer",
+    "AnyBatch", "StepStats", "Trainer", "VALIDATION_FIGURES", "anchor_loss", "auxiliary_losses", "build_optimizer",
     "compute_losses", "eval_mode", "masked_log_softmax", "policy_kl", "result_classes", "soft_policy_targets",
     "time_training_step", "training_mode", "training_precision", "validation_sums", "value_classes",
     "value_target", "weight_decay_term",
 ]
 
 log = logging.getLogger(__name__)
+
+AnyBatch = Batch | StagedBatch | DeviceBatch  # a batch of numpy arrays, staged on the host, or on the device
 
 WIN, DRAW, LOSS = 0, 1, 2  # the classes of the wdl head's logits, in its order
 
@@ -384,22 +385,21 @@ class Trainer:
             return torch.autocast(device_type=self.device.type, dtype=dtype)
         return contextlib.nullcontext()
 
-    def to_device(self, batch: Batch) -> tuple[torch.Tensor, ...]:
-        """Moves a batch to the device: (planes int64, scalars, policy, legal, z)."""
-        planes, scalars = compact_to_torch(batch.planes, batch.scalars, self.device)
-        rest = (torch.from_numpy(np.ascontiguousarray(a)).to(self.device) for a in (batch.policy, batch.legal, batch.z))
-        return (planes, scalars, *rest)
+    def to_device(self, batch: AnyBatch) -> DeviceBatch:
+        """Moves a batch to the device (a DeviceBatch: planes int64, scalars, policy, legal, z, ...), its dense
+        targets scattered there (learner.batch_device); staged batches come from pinned memory on CUDA."""
+        if isinstance(batch, Batch):
+            batch = stage(batch, pin=pins(self.device))
+        return on_device(batch, self.device)
 
-    def _q(self, batch: Batch) -> torch.Tensor | None:
-        """Moves the batch's root values to the device when the value target uses them."""
-        if batch.q is None or self.config.value_target_q_weight == 0.0:
-            return None
-        return torch.from_numpy(np.ascontiguousarray(batch.q, dtype=np.float32)).to(self.device)
+    def _q(self, tensors: DeviceBatch) -> torch.Tensor | None:
+        """Gets the batch's root values when the value target uses them."""
+        return None if self.config.value_target_q_weight == 0.0 else tensors.q
 
-    def _losses(self, out: NetOutput, batch: Batch, tensors: tuple[torch.Tensor, ...]) -> StepStats:
-        _, _, policy, legal, z = tensors
-        return compute_losses(out, policy, legal, z, value_loss_weight=self.config.value_loss_weight,
-                              q=self._q(batch), q_weight=self.config.value_target_q_weight)
+    def _losses(self, out: NetOutput, tensors: DeviceBatch) -> StepStats:
+        return compute_losses(out, tensors.policy, tensors.legal, tensors.z,
+                              value_loss_weight=self.config.value_loss_weight, q=self._q(tensors),
+                              q_weight=self.config.value_target_q_weight)
 
     def set_learning_rate(self, step: int) -> float:
         """Sets the learning rate of training step ``step`` (0-based) in the optimiser; returns it."""
@@ -408,7 +408,7 @@ class Trainer:
             group["lr"] = rate
         return rate
 
-    def step(self, batch: Batch, step: int) -> StepStats:
+    def step(self, batch: AnyBatch, step: int) -> StepStats:
         """Runs training step ``step`` (0-based) on ``batch``: forward, loss, backward, update.
 
         Returns the batch's figures without waiting for the device (the
@@ -424,7 +424,7 @@ class Trainer:
         self.set_learning_rate(step)
         tensors = self.to_device(batch)
         for _ in range(MAX_SKIPS + 1):
-            stats = self._loss(batch, tensors)
+            stats = self._loss(tensors)
             updated, grad_norm = self._update(stats.total)
             # (isfinite, a sync, only after a skipped try: no scale helps a loss that is not finite itself)
             if updated or not bool(torch.isfinite(stats.total.detach())):
@@ -437,17 +437,17 @@ class Trainer:
     def _scale(self) -> float:
         return self.scaler.get_scale() if self.scaler is not None else 1.0
 
-    def _loss(self, batch: Batch, tensors: tuple[torch.Tensor, ...]) -> StepStats:
+    def _loss(self, tensors: DeviceBatch) -> StepStats:
         """Runs the forward pass in training mode and gets the batch's losses (total with its graph)."""
         with self._autocast():
             if self.auxiliary:
-                out, aux = self._forward_aux(tensors[0], tensors[1])
+                out, aux = self._forward_aux(tensors.planes, tensors.scalars)
             else:
-                out = self._forward(tensors[0], tensors[1])
-        stats = self._losses(out, batch, tensors)
+                out = self._forward(tensors.planes, tensors.scalars)
+        stats = self._losses(out, tensors)
         if self.auxiliary:
-            stats = self._add_auxiliary_losses(stats, aux, batch, tensors[2], tensors[3])
-        stats = self._add_action_value_loss(stats, out, batch)
+            stats = self._add_auxiliary_losses(stats, aux, tensors)
+        stats = self._add_action_value_loss(stats, out, tensors)
         if self.anchor is not None and self.config.start_anchor_weight > 0:
             stats = self._add_anchor_loss(stats, out, tensors)
         return stats
@@ -476,8 +476,7 @@ class Trainer:
         scaler.update()  # halves the scale after a skip (and only then lowers it)
         return scaler.get_scale() >= scale, grad_norm
 
-    def _add_auxiliary_losses(self, stats: StepStats, aux: Any, batch: Batch, policy: torch.Tensor,
-                              legal: torch.Tensor) -> StepStats:
+    def _add_auxiliary_losses(self, stats: StepStats, aux: Any, tensors: DeviceBatch) -> StepStats:
         """Adds the weighted auxiliary losses to ``stats.total`` and records them.
 
         Raises:
@@ -486,45 +485,41 @@ class Trainer:
         config = self.config
         root_values = None
         if config.q_loss_weight > 0:
-            if batch.q is None:
+            if tensors.q is None:
                 raise ValueError("learner.q_loss_weight > 0 needs batches with root values")
             # A position without a value target (z NaN) trains no value-like head.
-            q_targets = np.where(np.isfinite(batch.z), batch.q, np.nan).astype(np.float32)
-            root_values = torch.from_numpy(q_targets).to(self.device)
-        soft, q = auxiliary_losses(aux, policy, legal, root_values, temperature=config.soft_policy_temperature)
+            root_values = torch.where(torch.isfinite(tensors.z), tensors.q, torch.full_like(tensors.q, float("nan")))
+        soft, q = auxiliary_losses(aux, tensors.policy, tensors.legal, root_values,
+                                   temperature=config.soft_policy_temperature)
         total = stats.total + config.soft_policy_loss_weight * soft + config.q_loss_weight * q
         return replace(stats, total=total, soft_policy=soft.detach(), q=q.detach())
 
-    def _action_value_targets(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        rows, moves, labels = (torch.from_numpy(a).to(self.device) for a in action_value_targets(batch.action_values))
-        return rows, moves, labels
-
-    def _add_action_value_loss(self, stats: StepStats, out: NetOutput, batch: Batch) -> StepStats:
+    def _add_action_value_loss(self, stats: StepStats, out: NetOutput, tensors: DeviceBatch) -> StepStats:
         """Adds action_value_loss_weight x the action-value loss (none without the head or targets)."""
-        if self.action_value_head is None or batch.action_values is None:
+        if self.action_value_head is None or tensors.action_values is None:
             return stats
-        loss, _ = action_value_loss(self.action_value_head, action_features(out), *self._action_value_targets(batch))
+        loss, _ = action_value_loss(self.action_value_head, action_features(out), *tensors.action_values)
         return replace(stats, total=stats.total + self.config.action_value_loss_weight * loss,
                        action_value=loss.detach())
 
-    def _add_anchor_loss(self, stats: StepStats, out: NetOutput, tensors: tuple[torch.Tensor, ...]) -> StepStats:
+    def _add_anchor_loss(self, stats: StepStats, out: NetOutput, tensors: DeviceBatch) -> StepStats:
         """Adds start_anchor_weight x anchor_loss against the start network's outputs on the batch."""
         assert self.anchor is not None
         with torch.no_grad(), self._autocast():
-            start = features_only(self.anchor)(tensors[0], tensors[1])
-        anchor = anchor_loss(out, start, tensors[3])
+            start = features_only(self.anchor)(tensors.planes, tensors.scalars)
+        anchor = anchor_loss(out, start, tensors.legal)
         return replace(stats, total=stats.total + self.config.start_anchor_weight * anchor, anchor=anchor.detach())
 
     @torch.no_grad()
-    def evaluate(self, batch: Batch) -> StepStats:
+    def evaluate(self, batch: AnyBatch) -> StepStats:
         """Computes a batch's figures in eval mode (batch-norm running statistics), without training."""
         tensors = self.to_device(batch)
         with eval_mode(self.model), self._autocast():
-            out = self._pass(tensors[0], tensors[1])
-        return self._add_action_value_loss(self._losses(out, batch, tensors), out, batch)
+            out = self._pass(tensors.planes, tensors.scalars)
+        return self._add_action_value_loss(self._losses(out, tensors), out, tensors)
 
     @torch.no_grad()
-    def validate(self, batches: Iterable[Batch]) -> dict[str, float] | None:
+    def validate(self, batches: Iterable[AnyBatch]) -> dict[str, float] | None:
         """Computes the means of VALIDATION_FIGURES over ``batches`` in eval mode, plus ``positions``; with an
         action-value head and batches that have targets, ``action_value_loss`` and ``action_value_mae`` too.
 
@@ -536,15 +531,14 @@ class Trainer:
             for batch in batches:
                 tensors = self.to_device(batch)
                 with self._autocast():
-                    out = self._pass(tensors[0], tensors[1])
-                _, _, policy, legal, z = tensors
-                part = validation_sums(out, policy, legal, z, self._q(batch),
+                    out = self._pass(tensors.planes, tensors.scalars)
+                part = validation_sums(out, tensors.policy, tensors.legal, tensors.z, self._q(tensors),
                                        q_weight=self.config.value_target_q_weight)
                 sums = part if sums is None else sums + part
-                positions += len(batch)
-                if self.action_value_head is not None and batch.action_values is not None:
+                positions += tensors.size
+                if self.action_value_head is not None and tensors.action_values is not None:
                     action_sums += action_value_sums(self.action_value_head, action_features(out),
-                                                     *self._action_value_targets(batch))
+                                                     *tensors.action_values)
         if sums is None or positions == 0:
             return None
         policy_means, value_means = sums[:2] / positions, sums[2:5] / max(float(sums[5]), 1.0)

@@ -51,7 +51,8 @@ Chessformer's policy_embedding and policy."""
 
 TRAINABLE_PREFIXES = {"policy_head": POLICY_HEAD_PREFIX, "action_value_head": ACTION_VALUE_PREFIX}
 """learner.trainable's parts of a network, by the start of their parameters' names (the action-value head's:
-the resnet's action_value_conv, the Chessformer's action_value_embedding, and action_value, the head)."""
+every parameter named action_value*, e.g. the resnet's action_value_conv, the Chessformer's
+action_value_embedding, the 'policy' shape's planes or attention head and level, and action_value, the head)."""
 
 
 def check_trainable(model: nn.Module, trainable: str) -> None:

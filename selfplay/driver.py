@@ -184,7 +184,7 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
     try:
         _fit_actors(fleet, games, grows=address is not None and not gpus)
         with fleet:
-            return _play(fleet, resign, Totals(weights_step=step if step is not None else -1),
+            return _play(fleet, resign, Totals(start_step=step if step is not None else -1),
                          _Reporter(run, progress, extra_scalars=resign.calibrator.scalars,
                                    starting=_starting_text(config)),
                          _Until(games, time.monotonic() + minutes * 60 if minutes else None, stop),

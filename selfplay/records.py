@@ -7,6 +7,8 @@ caller's choice: ``store_shard_file`` writes it into ``run/selfplay/`` (the
 training data) and ``run/games/`` (the PGN), each written to a temporary name
 and renamed, in the actor itself (transport 'disk') or in the shard sink
 that the actors send it to through Ray (transport 'ray', selfplay.sink).
+An actor runs its GameWriter on a thread of its own, never on the thread
+that searches (selfplay.shard_writer).
 Games not yet written are lost if the process dies; a file on disk is always
 whole, and writing the same ShardFile twice leaves one file.
 """

@@ -40,7 +40,10 @@ class Totals:
     would_have_resigned: int = 0
     false_resignations: int = 0
     lost_calls: int = 0
-    weights_step: int = -1
+    # each actor's weights at its latest report (-1: fresh): not the highest ever seen, which a rewound
+    # learner (learn --from-checkpoint) would leave showing the abandoned network's step
+    actor_steps: dict[str, int] = field(default_factory=dict)
+    start_step: int = -1  # the newest checkpoint's step when self-play started: shown until an actor reports
     resign_status: str = ""  # the resignation calibration's last status line
     first_game_time: float | None = None  # time.time() when the first game of any actor ended
     lost_actors: int = 0     # actor processes lost (crashed, killed, or with their host) and restarted by Ray
@@ -66,9 +69,20 @@ class Totals:
         self.played_through += stats.played_through
         self.would_have_resigned += stats.would_have_resigned
         self.false_resignations += stats.false_resignations
-        self.weights_step = max(self.weights_step, stats.weights_step)
+        self.actor_steps[stats.worker] = stats.weights_step
         if stats.first_game_time is not None:
             self.first_game_time = min(self.first_game_time or stats.first_game_time, stats.first_game_time)
+
+    def weights_text(self) -> str:
+        """What the actors play: 'weights step 1,200', 'weights steps 1,000-1,200' while they change, or
+        'fresh weights'."""
+        steps = set(self.actor_steps.values()) or {self.start_step}
+        if steps == {-1}:
+            return "fresh weights"
+        low, high = min(steps), max(steps)
+        if low == high:
+            return f"weights step {high:,}"
+        return f"weights steps {'fresh' if low < 0 else format(low, ',')}-{high:,}"
 
     @property
     def elapsed(self) -> float:
@@ -97,7 +111,7 @@ class Totals:
 
     def line(self, actors_alive: int, actors: int, width: int | None = None) -> str:
         """The live progress line, fitted to ``width`` columns (the least telling parts go first)."""
-        weights = "fresh weights" if self.weights_step < 0 else f"weights step {self.weights_step:,}"
+        weights = self.weights_text()
         return fit_line([
             f"self-play {self.games:,} games",
             f"{compact_number(self.moves)} positions ({compact_number(self.moves / self.elapsed)}/s)",

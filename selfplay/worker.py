@@ -40,6 +40,7 @@ from alphazero.store.resign import game_resign_fields, threshold_for_actors, thr
 from alphazero.store.rundir import RunDir
 from mcts_ext.search import MultiGameSearch
 from selfplay.records import GameWriter
+from selfplay.shard_writer import ShardWriter
 from selfplay.sink import DiskOutput, SinkSender
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ class PlayStats:
     false_resignations: int = 0       # ... and that side did not lose
     weights_step: int = -1            # -1: freshly initialised weights
     weights_identity: str | None = None  # what they are (alphazero.store.played_weights); None: fresh or a server's
-    sink_wait_seconds: float = 0.0    # transport 'ray': waiting for the sink's acknowledgements
+    sink_wait_seconds: float = 0.0    # transport 'ray': the shard writer's thread waiting for the sink's answers
     gpu_seconds: float = 0.0          # GPU time of the local passes (CUDA events; 0 on the CPU or with a server)
     precision: str = ""               # what the local network runs in, and why ('' with a server)
     first_game_time: float | None = None  # time.time() when the worker's first game ended (since restart_games)
@@ -227,6 +228,9 @@ class SelfPlayWorker:
             self.output = SinkSender(sink, selfplay.sink_window, sender=self.incarnation)
         self.writer = GameWriter(self.output.put, name, shard_games=selfplay.shard_games, save_pgn=selfplay.save_pgn,
                                  shard_seconds=selfplay.shard_seconds)
+        # The writer and the output run on a thread of their own: no shard is built or stored between a batch
+        # and its backup. Room for a shard's worth of games (two at least) before a slow disk holds the search.
+        self.shard_writer = ShardWriter(self.writer, self.output, max_games=max(2, selfplay.shard_games))
 
     @property
     def search(self) -> MultiGameSearch:
@@ -334,12 +338,19 @@ class SelfPlayWorker:
     # -- playing -------------------------------------------------------------
 
     def play(self, seconds: float) -> PlayStats:
-        """Runs the search loop for about `seconds`; finished games are written as shards fill up.
+        """Runs the search loop for about `seconds`; finished games go to the shard writer's thread, which
+        writes them as shards fill up (selfplay.shard_writer).
 
         Returns with no batch in the network, so weights may change between calls.
-        With transport 'ray' a full sink window holds the loop (and the call)
-        until the sink acknowledges a shard; stats.shards lists the shards
-        acknowledged during the call.
+        A writer that has a shard's worth of games waiting (a slow disk; with
+        transport 'ray', a full sink window) holds the loop (and the call);
+        stats.shards lists the shards stored (acknowledged) since the last
+        call. Once every game is played (idle()) the call returns only after
+        the writer has written every game it was handed.
+
+        Raises:
+            OSError: a shard's write failed (the disk is full, the run directory unwritable): raised at the end
+                of the call (no batch in the network); its games stay buffered for a later write.
         """
         stats = PlayStats(worker=self.name)
         moves_before = self._total_moves()
@@ -363,7 +374,7 @@ class SelfPlayWorker:
         for lane in self.lanes:
             self._receive(lane, stats)
             self._collect(stats, lane)  # games that ended inside the last gather()
-        stats.shards.extend(self.output.settle())
+        stats.shards.extend(self.shard_writer.stored(wait=self.idle()))
         stats.wall_seconds = time.perf_counter() - start
         stats.sink_wait_seconds = self.output.wait_seconds - sink_wait_before
         stats.moves = self._total_moves() - moves_before
@@ -421,14 +432,14 @@ class SelfPlayWorker:
             record["game_id"] = uuid.uuid4().hex  # stable: the learner's validation split hashes it
             record.update(game_resign_fields(record, self.config.search.resign_consecutive))
             self._count(stats, record)
-            self.writer.add(record)  # transport 'ray': waits here while the sink window is full
+            self.shard_writer.add(record)  # waits here while a shard's worth of games waits for the writer
             if self.games_to_start is None or self.games_to_start > 0:
                 lane.search.start_game(slot)
                 lane.steps[slot] = [(0, self.step)]
                 self.games_started += 1
                 if self.games_to_start is not None:
                     self.games_to_start -= 1
-        self.writer.tick()  # a shard whose oldest game has waited selfplay.shard_seconds goes out now
+        self.shard_writer.tick()  # a shard whose oldest game has waited selfplay.shard_seconds goes out now
 
     @staticmethod
     def _count(stats: PlayStats, record: dict[str, Any]) -> None:
@@ -491,10 +502,14 @@ class SelfPlayWorker:
         self.first_game_time = None
 
     def flush(self) -> list[str]:
-        """Writes the finished games still buffered (at a clean stop) and, with transport 'ray', waits until
-        the sink has acknowledged every shard; returns the paths stored since the last play() call."""
-        self.writer.flush()
-        return self.output.settle(wait=True)
+        """Waits for the shard writer to write every finished game, those still buffered too (at a stop), and,
+        with transport 'ray', until the sink has acknowledged every shard; returns the paths stored since the
+        last play() call.
+
+        Raises:
+            OSError: a shard's write failed (the disk is full, the run directory unwritable).
+        """
+        return self.shard_writer.flush()
 
     def idle(self) -> bool:
         """Whether every game has finished and no new one will start (max_games reached)."""

@@ -284,7 +284,7 @@ def fixed_batch(size: int = 48, seed: int = 0) -> Batch:
         policy[row, moves] = rng.dirichlet(np.full(10, 0.3))
     planes = rng.integers(0, np.iinfo(np.uint64).max, size=(size, 112), dtype=np.uint64, endpoint=True)
     scalars = rng.random((size, 7), dtype=np.float32)
-    return Batch(planes, scalars, policy, legal, rng.integers(-1, 2, size).astype(np.float32))
+    return Batch.from_dense(planes, scalars, policy, legal, rng.integers(-1, 2, size).astype(np.float32))
 
 
 class WatchedOutput(io.StringIO):

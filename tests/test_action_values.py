@@ -48,6 +48,9 @@ def _with_head(body: NetworkConfig, head: str) -> NetworkConfig:
 
 NETWORKS = [pytest.param(_with_head(body, head), id=f"{body.kind}-{head}")
             for body in (RESNET, CHESSFORMER) for head in HEADS]
+# the head shaped as each kind's policy head (the 'logit' form only)
+POLICY_SHAPED = [pytest.param(dataclasses.replace(_with_head(body, "logit"), action_value_shape="policy"),
+                              id=f"{body.kind}-policy-shape") for body in (RESNET, CHESSFORMER)]
 WIDTH = 12  # legal moves per random position
 
 
@@ -86,7 +89,7 @@ def _stockfish_batch(size: int = 16, seed: int = 0, *, labelled_rows: int | None
         moves = np.flatnonzero(batch.legal[row])
         scored = moves[rng.random(len(moves)) < 0.8]
         values[row, scored] = rng.choice([0.0, 0.1, 0.5, 0.9, 1.0], len(scored))
-    return dataclasses.replace(batch, action_values=values)
+    return batch.with_action_values(values)
 
 
 def _trainer(config: NetworkConfig, *, rate: float = 3e-3, seed: int = 0) -> Trainer:
@@ -149,7 +152,7 @@ def test_a_batch_without_values_has_an_action_value_loss_of_0(head: str) -> None
     trainer = _trainer(_with_head(RESNET, head))
     all_nan = _stockfish_batch(labelled_rows=0)
     assert np.isnan(all_nan.action_values).all()
-    for batch in (all_nan, dataclasses.replace(all_nan, action_values=None)):
+    for batch in (all_nan, all_nan.with_action_values(None)):
         stats = trainer.step(batch, 0)
         assert float(stats.action_value) == 0.0 and np.isfinite(float(stats.total))
         assert all(p.grad is None or bool(torch.isfinite(p.grad).all()) for p in trainer.model.parameters())
@@ -161,9 +164,9 @@ def test_a_network_without_the_head_ignores_the_batches_values() -> None:
     assert float(stats.action_value) == 0.0 and np.isfinite(float(stats.total))
 
 
-@pytest.mark.parametrize("config", [NETWORKS[0], NETWORKS[1], NETWORKS[3]])
+@pytest.mark.parametrize("config", [NETWORKS[0], NETWORKS[1], NETWORKS[3], *POLICY_SHAPED])
 def test_training_on_stockfish_values_lowers_the_action_value_loss(config: NetworkConfig) -> None:
-    trainer = _trainer(config)
+    trainer = _trainer(config, rate=1e-2 if config.action_value_shape == "policy" else 3e-3)
     batch = _stockfish_batch(labelled_rows=12)
     before = trainer.validate([batch])
     losses = [float(trainer.step(batch, step).action_value) for step in range(30)]
@@ -172,13 +175,13 @@ def test_training_on_stockfish_values_lowers_the_action_value_loss(config: Netwo
     assert np.mean(losses[-5:]) < 0.9 * np.mean(losses[:3])
     assert after["action_value_loss"] < before["action_value_loss"]
     assert after["action_value_mae"] < before["action_value_mae"]
-    assert "action_value_loss" not in (trainer.validate([dataclasses.replace(batch, action_values=None)]) or {})
+    assert "action_value_loss" not in (trainer.validate([batch.with_action_values(None)]) or {})
 
 
 # --- the head on both kinds, and the Evaluator ---------------------------------------------------
 
 
-@pytest.mark.parametrize("config", NETWORKS)
+@pytest.mark.parametrize("config", NETWORKS + POLICY_SHAPED)
 def test_the_head_gives_every_move_a_win_probability_and_the_legal_path_the_same_values(
         config: NetworkConfig) -> None:
     model = _model(config)
@@ -192,7 +195,8 @@ def test_the_head_gives_every_move_a_win_probability_and_the_legal_path_the_same
     assert float(scored.min()) >= 0.0 and float(scored.max()) <= 1.0 and float(scored.std()) > 1e-3
     impossible = np.setdiff1d(np.arange(4672), POSSIBLE)
     assert len(impossible) == 4672 - 1858 and not out.action_values[:, impossible].any()  # never legal: 0
-    assert out.action_features is not None and out.action_features.shape == (6, 64, 2 * config.action_value_filters)
+    features = (6, 4672) if config.action_value_shape == "policy" else (6, 64, 2 * config.action_value_filters)
+    assert out.action_features is not None and out.action_features.shape == features
     assert lean.action_values is None and torch.equal(lean.action_features, out.action_features)
 
     evaluator = Evaluator(model, "cpu", precision="float32")
@@ -370,6 +374,45 @@ def test_headless_weights_start_a_run_with_the_head_and_the_head_starts_fresh(tm
     assert "network.action_value_head=hl_gauss" in with_head.overrides()
     with pytest.raises(UserError, match="do not fit"):  # the head is only ever added, never dropped or reshaped
         load_weights(build_network(RESNET), with_head.state, "new.pt")
+
+
+@pytest.mark.parametrize("config", POLICY_SHAPED)
+def test_a_policy_shaped_head_loaded_from_headless_weights_starts_as_the_policy(config: NetworkConfig,
+                                                                                  caplog) -> None:
+    torch.manual_seed(5)  # unperturbed weights: values well inside (-1, 1), where their logit is finite
+    old = build_network(dataclasses.replace(config, action_value_head="none")).eval()
+    model = build_network(config).eval()
+    with caplog.at_level(logging.WARNING, logger="alphazero.nn.network"):
+        load_weights(model, cpu_state_dict(old), "old.pt")
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(said) == 1 and "starts from a copy of the policy head" in said[0]
+    planes, scalars = random_compact(4, seed=6)
+    with torch.no_grad():
+        out = model(*compact_to_torch(planes, scalars, "cpu"))
+    # each move's value logit is the policy's logit plus the position's level, logit((1 + v) / 2) of the
+    # value head: the head ranks the moves as the policy does, at the value's level
+    assert out.action_features is not None and out.action_values is not None
+    level = out.action_features[:, POSSIBLE] - out.policy_logits[:, POSSIBLE]
+    value_logit = torch.log((1 + out.value) / (1 - out.value))
+    torch.testing.assert_close(level, value_logit[:, None].expand_as(level), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(out.action_values[:, POSSIBLE], torch.sigmoid(out.action_features[:, POSSIBLE]))
+    # a checkpoint with the head keeps its own head's weights, copied from nothing
+    trained = _model(config, seed=7)
+    again = build_network(config)
+    load_weights(again, cpu_state_dict(trained), "trained.pt")
+    assert all(torch.equal(a, b) for a, b in zip(cpu_state_dict(again).values(),
+                                                  cpu_state_dict(trained).values(), strict=True))
+
+
+def test_the_squares_shape_starts_fresh_and_the_policy_shape_refuses_bins() -> None:
+    model = build_network(_with_head(RESNET, "logit"))
+    assert model.start_action_values_from_policy() is False
+    with pytest.raises(UserError, match="takes network.action_value_head = 'logit'"):
+        apply_overrides(get_preset("tiny"), ["network.action_value_head=hl_gauss",
+                                             "network.action_value_shape=policy"])
+    with pytest.raises(UserError, match="must be one of 'squares', 'policy'"):
+        apply_overrides(get_preset("tiny"), ["network.action_value_shape=moves"])
+    assert "action_value_shape" not in to_toml(get_preset("tiny"), comments=False)  # old hashes unchanged
 
 
 def _saved(path: Path, model: torch.nn.Module) -> Path:

@@ -369,7 +369,7 @@ def training_batch() -> Batch:
         policy[row, indices[row % len(indices)]] = 0.75
         policy[row, indices[(row + 1) % len(indices)]] += 0.25
     z = np.array([1, -1, 0, 1, 0, -1, 1, 0], np.float32)
-    return Batch(planes, scalars, policy, legal, z, np.linspace(-0.9, 0.9, len(boards), dtype=np.float32))
+    return Batch.from_dense(planes, scalars, policy, legal, z, np.linspace(-0.9, 0.9, len(boards), dtype=np.float32))
 
 
 def test_a_few_training_steps_reduce_every_loss() -> None:

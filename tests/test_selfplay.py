@@ -239,12 +239,26 @@ def test_the_live_line_fits_an_80_column_terminal():
 
     a_day_ago = time.monotonic() - 86_400
     totals = Totals(started=a_day_ago, games=123_456, moves=98_765_432, evaluations=10**10, batches=10**8,
-                    weights_step=1_234_000, results={"white": 40_000, "draw": 43_456, "black": 40_000})
+                    actor_steps={"0": 1_234_000}, results={"white": 40_000, "draw": 43_456, "black": 40_000})
     full = totals.line(256, 256)
     assert len(full) > 80 and "115.7k evals/s" in full and "batch 100.0" in full  # everything, given room
     line = totals.line(256, 256, width=80)
     assert len(line) <= 80
     assert line.startswith("self-play 123,456 games | 98.8M positions (1,143/s) | weights step 1,234,000")
+
+
+def test_the_live_line_shows_the_weights_the_actors_play_after_a_rewound_learner():
+    from selfplay.driver import Totals
+
+    assert "fresh weights" in Totals().line(2, 2)
+    totals = Totals(start_step=1_200)
+    assert "weights step 1,200" in totals.line(2, 2)  # before any actor reports: the newest checkpoint's
+    for worker, step in (("0", 1_200), ("1", 1_200), ("0", 800)):  # learn --from-checkpoint 800: actor 0 follows
+        totals.add(PlayStats(worker=worker, weights_step=step))
+        last = totals.line(2, 2)
+    assert "weights steps 800-1,200" in last
+    totals.add(PlayStats(worker="1", weights_step=800))
+    assert "weights step 800 " in totals.line(2, 2) + " "  # not the highest step ever seen
 
 
 def _answer(incarnation: str, host: str, *, games: int, started: int, stored: int) -> PlayStats:

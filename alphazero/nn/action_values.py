@@ -5,20 +5,44 @@ predictor of Q(s, a), the mover's win probability after move a, on
 Stockfish's value of every legal move; ``network.action_value_head`` puts one
 beside the policy and value heads of either network kind, on the same body.
 
-**The head.** The body's features of each square (the resnet tower's output
-through a 1x1 convolution, the Chessformer's tokens through a linear layer)
-become two vectors of E = ``network.action_value_filters`` channels per
-square: one the square has as a move's origin, one as its target. Move a
-from f to t (with under-promotion piece p) has the hidden vector
+**The head's shapes** (``network.action_value_shape``):
 
-    h(a) = relu(from[f] + to[t] + piece[p])
+- ``squares``: the body's features of each square (the resnet tower's output
+  through a 1x1 convolution, the Chessformer's tokens through a linear layer)
+  become two vectors of E = ``network.action_value_filters`` channels per
+  square: one the square has as a move's origin, one as its target. Move a
+  from f to t (with under-promotion piece p) has the hidden vector
 
-(``piece`` is zero for every move but an under-promotion), and one linear
-layer shared by all moves turns h(a) into its output. Only the per-square
-vectors, [N, 64, 2E], come out of the network's pass (NetOutput.action_features);
-the moves' outputs are computed for the moves asked for: the legal ones in the
-search (Evaluator.evaluate_legal), those with a target in training, the 1858
-that can ever be legal for NetOutput.action_values (the other indices hold 0).
+      h(a) = relu(from[f] + to[t] + piece[p])
+
+  (``piece`` is zero for every move but an under-promotion), and one linear
+  layer shared by all moves turns h(a) into its output. Only the per-square
+  vectors, [N, 64, 2E], come out of the network's pass
+  (NetOutput.action_features); the moves' outputs are computed for the moves
+  asked for: the legal ones in the search (Evaluator.evaluate_legal), those
+  with a target in training, the 1858 that can ever be legal for
+  NetOutput.action_values (the other indices hold 0).
+- ``policy``: a move's value logit is a level of its position plus the
+  move's own term,
+
+      logit(a) = level(s) + delta(s, a),
+
+  the level from a branch shaped as the value head (a scalar), delta from a
+  second policy head of the network's own kind (the resnet's 3x3
+  conv-BN-ReLU and conv to 73 planes, the Chessformer's attention policy).
+  The pass gives the 4672 sums as NetOutput.action_features [N, 4672], and
+  a move's value is read off by index. A network loaded from weights
+  without the head starts it from copies of its own heads
+  (``start_action_values_from_policy``): delta from the policy head, the
+  level from the value head (twice a scalar head's pre-tanh output, the
+  logit of (1 + v) / 2; zero for a WDL head), so that the head ranks moves
+  as the policy does and learns their values from there, where the squares'
+  shape, on a body trained for the policy, learnt little (EXPERIMENTS.md
+  "Issue 68: the first heads trained, on the shipped network's body"). The
+  level keeps the position's part of every move's value out of delta, whose
+  copied ranking a head without it lost within a few hundred steps (EXPERIMENTS.md
+  "Issue 68: a head shaped as the policy head"). The 'logit' form only.
+
 Its forms (``network.action_value_head``):
 
 - ``logit``: one logit per move, sigmoid(logit) the win probability, trained
@@ -57,7 +81,7 @@ from alphazero.nn.move_map import NO_PIECE, SQUARES, UNDER_PROMOTION_PIECES, mov
 __all__ = [
     "ACTION_VALUE_PREFIX", "HL_GAUSS_SIGMA", "ActionValueHead", "action_features", "action_value_head",
     "action_value_loss", "action_value_sums", "action_value_targets", "bin_centres", "features_only",
-    "has_action_values", "hl_gauss_target", "with_action_values",
+    "has_action_values", "hl_gauss_target", "start_level_from_value", "with_action_values",
 ]
 
 ACTION_VALUE_PREFIX = "action_value"
@@ -96,6 +120,19 @@ def hl_gauss_target(labels: torch.Tensor, bins: int, sigma: float | None = None)
     return (cdf[..., 1:] - cdf[..., :-1]) / (cdf[..., -1:] - cdf[..., :1])
 
 
+def start_level_from_value(level_out: nn.Linear, value_out: nn.Linear, value_head: str) -> None:
+    """Sets the level branch's last layer from the value head's (the 'policy' shape's start, see the module
+    docstring): twice a scalar head's weights, whose pre-tanh output x gives the win probability
+    (1 + tanh x) / 2 = sigmoid(2x); zero for a WDL head (its three logits have no linear win logit)."""
+    with torch.no_grad():
+        if value_head == "scalar":
+            level_out.weight.copy_(2.0 * value_out.weight)
+            level_out.bias.copy_(2.0 * value_out.bias)
+        else:
+            level_out.weight.zero_()
+            level_out.bias.zero_()
+
+
 def action_value_targets(action_values: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Picks the moves that have a target out of a batch's action values (float32 [B, 4672], NaN: none).
 
@@ -131,16 +168,24 @@ class ActionValueHead(nn.Module):
     possible: torch.Tensor
     centres: torch.Tensor
 
+    promotion: nn.Embedding | None  # the 'squares' shape's modules (None in the 'policy' shape)
+    out: nn.Linear | None
+
     def __init__(self, config: NetworkConfig) -> None:
         super().__init__()
         if config.action_value_head == "none":
             raise ValueError("ActionValueHead needs network.action_value_head = 'logit' or 'hl_gauss'")
         self.kind = config.action_value_head
+        self.shape = config.action_value_shape
         self.width = config.action_value_filters
         self.outputs = config.action_value_bins if self.kind == "hl_gauss" else 1
-        # The padding row (NO_PIECE, every move but an under-promotion) stays zero and never learns.
-        self.promotion = nn.Embedding(UNDER_PROMOTION_PIECES + 1, self.width, padding_idx=NO_PIECE)
-        self.out = nn.Linear(self.width, self.outputs)
+        self.promotion = self.out = None
+        if self.shape == "squares":
+            # The padding row (NO_PIECE, every move but an under-promotion) stays zero and never learns.
+            self.promotion = nn.Embedding(UNDER_PROMOTION_PIECES + 1, self.width, padding_idx=NO_PIECE)
+            self.out = nn.Linear(self.width, self.outputs)
+        elif self.outputs != 1:
+            raise ValueError("the 'policy' shape of the action-value head has one logit a move")
         # Not saved with the weights: fixed, rebuilt with the model.
         for name, array in zip(("from_square", "to_square", "piece"), move_squares(), strict=True):
             self.register_buffer(name, torch.from_numpy(array.copy()), persistent=False)
@@ -151,6 +196,7 @@ class ActionValueHead(nn.Module):
     def hidden(self, features: torch.Tensor, rows: torch.Tensor, moves: torch.Tensor) -> torch.Tensor:
         """Gets h(a) (float32 [*S, E]) of moves ``moves`` (policy indices [*S]) of positions ``rows`` ([*S] or
         broadcastable to it) from per-square features [N, 64, 2E]."""
+        assert self.promotion is not None  # the 'squares' shape
         width = self.width
         flat_rows = rows * SQUARES
         start = features[..., :width].reshape(-1, width)[flat_rows + self.from_square[moves]]
@@ -159,6 +205,8 @@ class ActionValueHead(nn.Module):
 
     def logits(self, features: torch.Tensor, rows: torch.Tensor, moves: torch.Tensor) -> torch.Tensor:
         """Gets the moves' raw outputs, float32 [*S, outputs] (one logit, or K bin logits): what the losses take."""
+        if self.out is None:  # the 'policy' shape: features are the moves' logits [N, 4672]
+            return features[rows, moves].float()[..., None]
         return float32_head(self.out, self.hidden(features, rows, moves)).float()
 
     def values_of(self, logits: torch.Tensor) -> torch.Tensor:
@@ -184,6 +232,9 @@ class ActionValueHead(nn.Module):
         target off the board, an under-promotion short of the last rank) hold 0."""
         out = torch.zeros(len(features), NUM_MOVES, dtype=torch.float32, device=features.device)
         moves = self.possible[None, :]
+        if self.out is None:  # the 'policy' shape: every move's logit is already there
+            out[:, self.possible] = torch.sigmoid(features[:, self.possible].float())
+            return out
         for start in range(0, len(features), ALL_VALUES_ROWS):
             rows = torch.arange(start, min(start + ALL_VALUES_ROWS, len(features)), device=features.device)
             out[rows[:, None], moves] = self.values(features, rows[:, None], moves)

@@ -60,7 +60,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from alphazero.config import NetworkConfig
-from alphazero.nn.action_values import ActionValueHead, with_action_values
+from alphazero.nn.action_values import ActionValueHead, start_level_from_value, with_action_values
 from alphazero.nn.heads import NetOutput, float32_head
 from alphazero.nn.move_map import SQUARES, UNDER_PROMOTION_PIECES, policy_index_map
 from alphazero.nn.planes import INPUT_PLANES, expand_torch
@@ -286,10 +286,30 @@ class Chessformer(nn.Module):
         self.soft_policy = AttentionPolicyHead(config.policy_filters)
         self.q_value = ValueHead(config.embedding, config.value_filters, config.value_hidden, 1)
         self.action_value_embedding: nn.Linear | None = None
+        self.action_value_policy: AttentionPolicyHead | None = None  # the 'policy' shape's attention head
+        self.action_value_level: ValueHead | None = None  # and its level
         self.action_value: ActionValueHead | None = None
         if config.action_value_head != "none":
-            self.action_value_embedding = nn.Linear(config.embedding, 2 * config.action_value_filters)
             self.action_value = ActionValueHead(config)
+            if config.action_value_shape == "policy":
+                self.action_value_embedding = nn.Linear(config.embedding, config.policy_filters)
+                self.action_value_policy = AttentionPolicyHead(config.policy_filters)
+                self.action_value_level = ValueHead(config.embedding, config.value_filters, config.value_hidden, 1)
+            else:
+                self.action_value_embedding = nn.Linear(config.embedding, 2 * config.action_value_filters)
+
+    def start_action_values_from_policy(self) -> bool:
+        """Starts a 'policy'-shaped action-value head from the policy and value heads (a network loaded from
+        weights without the head; see alphazero.nn.action_values); False, copying nothing, for any other head."""
+        policy, embedding, level = self.action_value_policy, self.action_value_embedding, self.action_value_level
+        if policy is None or embedding is None or level is None:
+            return False
+        embedding.load_state_dict(self.policy_embedding.state_dict())
+        policy.load_state_dict(self.policy.state_dict())
+        level.embed.load_state_dict(self.value.embed.state_dict())
+        level.hidden.load_state_dict(self.value.hidden.state_dict())
+        start_level_from_value(level.out, self.value.out, self.config.value_head)
+        return True
 
     def body(self, planes: torch.Tensor, scalars: torch.Tensor) -> torch.Tensor:
         """Gets the encoder's output tokens [N, 64, embedding] for compact positions.
@@ -309,7 +329,13 @@ class Chessformer(nn.Module):
             result = NetOutput(policy, torch.tanh(out[:, 0]), None)
         if self.action_value_embedding is None:
             return result
-        return with_action_values(result, self.action_value, self.action_value_embedding(tokens), action_values)
+        if self.action_value_policy is not None and self.action_value_level is not None:
+            # [N, 4672] moves' terms, as the policy's logits, plus the position's level
+            features = self.action_value_level(tokens) + self.action_value_policy(
+                F.mish(self.action_value_embedding(tokens)))
+        else:
+            features = self.action_value_embedding(tokens)
+        return with_action_values(result, self.action_value, features, action_values)
 
     def forward(self, planes: torch.Tensor, scalars: torch.Tensor, *, action_values: bool = True) -> NetOutput:
         """Evaluates a batch of compact positions (int64 [N, 112], float32 [N, 7]) on the model's device.

@@ -37,7 +37,9 @@ class NetOutput(NamedTuple):
     wdl_logits: torch.Tensor | None  # float32 [N, 3] (win, draw, loss), or None for a scalar head
     # float32 [N, 4672]: the mover's win probability after each move (0 at the indices never legal)
     action_values: torch.Tensor | None = None
-    action_features: torch.Tensor | None = None  # [N, 64, 2E]: each square's from and to features for the head
+    # what the head reads the moves' values from: [N, 64, 2E] each square's from and to features (the 'squares'
+    # shape), or [N, 4672] the moves' value logits (the 'policy' shape)
+    action_features: torch.Tensor | None = None
 
 
 def float32_head(layer: Callable[[torch.Tensor], _T], x: torch.Tensor) -> _T:

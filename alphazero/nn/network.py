@@ -12,8 +12,8 @@ which the Chessformer returns too), always from the side to move:
 - ``value`` [N] in [-1, 1]: the expected outcome.
 - ``wdl_logits`` [N, 3] (win, draw, loss) when the value head is 'wdl', else None;
   then value = P(win) - P(loss).
-- ``action_values`` [N, 4672] in [0, 1] and ``action_features`` [N, 64, 2E]
-  with an action-value head (``network.action_value_head``,
+- ``action_values`` [N, 4672] in [0, 1] and ``action_features`` ([N, 64, 2E],
+  or [N, 4672] in the 'policy' shape) with an action-value head (``network.action_value_head``,
   alphazero.nn.action_values), else None.
 
 Example::
@@ -35,7 +35,7 @@ from torch import nn
 from alphazero.chess.moves import NUM_PLANES
 from alphazero.config import NetworkConfig
 from alphazero.errors import UserError
-from alphazero.nn.action_values import ACTION_VALUE_PREFIX, ActionValueHead, with_action_values
+from alphazero.nn.action_values import ACTION_VALUE_PREFIX, ActionValueHead, start_level_from_value, with_action_values
 from alphazero.nn.chessformer import Chessformer
 from alphazero.nn.heads import NetOutput, float32_head
 from alphazero.nn.planes import INPUT_PLANES, expand_torch
@@ -69,6 +69,21 @@ class ResidualBlock(nn.Module):
         return F.relu(x + self.second(y))
 
 
+class ValueLevel(nn.Module):
+    """A scalar per position, shaped as the value head (1x1 conv-BN-ReLU, a hidden layer, one output): the
+    'policy'-shaped action-value head's level (alphazero.nn.action_values)."""
+
+    def __init__(self, config: NetworkConfig) -> None:
+        super().__init__()
+        self.conv = _conv_bn(config.filters, config.value_filters, 1)
+        self.fc = nn.Linear(config.value_filters * 64, config.value_hidden)
+        self.out = nn.Linear(config.value_hidden, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = F.relu(self.fc(F.relu(self.conv(x)).flatten(1)))
+        return float32_head(self.out, hidden).float()  # [N, 1]
+
+
 class AlphaZeroNet(nn.Module):
     """AlphaZero's residual tower with a convolutional policy head and a value head.
 
@@ -87,12 +102,32 @@ class AlphaZeroNet(nn.Module):
         self.value_conv = _conv_bn(config.filters, config.value_filters, 1)
         self.value_fc = nn.Linear(config.value_filters * 64, config.value_hidden)
         self.value_out = nn.Linear(config.value_hidden, 3 if config.value_head == "wdl" else 1)
-        self.action_value_conv: nn.Conv2d | None = None
+        self.action_value_conv: nn.Module | None = None
+        self.action_value_planes: nn.Conv2d | None = None  # the 'policy' shape's last conv
+        self.action_value_level: ValueLevel | None = None  # and its level
         self.action_value: ActionValueHead | None = None
         if config.action_value_head != "none":
-            # A bias, no batch norm: a head added to trained (and frozen-statistics) weights starts as it trains.
-            self.action_value_conv = nn.Conv2d(config.filters, 2 * config.action_value_filters, 1)
             self.action_value = ActionValueHead(config)
+            if config.action_value_shape == "policy":  # the policy head's shape (see start_action_values_from_policy)
+                self.action_value_conv = _conv_bn(config.filters, config.policy_filters, 3)
+                self.action_value_planes = nn.Conv2d(config.policy_filters, NUM_PLANES, kernel,
+                                                     padding=kernel // 2)
+                self.action_value_level = ValueLevel(config)
+            else:
+                # A bias, no batch norm: a head added to trained (and frozen-statistics) weights starts as it trains.
+                self.action_value_conv = nn.Conv2d(config.filters, 2 * config.action_value_filters, 1)
+
+    def start_action_values_from_policy(self) -> bool:
+        """Starts a 'policy'-shaped action-value head from the policy and value heads (a network loaded from
+        weights without the head; see alphazero.nn.action_values); False, copying nothing, for any other head."""
+        if self.action_value_planes is None or self.action_value_conv is None or self.action_value_level is None:
+            return False
+        self.action_value_conv.load_state_dict(self.policy_conv.state_dict())
+        self.action_value_planes.load_state_dict(self.policy_out.state_dict())
+        self.action_value_level.conv.load_state_dict(self.value_conv.state_dict())
+        self.action_value_level.fc.load_state_dict(self.value_fc.state_dict())
+        start_level_from_value(self.action_value_level.out, self.value_out, self.config.value_head)
+        return True
 
     def forward(self, planes: torch.Tensor, scalars: torch.Tensor, *, action_values: bool = True) -> NetOutput:
         """Evaluates a batch of compact positions (int64 [N, 112], float32 [N, 7]) on the model's device.
@@ -118,8 +153,12 @@ class AlphaZeroNet(nn.Module):
             result = NetOutput(policy, torch.tanh(out[:, 0]), None)
         if self.action_value_conv is None:
             return result
-        # [N, 2E, 8, 8] -> [N, 64, 2E]: square 8 * row + col's from and to features.
-        features = self.action_value_conv(x).flatten(2).transpose(1, 2)
+        if self.action_value_planes is not None and self.action_value_level is not None:
+            # [N, 73, 8, 8] -> [N, 4672] moves' terms, as the policy's logits, plus the position's level
+            moves = float32_head(self.action_value_planes, F.relu(self.action_value_conv(x))).flatten(1).float()
+            features = self.action_value_level(x) + moves
+        else:  # [N, 2E, 8, 8] -> [N, 64, 2E]: square 8 * row + col's from and to features.
+            features = self.action_value_conv(x).flatten(2).transpose(1, 2)
         return with_action_values(result, self.action_value, features, action_values)
 
 
@@ -223,9 +262,12 @@ def load_weights(model: nn.Module, state_dict: dict[str, torch.Tensor], source: 
         first_line = str(error).strip().splitlines()[0]
         raise UserError(f"{source}: the weights do not fit the model: {first_line}") from None
     if fresh_head:
+        start = getattr(target, "start_action_values_from_policy", None)
+        with torch.no_grad():
+            from_policy = bool(start is not None and start())
         log.warning("%s has no action-value head: the rest of the network loaded, and its %r head "
-                    "(network.action_value_head) starts from fresh weights", source,
-                    model_config(target).action_value_head)
+                    "(network.action_value_head) starts from %s", source, model_config(target).action_value_head,
+                    "a copy of the policy head" if from_policy else "fresh weights")
 
 
 def fold_batch_norm(model: nn.Module) -> nn.Module:

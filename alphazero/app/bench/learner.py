@@ -7,15 +7,25 @@ batch of random positions with 30 legal moves each. The baseline, measured in
 the same run on the same network, device and batch size, is inference alone
 (``Evaluator.evaluate``: compact numpy in, numpy out, no gradients); a training
 step costs about three forward passes, so expect about 0.3x. A third figure
-times the replay window's batch assembly (``ReplayWindow.sample``: dense
-policies and legal masks from the compact shards) against the training rate.
+times the replay window's batch assembly (``ReplayWindow.sample``: the compact
+arrays and each position's moves, sparse) against the training rate.
+
+The last figures time a step with its batch from a replay window of synthetic
+shards, both ways in the same run, in alternate rounds: the old path (the
+batch sampled on the training thread, its dense float32 [B, 4672] targets and
+legal mask built on the host and copied from pageable memory, the action
+values picked from a dense array) against the learner's (learner.feed: the
+batch sampled and staged on a prefetch thread, pinned on CUDA, the dense
+targets scattered on the device); printed as the learner's speed against the
+old path's (EXPERIMENTS.md, "Issue 69: the learner's targets sparse on the
+device, a prefetch thread").
 
 Batch sizes: each preset's ``learner.batch_size`` on CUDA (autocast in the
 precision the device's compute capability takes: bf16 from 8.0, float16 with
 loss scaling from 7.0; channels_last). On a CPU the tiny preset keeps its batch of 256, but the
 20x256 alphazero network is slow there (a training step at batch 16 takes
 about 0.8 s on 2 cores; at 4096 it would take minutes), so it runs batch 16
-and the fewest rounds: the whole default run takes under half a minute on 2
+and the fewest rounds: the whole default run takes about a minute on 2
 cores. Each point is the fastest of
 several timed rounds (other processes only ever make a round slower).
 """
@@ -62,6 +72,10 @@ class Point:
     train_s: float  # seconds per training step
     infer_s: float  # seconds per inference pass
     sample_s: float  # seconds per replay batch
+    dense_s: float  # seconds per step with its batch the old way (dense host targets, sampled inline)
+    fed_s: float  # seconds per step with its batch the learner's way (sparse, prefetched, scattered on the device)
+    dense_batch_s: float  # seconds per batch alone, sampled and on the device the old way
+    sparse_batch_s: float  # the same the learner's way (staged, its targets scattered on the device), on one thread
 
     def per_second(self, seconds: float) -> float:
         return self.batch / seconds if seconds > 0 else 0.0
@@ -98,27 +112,25 @@ def synthetic_batch(size: int, rng: np.random.Generator) -> Batch:
     result and a root value."""
     import numpy as np
 
-    from learner.replay import Batch
+    from learner.batch import Batch
 
-    legal = np.zeros((size, NUM_MOVES), dtype=bool)
-    policy = np.zeros((size, NUM_MOVES), dtype=np.float32)
-    rows = np.repeat(np.arange(size), LEGAL_MOVES)
-    moves = np.argsort(rng.random((size, NUM_MOVES)), axis=1)[:, :LEGAL_MOVES].reshape(-1)
-    legal[rows, moves] = True
-    policy[rows, moves] = rng.dirichlet(np.full(LEGAL_MOVES, 0.3), size=size).reshape(-1)
+    moves = np.argsort(rng.random((size, NUM_MOVES)), axis=1)[:, :LEGAL_MOVES].reshape(-1).astype(np.int16)
+    shares = rng.dirichlet(np.full(LEGAL_MOVES, 0.3), size=size).astype(np.float32).reshape(-1)
+    offsets = np.arange(size + 1, dtype=np.int64) * LEGAL_MOVES
     planes = rng.integers(0, np.iinfo(np.uint64).max, size=(size, 112), dtype=np.uint64, endpoint=True)
     scalars = rng.integers(0, 100, size=(size, 7)).astype(np.float32)
     results = rng.integers(-1, 2, size).astype(np.float32)
-    return Batch(planes, scalars, policy, legal, results, rng.uniform(-1, 1, size).astype(np.float32))
+    return Batch(planes, scalars, offsets, moves, shares, results, rng.uniform(-1, 1, size).astype(np.float32))
 
 
-def _fastest(run_once: Callable[[], object], seconds: float, sync: Callable[[], object]) -> float:
+def _fastest(run_once: Callable[[], object], seconds: float, sync: Callable[[], object], *,
+             warmup: int = WARMUP_STEPS) -> float:
     """Times ``run_once``; returns the seconds per call of the fastest of at least MIN_ROUNDS rounds.
 
     The budget is split into rounds of several calls when one call is short;
     ``sync`` waits for the device at the end of each round.
     """
-    for _ in range(WARMUP_STEPS):
+    for _ in range(warmup):
         run_once()
     sync()
     start = time.perf_counter()
@@ -137,28 +149,37 @@ def _fastest(run_once: Callable[[], object], seconds: float, sync: Callable[[], 
     return best
 
 
-def _sampling_seconds(batch: int, seconds: float) -> float:
-    """Times ReplayWindow.sample(batch) over a window of synthetic shards on disk."""
+def _write_shards(directory: Path, batch: int) -> None:
+    """Writes four synthetic shards of max(batch, 256) positions each into ``directory``."""
     import numpy as np
 
     from alphazero.store.shards import Shard, shard_name, write_shard
-    from learner.replay import ReplayWindow
 
     rng = np.random.default_rng(1)
-    with tempfile.TemporaryDirectory() as directory:
-        n = max(batch, 256)  # positions per shard; four shards
-        for _ in range(4):
-            offsets = np.arange(n + 1, dtype=np.int64) * LEGAL_MOVES
-            indices = np.tile(rng.choice(NUM_MOVES, LEGAL_MOVES, replace=False), n).astype(np.int16)
-            probs = rng.dirichlet(np.full(LEGAL_MOVES, 0.3), size=n).astype(np.float32).reshape(-1)
-            write_shard(Path(directory) / shard_name("bench"), Shard(
-                planes=rng.integers(0, 2**63, size=(n, 112), dtype=np.uint64), scalars=np.zeros((n, 7), np.float32),
-                policy_offsets=offsets, policy_indices=indices, policy_probs=probs,
-                results=np.zeros(n, np.int8), game=np.zeros(n, np.int32), ply=np.zeros(n, np.int16),
-                root_values=np.zeros(n, np.float32), games=[{}]))
-        window = ReplayWindow(directory, window_positions=10**9, max_sample_reuse=0)
-        window.refresh()
-        return _fastest(lambda: window.sample(batch), seconds / 2, lambda: None)
+    n = max(batch, 256)  # positions per shard; four shards
+    for _ in range(4):
+        offsets = np.arange(n + 1, dtype=np.int64) * LEGAL_MOVES
+        indices = np.tile(rng.choice(NUM_MOVES, LEGAL_MOVES, replace=False), n).astype(np.int16)
+        probs = rng.dirichlet(np.full(LEGAL_MOVES, 0.3), size=n).astype(np.float32).reshape(-1)
+        write_shard(directory / shard_name("bench"), Shard(
+            planes=rng.integers(0, 2**63, size=(n, 112), dtype=np.uint64), scalars=np.zeros((n, 7), np.float32),
+            policy_offsets=offsets, policy_indices=indices, policy_probs=probs,
+            results=np.zeros(n, np.int8), game=np.zeros(n, np.int32), ply=np.zeros(n, np.int16),
+            root_values=np.zeros(n, np.float32), games=[{}]))
+
+
+def _window(directory: Path) -> Any:
+    from learner.replay import ReplayWindow
+
+    window = ReplayWindow(directory, window_positions=10**9, max_sample_reuse=0)
+    window.refresh()
+    return window
+
+
+def _sampling_seconds(directory: Path, batch: int, seconds: float) -> float:
+    """Times ReplayWindow.sample(batch) over the window of the shards in ``directory``."""
+    window = _window(directory)
+    return _fastest(lambda: window.sample(batch), seconds / 2, lambda: None)
 
 
 def _measure(preset: str, device: torch.device, precision: str, args: argparse.Namespace) -> Point:
@@ -171,17 +192,21 @@ def _measure(preset: str, device: torch.device, precision: str, args: argparse.N
     # The device the model lives on, not the current one (GPU 0 unless told): `--device cuda:1` waits for cuda:1.
     sync = functools.partial(torch.cuda.synchronize, device) if device.type == "cuda" else (lambda: None)
     # One model at a time: each is freed when its function returns.
-    train_s, parameters, chosen = _training_seconds(config, batch, device, precision, args, sync)
-    infer_s = _inference_seconds(config, batch, device, precision, args, sync)
-    sample_s = _sampling_seconds(batch_size, args.seconds)
+    with tempfile.TemporaryDirectory() as directory:
+        _write_shards(Path(directory), batch_size)
+        trainer, train_s, parameters, chosen = _training_seconds(config, batch, device, precision, args, sync)
+        paths = paths_seconds(trainer, Path(directory), batch_size, args.seconds, sync)
+        del trainer
+        infer_s = _inference_seconds(config, batch, device, precision, args, sync)
+        sample_s = _sampling_seconds(Path(directory), batch_size, args.seconds)
     name = _tower(preset, config.network) if args.overrides else preset
-    return Point(name, parameters, _device_label(device, chosen), batch_size, train_s, infer_s, sample_s)
+    return Point(name, parameters, _device_label(device, chosen), batch_size, train_s, infer_s, sample_s, *paths)
 
 
 def _training_seconds(config: Any, batch: Any, device: torch.device, precision: str, args: argparse.Namespace,
-                      sync: Callable[[], None]) -> tuple[float, int, str]:
-    """The fastest training step's seconds on ``batch``, the model's trainable parameters and the precision
-    the steps ran in ('bf16', 'float16' or 'float32')."""
+                      sync: Callable[[], None]) -> tuple[Any, float, int, str]:
+    """The trainer, the fastest training step's seconds on ``batch``, the model's trainable parameters and the
+    precision the steps ran in ('bf16', 'float16' or 'float32')."""
     import torch
 
     from alphazero.nn.network import build_network, count_parameters
@@ -192,7 +217,49 @@ def _training_seconds(config: Any, batch: Any, device: torch.device, precision: 
                       precision=precision)
     steps = iter(range(10**9))
     seconds = _fastest(lambda: trainer.step(batch, next(steps)), args.seconds, sync)
-    return seconds, count_parameters(trainer.model), trainer.precision_choice.name
+    return trainer, seconds, count_parameters(trainer.model), trainer.precision_choice.name
+
+
+def paths_seconds(trainer: Any, directory: Path, batch: int, seconds: float,
+                  sync: Callable[[], object]) -> tuple[float, float, float, float]:
+    """Times a training step with its batch from a window of the shards in ``directory``, the old way (sampled
+    inline, dense host targets: learner.dense_batches) and the learner's (learner.feed), in blocks A B A B so
+    that the machine's load weighs on both alike; then the batch alone (sampled and on the device, no step),
+    each way on this thread. Returns the seconds per step of each, then per batch of each (fastest rounds)."""
+    import dataclasses
+    import itertools
+    import threading
+
+    from learner.batch_device import pins, stage
+    from learner.dense_batches import dense_inputs
+    from learner.feed import BatchFeed
+
+    steps = itertools.count()
+    inline, prefetched = _window(directory), _window(directory)
+    settings = dataclasses.replace(trainer.config, batch_size=batch)
+    stop = threading.Event()
+
+    def dense_step() -> None:
+        trainer.step(dense_inputs(inline.sample(batch), trainer.device), next(steps))
+
+    def fed_seconds() -> float:
+        feed = BatchFeed(prefetched, None, settings, pin=pins(trainer.device), describe_wait=str)
+        with feed.prefetching(0):
+            def fed_step() -> None:
+                staged, _ = feed.next(stop, lambda reason, text: None)
+                assert staged is not None  # (no reuse cap: the window never waits)
+                trainer.step(staged, next(steps))
+
+            return _fastest(fed_step, seconds / 2, sync, warmup=1)
+
+    dense_s = fed_s = float("inf")
+    for _ in range(2):
+        dense_s = min(dense_s, _fastest(dense_step, seconds / 2, sync, warmup=1))
+        fed_s = min(fed_s, fed_seconds())
+    pin = pins(trainer.device)
+    dense_batch_s = _fastest(lambda: dense_inputs(inline.sample(batch), trainer.device), seconds / 2, sync)
+    sparse_batch_s = _fastest(lambda: stage(inline.sample(batch), pin=pin).to(trainer.device), seconds / 2, sync)
+    return dense_s, fed_s, dense_batch_s, sparse_batch_s
 
 
 def _inference_seconds(config: Any, batch: Any, device: torch.device, precision: str, args: argparse.Namespace,
@@ -206,6 +273,10 @@ def _inference_seconds(config: Any, batch: Any, device: torch.device, precision:
     torch.manual_seed(0)
     evaluator = Evaluator(build_network(config.network), device, compile=args.compile, precision=precision)
     return _fastest(lambda: evaluator.evaluate(batch.planes, batch.scalars), args.seconds, sync)
+
+
+def _speedup(before_s: float, after_s: float) -> str:
+    return f"{before_s / after_s:.2f}x" if after_s > 0 else "-"
 
 
 def _tower(preset: str, network: Any) -> str:
@@ -235,19 +306,25 @@ def run(args: argparse.Namespace) -> None:
               for precision in args.precision]
     table = Table(title="learner training samples/s (Trainer.step on numpy batches) vs inference at the same batch")
     for column in ("preset", "parameters", "device", "batch", "train samples/s", "ms/step",
-                   "inference evals/s", "train vs inference"):
+                   "inference evals/s", "train vs inference", "window step ms: old / fed", "fed vs old"):
         table.add_column(column, justify="right")
     for p in points:
         table.add_row(p.preset, f"{p.parameters / 1e6:.2f}M", p.device, str(p.batch), rate(p.per_second(p.train_s)),
                       f"{p.train_s * 1e3:.1f}", rate(p.per_second(p.infer_s)),
-                      ratio(p.per_second(p.train_s), p.per_second(p.infer_s)))
-    console = Console(width=max(Console().width, 125))
+                      ratio(p.per_second(p.train_s), p.per_second(p.infer_s)),
+                      f"{p.dense_s * 1e3:.1f} / {p.fed_s * 1e3:.1f}", _speedup(p.dense_s, p.fed_s))
+    console = Console(width=max(Console().width, 160))
     console.print(table)
     for p in points:
         print(f"{p.preset} on {p.device}: {rate(p.per_second(p.train_s))} training samples/s at batch {p.batch} = "
               f"{ratio(p.per_second(p.train_s), p.per_second(p.infer_s))} inference; replay batch assembly "
               f"{rate(p.per_second(p.sample_s))} samples/s = {ratio(p.per_second(p.sample_s), p.per_second(p.train_s))}"
               f" training")
+        print(f"{p.preset} on {p.device}: a step with its batch from the replay window {p.fed_s * 1e3:.1f} ms "
+              f"(sparse targets scattered on the device, prefetched) against {p.dense_s * 1e3:.1f} ms (dense host "
+              f"targets, sampled inline) = {_speedup(p.dense_s, p.fed_s)} the old path's speed; the batch alone "
+              f"{p.sparse_batch_s * 1e3:.2f} ms sparse against {p.dense_batch_s * 1e3:.2f} ms dense = "
+              f"{_speedup(p.dense_batch_s, p.sparse_batch_s)}")
     if any(p.batch < get_preset(p.preset.split()[0]).learner.batch_size for p in points):
         print("on a CPU the alphazero preset runs a small batch (its 4096 would take minutes a step); "
               "--batch-size N measures another")
