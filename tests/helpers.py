@@ -25,6 +25,7 @@ import torch
 
 from alphazero.chess.moves import NUM_MOVES, legal_move_indices
 from alphazero.chess.stockfish import INSTALL_HINT, find_stockfish
+from alphazero.nn.network import build_network
 from alphazero.nn.planes import COMPACT_PLANES, NUM_SCALARS, compact_to_torch
 from alphazero.presets import get_preset
 from alphazero.store.rundir import RunDir
@@ -343,3 +344,19 @@ def go_nodes(engine: Any, fen: str, nodes: int) -> None:
     engine.handle(f"position fen {fen}")
     engine.handle(f"go nodes {nodes}")
     engine.wait()
+
+
+def zeroed_model(*, head: bool = True, seed: int = 6) -> torch.nn.Module:
+    """The tiny network with equal priors and values 0 everywhere (its policy and value layers zeroed) and, with
+    ``head``, a 'logit' head whose win probabilities differ from move to move (its weights perturbed): one
+    simulation then visits the move the head rates highest where the search reads the head, the first otherwise."""
+    torch.manual_seed(seed)
+    model = build_network(dataclasses.replace(get_preset("tiny").network,
+                                              action_value_head="logit" if head else "none"))
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.startswith("action_value"):
+                parameter.add_(torch.randn_like(parameter))
+            elif name.startswith(("policy_out", "value_out")):
+                parameter.zero_()
+    return model.eval()

@@ -5,13 +5,12 @@ search that does not read them never asks; a network without the head is said in
 The networks are the tiny preset's with a `logit` head. Where a played move must show the head's values, the
 network's policy and value layers are zeroed: every prior is equal and every value 0, so one PUCT simulation with
 fpu_mode = "action_value" visits (and plays) the move the head rates highest, where the first-play reduction
-ties every move and visits the first (``_zeroed_model``).
+ties every move and visits the first (``zeroed_model``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import inspect
 import logging
 import sys
@@ -27,7 +26,6 @@ import torch
 from alphazero.config import Config, apply_overrides, to_toml
 from alphazero.nn.action_values import has_action_values as model_has_head
 from alphazero.nn.forward import Evaluator
-from alphazero.nn.network import build_network
 from alphazero.presets import get_preset
 from alphazero.store.checkpoint import save_checkpoint
 from alphazero.store.rundir import RunDir
@@ -39,7 +37,7 @@ from mcts_ext.encode import encode_boards, legal_move_indices, new_batch
 from mcts_ext.search import MultiGameSearch
 from selfplay.inference import InferenceServer
 from selfplay.worker import PlayStats, SelfPlayWorker
-from tests.helpers import ROOT, engine_with_spies, fast_run, go_nodes, repo_env, spy_legal_passes
+from tests.helpers import ROOT, engine_with_spies, fast_run, go_nodes, repo_env, spy_legal_passes, zeroed_model
 
 TINY = get_preset("tiny")  # its search.algorithm is gumbel
 HEAD = "network.action_value_head=logit"
@@ -87,21 +85,6 @@ def _one_batch(worker: SelfPlayWorker) -> None:
         worker._step(lane, stats, submit=True)
     for lane in worker.lanes:
         worker._receive(lane, stats)
-
-
-def _zeroed_model(*, head: bool = True, seed: int = 6) -> torch.nn.Module:
-    """The tiny network with equal priors and values 0 everywhere (its policy and value layers zeroed) and, with
-    ``head``, a head whose win probabilities differ from move to move (its weights perturbed)."""
-    torch.manual_seed(seed)
-    config = dataclasses.replace(TINY.network, action_value_head="logit" if head else "none")
-    model = build_network(config)
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if name.startswith("action_value"):
-                parameter.add_(torch.randn_like(parameter))
-            elif name.startswith(("policy_out", "value_out")):
-                parameter.zero_()
-    return model.eval()
 
 
 def _network(model: torch.nn.Module, *overrides: str) -> Network:
@@ -251,7 +234,7 @@ def test_the_inference_server_merges_and_splits_the_action_values_of_the_request
 
 def test_a_search_player_plays_the_move_only_the_heads_values_explain() -> None:
     board = chess.Board()
-    model = _zeroed_model()
+    model = zeroed_model()
     best = _head_choice(model, board)
     assert best != _plain_choice(board)
     reading = _network(model, *PUCT_READS)
@@ -267,7 +250,7 @@ def test_a_search_player_plays_the_move_only_the_heads_values_explain() -> None:
 
 @pytest.mark.parametrize("reads", [PUCT_READS, GUMBEL_READS], ids=["puct", "gumbel"])
 def test_a_search_player_asks_for_the_values_only_where_its_settings_read_them(reads: tuple[str, ...]) -> None:
-    model = _zeroed_model()
+    model = zeroed_model()
     for overrides, wanted in ((reads, True), (reads[:1], False)):
         network = _network(model, *overrides)
         asked = spy_legal_passes(network.evaluator)
@@ -283,7 +266,7 @@ def test_a_search_player_asks_for_the_values_only_where_its_settings_read_them(r
 def test_a_search_player_without_the_head_warns_once_and_searches_as_before(
         capsys: pytest.CaptureFixture[str]) -> None:
     board = chess.Board()
-    network = _network(_zeroed_model(head=False), *PUCT_READS)
+    network = _network(zeroed_model(head=False), *PUCT_READS)
     asked = spy_legal_passes(network.evaluator)
     with parse_player("search:1", network=network) as agent:
         for _ in range(2):
@@ -307,7 +290,7 @@ def _engine_run(path: Path, model: torch.nn.Module, *overrides: str) -> RunDir:
 
 @pytest.fixture(scope="module")
 def zeroed() -> torch.nn.Module:
-    return _zeroed_model()
+    return zeroed_model()
 
 
 @pytest.mark.slow  # two engine processes
@@ -350,7 +333,7 @@ def test_the_engine_backs_up_the_heads_values_only_where_its_settings_read_them(
 
 def test_the_engine_without_the_head_says_so_in_one_info_string_and_searches(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    run = _engine_run(tmp_path / "run", _zeroed_model(head=False), *PUCT_READS)
+    run = _engine_run(tmp_path / "run", zeroed_model(head=False), *PUCT_READS)
     engine, out, spies = engine_with_spies(run, monkeypatch)
     for _ in range(2):
         go_nodes(engine, chess.STARTING_FEN, 1)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import shutil
 import threading
-import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -41,12 +41,34 @@ def _threads() -> None:
     torch.set_num_threads(min(2, torch.get_num_threads()))
 
 
-def _until(condition: Callable[[], bool], what: str) -> None:
-    """Waits for ``condition`` (a counter another thread moves), failing after BOUND_S."""
-    deadline = time.monotonic() + BOUND_S
-    while not condition():
-        assert time.monotonic() < deadline, f"no {what} within {BOUND_S} s"
-        time.sleep(0.005)
+class _Changes:
+    """A condition the thread under test notifies each time what a test waits for moves."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+
+    def moved(self) -> None:
+        with self._condition:
+            self._condition.notify_all()
+
+    def wait_for(self, condition: Callable[[], bool], what: str) -> None:
+        with self._condition:
+            assert self._condition.wait_for(condition, BOUND_S), f"no {what} within {BOUND_S} s"
+
+
+@pytest.fixture()
+def draws(monkeypatch: pytest.MonkeyPatch) -> _Changes:
+    """Notified after every draw from a replay window (the feed's thread draws ahead of the steps)."""
+    changes, original = _Changes(), ReplayWindow.sample
+
+    def sample(self: ReplayWindow, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            changes.moved()
+
+    monkeypatch.setattr(ReplayWindow, "sample", sample)
+    return changes
 
 
 def _feed_threads() -> list[threading.Thread]:
@@ -70,14 +92,16 @@ def run(tmp_path: Path) -> tuple[RunDir, Config]:
 
 def test_the_prefetcher_keeps_order_stays_depth_ahead_and_closes_while_blocked() -> None:
     made: list[int] = []
+    changes = _Changes()
 
     def make(closed: threading.Event) -> int:
         made.append(len(made))
+        changes.moved()
         return made[-1]
 
     prefetcher = Prefetcher(make, depth=2)
     assert [prefetcher.get(timeout=BOUND_S) for _ in range(4)] == [0, 1, 2, 3]
-    _until(lambda: len(made) == 4 + 3, "item made ahead")  # two queued, a third held at the full queue
+    changes.wait_for(lambda: len(made) == 4 + 3, "item made ahead")  # two queued, a third held at the full queue
     prefetcher.close()
     assert not prefetcher.alive and len(made) == 7
 
@@ -95,7 +119,8 @@ def test_the_prefetcher_raises_its_threads_error_with_its_traceback_after_the_it
         with pytest.raises(OSError, match="vanished") as raised:
             prefetcher.get(timeout=BOUND_S)
         assert "in make" in "".join(traceback.format_tb(raised.value.__traceback__))
-        _until(lambda: not prefetcher.alive, "end of the thread")
+        prefetcher._thread.join(BOUND_S)  # the thread ends on its own after its error
+        assert not prefetcher.alive
 
 
 def test_closing_the_prefetcher_ends_a_make_that_waits() -> None:
@@ -128,7 +153,7 @@ def _ids(batch: object) -> list[int]:
 
 
 def test_the_feed_gives_the_batches_a_seeded_window_draws_inline_and_gives_back_those_not_taken(
-        tmp_path: Path) -> None:
+        tmp_path: Path, draws: _Changes) -> None:
     add_shard(tmp_path / "selfplay", range(0, 200))
     add_shard(tmp_path / "mix", range(1000, 1100))
     settings = LearnerConfig(batch_size=16, mix_share=0.25, mix_decay_steps=4, mix_dir="mix")
@@ -152,7 +177,7 @@ def test_the_feed_gives_the_batches_a_seeded_window_draws_inline_and_gives_back_
             assert _ids(staged) == expected_ids, step
         # The thread is ahead of the five steps taken: the checkpoint's state is theirs alone.
         taken = sum(16 - settings.mix_rows(step) for step in range(5))  # the reuse cap counts the window's rows
-        _until(lambda: window.samples_drawn >= taken + DEPTH * 16, "batches made ahead")
+        draws.wait_for(lambda: window.samples_drawn >= taken + DEPTH * 16, "batches made ahead")
         assert feed.samples_drawn == inline.samples_drawn == taken
         state = feed.window_state()
         assert state["samples_drawn"] == inline.samples_drawn and state["rng"] == inline.state()["rng"]
@@ -163,14 +188,14 @@ def test_the_feed_gives_the_batches_a_seeded_window_draws_inline_and_gives_back_
 
 
 def test_a_checkpoint_taken_while_batches_are_made_ahead_resumes_on_the_batches_not_yet_trained(
-        run: tuple[RunDir, Config], monkeypatch: pytest.MonkeyPatch) -> None:
+        run: tuple[RunDir, Config], monkeypatch: pytest.MonkeyPatch, draws: _Changes) -> None:
     rundir, config = run
     original = Trainer.step
     learner = Learner(rundir, config)
 
     def step_once_ahead(self: Trainer, batch: object, step: int) -> object:
         if step == 4:  # the thread has drawn past the checkpoint at step 5 before it is saved
-            _until(lambda: learner.window.samples_drawn >= (5 + DEPTH) * 32, "batches made ahead")
+            draws.wait_for(lambda: learner.window.samples_drawn >= (5 + DEPTH) * 32, "batches made ahead")
         return original(self, batch, step)  # type: ignore[arg-type]
 
     monkeypatch.setattr(Trainer, "step", step_once_ahead)

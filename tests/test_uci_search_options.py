@@ -9,7 +9,6 @@ highest when the search reads the head, and the first legal move (every move tie
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import chess
@@ -18,7 +17,6 @@ import torch
 
 from alphazero.config import Config
 from alphazero.nn.forward import Evaluator
-from alphazero.nn.network import build_network
 from alphazero.presets import get_preset
 from alphazero.store.checkpoint import save_checkpoint
 from alphazero.store.rundir import RunDir
@@ -26,7 +24,7 @@ from eval.uci_options import OPTIONS_BY_NAME
 from mcts_ext import Board
 from mcts_ext.encode import encode_boards, legal_move_indices, new_batch
 from mcts_ext.params import FPU_MODES, GUMBEL_UNVISITED
-from tests.helpers import engine_with_spies, go_nodes
+from tests.helpers import engine_with_spies, go_nodes, zeroed_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -37,15 +35,7 @@ PUCT_READS = ("search.algorithm=puct", "search.fpu_mode=action_value")
 @pytest.fixture(scope="module")
 def zeroed() -> torch.nn.Module:
     """The tiny network with equal priors and values 0 everywhere and a head whose values differ by move."""
-    torch.manual_seed(6)
-    model = build_network(dataclasses.replace(TINY.network, action_value_head="logit"))
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if name.startswith("action_value"):
-                parameter.add_(torch.randn_like(parameter))
-            elif name.startswith(("policy_out", "value_out")):
-                parameter.zero_()
-    return model.eval()
+    return zeroed_model()
 
 
 def _head_choice(model: torch.nn.Module, board: chess.Board) -> str:
