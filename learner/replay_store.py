@@ -235,7 +235,7 @@ class Store:
         # numbers are sorted, so each block's positions are one slice of the batch.
         bounds = np.searchsorted(owner, np.arange(len(self.blocks) + 1))
         used = [b for b in range(len(self.blocks)) if bounds[b] < bounds[b + 1]]
-        with_wins = any(self.blocks[b].has_wins for b in used)  # self-play's batches have no win probabilities
+        with_wins = any(self.blocks[b].has_wins for b in used)  # shards without a head have none
         counts, moves, shares, wins = [], [], [], []
         for b in used:
             block = self.blocks[b]

@@ -58,8 +58,9 @@ the start, so self-play's targets move the net only as far as they pull
 harder than its knowledge (``loss/anchor``).
 
 **Action values** (``network.action_value_head``; alphazero.nn.action_values
-has the losses): the mean over the moves with Stockfish's win probability
-(Batch.wins; NaN elsewhere, and self-play has none), weighted by
+has the losses): the mean over the moves with a win probability (Batch.wins:
+Stockfish's, or self-play's search values where its network has the head; NaN
+elsewhere), weighted by
 ``action_value_loss_weight`` (``loss/action_value``, 0 without targets). They
 are picked on the host (learner.batch_device): NaN never reaches the device,
 no other move is scored.

@@ -38,7 +38,7 @@ and gumbel.pxd selection, encode.pyx inputs, params.py the settings).
 
 import numpy as np
 
-from libc.math cimport fabs, isfinite, isnan, pow
+from libc.math cimport NAN, fabs, isfinite, isnan, pow
 from libc.stdint cimport int8_t, int16_t, int32_t, uint8_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
@@ -151,6 +151,8 @@ ctypedef struct Record:
     int32_t* policy_start            # [samples + 1] offsets into policy_index / policy_prob
     int16_t* policy_index            # [policy_total] visited legal moves' indices
     float* policy_prob               # [policy_total] their share of the root's visits
+    float* policy_win                # [policy_total] the mover's win probability after each: (1 + Q) / 2 from
+                                     # the search's visits of the move, NaN where it has none
     int samples
     int sample_capacity
     int policy_total
@@ -192,6 +194,7 @@ cdef void record_free(Record* r) noexcept nogil:
     free(r.policy_start)
     free(r.policy_index)
     free(r.policy_prob)
+    free(r.policy_win)
     free(r.full_search)
     free(r.move_value)
     memset(r, 0, sizeof(Record))
@@ -211,7 +214,8 @@ cdef int record_reserve(Record* r, int samples, int policy, int moves) noexcept 
     if policy > r.policy_capacity:
         capacity = max(2 * r.policy_capacity, policy, 2048)
         if (grow(<void**>&r.policy_index, capacity, sizeof(int16_t)) < 0
-                or grow(<void**>&r.policy_prob, capacity, sizeof(float)) < 0):
+                or grow(<void**>&r.policy_prob, capacity, sizeof(float)) < 0
+                or grow(<void**>&r.policy_win, capacity, sizeof(float)) < 0):
             return -1
         r.policy_capacity = capacity
     if moves > r.move_capacity:
@@ -543,7 +547,7 @@ cdef int record_sample(Slot* s, const Options* o) noexcept nogil:
     """Appends the root's compact input and its training target over the legal moves to the record."""
     cdef Record* r = &s.record
     cdef Tree* tree = &s.tree
-    cdef int32_t first = tree.first_edge[ROOT], count = tree.edge_count[ROOT], i
+    cdef int32_t first = tree.first_edge[ROOT], count = tree.edge_count[ROOT], i, child
     cdef int k = r.samples
     cdef int turn = s.stack.positions[s.root_length - 1].turn
     cdef float target[MAX_MOVES]
@@ -561,6 +565,11 @@ cdef int record_sample(Slot* s, const Options* o) noexcept nogil:
     for i in range(count):
         r.policy_index[r.policy_total] = <int16_t>move_index(tree.move[first + i], turn)
         r.policy_prob[r.policy_total] = target[i]
+        # The search's value of each move it visited, for the learner's action-value head (selfplay.worker
+        # keeps it where the run's network has one).
+        child = tree.child[first + i]
+        r.policy_win[r.policy_total] = <float>(0.5 + 0.5 * tree.value_sum[child] / tree.visits[child]) \
+            if child != NO_NODE and tree.visits[child] > 0 else NAN
         r.policy_total += 1
     r.samples = k + 1
     r.policy_start[k + 1] = r.policy_total
@@ -1572,8 +1581,10 @@ cdef class MultiGameSearch:
         every move's root value for its mover, in order) and the training samples:
         planes uint64 [S, 112], scalars float32 [S, 7], plies_of_samples int16 [S],
         root_values float32 [S], policy_offsets int32 [S + 1], policy_indices
-        int16 [P] (every legal move of each sample) and policy_probs float32 [P]
-        (its share of the root's visits, 0 when unvisited), and results int8 [S]: the game's
+        int16 [P] (every legal move of each sample), policy_probs float32 [P]
+        (its share of the root's visits, 0 when unvisited), policy_wins float32 [P]
+        (the mover's win probability after the move, (1 + Q) / 2 of the search's
+        visits to it, NaN when unvisited), and results int8 [S]: the game's
         result from each sample's side to move (+1 win, 0 draw, -1 loss).
         """
         cdef Slot* s = self._slot(slot)
@@ -1588,6 +1599,7 @@ cdef class MultiGameSearch:
         offsets = np.zeros(k + 1, dtype=np.int32)
         indices = np.empty(p, dtype=np.int16)
         probs = np.empty(p, dtype=np.float32)
+        wins = np.empty(p, dtype=np.float32)
         full = np.zeros(plies, dtype=np.uint8)
         searched = plies + (s.status == RESIGNATION)
         move_values = np.zeros(searched, dtype=np.float32)
@@ -1599,6 +1611,7 @@ cdef class MultiGameSearch:
             _copy_into(offsets, r.policy_start, (k + 1) * sizeof(int32_t))
         _copy_into(indices, r.policy_index, p * sizeof(int16_t))
         _copy_into(probs, r.policy_prob, p * sizeof(float))
+        _copy_into(wins, r.policy_win, p * sizeof(float))
         if plies and r.move_capacity:
             _copy_into(full, r.full_search, min(plies, r.move_capacity) * sizeof(uint8_t))
         if searched and r.move_capacity:
@@ -1632,6 +1645,7 @@ cdef class MultiGameSearch:
             "policy_offsets": offsets,
             "policy_indices": indices,
             "policy_probs": probs,
+            "policy_wins": wins,
             "results": results,
         }
         s.state = IDLE

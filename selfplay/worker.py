@@ -208,6 +208,9 @@ class SelfPlayWorker:
             if self.evaluator is not None:
                 batch = self.evaluator.pin(batch)
             self.lanes.append(_Lane(index, search, batch, [[(0, self.step)] for _ in range(count)]))
+        # The search's value of each visited move goes into the shards where the run's network has an
+        # action-value head, which the learner trains on them (docs/methods.md, "The action-value head").
+        self.keeps_move_values = self.config.network.action_value_head != "none"
         # Asked of the network only where the search reads them; a network without the head is said once here.
         self.action_values = asks_action_values(
             self.search, self.search.reads_action_values and self._has_action_values(),
@@ -430,6 +433,8 @@ class SelfPlayWorker:
             record["weights_steps"] = lane.sample_steps(slot, record["plies_of_samples"])
             record["actor"] = self.name
             record["game_id"] = uuid.uuid4().hex  # stable: the learner's validation split hashes it
+            if not self.keeps_move_values:
+                del record["policy_wins"]  # only a network with an action-value head learns from them
             record.update(game_resign_fields(record, self.config.search.resign_consecutive))
             self._count(stats, record)
             self.shard_writer.add(record)  # waits here while a shard's worth of games waits for the writer

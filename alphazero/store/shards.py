@@ -26,7 +26,9 @@ weights_steps      int32     [S]         optional: the network step that searche
 ``policy_wins`` (added within version 1) is written by Stockfish labels
 (learner.labels): Stockfish's win probability for the mover after each legal
 move, NaN where it scored none. It is what a policy's regret is measured
-against (eval.probe); self-play shards and older labels lack it.
+against (eval.probe). Self-play writes it where the run's network has an
+action-value head: the search's (1 + Q) / 2 of each move it visited, NaN
+where it visited none; other self-play shards and older labels lack it.
 
 ``weights_steps`` (added within version 1) is written by self-play: the
 learner step of the weights the actor searched each sample with (-1: fresh
