@@ -19,6 +19,8 @@ Five kinds, in the player registry (eval.agents.players(), which loads network_p
   (search.fpu_mode or search.gumbel_unvisited = 'action_value') the search
   gets them from a network with the head; without one, a warning says so once
   and the search goes on with its usual value for unvisited moves.
+  `fpu=` and `unvisited=` replace those two settings for this player (a
+  checkpoint or model file from outside the run carries its own).
 - `gumbel:N`: the same with Gumbel AlphaZero's search, whatever the run used.
 
 Where the weights come from is alphazero.store.sources' NetworkSource: a run's
@@ -39,6 +41,7 @@ same history planes (and repetitions) as in self-play.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import math
 import sys
 from collections.abc import Mapping, Sequence
@@ -60,6 +63,7 @@ from eval.player_kind import PlayerKind, int_option, player_kind, ptemp_option
 from mcts_ext import Board, ChessError
 from mcts_ext.driver import run as run_search
 from mcts_ext.encode import legal_move_indices
+from mcts_ext.params import FPU_MODES, GUMBEL_UNVISITED
 from mcts_ext.search import MultiGameSearch
 
 DEFAULT_SIMULATIONS = 400
@@ -294,7 +298,9 @@ class SearchAgent(NetworkAgent):
     (else AlphaZero's defaults). One MultiGameSearch slot per board; every
     step evaluates the leaves of all boards in one network call.
     `policy_temperature` T makes the priors softmax(logits / T); None takes
-    the run config's (`search.policy_temperature`).
+    the run config's (`search.policy_temperature`). `settings` replace other
+    fields of the run config's search section (the players' `fpu=` and
+    `unvisited=`: search.fpu_mode, search.gumbel_unvisited).
     Choice.value is the root's value for the mover; info holds nodes, the
     principal variation, the move's visits and Q. The network's action values
     go to a search whose settings read them (alphazero.search_action_values;
@@ -304,7 +310,7 @@ class SearchAgent(NetworkAgent):
     """
 
     def __init__(self, network: Network, simulations: int, name: str, *, algorithm: str | None = None,
-                 policy_temperature: float | None = None) -> None:
+                 policy_temperature: float | None = None, settings: Mapping[str, Any] | None = None) -> None:
         if simulations < 1:
             raise UserError(f"search needs at least 1 simulation, got {simulations}")
         if algorithm is not None and algorithm not in SEARCH_ALGORITHMS:
@@ -313,6 +319,7 @@ class SearchAgent(NetworkAgent):
         self.simulations = simulations
         self.algorithm = algorithm or network.search_config.algorithm
         self.policy_temperature = policy_temperature  # None: the run's search.policy_temperature
+        self.search_config = dataclasses.replace(network.search_config, **(settings or {}))
         self._search: MultiGameSearch | None = None
         self._batch: tuple | None = None
         self._action_values = False  # the search reads the head's values and the network has the head
@@ -322,7 +329,7 @@ class SearchAgent(NetworkAgent):
         # Reused between calls (the trees' memory and the batch arrays, pinned
         # on a GPU, are kept); rebuilt when more games come.
         if self._search is None or self._search.games < games:
-            params = search_params(self.network.search_config, ANALYSIS, algorithm=self.algorithm,
+            params = search_params(self.search_config, ANALYSIS, algorithm=self.algorithm,
                                    simulations=self.simulations, policy_temperature=self.policy_temperature)
             self._search = MultiGameSearch(games, params)
             self._batch = self.network.evaluator.pin(self._search.new_batch())
@@ -436,12 +443,32 @@ def _make_search(options: dict[str, str], context: Mapping[str, Any], kind: str 
     if algorithm is not None and algorithm not in SEARCH_ALGORITHMS:
         raise UserError(f"option algorithm={algorithm!r} must be one of {', '.join(SEARCH_ALGORITHMS)}")
     policy_temperature = ptemp_option(options)
+    settings = _search_settings(options)
     network = network_for(options, context)
     tag = f"{algorithm or kind}:{simulations}"
     if policy_temperature is not None:
         tag += f",ptemp={options['ptemp']}"
+    tag += "".join(f",{key}={options[key]}" for key in _SETTING_KEYS if key in options)
     return SearchAgent(network, simulations, _display_name(tag, network), algorithm=algorithm,
-                       policy_temperature=policy_temperature)
+                       policy_temperature=policy_temperature, settings=settings)
+
+
+# A search player's keys for the run config's search settings it replaces, and each one's choices: a checkpoint
+# or model file from another run searches with the settings it carries, so a match between settings names them.
+_SETTING_KEYS = {"fpu": ("fpu_mode", FPU_MODES), "unvisited": ("gumbel_unvisited", GUMBEL_UNVISITED)}
+
+
+def _search_settings(options: Mapping[str, str]) -> dict[str, str]:
+    """Reads the `fpu` and `unvisited` options into search settings. Raises UserError for a value not offered."""
+    settings = {}
+    for key, (name, choices) in _SETTING_KEYS.items():
+        if key in options:
+            value = options[key].strip().lower()
+            if value not in choices:
+                raise UserError(f"option {key}={options[key]!r} must be one of {', '.join(choices)} "
+                                f"(search.{name})")
+            settings[name] = value
+    return settings
 
 
 def _make_gumbel(options: dict[str, str], context: Mapping[str, Any]) -> Agent:
@@ -454,6 +481,10 @@ _PTEMP_HELP = "softmax temperature of the prior (default: the run's search.polic
 def network_player_kinds() -> dict[str, PlayerKind]:
     """The five kinds of this module, for the registry (eval.agents.players loads them on first use)."""
     searches = {"sims": f"simulations a move (default {DEFAULT_SIMULATIONS})", "ptemp": _PTEMP_HELP,
+                "fpu": f"PUCT's value of an unvisited move, {' or '.join(FPU_MODES)} (default: the run's "
+                       "search.fpu_mode)",
+                "unvisited": f"Gumbel's completed Q of an unvisited move, {' or '.join(GUMBEL_UNVISITED)} "
+                             "(default: the run's search.gumbel_unvisited)",
                 **_NETWORK_OPTIONS}
     return {
         "policy": player_kind(

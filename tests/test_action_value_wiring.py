@@ -24,6 +24,7 @@ import pytest
 import torch
 
 from alphazero.config import Config, apply_overrides, to_toml
+from alphazero.errors import UserError
 from alphazero.nn.action_values import has_action_values as model_has_head
 from alphazero.nn.forward import Evaluator
 from alphazero.presets import get_preset
@@ -246,6 +247,27 @@ def test_a_search_player_plays_the_move_only_the_heads_values_explain() -> None:
         _assert_tree_holds_the_head(agent._search, 0, reading.evaluator)
     with parse_player("search:1", network=_network(model, "search.algorithm=puct")) as agent:
         assert agent.choose([board])[0].move.uci() == _plain_choice(board)
+
+
+def test_a_search_players_fpu_and_unvisited_keys_replace_the_runs_settings() -> None:
+    # A checkpoint from another run searches with the settings it carries, so a match between two settings of
+    # one network names them in the players (issue 68's equal-node matches played the same player twice before).
+    board = chess.Board()
+    model = zeroed_model()
+    plain = _network(model, "search.algorithm=puct")  # its run reads no head: fpu_mode "reduction"
+    with parse_player("search:1,fpu=action_value", network=plain) as agent:
+        assert isinstance(agent, SearchAgent) and agent.search_config.fpu_mode == "action_value"
+        assert agent.choose([board])[0].move.uci() == _head_choice(model, board)
+        assert "fpu=action_value" in agent.name
+    reading = _network(model, *PUCT_READS)
+    with parse_player("search:1,fpu=reduction", network=reading) as agent:
+        assert agent.choose([board])[0].move.uci() == _plain_choice(board)
+    with parse_player("gumbel:8,unvisited=action_value", network=plain) as agent:
+        assert isinstance(agent, SearchAgent) and agent.search_config.gumbel_unvisited == "action_value"
+        agent.choose([board])
+        assert agent._search is not None and agent._search.reads_action_values
+    with pytest.raises(UserError, match=r"option fpu='first' must be one of reduction, absolute, action_value"):
+        parse_player("search:1,fpu=first", network=plain)
 
 
 @pytest.mark.parametrize("reads", [PUCT_READS, GUMBEL_READS], ids=["puct", "gumbel"])

@@ -81,3 +81,33 @@ def test_at_learning_rate_zero_self_play_and_learning_leave_every_parameter_bit_
     assert set(weights) == set(start.state_dict())
     for name, tensor in start.state_dict().items():
         assert torch.equal(weights[name], tensor), name
+
+
+@pytest.mark.slow
+def test_a_run_from_weights_without_the_head_learns_one_from_its_own_games(tmp_path):
+    """`train --init FILE --set network.action_value_head=logit` on weights without the head (the built-in
+    network's case, issue 68): the head starts fresh, self-play writes the search's values of the moves it
+    visited into the shards, and the learner trains the head on them (loss/action_value)."""
+    import torch
+
+    from alphazero.nn.network import AlphaZeroNet
+    from alphazero.presets import get_preset
+    from alphazero.store.checkpoint import load_checkpoint, save_model
+    from alphazero.store.shards import read_shard
+
+    torch.manual_seed(7)
+    save_model(tmp_path / "start.pt", AlphaZeroNet(get_preset("tiny").network))
+    overrides = [item for override in [*TRAIN_FAST, "network.action_value_head=logit", "learner.training_steps=8"]
+                 for item in ("--set", override)]
+    run = RunDir(tmp_path / "run")
+    assert cli.main(["train", "--run", str(run.root), "--init", str(tmp_path / "start.pt"), "--minutes", "3",
+                     "--actors", "1", "--quiet", *overrides]) == 0
+    shards = list_shards(run.selfplay)
+    assert shards and all(read_shard(path).policy_wins is not None for path in shards)
+    final = latest_checkpoint(run)
+    assert final is not None and step_of(final) == 8
+    assert any(name.startswith("action_value") for name in load_checkpoint(final)["model"])
+    events = EventAccumulator(str(run.tb / "learner"))
+    events.Reload()
+    losses = [event.value for event in events.Scalars("loss/action_value")]
+    assert losses and all(loss > 0 for loss in losses)
