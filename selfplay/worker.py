@@ -209,7 +209,7 @@ class SelfPlayWorker:
                 batch = self.evaluator.pin(batch)
             self.lanes.append(_Lane(index, search, batch, [[(0, self.step)] for _ in range(count)]))
         # The search's value of each visited move goes into the shards where the run's network has an
-        # action-value head, which the learner trains on them (docs/methods.md, "The action-value head").
+        # action-value head, which the learner trains on them (docs/methods.md, "Self-play teaches the head").
         self.keeps_move_values = self.config.network.action_value_head != "none"
         # Asked of the network only where the search reads them; a network without the head is said once here.
         self.action_values = asks_action_values(
