@@ -2,7 +2,7 @@
 
 A search whose settings read the action-value head's values
 (MultiGameSearch.reads_action_values: PUCT with search.fpu_mode =
-"action_value", Gumbel with search.gumbel_unvisited = "action_value") gets
+"action_value" or "action_value_reduction", Gumbel with search.gumbel_unvisited = "action_value") gets
 them from a network with the head (Evaluator.has_action_values): its legal
 evaluator is called with ``action_values=True`` and the third array reaches
 backup_legal (mcts_ext.driver.run forwards it). A search that does not read
@@ -37,7 +37,8 @@ def missing_head_line(search: MultiGameSearch, network: str) -> str:
     """Says in one line that ``search``'s settings read action values that ``network`` (a name for people)
     cannot give, and what the search does instead."""
     setting, fallback = _FALLBACKS.get(search.algorithm, _FALLBACKS["puct"])
-    return (f"{setting} = 'action_value' reads the network's action values, but {network} has no "
+    chosen = getattr(search.params, setting.removeprefix("search."))
+    return (f"{setting} = '{chosen}' reads the network's action values, but {network} has no "
             f"action-value head (network.action_value_head = 'none'): unvisited moves get {fallback} instead")
 
 

@@ -142,8 +142,9 @@ OPTIONS: tuple[UciOption, ...] = (
               "fills it stops there and answers with its best move (go infinite and ponder after stop or "
               "ponderhit); 0: half the machine's memory", 0, MAX_TREE_MEMORY_MB),
     UciOption("FpuMode", "combo", AUTO, "PUCT's value of an unvisited move: reduction (the parent's minus "
-              "fpu_value), absolute (fpu_value) or action_value (the action-value head's value of the move, for a "
-              "network with the head); auto: the network's own search.fpu_mode", choices=(AUTO, *FPU_MODES)),
+              "fpu_value), absolute (fpu_value), action_value (the action-value head's value of the move, for a "
+              "network with the head) or action_value_reduction (that value minus the reduction); auto: the "
+              "network's own search.fpu_mode", choices=(AUTO, *FPU_MODES)),
     UciOption("GumbelUnvisited", "combo", AUTO, "Gumbel's completed Q of an unvisited move: mixed (one mixed "
               "value, as mctx) or action_value (the action-value head's value of the move); auto: the network's "
               "own search.gumbel_unvisited", choices=(AUTO, *GUMBEL_UNVISITED)),

@@ -39,9 +39,10 @@ from typing import Any
 ALGORITHMS = ("puct", "gumbel")
 """The search algorithms: AlphaZero's PUCT, or Gumbel AlphaZero (Sequential Halving at the root)."""
 
-FPU_MODES = ("reduction", "absolute", "action_value")
-"""How an unvisited child is valued: its parent's value minus fpu_value, fpu_value itself, or the network's
-action value of its move (2p - 1; the reduction where the network gave none)."""
+FPU_MODES = ("reduction", "absolute", "action_value", "action_value_reduction")
+"""How an unvisited child is valued: its parent's value minus fpu_value (times the square root of the prior mass
+already visited), fpu_value itself, the network's action value of its move (2p - 1; the reduction where the
+network gave none), or that action value minus the same reduction."""
 
 GUMBEL_UNVISITED = ("mixed", "action_value")
 """Gumbel's completed Q of an unvisited move: the node's one mixed value (mctx), or the network's action value of
@@ -192,8 +193,9 @@ class SearchSettings:
     noise_weight: float = setting(0.25, "share of the root prior replaced by Dirichlet noise", minimum=0.0,
                                   maximum=1.0, c="noise_weight")
     fpu_mode: str = setting("reduction", "puct: value of unvisited children: 'reduction' (parent minus fpu_value), "
-                                         "'absolute' (fpu_value) or 'action_value' (the network's value of the "
-                                         "move, where it gives one: else the reduction)",
+                                         "'absolute' (fpu_value), 'action_value' (the network's value of the "
+                                         "move, where it gives one: else the reduction) or "
+                                         "'action_value_reduction' (that value minus the reduction)",
                             choices=FPU_MODES, c="puct.fpu_mode", to_c=_choice_index("fpu_mode"), analysis=True)
     fpu_value: float = setting(0.25, "first-play urgency: the reduction or the absolute value, by fpu_mode",
                                c="puct.fpu_value", analysis=True)

@@ -12,6 +12,8 @@ cdef enum:
     FPU_ABSOLUTE = 1     # unvisited child's Q = fpu_value
     FPU_ACTION_VALUE = 2 # unvisited child's Q = the head's value of its move (tree.action_value), where the
                          # batch brought one; FPU_REDUCTION's where it did not
+    FPU_ACTION_VALUE_REDUCTION = 3  # FPU_ACTION_VALUE's Q less FPU_REDUCTION's reduction, fpu_value * sqrt(prior
+                                    # mass already visited): the head's order, the reduction's pessimism
 
 ctypedef struct PuctParams:
     float c_init          # exploration at zero visits
@@ -42,12 +44,13 @@ cdef inline float proven_q(int8_t proof) noexcept nogil:
     return -proven_value(proof)
 
 
-cdef inline float score_head_values(const Tree* tree, int32_t node, float c_sqrt_n, bint solver, int32_t* best,
-                                   float* best_score, int32_t* best_unvisited) noexcept nogil:
-    """select_edge's second pass (FPU_ACTION_VALUE): the unvisited, unproven children once more.
+cdef inline float score_head_values(const Tree* tree, int32_t node, float c_sqrt_n, float reduction, bint solver,
+                                   int32_t* best, float* best_score, int32_t* best_unvisited) noexcept nogil:
+    """select_edge's second pass (FPU_ACTION_VALUE, FPU_ACTION_VALUE_REDUCTION): the unvisited, unproven
+    children once more.
 
-    One whose move has a head value is scored with it as its Q (from the
-    chooser's view, as node_q), against `best` and `best_score`, ties going
+    One whose move has a head value is scored with it less `reduction` as its
+    Q (from the chooser's view, as node_q), against `best` and `best_score`, ties going
     to the first edge as in the first pass. Returns the highest prior of the
     others (-1 when there are none) and sets `best_unvisited` to the first
     with it: they share the reduction's Q.
@@ -65,7 +68,7 @@ cdef inline float score_head_values(const Tree* tree, int32_t node, float c_sqrt
                 unvisited_prior = tree.prior[edge]
                 best_unvisited[0] = edge
             continue
-        score = action_value[edge] + c_sqrt_n * tree.prior[edge]
+        score = action_value[edge] - reduction + c_sqrt_n * tree.prior[edge]
         if score > best_score[0] or (score == best_score[0] and edge < best[0]):
             best_score[0] = score
             best[0] = edge
@@ -81,7 +84,8 @@ cdef inline int32_t select_edge(const Tree* tree, int32_t node, const PuctParams
     is the first with the highest prior, scored once the prior mass of the
     visited children is known. With FPU_ACTION_VALUE, once the tree holds head
     values, a second pass (score_head_values) scores each unvisited child
-    whose move has one with that value as its Q, and the others share the
+    whose move has one with that value as its Q (less the reduction with
+    FPU_ACTION_VALUE_REDUCTION), and the others share the
     reduction's as above (a search without head values skips it, its first
     pass unchanged). With `solver`, a proven child's Q is its exact result
     instead of the mean of its simulations (which may predate the proof).
@@ -90,7 +94,7 @@ cdef inline int32_t select_edge(const Tree* tree, int32_t node, const PuctParams
     cdef int32_t parent_visits = tree.visits[node] + tree.in_flight[node]
     cdef float c_sqrt_n = (log((1.0 + parent_visits + params.c_base) / params.c_base) + params.c_init) \
         * sqrt(<float>parent_visits)
-    cdef float visited_prior = 0.0, best_score = -1e30, unvisited_prior = -1.0, score, fpu
+    cdef float visited_prior = 0.0, best_score = -1e30, unvisited_prior = -1.0, score, fpu, reduction
     cdef int32_t edge, child, n, best = first, best_unvisited = first
     for edge in range(first, first + count):
         child = tree.child[edge]
@@ -118,14 +122,18 @@ cdef inline int32_t select_edge(const Tree* tree, int32_t node, const PuctParams
     if params.fpu_mode == FPU_ABSOLUTE:
         fpu = params.fpu_value
     else:
-        if params.fpu_mode == FPU_ACTION_VALUE and tree.action_value != NULL:
+        reduction = params.fpu_value * sqrt(visited_prior)
+        if ((params.fpu_mode == FPU_ACTION_VALUE or params.fpu_mode == FPU_ACTION_VALUE_REDUCTION)
+                and tree.action_value != NULL):
             # The tree holds head values (a batch brought some): the children with one are scored on their own.
-            unvisited_prior = score_head_values(tree, node, c_sqrt_n, solver, &best, &best_score, &best_unvisited)
+            unvisited_prior = score_head_values(tree, node, c_sqrt_n,
+                                                reduction if params.fpu_mode == FPU_ACTION_VALUE_REDUCTION else 0.0,
+                                                solver, &best, &best_score, &best_unvisited)
             if unvisited_prior < 0.0:
                 return best
         # The node's own value is seen by its parent's mover; its side to move sees the negation.
         fpu = -tree.value_sum[node] / tree.visits[node] if tree.visits[node] > 0 else 0.0
-        fpu -= params.fpu_value * sqrt(visited_prior)
+        fpu -= reduction
     score = fpu + c_sqrt_n * unvisited_prior
     if score > best_score or (score == best_score and best_unvisited < best):
         return best_unvisited

@@ -17,7 +17,7 @@ order of gather()'s legal_indices), so a GPU evaluator can gather those few
 logits on the device and copy ~30 floats a row to the host instead of 4672.
 Both optionally take the action-value head's win probability of each legal
 move, which a search reads for children it has not visited when a setting
-asks (fpu_mode="action_value", gumbel_unvisited="action_value").
+asks (fpu_mode="action_value" or "action_value_reduction", gumbel_unvisited="action_value").
 When a game's root reaches its budget, a self-play search ("autoplay") picks
 and plays a move, records a training sample and goes on with the next move;
 an analysis search stops and waits to be read (root_stats, best_move).
@@ -52,8 +52,8 @@ from mcts_ext.memory cimport grow
 from mcts_ext.position cimport (CHECKMATE, MAX_MOVES, ONGOING, WHITE, Board, GameStack, Move, Position,
                                 format_fen, generate_legal, in_check, make_move, stack_copy, stack_free, stack_init,
                                 stack_push, stack_status)
-from mcts_ext.puct cimport (FPU_ABSOLUTE, FPU_ACTION_VALUE, FPU_REDUCTION, PuctParams, action_values_valid,
-                            add_in_flight, backup as backup_value, logits_finite, proven_value, select_edge,
+from mcts_ext.puct cimport (FPU_ABSOLUTE, FPU_ACTION_VALUE, FPU_ACTION_VALUE_REDUCTION, FPU_REDUCTION, PuctParams,
+                            action_values_valid, add_in_flight, backup as backup_value, logits_finite, proven_value, select_edge,
                             set_action_values, set_priors)
 from mcts_ext.rng cimport Rng, rng_gamma, rng_seed, rng_uniform
 from mcts_ext.tree cimport (MAX_INDEX, NO_NODE, PROVEN_DRAW, PROVEN_LOSS, PROVEN_WIN, ROOT, UNEXPANDED, UNPROVEN,
@@ -111,7 +111,8 @@ STATE_NAMES = {IDLE: "idle", SEARCHING: "searching", READY: "ready", FINISHED: "
 PROOF_NAMES = {PROVEN_WIN: "win", PROVEN_DRAW: "draw", PROVEN_LOSS: "loss"}
 ALGORITHMS = {"puct": PUCT, "gumbel": GUMBEL}  # mcts_ext.params.ALGORITHMS' names to the C enum
 Q_NORMALISATIONS = {"tree": Q_TREE, "node": Q_NODE}
-FPU_MODES = {"reduction": FPU_REDUCTION, "absolute": FPU_ABSOLUTE, "action_value": FPU_ACTION_VALUE}
+FPU_MODES = {"reduction": FPU_REDUCTION, "absolute": FPU_ABSOLUTE, "action_value": FPU_ACTION_VALUE,
+             "action_value_reduction": FPU_ACTION_VALUE_REDUCTION}
 GUMBEL_UNVISITED = {"mixed": UNVISITED_MIXED, "action_value": UNVISITED_ACTION_VALUE}
 _TERMINATION_NAMES = dict(TERMINATIONS)
 _TERMINATION_NAMES[RESIGNATION] = "resignation"
@@ -681,7 +682,8 @@ cdef class MultiGameSearch:
     network's win probability p in [0, 1] of each legal move for the
     leaf's side to move. A search reads them only when a setting asks
     (``reads_action_values``): PUCT with fpu_mode="action_value" values an
-    unvisited child at 2p - 1 instead of the first-play reduction; Gumbel
+    unvisited child at 2p - 1 instead of the first-play reduction (with
+    "action_value_reduction", 2p - 1 less the reduction); Gumbel
     with gumbel_unvisited="action_value" completes an unvisited move's Q
     with 2p - 1 instead of the mixed value (root selection and the improved
     policy). Where a batch brought none, both fall back to the default.
@@ -744,7 +746,8 @@ cdef class MultiGameSearch:
         self.games_started = 0
         self.total_simulations = 0
         self.total_collisions = 0
-        self.reads_action_values = ((o.algorithm == PUCT and o.puct.fpu_mode == FPU_ACTION_VALUE)
+        self.reads_action_values = ((o.algorithm == PUCT and (o.puct.fpu_mode == FPU_ACTION_VALUE
+                                                             or o.puct.fpu_mode == FPU_ACTION_VALUE_REDUCTION))
                                     or (o.algorithm == GUMBEL and o.gumbel.unvisited == UNVISITED_ACTION_VALUE))
         self.max_batch = games * o.leaves_per_game
         self.slots = <Slot*>malloc(games * sizeof(Slot))

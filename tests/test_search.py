@@ -610,6 +610,33 @@ def test_puct_with_fpu_action_value_visits_first_the_unvisited_child_the_head_va
     assert _visited(analyse(Board(), network(head), 1)) == [first]
 
 
+def test_fpu_action_value_reduction_lowers_the_heads_value_by_the_reduction():
+    # e2e4 and d2d4 share the prior (the rest is far below, and valued as losses by the head). The head calls
+    # e2e4 good (Q 0.8) and d2d4 poor (Q -0.5); every leaf's side to move sees +0.6, so once e2e4 is visited
+    # its Q is -0.6. The second simulation then weighs d2d4's head value against e2e4's visit: unreduced, the
+    # head's -0.5 beats the visit's -0.6 and d2d4 is tried; less the reduction (fpu_value 1 times the square
+    # root of e2e4's half of the prior), it does not, and e2e4 is deepened.
+    board = chess.Board()
+    logits = _head_row(board, {"e2e4": 5.0, "d2d4": 5.0}, default=-10.0)
+    head = _head_row(board, {"e2e4": 0.9, "d2d4": 0.25}, default=0.0)
+
+    def evaluate(planes: np.ndarray, scalars: np.ndarray) -> tuple[np.ndarray, ...]:
+        rows = len(planes)
+        return np.tile(logits, (rows, 1)), np.full(rows, 0.6, np.float32), np.tile(head, (rows, 1))
+
+    def visits(fpu_mode: str, fpu_value: float) -> dict[str, int]:
+        searched = analyse(Board(), evaluate, 2, fpu_mode=fpu_mode, fpu_value=fpu_value)
+        assert searched.reads_action_values == (fpu_mode != "reduction")
+        return {uci: n for uci, _, n, _, _ in searched.root_stats(0) if n}
+
+    assert visits("action_value", 1.0) == {"e2e4": 1, "d2d4": 1}
+    assert visits("action_value_reduction", 0.0) == {"e2e4": 1, "d2d4": 1}  # no reduction: the head's values
+    assert visits("action_value_reduction", 1.0) == {"e2e4": 2}
+    # The plain reduction starts from the root's own value (+0.6 for White, less the same reduction) and
+    # tries d2d4: the mode above lowers the head's value of each move, not the parent's.
+    assert visits("reduction", 1.0) == {"e2e4": 1, "d2d4": 1}
+
+
 def test_fpu_action_value_falls_back_to_the_reduction_where_a_batch_brought_no_values():
     queen = Board("4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1")
     for leaves in (1, 4):
