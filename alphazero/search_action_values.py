@@ -2,16 +2,17 @@
 
 A search whose settings read the action-value head's values
 (MultiGameSearch.reads_action_values: PUCT with search.fpu_mode =
-"action_value" or "action_value_reduction", Gumbel with search.gumbel_unvisited = "action_value") gets
-them from a network with the head (Evaluator.has_action_values): its legal
-evaluator is called with ``action_values=True`` and the third array reaches
-backup_legal (mcts_ext.driver.run forwards it). A search that does not read
-them never asks, so the passes cost what they did. Where the settings read
-them and the network lacks the head, one line says so and the search goes
-on without them: an unvisited move then gets the search's usual value (PUCT's
-first-play reduction, Gumbel's mixed value; mcts_ext.search). Self-play
-(selfplay.worker), the search players (eval.network_agents) and the UCI
-engine (eval.uci) decide here.
+"action_value" or "action_value_reduction", Gumbel with
+search.gumbel_unvisited = "action_value") gets them from a network with the
+head (Evaluator.has_action_values): its legal evaluator is called with
+``action_values=True`` and the third array reaches backup_legal
+(mcts_ext.driver.run forwards it). A search that does not read them never
+asks, so the passes cost what they did. Where the settings read them and the
+network lacks the head, one line says so and the search goes on without them:
+an unvisited move then gets the search's usual value (PUCT's first-play
+reduction, Gumbel's mixed value; mcts_ext.search). Self-play
+(selfplay.worker), the search players (eval.network_agents) and the UCI engine
+(eval.uci) decide here.
 
 Example::
 

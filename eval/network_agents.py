@@ -16,7 +16,7 @@ Five kinds, in the player registry (eval.agents.players(), which loads network_p
   `algorithm=puct|gumbel` picks one. One MultiGameSearch slot per game, so
   each step sends the leaves of all the games through the network together.
   Where the run's search settings read the action-value head's values
-  (search.fpu_mode or search.gumbel_unvisited = 'action_value') the search
+  (MultiGameSearch.reads_action_values: mcts_ext.params' FPU_MODES) the search
   gets them from a network with the head; without one, a warning says so once
   and the search goes on with its usual value for unvisited moves.
   `fpu=` and `unvisited=` replace those two settings for this player (a

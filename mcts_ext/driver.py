@@ -15,7 +15,7 @@ Either may return a third array, the action-value head's win probability of
 each move for the side to move ([B, 4672] like the logits, or [B, W'] in
 legal_indices' order for a legal evaluator): the search backs it up beside
 them (MultiGameSearch.backup's action_values) and reads it where a setting
-asks (fpu_mode or gumbel_unvisited "action_value").
+asks (MultiGameSearch.reads_action_values).
 """
 
 from __future__ import annotations
