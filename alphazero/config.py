@@ -304,7 +304,7 @@ class LearnerConfig(_Section):
         "validation_positions": 1, "validate_every": 0, "beta2": 0.0, "epsilon": 0.0, "warmup_steps": 0,
         "soft_policy_loss_weight": 0.0, "soft_policy_temperature": 1.0, "q_loss_weight": 0.0,
         "start_anchor_weight": 0.0, "mix_share": 0.0, "mix_decay_steps": 0, "clip_grad_norm": 0.0,
-        "action_value_loss_weight": 0.0,
+        "action_value_loss_weight": 0.0, "action_value_rank_weight": 0.0, "action_value_rank_temperature": 1e-3,
     }
 
     batch_size: int = _field(4096, "positions per training step")
@@ -338,6 +338,12 @@ class LearnerConfig(_Section):
     mix_decay_steps: int = _field(0, "steps over which mix_share falls linearly to 0; 0 = it stays")
     action_value_loss_weight: float = _field(1.0, "weight of the action-value head's loss (network.action_value_head) "
                                                   "on the moves whose shards give Stockfish's win probability")
+    action_value_rank_weight: float = _field(0.0, "weight of a listwise loss on the action-value head's ranking: "
+                                                  "per position, the cross-entropy of softmax(head's win "
+                                                  "probabilities / T) against softmax(targets / T), T = "
+                                                  "action_value_rank_temperature; 0 = off (the pointwise loss alone)")
+    action_value_rank_temperature: float = _field(0.05, "temperature T of action_value_rank_weight's softmaxes, on "
+                                                        "win probabilities (pretrain.temperature's scale)")
     start_anchor_weight: float = _field(0.0, "weight of a loss pulling the net towards the run's start (its step-0 "
                                              "network): KL(start's policy || policy) over the legal moves plus the "
                                              "squared value difference; 0 = off")

@@ -61,9 +61,10 @@ harder than its knowledge (``loss/anchor``).
 has the losses): the mean over the moves with a win probability (Batch.wins:
 Stockfish's, or self-play's search values where its network has the head; NaN
 elsewhere), weighted by
-``action_value_loss_weight`` (``loss/action_value``, 0 without targets). They
-are picked on the host (learner.batch_device): NaN never reaches the device,
-no other move is scored.
+``action_value_loss_weight`` (``loss/action_value``, 0 without targets),
+plus ``action_value_rank_weight`` x a listwise loss on each position's
+ranking of those moves (in the total alone). They are picked on the host
+(learner.batch_device): NaN never reaches the device, no other move is scored.
 Validation adds ``action_value_loss`` and ``action_value_mae`` (|predicted -
 Stockfish's| win probability, comparable across the two forms).
 
@@ -105,6 +106,7 @@ from alphazero.nn.action_values import (
     action_features,
     action_value_head,
     action_value_loss,
+    action_value_rank_loss,
     action_value_sums,
     features_only,
 )
@@ -499,9 +501,13 @@ class Trainer:
         """Adds action_value_loss_weight x the action-value loss (none without the head or targets)."""
         if self.action_value_head is None or tensors.action_values is None:
             return stats
-        loss, _ = action_value_loss(self.action_value_head, action_features(out), *tensors.action_values)
-        return replace(stats, total=stats.total + self.config.action_value_loss_weight * loss,
-                       action_value=loss.detach())
+        head, features, config = self.action_value_head, action_features(out), self.config
+        loss, _ = action_value_loss(head, features, *tensors.action_values)
+        total = stats.total + config.action_value_loss_weight * loss
+        if config.action_value_rank_weight > 0:
+            total = total + config.action_value_rank_weight * action_value_rank_loss(
+                head, features, *tensors.action_values, temperature=config.action_value_rank_temperature)
+        return replace(stats, total=total, action_value=loss.detach())
 
     def _add_anchor_loss(self, stats: StepStats, out: NetOutput, tensors: DeviceBatch) -> StepStats:
         """Adds start_anchor_weight x anchor_loss against the start network's outputs on the batch."""

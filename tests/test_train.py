@@ -30,6 +30,8 @@ def test_train_writes_games_checkpoints_and_curves_then_resumes(tmp_path, capsys
     assert "train: training is finished: step 12 reached learner.training_steps" in out
     assert "train: no checkpoint yet: the learner starts at step 0" in out and "learner at step" in out
     assert "learner at step" in out and "train: resign" in out
+    # Issue 68: a run whose network has no action-value head says that self-play teaches none, and how to add it.
+    assert "train: the network has no action-value head, so self-play keeps no move values" in out
     # How soon the run learned, from the launch: its first game, learner step and checkpoint after that step.
     first_game, first_step, first_saved, saved_step = map(int, re.search(
         r"train: from the start: first game (\d+) s, first learner step (\d+) s, first checkpoint after it "
@@ -84,7 +86,7 @@ def test_at_learning_rate_zero_self_play_and_learning_leave_every_parameter_bit_
 
 
 @pytest.mark.slow
-def test_a_run_from_weights_without_the_head_learns_one_from_its_own_games(tmp_path):
+def test_a_run_from_weights_without_the_head_learns_one_from_its_own_games(tmp_path, capsys):
     """`train --init FILE --set network.action_value_head=logit` on weights without the head (the built-in
     network's case, issue 68): the head starts fresh, self-play writes the search's values of the moves it
     visited into the shards, and the learner trains the head on them (loss/action_value)."""
@@ -102,6 +104,8 @@ def test_a_run_from_weights_without_the_head_learns_one_from_its_own_games(tmp_p
     run = RunDir(tmp_path / "run")
     assert cli.main(["train", "--run", str(run.root), "--init", str(tmp_path / "start.pt"), "--minutes", "3",
                      "--actors", "1", "--quiet", *overrides]) == 0
+    assert "train: the action-value head learns the search's value of every move self-play visits" in \
+        capsys.readouterr().out
     shards = list_shards(run.selfplay)
     assert shards and all(read_shard(path).policy_wins is not None for path in shards)
     final = latest_checkpoint(run)

@@ -59,6 +59,11 @@ Its forms (``network.action_value_head``):
 Labels outside [0, 1] are clipped into it; moves without one (NaN) are never
 computed (``action_value_targets`` picks the others on the host).
 
+Beside either form's loss on each move, ``learner.action_value_rank_weight``
+adds a listwise one on each position's ranking of its moves
+(``action_value_rank_loss``): the policy's kind of target, on the head's
+win probabilities.
+
 Example::
 
     out = model(planes, scalars)                     # NetOutput: action_values [N, 4672] in [0, 1]
@@ -80,8 +85,9 @@ from alphazero.nn.move_map import NO_PIECE, SQUARES, UNDER_PROMOTION_PIECES, mov
 
 __all__ = [
     "ACTION_VALUE_PREFIX", "HL_GAUSS_SIGMA", "ActionValueHead", "action_features", "action_value_head",
-    "action_value_loss", "action_value_sums", "action_value_targets", "bin_centres", "features_only",
-    "has_action_values", "hl_gauss_target", "start_level_from_value", "with_action_values",
+    "action_value_loss", "action_value_rank_loss", "action_value_sums", "action_value_targets", "bin_centres",
+    "features_only", "has_action_values", "hl_gauss_target", "segment_log_softmax", "start_level_from_value",
+    "with_action_values",
 ]
 
 ACTION_VALUE_PREFIX = "action_value"
@@ -268,6 +274,49 @@ def action_value_loss(head: ActionValueHead, features: torch.Tensor, rows: torch
         return zero, zero
     loss, predicted = head.loss(features, rows, moves, labels)
     return loss.mean(), (predicted - labels.float().clamp(0.0, 1.0)).abs().mean()
+
+
+def action_value_rank_loss(head: ActionValueHead, features: torch.Tensor, rows: torch.Tensor, moves: torch.Tensor,
+                           labels: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Gets the listwise loss on the head's ranking of each position's moves with a target (0-dim float32).
+
+    ListNet's top-one loss (Cao et al., 2007) on win probabilities: for
+    each of the N positions of ``features``, the cross-entropy of
+    softmax(head's values / T) over its moves with a target against
+    softmax(labels / T), the shape of the policy's target
+    (learner.label_targets), averaged over the positions with two such
+    moves or more (one move has nothing to rank; none gives 0). The
+    pointwise loss weighs each move's level alone; this one the differences
+    between a position's moves, the best ones most (EXPERIMENTS.md,
+    "Issue 68: a listwise loss on the head's ranking").
+    """
+    if rows.numel() == 0:
+        return torch.zeros((), device=features.device)
+    positions = features.shape[0]
+    predicted = head.values(features, rows, moves) / temperature
+    target = segment_log_softmax(labels.float().clamp(0.0, 1.0) / temperature, rows, positions).exp()
+    per_move = -target * segment_log_softmax(predicted, rows, positions)
+    per_position = torch.zeros(positions, device=features.device).index_add(0, rows, per_move)
+    counts = torch.zeros(positions, device=features.device).index_add(0, rows, torch.ones_like(per_move))
+    ranked = (counts >= 2).float()
+    return (per_position * ranked).sum() / ranked.sum().clamp(min=1.0)
+
+
+def segment_log_softmax(scores: torch.Tensor, rows: torch.Tensor, positions: int) -> torch.Tensor:
+    """Gets each score's log-softmax among the scores of its own row (float32 [M] from scores [M] and rows
+    int64 [M] in [0, positions)).
+
+    >>> rows = torch.tensor([0, 0, 1])
+    >>> [round(x, 4) for x in segment_log_softmax(torch.tensor([0.0, 0.0, 5.0]), rows, 2).tolist()]
+    [-0.6931, -0.6931, 0.0]
+    """
+    scores = scores.float()
+    # Each row's largest score, a constant of its softmax (no gradient needed), keeps exp() finite.
+    top = torch.full((positions,), -torch.inf, device=scores.device).scatter_reduce(
+        0, rows, scores.detach(), reduce="amax", include_self=True)
+    shifted = scores - top[rows]
+    sums = torch.zeros(positions, device=scores.device).index_add(0, rows, shifted.exp())
+    return shifted - sums.log()[rows]
 
 
 def action_value_sums(head: ActionValueHead, features: torch.Tensor, rows: torch.Tensor, moves: torch.Tensor,
