@@ -29,11 +29,14 @@ from tests.helpers import add_shard
 
 BOUND_S = 120.0  # only stops a hang: each wait ends on its condition long before
 THREAD = "learner-batches"
+# float32 pinned: 'auto' times a step each way on a CPU with bf16 and may choose differently for a learner
+# and its resumed copy, whose weights the tests compare.
 CONFIG = ["network.blocks=1", "network.filters=16", "network.policy_filters=16", "network.value_filters=2",
           "network.value_hidden=16", "learner.batch_size=32", "learner.min_window_positions=50",
           "learner.window_positions=1000", "learner.max_sample_reuse=0", "learner.checkpoint_every=5",
           "learner.log_every=2", "learner.keep_checkpoints=20", "learner.learning_rates=[0.1]",
-          "learner.lr_boundaries=[]", "learner.scale_lr=false", "learner.device=cpu", "learner.validation_share=0"]
+          "learner.lr_boundaries=[]", "learner.scale_lr=false", "learner.device=cpu", "learner.validation_share=0",
+          "learner.cpu_precision=float32"]
 
 
 @pytest.fixture(autouse=True)
