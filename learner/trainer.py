@@ -498,7 +498,8 @@ class Trainer:
         return replace(stats, total=total, soft_policy=soft.detach(), q=q.detach())
 
     def _add_action_value_loss(self, stats: StepStats, out: NetOutput, tensors: DeviceBatch) -> StepStats:
-        """Adds action_value_loss_weight x the action-value loss (none without the head or targets)."""
+        """Adds action_value_loss_weight x the action-value loss, and action_value_rank_weight x the listwise one
+        on the head's ranking (none without the head or targets)."""
         if self.action_value_head is None or tensors.action_values is None:
             return stats
         head, features, config = self.action_value_head, action_features(out), self.config

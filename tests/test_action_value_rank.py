@@ -110,6 +110,22 @@ def test_the_rank_weight_trains_the_heads_ranking_beside_its_values() -> None:
     assert ends[1.0] < 0.8 * ends[0.0], ends
 
 
+def test_positions_without_values_leave_the_rank_losss_gradient_finite() -> None:
+    """Positions of the batch without a win probability (a game's, self-play's unvisited) rank nothing, and
+    their empty softmaxes give no NaN to any gradient."""
+    batch = _labelled()
+    values = batch.action_values.copy()
+    values[5:9] = np.nan
+    learner = LearnerConfig(batch_size=16, optimizer="adam", learning_rates=(1e-2,), lr_boundaries=(), scale_lr=False,
+                            weight_decay=0.0, cpu_precision="float32", freeze_batch_norm=True,
+                            action_value_rank_weight=1.0)
+    torch.manual_seed(0)
+    trainer = Trainer(build_network(POLICY_SHAPED), learner, torch.device("cpu"), precision="float32")
+    assert np.isfinite(float(trainer.step(batch.with_action_values(values), 0).total))
+    assert all(p.grad is None or bool(torch.isfinite(p.grad).all()) for p in trainer.model.parameters())
+    assert all(bool(torch.isfinite(p).all()) for p in trainer.model.parameters())
+
+
 def test_the_rank_settings_are_checked() -> None:
     config = apply_overrides(get_preset("tiny"), ["learner.action_value_rank_weight=0.5"])
     assert config.learner.action_value_rank_weight == 0.5 and config.learner.action_value_rank_temperature == 0.05
