@@ -208,7 +208,8 @@ class SelfPlayConfig(_Section):
     MINIMUM: ClassVar[dict[str, float]] = {"actors": 0, "games_per_actor": 1, "shard_games": 1, "sink_window": 1,
                                            "server_batch_size": 0, "server_wait_ms": 0.0,
                                            "weights_poll_seconds": 0.0, "max_games": 0, "shard_seconds": 0.0,
-                                           "gpu_games_per_actor": 0, "gpu_actors": 0, "parity_share": 0.0,
+                                           "gpu_games_per_actor": 0, "gpu_leaves_per_game": 0, "gpu_actors": 0,
+                                           "parity_share": 0.0,
                                            "parity_atol": 0.0, "parity_rtol": 0.0}
 
     actors: int = _field(0, "self-play actors; 0 = one per CPU core")
@@ -240,6 +241,10 @@ class SelfPlayConfig(_Section):
     max_games: int = _field(0, "stop after this many games in all; 0 = until stopped")
     # With GPUs (--gpus) a batch must be far larger than a CPU core wants; these take over there.
     gpu_games_per_actor: int = _field(0, "games_per_actor when self-play has GPUs (--gpus > 0); 0 = games_per_actor")
+    # Four leaves a game make a GPU's batch from a quarter of the games, so each game moves four times as often
+    # (EXPERIMENTS.md, "Issue 70: the first network trained on a GPU, one H200").
+    gpu_leaves_per_game: int = _field(0, "search.leaves_per_game when self-play has GPUs and searches with PUCT "
+                                         "(Gumbel self-play needs 1); 0 = search.leaves_per_game")
     gpu_actors: int = _field(0, "actors when self-play has GPUs and --actors is not given; "
                                 "0 = one per CPU core but one (the driver's)")
     overlap: str = _field("auto", "two batches in flight per actor (each half of its games searched while the "

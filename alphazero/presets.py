@@ -76,10 +76,11 @@ def _small() -> Config:
         # PUCT: Gumbel's advantage was measured at 16 simulations (see _tiny); at 200 and 800 the two are
         # unmeasured here, and the paper found them close at high budgets.
         search=SearchConfig(simulations=200),
-        # gpu_games_per_actor: a CUDA graph of this net runs fastest at batch 1024, and with overlap an
-        # actor's games make two batches, so 2048 games keep each at 1024 (EXPERIMENTS.md, "GPU: one H100"
-        # and "Issue 37: the GPU path on a GPU").
-        selfplay=SelfPlayConfig(games_per_actor=64, shard_games=32, gpu_games_per_actor=2048),
+        # On a GPU: the knee of games in flight, the fewest within 90% of the best evaluations/s (issue 48's
+        # rule): 512 games with 4 leaves each make lanes of 1024 as 2048 games with one did, each game moving
+        # every 2.4 s instead of 7.6 (EXPERIMENTS.md, "Issue 70: the first network trained on a GPU, one H200").
+        selfplay=SelfPlayConfig(games_per_actor=64, shard_games=32, gpu_games_per_actor=512,
+                                gpu_leaves_per_game=4),
         # The window starts with what the first games bring (two batches) and grows as a power law of the
         # positions seen, as KataGo's shuffler does (LearnerConfig.window_size).
         learner=LearnerConfig(batch_size=1024, lr_boundaries=(40_000, 120_000, 200_000), training_steps=280_000,

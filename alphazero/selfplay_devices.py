@@ -46,7 +46,8 @@ def selfplay_device(setting: str, gpus: float) -> str:
 
 def for_gpus(config: Config, gpus: float) -> Config:
     """Gets the config self-play runs with on ``gpus`` GPUs: selfplay.device resolved (selfplay_device) and, with
-    GPUs, selfplay.gpu_games_per_actor (when set) as selfplay.games_per_actor.
+    GPUs, selfplay.gpu_games_per_actor (when set) as selfplay.games_per_actor and selfplay.gpu_leaves_per_game
+    (when set, for PUCT: Gumbel's Sequential Halving takes one leaf a game) as search.leaves_per_game.
 
     Raises:
         UserError: selfplay.device contradicts ``gpus`` (selfplay_device).
@@ -54,4 +55,7 @@ def for_gpus(config: Config, gpus: float) -> Config:
     selfplay = dataclasses.replace(config.selfplay, device=selfplay_device(config.selfplay.device, gpus))
     if gpus > 0 and selfplay.gpu_games_per_actor > 0:
         selfplay = dataclasses.replace(selfplay, games_per_actor=selfplay.gpu_games_per_actor)
-    return dataclasses.replace(config, selfplay=selfplay)
+    search = config.search
+    if gpus > 0 and selfplay.gpu_leaves_per_game > 0 and search.algorithm == "puct":
+        search = dataclasses.replace(search, leaves_per_game=selfplay.gpu_leaves_per_game)
+    return dataclasses.replace(config, selfplay=selfplay, search=search)
