@@ -63,6 +63,7 @@ from eval.elo import Ratings, Summary, fit_ratings, match_summary
 from eval.eval_settings import QUICK_PLY_LIMIT, QUICK_SIMULATIONS, SETTINGS_FILE
 from eval.evaluate import stockfish_name
 from eval.match import match_id_of, play_match
+from eval.match_records import read_game_records
 from eval.openings import load_openings
 
 CURVE_SIMULATIONS = QUICK_SIMULATIONS  # the quick evaluation's settings, so that its games join the fit
@@ -208,22 +209,6 @@ def pairings(chosen: Sequence[Checkpoint], settings: CurveSettings) -> list[Pair
     return pairs
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    records = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut by a crash: the game is played again
-        if isinstance(record, dict) and {"agent_a", "agent_b", "score_a"} <= record.keys():
-            records.append(record)
-    return records
-
-
 def _eval_games(run: RunDir, settings: CurveSettings) -> list[tuple[str, str, float]]:
     """Gets the periodic evaluation's games that fit the curve: its search agent's games against the
     start's, random and Stockfish levels, from folders played with the curve's settings."""
@@ -241,7 +226,7 @@ def _eval_games(run: RunDir, settings: CurveSettings) -> list[tuple[str, str, fl
                  f"start:{search}": checkpoint_name_of(0, settings.simulations), RANDOM: RANDOM}
         names.update({stockfish_name(elo): stockfish_name(elo) for elo in settings.stockfish_elos})
         for path in sorted(folder.glob("*.jsonl")):
-            for record in _read_jsonl(path):
+            for record in read_game_records(path):
                 a, b = names.get(record["agent_a"]), names.get(record["agent_b"])
                 if a is not None and b is not None and a != b:
                     games.append((a, b, float(record["score_a"])))
@@ -253,7 +238,7 @@ def curve_games(run: RunDir, settings: CurveSettings) -> list[tuple[str, str, fl
     games = []
     folder = run.root / "curve" / "games"
     for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
-        games += [(r["agent_a"], r["agent_b"], float(r["score_a"])) for r in _read_jsonl(path)]
+        games += [(r["agent_a"], r["agent_b"], float(r["score_a"])) for r in read_game_records(path)]
     return games + _eval_games(run, settings)
 
 

@@ -125,6 +125,24 @@ def jsonl_text(records: Sequence[GameRecord]) -> str:
     return "".join(json.dumps(r.to_json()) + "\n" for r in records)
 
 
+def read_game_records(path: Path) -> list[dict[str, Any]]:
+    """The games of a match's JSONL file (``agent_a``, ``agent_b``, ``score_a`` and the rest), [] without the file;
+    a line cut by a crash is left out (its game is played again)."""
+    records = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and {"agent_a", "agent_b", "score_a"} <= record.keys():
+            records.append(record)
+    return records
+
+
 def append_text(path: Path, text: str) -> None:
     """Adds ``text`` (whole games or lines) at the end of the file ``path`` in one write, synced to the disk.
 

@@ -122,6 +122,15 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_lazy("alphazero.app.train", "run"))
 
 
+def _add_compare(sub: argparse._SubParsersAction) -> None:
+    from alphazero.app.compare import add_arguments
+
+    p = sub.add_parser("compare", help="self-play settings compared from zero at equal wall-clock: each arm's "
+                                       "`train`, one after the other, then matches and a summary (resumable)")
+    add_arguments(p)
+    p.set_defaults(func=_lazy("alphazero.app.compare", "run"))
+
+
 def _puzzle_yardstick() -> Path:
     """The shipped puzzle yardstick (eval/data), found without importing eval: labelling leaves its puzzles out."""
     spec = importlib.util.find_spec("eval")
@@ -178,7 +187,8 @@ def _add_eval_commands(sub: argparse._SubParsersAction) -> None:
 
 
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
-    _add_train, _add_selfplay, _add_learn, _add_pretrain, _add_eval_commands, _add_perft, _add_bench, _add_doctor,
+    _add_train, _add_selfplay, _add_learn, _add_pretrain, _add_compare, _add_eval_commands, _add_perft, _add_bench,
+    _add_doctor,
 ]
 
 
