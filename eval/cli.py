@@ -435,6 +435,10 @@ def add_curve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ply-limit", type=int, default=200, help="plies after which a game is drawn (default 200)")
     add_concurrency_option(parser, "games of a pairing played at once")
     parser.add_argument("--no-play", action="store_true", help="fit and draw the games on disk, play none")
+    parser.add_argument("--beside", action="append", default=[], metavar="RUN",
+                        help="also draw RUN/curve/beside.png: this run's curve and each RUN's (from its "
+                             "curve/curve.json) side by side on one Elo axis, each against its own minutes or "
+                             "hours (runs on different machines, anchored at the same Stockfish levels)")
     parser.add_argument("--openings", default=None, metavar="FILE",
                         help="opening book (EPD or PGN) for the curve's games (default: the suite); each pairing "
                              "plays it in order, going on where its last games ended")

@@ -59,6 +59,7 @@ from alphazero.store.checkpoint import checkpoint_name, checkpoint_steps, read_p
 from alphazero.store.rundir import RunDir, atomic_write_text, check_writable_directory
 from alphazero.store.sources import Network, NetworkSource, load_network
 from eval.agents import Agent, RandomAgent, StockfishAgent
+from eval.curve_picture import CURVE_JSON, Panel, draw_curve, draw_panels, fixed_lines, read_panel
 from eval.elo import Ratings, Summary, fit_ratings, match_summary
 from eval.eval_settings import QUICK_PLY_LIMIT, QUICK_SIMULATIONS, SETTINGS_FILE
 from eval.evaluate import stockfish_name
@@ -441,43 +442,6 @@ def curve_title(run: RunDir, simulations: int) -> str:
     return f"{name}: Elo of search:{simulations} over the run"
 
 
-def draw_curve(path: Path, points: Sequence[CurvePoint], ratings: Ratings, anchors: dict[str, float],
-               title: str) -> None:
-    """Draws Elo against the run's hours, 95% intervals as error bars, the anchors and random as lines.
-
-    The title is drawn above the axes and kept in the PNG's ``Title`` text, where a program reads it.
-    """
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")  # no screen: render to a file
-    from matplotlib import pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(7, 4.5))
-    try:
-        hours = [point.hours for point in points]
-        elos = [point.elo for point in points]
-        errors = [[point.elo - point.low for point in points], [point.high - point.elo for point in points]]
-        axes.errorbar(hours, elos, yerr=errors, marker="o", capsize=3, label="the run's search")
-        for name, rating in ratings.items():
-            if (name in anchors and not name.startswith("step")) or name == RANDOM:
-                axes.axhline(rating.elo, linestyle="--", linewidth=0.8, color="grey")
-                axes.annotate(name, (0, rating.elo), textcoords="offset points", xytext=(2, 3), fontsize=8,
-                              color="grey")
-        axes.set_xlabel("hours of the run")
-        axes.set_ylabel("Elo" + (" (the start = 0)" if all(n.startswith("step") for n in anchors) else ""))
-        axes.set_title(title, fontsize=10)
-        axes.grid(alpha=0.3)
-        buffer = io.BytesIO()
-        figure.savefig(buffer, format="png", dpi=120, bbox_inches="tight", metadata={"Title": title})
-    finally:
-        plt.close(figure)
-    from alphazero.store.rundir import atomic_write_bytes
-
-    atomic_write_bytes(path, buffer.getvalue())
-
-
 def write_curve_tensorboard(run: RunDir, points: Sequence[CurvePoint]) -> None:
     """Writes curve/elo (and _low, _high) at each point's step, its wall time the run's seconds."""
     from torch.utils.tensorboard import SummaryWriter
@@ -511,6 +475,9 @@ def run_curve_command(args: argparse.Namespace) -> None:
     from alphazero.chess.stockfish import find_stockfish
 
     run, config = RunDir.open(args.run, [])
+    for other in args.beside:
+        if not (Path(other) / CURVE_JSON).is_file():
+            raise UserError(f"--beside {other}: no {CURVE_JSON} there; run `alphazero curve --run {other}` first")
     elos = _number_list(args.stockfish_elos, int, "--stockfish-elos")
     if elos is None:
         elos = [min(config.eval.stockfish_elos)] if config.eval.stockfish_elos and find_stockfish() else []
@@ -531,6 +498,12 @@ def run_curve_command(args: argparse.Namespace) -> None:
         interrupted = True
         print("curve: interrupted; the finished games are kept, and a rerun plays the rest", file=sys.stderr)
     report_curve(run, chosen, settings, Console())
+    if args.beside:
+        # Each panel from its run's curve.json, this one's just written: one reader for all.
+        panels = [read_panel(root, CurvePoint, RANDOM) for root in (run.root, *map(Path, args.beside))]
+        path = run.root / "curve" / "beside.png"
+        draw_panels(path, panels)
+        print(f"curve: {path} draws {', '.join(panel.title for panel in panels)} side by side")
     if interrupted:
         raise KeyboardInterrupt
 
@@ -544,7 +517,8 @@ def report_curve(run: RunDir, chosen: Sequence[Checkpoint], settings: CurveSetti
     folder = run.root / "curve"
     check_writable_directory(folder, "the curve")
     write_curve_json(folder / "curve.json", points, ratings, anchors, settings)
-    draw_curve(folder / "curve.png", points, ratings, anchors, title)
+    relative = all(name.startswith("step") for name in anchors)
+    draw_curve(folder / "curve.png", Panel(title, points, fixed_lines(ratings, anchors, RANDOM)), relative=relative)
     try:
         write_curve_tensorboard(run, points)
     except OSError as error:

@@ -106,6 +106,23 @@ def test_the_curve_plays_fits_draws_and_reuses_its_games(tmp_path: Path, capsys)
     assert {event.step for event in events.Scalars("curve/elo")} == {0, 20}
 
 
+def test_beside_draws_runs_side_by_side_from_their_curves_and_refuses_a_run_without_one(tmp_path: Path,
+                                                                                         capsys) -> None:
+    # Issue 70: a GPU sprint's minutes beside a CPU run's hours, one Elo axis.
+    cpu, sprint = _run_with_checkpoints(tmp_path / "cpu3h"), _run_with_checkpoints(tmp_path / "sprint", (0.0, 0.1))
+    assert main(["curve", "--run", str(sprint.root), *FAST, "--beside", str(cpu.root)]) == 2
+    assert "no curve/curve.json" in capsys.readouterr().err
+    assert not (sprint.root / "curve").exists()  # refused before any game
+    assert main(["curve", "--run", str(cpu.root), *FAST]) == 0
+    assert main(["curve", "--run", str(sprint.root), *FAST, "--beside", str(cpu.root)]) == 0
+    assert "sprint: search:2, cpu3h: search:2 side by side" in capsys.readouterr().out
+    from PIL import Image
+
+    with Image.open(sprint.root / "curve" / "beside.png") as picture:
+        assert picture.info["Title"] == "sprint: search:2 | cpu3h: search:2"
+        assert picture.width > picture.height  # two panels in a row
+
+
 def test_the_periodic_evaluations_games_join_when_played_alike(tmp_path: Path) -> None:
     run = _run_with_checkpoints(tmp_path / "run")
     settings = CurveSettings(games=2, simulations=64, ply_limit=200)

@@ -1,0 +1,98 @@
+"""The curve's pictures: one run's Elo over its time (``RUN/curve/curve.png``), and several runs side by side
+on one Elo scale (``curve --beside``), each from the points its ``curve.json`` holds."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from alphazero.errors import UserError
+from alphazero.store.rundir import atomic_write_bytes
+
+CURVE_JSON = Path("curve") / "curve.json"
+MINUTES_BELOW_HOURS = 1.5
+"""A run shorter than this many hours is drawn against its minutes."""
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One run's curve as drawn: its title, its points (CurvePoint) and the fixed players' lines (name -> Elo)."""
+
+    title: str
+    points: Sequence[Any]
+    lines: dict[str, float]
+
+
+def fixed_lines(ratings: dict[str, Any], anchors: dict[str, float], random_name: str) -> dict[str, float]:
+    """The horizontal lines of a curve: its anchors (Stockfish levels) and random, at their fitted Elo."""
+    return {name: rating.elo for name, rating in ratings.items()
+            if (name in anchors and not name.startswith("step")) or name == random_name}
+
+
+def draw_curve(path: Path, panel: Panel, *, relative: bool) -> None:
+    """Draws Elo against the run's hours, 95% intervals as error bars, the anchors and random as lines
+    (``relative``: no anchor, the start is 0). The title is kept in the PNG's ``Title`` text too."""
+    draw_panels(path, [panel], ylabel="Elo" + (" (the start = 0)" if relative else ""), width=7.0)
+
+
+def draw_panels(path: Path, panels: Sequence[Panel], *, ylabel: str = "Elo", width: float | None = None) -> None:
+    """Draws the panels side by side on one Elo axis (shared: the same anchors line up across them)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no screen: render to a file
+    from matplotlib import pyplot as plt
+
+    figure, axes_row = plt.subplots(1, len(panels), figsize=(width or 5.0 * len(panels), 4.5), sharey=True,
+                                    squeeze=False)
+    try:
+        for axes, panel in zip(axes_row[0], panels):
+            _draw_panel(axes, panel)
+        axes_row[0][0].set_ylabel(ylabel)
+        buffer = io.BytesIO()
+        title = " | ".join(panel.title for panel in panels)
+        figure.savefig(buffer, format="png", dpi=120, bbox_inches="tight", metadata={"Title": title})
+    finally:
+        plt.close(figure)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def _draw_panel(axes: Any, panel: Panel) -> None:
+    longest = max((point.hours for point in panel.points), default=0.0)
+    scale, unit = (60.0, "minutes") if longest < MINUTES_BELOW_HOURS else (1.0, "hours")
+    times = [scale * point.hours for point in panel.points]
+    elos = [point.elo for point in panel.points]
+    errors = [[point.elo - point.low for point in panel.points], [point.high - point.elo for point in panel.points]]
+    axes.errorbar(times, elos, yerr=errors, marker="o", capsize=3, label="the run's search")
+    for name, elo in panel.lines.items():
+        axes.axhline(elo, linestyle="--", linewidth=0.8, color="grey")
+        axes.annotate(name, (0, elo), textcoords="offset points", xytext=(2, 3), fontsize=8, color="grey")
+    axes.set_xlabel(f"{unit} of the run")
+    axes.set_title(panel.title, fontsize=10)
+    axes.grid(alpha=0.3)
+
+
+def read_panel(run_root: Path, point_type: type, random_name: str) -> Panel:
+    """A run's panel from its ``curve/curve.json`` (written by `alphazero curve`), titled by the run's folder.
+
+    Raises:
+        UserError: the run has no curve.json, or one that cannot be read.
+    """
+    path = run_root / CURVE_JSON
+    try:
+        payload = json.loads(path.read_text())
+        names = {field.name for field in fields(point_type)}
+        points = [point_type(**{key: value for key, value in point.items() if key in names})
+                  for point in payload["points"]]
+        ratings, anchors = payload["ratings"], payload["anchors"]
+        lines = {name: float(rating["elo"]) for name, rating in ratings.items()
+                 if (name in anchors and not name.startswith("step")) or name == random_name}
+    except FileNotFoundError:
+        raise UserError(f"{path}: no curve there; run `alphazero curve --run {run_root}` first") from None
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise UserError(f"{path} cannot be read as a curve ({type(error).__name__}: {error})") from None
+    name = run_root.name or run_root.resolve().name
+    return Panel(f"{name}: search:{payload.get('settings', {}).get('simulations', '?')}", points, lines)
