@@ -16,7 +16,7 @@ C ``Options`` struct from ``SearchParams.c_options()``, so a new setting is one
 ``setting()`` here, its field in ``Options`` (mcts_ext/search.pyx) and its use
 in the search: tests/test_params.py fails when the definitions disagree.
 Here, and only here, are the rules Gumbel AlphaZero sets (no tree reuse, no
-Dirichlet noise, one leaf per game in self-play).
+Dirichlet noise, no forced playouts, one leaf per game in self-play).
 
 >>> SearchParams(algorithm="gumbel", simulations=16).algorithm
 'gumbel'
@@ -223,6 +223,12 @@ class SearchSettings:
                                           minimum=0.0, maximum=1.0, c="playout_cap_fraction")
     playout_cap_simulations: int = setting(100, "simulations of the cheap moves when playout_cap_fraction > 0",
                                            minimum=1, c="playout_cap_simulations")
+    forced_playouts: float = setting(0.0, "puct: KataGo's forced playouts k (0 = off; KataGo uses 2): at a noisy "
+                                          "root a tried move visited fewer than sqrt(k * prior * root visits) "
+                                          "times is searched first, and policy target pruning takes such visits "
+                                          "back from the training target; gumbel refuses it (its completed-Q "
+                                          "target is not a visit distribution)",
+                                     minimum=0.0, c="forced_playouts")
     gumbel_considered: int = setting(16, "gumbel: moves sampled at the root by Gumbel-Top-k (at most the legal "
                                          "ones)", minimum=1, c="gumbel.considered", analysis=True)
     gumbel_scale: float = setting(1.0, "gumbel: scale of the root's Gumbel noise (analysis searches use 0, which "
@@ -304,6 +310,10 @@ class SearchParams(SearchSettings):
         if self.add_noise:
             raise ValueError("algorithm='gumbel' takes no Dirichlet noise (its Gumbel noise explores); "
                              "leave add_noise unset or False")
+        if self.forced_playouts > 0:
+            raise ValueError(f"algorithm='gumbel' takes no forced playouts (its training target is the improved "
+                             f"policy of completed Qs, not a visit distribution, so forced visits and their "
+                             f"pruning do not apply); set forced_playouts=0, got {self.forced_playouts}")
         # Many leaves per game and call (a leaf in flight counts as a visit) serve the UCI engine and are
         # tested in analysis only; self-play keeps Sequential Halving's one leaf.
         if self.autoplay and self.leaves_per_game != 1:

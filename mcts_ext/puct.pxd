@@ -140,6 +140,84 @@ cdef inline int32_t select_edge(const Tree* tree, int32_t node, const PuctParams
     return best
 
 
+cdef inline int32_t forced_edge(const Tree* tree, int32_t node, double k, bint solver) noexcept nogil:
+    """KataGo's forced playouts (Wu 2019, section 3.1): the edge whose child is furthest below its forced
+    visits n_forced = sqrt(k * prior * the node's children's visits), among the children that have visits (or
+    simulations in flight) and fewer than that; NO_NODE when there is none, and PUCT chooses.
+
+    Only children the search has tried are forced, as KataGo forces them: an
+    untried child's n_forced is above 0 for any prior, so forcing those would
+    try every legal move. With `solver` a proven child is left to PUCT (its
+    value is exact). Ties go to the first edge.
+    """
+    cdef int32_t first = tree.first_edge[node], count = tree.edge_count[node], edge, child, best = NO_NODE
+    cdef double total = 0.0, shortfall, most = 0.0
+    for edge in range(first, first + count):
+        child = tree.child[edge]
+        if child != NO_NODE:
+            total += tree.visits[child] + tree.in_flight[child]
+    for edge in range(first, first + count):
+        child = tree.child[edge]
+        if child == NO_NODE or tree.visits[child] + tree.in_flight[child] == 0 or (
+                solver and tree.proof[child] != UNPROVEN):
+            continue
+        shortfall = sqrt(k * tree.prior[edge] * total) - (tree.visits[child] + tree.in_flight[child])
+        if shortfall > most:
+            most = shortfall
+            best = edge
+    return best
+
+
+cdef inline double settled_q(const Tree* tree, int32_t child, bint solver) noexcept nogil:
+    """The Q of a visited child once its search is over (no simulation in flight), for the player who chose
+    it: a proven child's exact value with `solver`, else the mean of its simulations."""
+    if solver and tree.proof[child] != UNPROVEN:
+        return proven_q(tree.proof[child])
+    return tree.value_sum[child] / tree.visits[child]
+
+
+cdef inline void prune_forced_visits(const Tree* tree, int32_t node, const PuctParams* params, double k,
+                                     bint solver, int* visits) noexcept nogil:
+    """KataGo's policy target pruning (Wu 2019, section 3.1): takes back from `visits` (the node's children's
+    visit counts, one per edge, as the training target would count them) the forced visits that PUCT would
+    not have given.
+
+    c* is the most visited child (ties to the higher prior, then the first
+    edge). Every other visited child c gives back one visit at a time, at most
+    n_forced(c) = sqrt(k * prior(c) * sum of `visits`) of them, while its PUCT
+    score with the visits it keeps, Q(c) + C * prior(c) / (1 + kept), stays at
+    most c*'s, Q(c*) + C * prior(c*) / (1 + N(c*)); C = (log((1 + N + c_base) /
+    c_base) + c_init) * sqrt(N) of the node's own N, unchanged. Its score grows
+    as its visits shrink, so the first visit that would lift it above c*'s
+    ends it. A child left with one visit or none is pruned to 0. Computed in
+    double after the search (no simulation in flight).
+    """
+    cdef int32_t first = tree.first_edge[node], count = tree.edge_count[node], i, best = -1, child
+    cdef int total = 0, kept
+    cdef double parent = tree.visits[node] + tree.in_flight[node], c_sqrt_n, best_score, forced, q, prior
+    for i in range(count):
+        total += visits[i]
+        if visits[i] > 0 and (best < 0 or visits[i] > visits[best] or (
+                visits[i] == visits[best] and tree.prior[first + i] > tree.prior[first + best])):
+            best = i
+    if best < 0:
+        return
+    c_sqrt_n = (log((1.0 + parent + params.c_base) / params.c_base) + params.c_init) * sqrt(parent)
+    best_score = settled_q(tree, tree.child[first + best], solver) \
+        + c_sqrt_n * tree.prior[first + best] / (1.0 + visits[best])
+    for i in range(count):
+        if i == best or visits[i] == 0:
+            continue
+        child = tree.child[first + i]
+        prior = tree.prior[first + i]
+        q = settled_q(tree, child, solver)
+        forced = sqrt(k * prior * total)
+        kept = visits[i]
+        while kept > 0 and visits[i] - kept + 1 <= forced and q + c_sqrt_n * prior / kept <= best_score:
+            kept -= 1  # the score with kept - 1 visits: Q + C * prior / (1 + kept - 1)
+        visits[i] = kept if kept > 1 else 0
+
+
 cdef inline void add_in_flight(Tree* tree, int32_t node, int32_t delta) noexcept nogil:
     while node != NO_NODE:
         tree.in_flight[node] += delta

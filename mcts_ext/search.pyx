@@ -53,8 +53,8 @@ from mcts_ext.position cimport (CHECKMATE, MAX_MOVES, ONGOING, WHITE, Board, Gam
                                 format_fen, generate_legal, in_check, make_move, stack_copy, stack_free, stack_init,
                                 stack_push, stack_status)
 from mcts_ext.puct cimport (FPU_ABSOLUTE, FPU_ACTION_VALUE, FPU_ACTION_VALUE_REDUCTION, FPU_REDUCTION, PuctParams,
-                            action_values_valid, add_in_flight, backup as backup_value, logits_finite, proven_value, select_edge,
-                            set_action_values, set_priors)
+                            action_values_valid, add_in_flight, backup as backup_value, forced_edge, logits_finite,
+                            proven_value, prune_forced_visits, select_edge, set_action_values, set_priors)
 from mcts_ext.rng cimport Rng, rng_gamma, rng_seed, rng_uniform
 from mcts_ext.tree cimport (MAX_INDEX, NO_NODE, PROVEN_DRAW, PROVEN_LOSS, PROVEN_WIN, ROOT, UNEXPANDED, UNPROVEN,
                             Tree, tree_add_edges, tree_add_node, tree_bytes, tree_edge_bytes, tree_enable_action_values,
@@ -140,6 +140,7 @@ ctypedef struct Options:
     float resign_disabled_fraction   # games played through regardless, to measure false positives
     float playout_cap_fraction       # >0: only this fraction of moves get the full budget (KataGo)
     int playout_cap_simulations      # budget of the other, cheap moves (no noise, no sample)
+    float forced_playouts            # >0 (PUCT): KataGo's forced playouts' k at noisy roots, and the target pruned
     bint solver                      # prove results (mates, forced draws) and search around them
     uint64_t tree_memory_bytes       # the trees' arrays together may take this (split evenly); 0: no limit
 
@@ -151,7 +152,7 @@ ctypedef struct Record:
     float* root_value                # [samples] the search's value for the side to move
     int32_t* policy_start            # [samples + 1] offsets into policy_index / policy_prob
     int16_t* policy_index            # [policy_total] visited legal moves' indices
-    float* policy_prob               # [policy_total] their share of the root's visits
+    float* policy_prob               # [policy_total] their share of the root's visits (root_target)
     float* policy_win                # [policy_total] the mover's win probability after each: (1 + Q) / 2 from
                                      # the search's visits of the move, NaN where it has none
     int samples
@@ -410,7 +411,11 @@ cdef int descend(Slot* s, const Options* o, Move* moves, int* move_count, int32_
         elif o.solver and node == ROOT and tree.proof[ROOT] == PROVEN_WIN:
             edge = best_edge(tree, ROOT)  # the shortest proven win; PUCT might wander off it
         else:
-            edge = select_edge(tree, node, &o.puct, o.solver)
+            edge = NO_NODE
+            if node == ROOT and s.noisy and o.forced_playouts > 0.0:
+                edge = forced_edge(tree, ROOT, o.forced_playouts, o.solver)
+            if edge == NO_NODE:
+                edge = select_edge(tree, node, &o.puct, o.solver)
         child = tree.child[edge]
         if child == NO_NODE:
             child = tree_add_node(tree, node)
@@ -528,20 +533,28 @@ cdef int32_t best_edge(const Tree* tree, int32_t node) noexcept nogil:
 
 
 cdef void root_target(const Slot* s, const Options* o, float* target) noexcept nogil:
-    """The root's training target over its edges: Gumbel's improved policy, PUCT's share of the visits."""
+    """The root's training target over its edges: Gumbel's improved policy, PUCT's share of the visits.
+
+    With forced playouts, at a root they applied to (a noisy one), the visits
+    are counted after policy target pruning (prune_forced_visits) takes the
+    forced ones back; the move played is chosen from the visits as they are.
+    """
     cdef const Tree* tree = &s.tree
     cdef int32_t first = tree.first_edge[ROOT], count = tree.edge_count[ROOT], i, child
     cdef int total = 0
+    cdef int visits[MAX_MOVES]
     if o.algorithm == GUMBEL:
         gumbel_improved_policy(tree, ROOT, &o.gumbel, s.gumbel.value_bound, target)
         return
-    for i in range(first, first + count):
-        child = tree.child[i]
-        if child != NO_NODE:
-            total += tree.visits[child]
     for i in range(count):
         child = tree.child[first + i]
-        target[i] = <float>tree.visits[child] / total if child != NO_NODE and total > 0 else 0.0
+        visits[i] = tree.visits[child] if child != NO_NODE else 0
+    if s.noisy and o.forced_playouts > 0.0:
+        prune_forced_visits(tree, ROOT, &o.puct, o.forced_playouts, o.solver, visits)
+    for i in range(count):
+        total += visits[i]
+    for i in range(count):
+        target[i] = <float>visits[i] / total if total > 0 else 0.0
 
 
 cdef int record_sample(Slot* s, const Options* o) noexcept nogil:
@@ -677,6 +690,17 @@ cdef class MultiGameSearch:
     selection, and a batch stops at a Sequential Halving phase's end
     (gumbel.pxd). With playout-cap randomisation the cheap moves are Gumbel
     searches of the cheap budget (with noise, without a training sample).
+
+    Forced playouts (PUCT, forced_playouts = k > 0; KataGo, Wu 2019 section
+    3.1): at the root of a search with Dirichlet noise (self-play's full
+    searches; not the playout cap's cheap ones), a child that has visits but
+    fewer than sqrt(k * prior * the root's children's visits) is searched
+    before PUCT chooses (puct.pxd forced_edge). The recorded target (and
+    improved_policy()) then counts the visits after policy target pruning
+    (prune_forced_visits): each child but the most visited gives back what
+    forcing gave it beyond the PUCT score of the most visited, and one left
+    with a single visit gives back all. The move played is chosen from the
+    visits as they are. k = 0 leaves the search as it was.
 
     Action values: backup() and backup_legal() take, optionally, the
     network's win probability p in [0, 1] of each legal move for the
@@ -1529,7 +1553,8 @@ cdef class MultiGameSearch:
     def improved_policy(self, int slot) -> dict:
         """The root's training target as {uci: probability} over the legal moves, as self-play records it.
 
-        Gumbel: softmax(logits + sigma(completed Q)); PUCT: each move's share of the root's visits.
+        Gumbel: softmax(logits + sigma(completed Q)); PUCT: each move's share of the root's visits (with
+        forced playouts at a noisy root, of its visits after policy target pruning).
         """
         cdef Slot* s = self._readable(slot)
         cdef float target[MAX_MOVES]
@@ -1585,7 +1610,8 @@ cdef class MultiGameSearch:
         planes uint64 [S, 112], scalars float32 [S, 7], plies_of_samples int16 [S],
         root_values float32 [S], policy_offsets int32 [S + 1], policy_indices
         int16 [P] (every legal move of each sample), policy_probs float32 [P]
-        (its share of the root's visits, 0 when unvisited), policy_wins float32 [P]
+        (its share of the root's visits, 0 when unvisited; pruned with forced playouts,
+        see improved_policy()), policy_wins float32 [P]
         (the mover's win probability after the move, (1 + Q) / 2 of the search's
         visits to it, NaN when unvisited), and results int8 [S]: the game's
         result from each sample's side to move (+1 win, 0 draw, -1 loss).

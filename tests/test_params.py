@@ -31,10 +31,10 @@ def _flat(options: dict, prefix: str = "") -> dict[str, object]:
 CHANGED = dict(algorithm="puct", simulations=77, c_init=2.5, c_base=1000.0, dirichlet_alpha=0.5, noise_weight=0.5,
                fpu_mode="absolute", fpu_value=-0.5, policy_temperature=2.0, temperature_plies=7, temperature=0.5,
                leaves_per_game=3, virtual_loss=0.5, tree_reuse=True, ply_limit=99, resign_consecutive=5,
-               resign_disabled_fraction=0.5, playout_cap_fraction=0.5, playout_cap_simulations=9, gumbel_considered=4,
-               gumbel_scale=0.5, gumbel_c_visit=10.0, gumbel_c_scale=0.5, gumbel_q_normalisation="node",
-               gumbel_unvisited="action_value", autoplay=False, add_noise=False, record=False, visits_per_leaf=2.0,
-               resign_threshold=-0.75, solver=True, tree_memory_mb=64.0)
+               resign_disabled_fraction=0.5, playout_cap_fraction=0.5, playout_cap_simulations=9, forced_playouts=2.0,
+               gumbel_considered=4, gumbel_scale=0.5, gumbel_c_visit=10.0, gumbel_c_scale=0.5,
+               gumbel_q_normalisation="node", gumbel_unvisited="action_value", autoplay=False, add_noise=False,
+               record=False, visits_per_leaf=2.0, resign_threshold=-0.75, solver=True, tree_memory_mb=64.0)
 
 
 def test_the_c_struct_has_a_value_for_each_field_and_a_field_for_each_value():
