@@ -70,8 +70,8 @@ class _Section:
     SECTION: ClassVar[str] = ""
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {}
     MINIMUM: ClassVar[dict[str, float]] = {}
-    # Fields the canonical text (the hashes) leaves out while all of them hold their defaults.
-    CANONICAL_AT_DEFAULT: ClassVar[tuple[str, ...]] = ()
+    # Groups of fields the canonical text (the hashes) leaves out, each while all of its fields hold their defaults.
+    CANONICAL_AT_DEFAULT: ClassVar[tuple[tuple[str, ...], ...]] = ()
 
     def __post_init__(self) -> None:
         hints = type_hints(type(self))  # type: ignore[arg-type]  # classes hash; mypy reads their instances'
@@ -112,9 +112,10 @@ class NetworkConfig(_Section):
                                            "value_filters": 1, "value_hidden": 1,
                                            "layers": 1, "embedding": 1, "heads": 1, "ffn": 1,
                                            "action_value_bins": 2, "action_value_filters": 1}
-    # Networks without the head hash as they did before these fields existed (old checkpoints carry the hash).
-    CANONICAL_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("action_value_head", "action_value_bins",
-                                                       "action_value_filters", "action_value_shape")
+    ACTION_VALUE_FIELDS: ClassVar[tuple[str, ...]] = ("action_value_head", "action_value_bins",
+                                                      "action_value_filters", "action_value_shape")
+    # Networks without a head hash as they did before its fields existed (old checkpoints carry the hash).
+    CANONICAL_AT_DEFAULT: ClassVar[tuple[tuple[str, ...], ...]] = (ACTION_VALUE_FIELDS, ("reply_policy_head",))
 
     kind: str = _field("resnet", "'resnet': AlphaZero's residual tower; 'chessformer': a transformer over the 64 "
                                  "squares with relative square positions (Monroe & Chalmers)")
@@ -142,6 +143,9 @@ class NetworkConfig(_Section):
                                                 "or 'policy' (a second policy head, its logits the moves' value "
                                                 "logits; 'logit' form only; starts from the policy head's weights "
                                                 "when loaded from a network without the head)")
+    reply_policy_head: bool = _field(False, "a second policy head, trained (learner.reply_policy_weight) on the "
+                                            "next position's search policy, the opponent's reply (KataGo's "
+                                            "auxiliary target); only training runs it, search never does")
 
     def _check(self) -> None:
         if self.policy_kernel not in (1, 3):
@@ -310,6 +314,7 @@ class LearnerConfig(_Section):
         "soft_policy_loss_weight": 0.0, "soft_policy_temperature": 1.0, "q_loss_weight": 0.0,
         "start_anchor_weight": 0.0, "mix_share": 0.0, "mix_decay_steps": 0, "clip_grad_norm": 0.0,
         "action_value_loss_weight": 0.0, "action_value_rank_weight": 0.0, "action_value_rank_temperature": 1e-3,
+        "reply_policy_weight": 0.0, "value_target_short_term_weight": 0.0, "value_target_short_term_plies": 1,
     }
 
     batch_size: int = _field(4096, "positions per training step")
@@ -331,6 +336,15 @@ class LearnerConfig(_Section):
     value_loss_weight: float = _field(1.0, "weight of the value loss beside the policy loss")
     value_target_q_weight: float = _field(0.0, "value target = (1 - w) * game result + w * the search's root "
                                                "value (Leela's q-ratio); 0 = the game result alone")
+    value_target_short_term_weight: float = _field(0.0, "share s of the value target taken from the search's root "
+                                                        "value value_target_short_term_plies ahead in the same game "
+                                                        "(for the position's mover; the game's result where the game "
+                                                        "has no sample that far on): target = (1 - w - s) * result "
+                                                        "+ w * root value + s * that value; 0 = off")
+    value_target_short_term_plies: int = _field(6, "plies ahead of value_target_short_term_weight's root value")
+    reply_policy_weight: float = _field(0.0, "weight of the reply-policy loss (network.reply_policy_head): the "
+                                             "cross-entropy of the head's softmax over the next position's legal "
+                                             "moves against that position's search policy; 0 = off")
     soft_policy_loss_weight: float = _field(0.0, "weight of the auxiliary soft-policy loss (chessformer only): "
                                                  "its second policy head learns the targets at a temperature")
     soft_policy_temperature: float = _field(4.0, "temperature T of the soft-policy targets: pi^(1/T), "
@@ -402,9 +416,13 @@ class LearnerConfig(_Section):
         # 0 is allowed: a run whose weights must not move (what checks the training loop's invariants).
         if any(rate < 0 for rate in self.learning_rates):
             raise UserError(f"learner.learning_rates must be 0 or more, got {list(self.learning_rates)}")
-        for name in ("value_target_q_weight", "validation_share", "mix_share"):
+        for name in ("value_target_q_weight", "value_target_short_term_weight", "validation_share", "mix_share"):
             if getattr(self, name) > 1.0:
                 raise UserError(f"learner.{name} must lie in [0, 1], got {getattr(self, name)}")
+        if self.value_target_q_weight + self.value_target_short_term_weight > 1.0:
+            raise UserError(f"learner.value_target_q_weight + learner.value_target_short_term_weight are the shares "
+                            f"of the value target besides the game's result: at most 1 together, got "
+                            f"{self.value_target_q_weight} + {self.value_target_short_term_weight}")
         if not self.poll_seconds > 0:
             raise UserError(f"learner.poll_seconds must be positive, got {self.poll_seconds}")
         if self.trainable != "all" and not self.freeze_batch_norm:
@@ -589,16 +607,15 @@ def unknown_section(name: str) -> UserError:
 def section_toml(section: Any, *, comments: bool) -> list[str]:
     """Writes one section as TOML lines, each field after its help as a comment unless ``comments`` is False.
 
-    Without comments (the canonical text, which the hashes read) the section's
-    CANONICAL_AT_DEFAULT fields are left out while every one of them holds its
-    default, so that fields added since keep a config that does not use them
-    hashing as before.
+    Without comments (the canonical text, which the hashes read) each group of
+    the section's CANONICAL_AT_DEFAULT fields is left out while every one of its
+    fields holds its default, so that fields added since keep a config that does
+    not use them hashing as before.
     """
     lines = [f"[{section.SECTION}]"]
-    optional = set(section.CANONICAL_AT_DEFAULT)
-    if comments or any(getattr(section, f.name) != f.default for f in dataclasses.fields(section)
-                       if f.name in optional):
-        optional = set()
+    defaults = {f.name: f.default for f in dataclasses.fields(section)}
+    optional = set() if comments else {name for group in section.CANONICAL_AT_DEFAULT
+                                       if all(getattr(section, n) == defaults[n] for n in group) for name in group}
     for f in dataclasses.fields(section):
         if f.name in optional:
             continue

@@ -8,12 +8,19 @@ device (learner.batch_device), not here: the dense properties below are for
 callers that read a batch (tests, probes), never for training (EXPERIMENTS.md,
 "Issue 69: the learner's targets sparse on the device, a prefetch thread").
 
+Where the learner trains them, a batch also carries learner.game_targets'
+targets: each position's reply target, the next position's moves and visit
+shares listed the same way (``reply_offsets``, ``reply_moves``,
+``reply_shares``; a position without one lists none), and its short-term
+value target (``short_term``).
+
 The replay window (learner.replay) gathers batches; learner.batch_device stages
 them for the device and scatters their targets there.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -42,6 +49,13 @@ class Batch:
     # float16 or float32 [E] the mover's win probability after each move (Stockfish labels' policy_wins), NaN
     # where there is none; None when no position of the batch has one (self-play's), as if all were NaN.
     wins: np.ndarray | None = None
+    # The next position's legal moves and visit shares (the reply target, learner.game_targets), listed as moves
+    # and shares are: position r's are entries reply_offsets[r]:reply_offsets[r + 1] (none: no target); all
+    # three None when the batch carries no reply targets.
+    reply_offsets: np.ndarray | None = None  # int64 [B + 1]
+    reply_moves: np.ndarray | None = None  # integer [R], in the next position's mover's frame
+    reply_shares: np.ndarray | None = None  # float32 [R]
+    short_term: np.ndarray | None = None  # float32 [B] the short-term value target (None: not carried)
 
     def __len__(self) -> int:
         return len(self.z)
@@ -62,6 +76,13 @@ class Batch:
     def legal(self) -> np.ndarray:
         """Gets the dense legal-move mask, bool [B, 4672]."""
         return _dense(self, np.ones(len(self.moves), np.bool_), np.bool_, False)
+
+    @property
+    def reply_rows(self) -> np.ndarray:
+        """Gets the batch row of each reply entry (int64 [R]; empty without reply targets)."""
+        if self.reply_offsets is None:
+            return np.zeros(0, np.int64)
+        return np.repeat(np.arange(len(self), dtype=np.int64), np.diff(self.reply_offsets))
 
     @functools.cached_property
     def action_values(self) -> np.ndarray | None:
@@ -98,7 +119,7 @@ class Batch:
 
 
 def _replace(batch: Batch, wins: np.ndarray | None) -> Batch:
-    return Batch(batch.planes, batch.scalars, batch.offsets, batch.moves, batch.shares, batch.z, batch.q, wins)
+    return dataclasses.replace(batch, wins=wins)  # (a new instance: the cached dense arrays stay behind)
 
 
 def _dense(batch: Batch, values: np.ndarray, dtype: type[np.generic], fill: float) -> np.ndarray:
@@ -120,4 +141,24 @@ def concatenate_batches(first: Batch, second: Batch) -> Batch:
         wins = np.concatenate([batch.wins if batch.wins is not None else np.full(len(batch.moves), np.nan, np.float16)
                                for batch in (first, second)])
     return Batch(joined("planes"), joined("scalars"), offsets, joined("moves"), joined("shares"), joined("z"), q,
-                 wins)
+                 wins, *_joined_reply(first, second), _joined_short_term(first, second))
+
+
+def _joined_reply(first: Batch, second: Batch) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
+    """Joins the reply targets of two batches (a batch without them counts as one whose positions have none)."""
+    if first.reply_offsets is None and second.reply_offsets is None:
+        return None, None, None
+    parts = [(b.reply_offsets, b.reply_moves, b.reply_shares) if b.reply_offsets is not None
+             else (np.zeros(len(b) + 1, np.int64), np.zeros(0, np.int16), np.zeros(0, np.float32))
+             for b in (first, second)]
+    (offsets_1, moves_1, shares_1), (offsets_2, moves_2, shares_2) = parts
+    return (np.concatenate([offsets_1, offsets_2[1:] + offsets_1[-1]]), np.concatenate([moves_1, moves_2]),
+            np.concatenate([shares_1, shares_2]))
+
+
+def _joined_short_term(first: Batch, second: Batch) -> np.ndarray | None:
+    """Joins the short-term value targets of two batches (a batch without them takes its value targets)."""
+    if first.short_term is None and second.short_term is None:
+        return None
+    return np.concatenate([np.asarray(b.short_term if b.short_term is not None else b.z, np.float32)
+                           for b in (first, second)])

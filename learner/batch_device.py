@@ -11,7 +11,9 @@ zeros with the entries scattered in: a few hundred KB cross the bus instead of
 B x 4672 x 5 bytes (EXPERIMENTS.md, "Issue 69: the learner's targets sparse on
 the device, a prefetch thread"); on a CPU, whose memory is the host's, numpy
 builds them (``scattered``). The learner stages on its prefetch thread
-(learner.feed); ``on_device`` takes a batch in any of the three forms.
+(learner.feed); ``on_device`` takes a batch in any of the three forms. A
+batch's reply targets (learner.game_targets) travel and are scattered the
+same way (DeviceBatch.reply), its short-term value targets as z does.
 
 Example::
 
@@ -21,6 +23,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -32,8 +35,8 @@ from alphazero.nn.planes import check_compact_numpy
 from learner.batch import Batch
 
 __all__ = [
-    "ActionValueTargets", "DeviceBatch", "StagedBatch", "action_value_triples", "on_device", "pins", "scattered",
-    "stage",
+    "ActionValueTargets", "DeviceBatch", "ReplyTargets", "StagedBatch", "action_value_triples", "on_device", "pins",
+    "scattered", "stage",
 ]
 
 
@@ -43,6 +46,15 @@ class ActionValueTargets(NamedTuple):
     rows: torch.Tensor
     moves: torch.Tensor
     labels: torch.Tensor
+
+
+class ReplyTargets(NamedTuple):
+    """The reply targets on the device (learner.game_targets): the next position's visit shares and legal moves,
+    zero (False) in the rows without a target, and which rows have one."""
+
+    policy: torch.Tensor  # float32 [B, 4672]
+    legal: torch.Tensor  # bool [B, 4672]
+    has: torch.Tensor  # bool [B]
 
 
 class DeviceBatch(NamedTuple):
@@ -58,6 +70,8 @@ class DeviceBatch(NamedTuple):
     z: torch.Tensor  # float32 [B] value targets, NaN: none
     q: torch.Tensor | None  # float32 [B] root values (None: unknown)
     action_values: ActionValueTargets | None  # None: no position of the batch has a win probability
+    reply: ReplyTargets | None = None  # None: the batch carries no reply targets
+    short_term: torch.Tensor | None = None  # float32 [B] short-term value targets (None: not carried)
 
     @property
     def size(self) -> int:
@@ -75,6 +89,10 @@ class StagedBatch:
     z: torch.Tensor  # float32 [B]
     q: torch.Tensor | None  # float32 [B]
     action_values: ActionValueTargets | None  # on the host
+    reply_flat: torch.Tensor | None = None  # int64 [R]: row * 4672 + move of each reply entry (None: no targets)
+    reply_shares: torch.Tensor | None = None  # float32 [R]
+    reply_has: torch.Tensor | None = None  # bool [B]: the rows with a reply target
+    short_term: torch.Tensor | None = None  # float32 [B]
 
     def __len__(self) -> int:
         return int(self.planes.shape[0])
@@ -95,9 +113,16 @@ class StagedBatch:
         policy = scattered(cells, flat, moved(self.shares), host=host)
         legal = scattered(cells, flat, None, host=host)
         targets = None if self.action_values is None else ActionValueTargets(*map(moved, self.action_values))
+        reply = None
+        if self.reply_flat is not None and self.reply_shares is not None and self.reply_has is not None:
+            reply_flat = moved(self.reply_flat)
+            reply = ReplyTargets(scattered(cells, reply_flat, moved(self.reply_shares), host=host).view(len(self), -1),
+                                 scattered(cells, reply_flat, None, host=host).view(len(self), -1),
+                                 moved(self.reply_has))
         return DeviceBatch(moved(self.planes), moved(self.scalars), policy.view(len(self), NUM_MOVES),
                            legal.view(len(self), NUM_MOVES), moved(self.z),
-                           None if self.q is None else moved(self.q), targets)
+                           None if self.q is None else moved(self.q), targets, reply,
+                           None if self.short_term is None else moved(self.short_term))
 
 
 def scattered(cells: int, flat: torch.Tensor, values: torch.Tensor | None, *, host: bool) -> torch.Tensor:
@@ -158,9 +183,17 @@ def stage(batch: Batch, *, pin: bool = False) -> StagedBatch:
     triples = action_value_triples(batch, flat)
     targets = None if triples is None else ActionValueTargets(*(_host(a, pin) for a in triples))
     q = None if batch.q is None else _host(np.asarray(batch.q, np.float32), pin)
-    return StagedBatch(_host(batch.planes.view(np.int64), pin), _host(batch.scalars, pin), _host(flat, pin),
-                       _host(np.asarray(batch.shares, np.float32), pin), _host(np.asarray(batch.z, np.float32), pin),
-                       q, targets)
+    staged = StagedBatch(_host(batch.planes.view(np.int64), pin), _host(batch.scalars, pin), _host(flat, pin),
+                         _host(np.asarray(batch.shares, np.float32), pin), _host(np.asarray(batch.z, np.float32), pin),
+                         q, targets)
+    if batch.short_term is not None:
+        staged = dataclasses.replace(staged, short_term=_host(np.asarray(batch.short_term, np.float32), pin))
+    if batch.reply_offsets is not None and batch.reply_moves is not None and batch.reply_shares is not None:
+        reply_flat = batch.reply_rows * NUM_MOVES + batch.reply_moves.astype(np.int64)
+        staged = dataclasses.replace(staged, reply_flat=_host(reply_flat, pin),
+                                     reply_shares=_host(np.asarray(batch.reply_shares, np.float32), pin),
+                                     reply_has=_host(np.diff(batch.reply_offsets) > 0, pin))
+    return staged
 
 
 def on_device(batch: Batch | StagedBatch | DeviceBatch, device: torch.device) -> DeviceBatch:

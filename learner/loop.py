@@ -24,8 +24,8 @@
 - **TensorBoard** in ``run/tb/learner/`` every ``log_every`` steps: means over
   the steps since the last log of loss/total, loss/policy, loss/value,
   loss/value_mse, policy/entropy, value/accuracy and grad_norm (and
-  loss/action_value with an action-value head); the
-  learning_rate; loss/weight_decay (c * ||theta||^2); throughput/samples_per_s
+  loss/action_value with an action-value head, loss/reply_policy with
+  learner.reply_policy_weight); the learning_rate; loss/weight_decay (c * ||theta||^2); throughput/samples_per_s
   (training time only, waits excluded); replay/window_positions (held),
   replay/window_size (the most it may hold now: it grows with the run under
   learner.window_exponent), replay/average_reuse, replay/positions_added,
@@ -85,7 +85,7 @@ from learner.batch_device import pins
 from learner.feed import BatchFeed
 from learner.interrupts import stop_on_interrupt
 from learner.probes import PROBES, Probe, encode_probes, probe_report
-from learner.replay import WAIT_POSITIONS, ReplayWindow
+from learner.replay import WAIT_POSITIONS, GameTargets, ReplayWindow
 from learner.reporting import TB_NAMES, VALIDATION_LAYOUT, Progress, Running
 from learner.trainer import VALIDATION_FIGURES, Trainer, weight_decay_term
 
@@ -144,7 +144,7 @@ class Learner:
                                    window_size=self.settings.window_size if grows else None, seed=self.settings.seed,
                                    validation_share=self.settings.validation_share,
                                    validation_positions=self.settings.validation_positions,
-                                   action_values=self.action_values)
+                                   action_values=self.action_values, targets=GameTargets.of(self.settings))
         self.step = 0
         # The run's wall time at the sitting's start (from the resumed checkpoint) and when this sitting
         # began: each checkpoint stores their sum as run_seconds, the x axis of `alphazero curve`.
@@ -183,7 +183,8 @@ class Learner:
             return None
         folder = self.run.root / Path(self.settings.mix_dir).expanduser()
         mix = ReplayWindow(folder, window_positions=MIX_WINDOW_POSITIONS, max_sample_reuse=0,
-                           seed=self.settings.seed + 1, action_values=self.action_values)
+                           seed=self.settings.seed + 1, action_values=self.action_values,
+                           targets=GameTargets.of(self.settings))
         if not folder.is_dir() or mix.refresh(force=True) == 0:
             raise UserError(f"learner.mix_dir {str(folder)!r} holds no shards to mix into the batches; "
                             f"set learner.mix_share=0 or point learner.mix_dir at a pretrain/ folder")
@@ -355,9 +356,9 @@ class Learner:
         running, self._running = self._running, Running()
         means = running.means()
         window = self.window
-        # loss/action_value (learner.reporting has no tag for it) only for a network with the head.
+        # loss/action_value and loss/reply_policy (learner.reporting has no tag for them) only where trained.
         scalars = {TB_NAMES.get(name, f"loss/{name}"): value for name, value in means.items()
-                   if name != "action_value" or self.trainer.action_value_head is not None}
+                   if name not in self.trainer.untrained_figures}
         scalars.update({
             "learning_rate": self.settings.learning_rate(self.step - 1),
             "loss/weight_decay": weight_decay_term(self.model, self.settings),

@@ -28,6 +28,9 @@ names start with the write time, so sorting them sorts them by age. The window:
   of self-play gets None from ``sample`` and waits for new shards, instead of
   overfitting the few games there are. ``max_sample_reuse`` <= 0 means no cap.
 
+- builds, where asked (``targets``, learner.game_targets.GameTargets), each
+  position's targets from its game as its shard enters: the next position's
+  row (the reply target) and the short-term value target.
 - holds out a share of the games (``validation_share``, by a hash of each
   game's id: ``is_validation_game``): their positions never enter the window,
   and the newest ``validation_positions`` of them form the validation set
@@ -52,6 +55,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -67,10 +71,11 @@ import numpy as np
 from alphazero.store.rundir import is_temporary
 from alphazero.store.shards import SHARD_SUFFIX, Shard, ShardError, game_ids, read_shard
 from learner.batch import Batch, concatenate_batches
+from learner.game_targets import NO_GAME_TARGETS, GameTargets
 from learner.replay_store import Block, Store, arrays_outside_the_heap
 
 __all__ = [
-    "Batch", "ReplayWindow", "SamplerState", "WAIT_POSITIONS", "WAIT_REUSE", "concatenate_batches",
+    "Batch", "GameTargets", "ReplayWindow", "SamplerState", "WAIT_POSITIONS", "WAIT_REUSE", "concatenate_batches",
     "is_validation_game",
 ]
 
@@ -142,6 +147,9 @@ class ReplayWindow:
         action_values: keep the win probability after each move of the shards
             that have it and give batches Batch.action_values; False (for a
             network without an action-value head) keeps neither.
+        targets: the targets built from each position's game
+            (learner.game_targets; none by default); held-out positions get
+            the short-term value alone (validation's value target).
 
     Raises:
         ValueError: window_positions or validation_positions < 1.
@@ -150,7 +158,8 @@ class ReplayWindow:
     def __init__(self, directory: str | os.PathLike[str], *, window_positions: int, max_sample_reuse: float,
                  min_positions: int = 1, window_size: Callable[[int], int] | None = None, seed: int = 0,
                  scan_interval_s: float = 1.0, validation_share: float = 0.0,
-                 validation_positions: int = 50_000, action_values: bool = True) -> None:
+                 validation_positions: int = 50_000, action_values: bool = True,
+                 targets: GameTargets = NO_GAME_TARGETS) -> None:
         if window_positions < 1 or validation_positions < 1:
             raise ValueError(f"window_positions and validation_positions must be at least 1, "
                              f"got {window_positions} and {validation_positions}")
@@ -163,6 +172,7 @@ class ReplayWindow:
         self.scan_interval_s = scan_interval_s
         self.validation_share = validation_share
         self.action_values = action_values
+        self.targets = targets
         self._rng = np.random.default_rng(seed)
         self._train = Store(self._capacity(0))
         self._held_out = Store(validation_positions)
@@ -356,10 +366,13 @@ class ReplayWindow:
         """Takes from a shard what the stores keep: its held-out games' samples and (``train``) the others."""
         held_out, ids = self._held_out_rows(name, shard)
         held_out_rows, train_rows = np.flatnonzero(held_out), np.flatnonzero(~held_out)
-        wins = self.action_values
+        wins, targets = self.action_values, self.targets
+        held_out_targets = dataclasses.replace(targets, reply=False)
         return _Read(name, train,
-                     Block.of(name, 0, shard, held_out_rows, ids, wins=wins) if len(held_out_rows) else None,
-                     Block.of(name, 0, shard, train_rows, wins=wins) if train and len(train_rows) else None)
+                     Block.of(name, 0, shard, held_out_rows, ids, wins=wins, targets=held_out_targets)
+                     if len(held_out_rows) else None,
+                     Block.of(name, 0, shard, train_rows, wins=wins, targets=targets)
+                     if train and len(train_rows) else None)
 
     def _append(self, read: _Read) -> int:
         self.validation_added += self._held_out.append_block(read.held_out)

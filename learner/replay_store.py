@@ -2,7 +2,9 @@
 
 Only the compact arrays of a shard are kept (planes, scalars, the sparse
 policy, value targets, root values, Stockfish's win probability after each
-move where the shard has it; for held-out games, each position's game).
+move where the shard has it; for held-out games, each position's game; where
+the learner trains them, learner.game_targets': each position's next
+position's row, and its short-term value).
 Small shards are joined into blocks of about 1/32 of the view, so a batch
 gathers from a few dozen arrays; a block leaves whole once none of it is in
 view. learner.replay's window holds two stores: the training positions and the
@@ -22,6 +24,7 @@ import numpy as np
 from alphazero.nn.planes import COMPACT_PLANES, NUM_SCALARS
 from alphazero.store.shards import Shard, value_targets
 from learner.batch import Batch
+from learner.game_targets import NO_GAME_TARGETS, GameTargets, next_rows, short_term_values
 
 __all__ = ["Block", "Store", "arrays_outside_the_heap"]
 
@@ -57,10 +60,22 @@ class Block:
     # Aligned with policy_indices: the mover's win probability after each move (NaN: none), or empty when no
     # position of the block has one (self-play's).
     policy_wins: np.ndarray = field(default_factory=_no_wins)
+    # learner.game_targets' (empty when not kept): int32 [n] the row of each position's next position in this
+    # block, -1 for none; float32 [n] each position's short-term value target.
+    next_row: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    short_term: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
 
     @property
     def has_wins(self) -> bool:
         return len(self.policy_wins) > 0
+
+    @property
+    def has_next(self) -> bool:
+        return len(self.next_row) > 0
+
+    @property
+    def has_short_term(self) -> bool:
+        return len(self.short_term) > 0
 
     @property
     def end(self) -> int:
@@ -68,13 +83,15 @@ class Block:
 
     @classmethod
     def of(cls, name: str, start: int, shard: Shard, rows: np.ndarray, ids: Sequence[str] = (), *,
-           wins: bool = True) -> Block:
+           wins: bool = True, targets: GameTargets = NO_GAME_TARGETS) -> Block:
         """Takes the samples ``rows`` (sorted indices) of ``shard``; with ``ids``, notes each one's game; with
-        ``wins``, the win probability after each move where the shard has it.
+        ``wins``, the win probability after each move where the shard has it; the game's ``targets``
+        (learner.game_targets) of each: ``rows`` holds whole games, so a next position is among them.
 
         Keeps only these arrays (the shard's others are freed with it); all
         rows take the shard's arrays as they are, a subset copies.
         """
+        next_row, short_term = _game_targets(shard, rows, targets)
         if len(rows) == len(shard):
             take: np.ndarray | slice = slice(None)
             offsets, entries = shard.policy_offsets, take
@@ -94,13 +111,13 @@ class Block:
         planes, scalars, offsets, indices, probs, results, root_values = arrays
         kept = _no_wins() if shard.policy_wins is None or not wins else shard.policy_wins[entries].astype(_WINS_DTYPE)
         return cls(name, start, planes, scalars, offsets, indices, probs, results, root_values, game, games,
-                   kept)
+                   kept, next_row, short_term)
 
     @property
     def nbytes(self) -> int:
         return sum(a.nbytes for a in (self.planes, self.scalars, self.policy_offsets, self.policy_indices,
                                       self.policy_probs, self.results, self.root_values, self.game,
-                                      self.policy_wins))
+                                      self.policy_wins, self.next_row, self.short_term))
 
     def wins_or_nan(self) -> np.ndarray:
         """Gets policy_wins, NaN for every move of a block without them."""
@@ -121,7 +138,27 @@ class Block:
             np.concatenate([b.game + base for b, base in zip(blocks, game_bases)]).astype(np.int32),
             tuple(game_id for b in blocks for game_id in b.games),
             np.concatenate([b.wins_or_nan() for b in blocks]) if any(b.has_wins for b in blocks) else _no_wins(),
+            # (a store's blocks all keep the game's targets, or none does)
+            np.concatenate([np.where(b.next_row >= 0, b.next_row + base, -1) for b, base in
+                            zip(blocks, np.cumsum([0] + [len(b.results) for b in blocks[:-1]]))]).astype(np.int32)
+            if all(b.has_next for b in blocks) else np.zeros(0, np.int32),
+            np.concatenate([b.short_term for b in blocks]) if all(b.has_short_term for b in blocks)
+            else np.zeros(0, np.float32),
         )
+
+
+def _game_targets(shard: Shard, rows: np.ndarray, targets: GameTargets) -> tuple[np.ndarray, np.ndarray]:
+    """Gets the rows' next-position rows among ``rows`` (int32, -1: none) and short-term values (float32), each
+    empty when ``targets`` leaves it out."""
+    next_row, short_term = np.zeros(0, np.int32), np.zeros(0, np.float32)
+    if targets.reply:
+        following = next_rows(shard.game, shard.ply)[rows]
+        position = np.full(len(shard), -1, np.int64)
+        position[rows] = np.arange(len(rows))  # a sample's row in the block
+        next_row = np.where(following >= 0, position[following], -1).astype(np.int32)
+    if targets.short_term_plies > 0:
+        short_term = np.ascontiguousarray(short_term_values(shard, targets.short_term_plies)[rows])
+    return next_row, short_term
 
 
 def _ranges(lengths: np.ndarray) -> np.ndarray:
@@ -236,6 +273,8 @@ class Store:
         bounds = np.searchsorted(owner, np.arange(len(self.blocks) + 1))
         used = [b for b in range(len(self.blocks)) if bounds[b] < bounds[b + 1]]
         with_wins = any(self.blocks[b].has_wins for b in used)  # shards without a head have none
+        reply = _ReplyParts() if any(self.blocks[b].has_next for b in used) else None
+        short_term = np.empty(size, np.float32) if any(self.blocks[b].has_short_term for b in used) else None
         counts, moves, shares, wins = [], [], [], []
         for b in used:
             block = self.blocks[b]
@@ -253,10 +292,42 @@ class Store:
             if with_wins:
                 kept = block.policy_wins[entries] if block.has_wins else None
                 wins.append(kept if kept is not None else np.full(len(entries), np.nan, _WINS_DTYPE))
+            if reply is not None:
+                reply.add(block, rows)
+            if short_term is not None:
+                short_term[lo_out:hi_out] = block.short_term[rows] if block.has_short_term else block.results[rows]
         offsets = np.zeros(size + 1, np.int64)
         np.cumsum(_joined(counts, np.int64), out=offsets[1:])
+        reply_offsets, reply_moves, reply_shares = reply.arrays(size) if reply is not None else (None, None, None)
         return Batch(planes, scalars, offsets, _joined(moves, np.int16), _joined(shares, np.float32), z, q,
-                     _joined(wins, _WINS_DTYPE) if with_wins else None)
+                     _joined(wins, _WINS_DTYPE) if with_wins else None, reply_offsets=reply_offsets,
+                     reply_moves=reply_moves, reply_shares=reply_shares, short_term=short_term)
+
+
+class _ReplyParts:
+    """The reply targets of a batch as Store.gather collects them, block by block (learner.game_targets)."""
+
+    def __init__(self) -> None:
+        self.counts: list[np.ndarray] = []
+        self.moves: list[np.ndarray] = []
+        self.shares: list[np.ndarray] = []
+
+    def add(self, block: Block, rows: np.ndarray) -> None:
+        """Adds the next positions' moves and shares of the block's ``rows`` (none where a row has none)."""
+        following = block.next_row[rows] if block.has_next else np.full(len(rows), -1, np.int32)
+        has = following >= 0
+        safe = np.where(has, following, 0)
+        lo, hi = block.policy_offsets[safe], np.where(has, block.policy_offsets[safe + 1], block.policy_offsets[safe])
+        entries = np.repeat(lo, hi - lo) + _ranges(hi - lo)
+        self.counts.append(hi - lo)
+        self.moves.append(block.policy_indices[entries])
+        self.shares.append(block.policy_probs[entries])
+
+    def arrays(self, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Gets (reply_offsets int64 [size + 1], reply_moves int16, reply_shares float32)."""
+        offsets = np.zeros(size + 1, np.int64)
+        np.cumsum(_joined(self.counts, np.int64), out=offsets[1:])
+        return offsets, _joined(self.moves, np.int16), _joined(self.shares, np.float32)
 
 
 def _joined(parts: list[np.ndarray], dtype: type[np.generic]) -> np.ndarray:

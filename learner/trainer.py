@@ -18,7 +18,13 @@ averaged over the batch, plus c * ||theta||^2 (c = learner.weight_decay):
   or with ``value_target_q_weight`` w > 0 (Leela's q-ratio) t = (1 - w) z + w q,
   q the search's root value of the position; a 'wdl' head then takes the soft
   target (1 - w) onehot(z) + w (max(q, 0), 1 - |q|, max(-q, 0)), whose mean
-  value is t. A position whose z is NaN has no value target (a shard marked
+  value is t. With ``value_target_short_term_weight`` s > 0 the search's
+  root value v_h ``value_target_short_term_plies`` h plies on in the same
+  game (for the position's mover; the game's result where the game has no
+  sample that far on: learner.game_targets, KataGo's short-term value
+  targets) joins the mix: t = (1 - w - s) z + w q + s v_h, and a 'wdl'
+  head's soft target mixes v_h's in with weight s as it does q's. A
+  position whose z is NaN has no value target (a shard marked
   alphazero.store.shards.VALUE_NONE, such as labels made with
   ``pretrain.label_value = false``): it trains the policy alone, and the
   value figures are means over the positions that have one.
@@ -81,6 +87,17 @@ second policy and value heads, see alphazero.nn.chessformer; with both weights
   search's root value of the position (shards store it per sample): a less
   noisy value signal than the game's result, which the value head keeps.
 
+**Reply policy** (``network.reply_policy_head``, ``reply_policy_weight``;
+KataGo's auxiliary policy target, Wu 2019, weighted 0.15 there): the reply
+head's logits, a softmax over the NEXT position's legal moves (in that
+position's frame), against that position's visit shares: the opponent's
+reply (learner.game_targets builds the targets). The mean is over the
+positions that have one (the game's last position, or one whose next
+position was not written, has none); ``loss/reply_policy``. Only the training
+pass runs the head (the networks' ``forward_with_reply``); search never does.
+
+The functions of the loss live in learner.losses; this module re-exports them.
+
 Example::
 
     trainer = Trainer(build_network(config.network), config.learner, torch.device("cpu"))
@@ -91,13 +108,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, fields, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from alphazero.config import LearnerConfig
@@ -111,10 +128,24 @@ from alphazero.nn.action_values import (
     features_only,
 )
 from alphazero.nn.network import NetOutput, model_config
-from alphazero.store.shards import DRAW_BAND
 from learner.batch import Batch
 from learner.batch_device import DeviceBatch, StagedBatch, on_device, pins, stage
 from learner.loss_scaling import MAX_SKIPS, attach, new_scaler, overflow_message
+from learner.losses import (
+    VALIDATION_FIGURES,
+    StepStats,
+    anchor_loss,
+    auxiliary_losses,
+    compute_losses,
+    masked_log_softmax,
+    policy_kl,
+    reply_policy_loss,
+    result_classes,
+    soft_policy_targets,
+    validation_sums,
+    value_classes,
+    value_target,
+)
 from learner.trainer_setup import (
     build_optimizer,
     check_trainable,
@@ -128,192 +159,14 @@ from learner.trainer_setup import (
 
 __all__ = [
     "AnyBatch", "StepStats", "Trainer", "VALIDATION_FIGURES", "anchor_loss", "auxiliary_losses", "build_optimizer",
-    "compute_losses", "eval_mode", "masked_log_softmax", "policy_kl", "result_classes", "soft_policy_targets",
-    "time_training_step", "training_mode", "training_precision", "validation_sums", "value_classes",
-    "value_target", "weight_decay_term",
+    "compute_losses", "eval_mode", "masked_log_softmax", "policy_kl", "reply_policy_loss", "result_classes",
+    "soft_policy_targets", "time_training_step", "training_mode", "training_precision", "validation_sums",
+    "value_classes", "value_target", "weight_decay_term",
 ]
 
 log = logging.getLogger(__name__)
 
 AnyBatch = Batch | StagedBatch | DeviceBatch  # a batch of numpy arrays, staged on the host, or on the device
-
-WIN, DRAW, LOSS = 0, 1, 2  # the classes of the wdl head's logits, in its order
-
-
-@dataclass(frozen=True)
-class StepStats:
-    """Figures of one batch as 0-dim float32 tensors on the training device (read them with float())."""
-
-    total: torch.Tensor  # policy + value_loss_weight * value (+ weighted auxiliary losses; no weight decay)
-    policy: torch.Tensor  # cross-entropy of the targets and the legal-move softmax
-    value: torch.Tensor  # squared error (scalar head) or win/draw/loss cross-entropy (wdl head)
-    value_mse: torch.Tensor  # (z - v)^2 for either head, so runs with either compare
-    entropy: torch.Tensor  # entropy of the network's policy over the legal moves
-    value_accuracy: torch.Tensor  # share of predicted result classes equal to z's
-    grad_norm: torch.Tensor  # global L2 norm of the gradient, before clipping
-    soft_policy: torch.Tensor  # auxiliary soft-policy cross-entropy (0 when not trained)
-    q: torch.Tensor  # auxiliary q head's squared error against the root value (0 when not trained)
-    anchor: torch.Tensor  # KL from the start's policy plus the squared value difference (0 without an anchor)
-    action_value: torch.Tensor  # the action-value head's loss over the moves with a target (0 without either)
-
-    def as_floats(self) -> dict[str, float]:
-        """Gets every figure as a Python float (one device sync per figure)."""
-        return {f.name: float(getattr(self, f.name)) for f in fields(self)}
-
-
-def result_classes(z: torch.Tensor) -> torch.Tensor:
-    """Maps results 1, 0, -1 to the classes WIN, DRAW, LOSS (int64)."""
-    return (1 - torch.sign(z)).long()
-
-
-def value_classes(value: torch.Tensor, wdl_logits: torch.Tensor | None) -> torch.Tensor:
-    """Gets the predicted result class: the wdl head's most likely one, or the result nearest to a scalar v."""
-    if wdl_logits is not None:
-        return wdl_logits.argmax(dim=1)
-    draws = torch.full_like(value, DRAW, dtype=torch.long)
-    return torch.where(value > DRAW_BAND, WIN, torch.where(value < -DRAW_BAND, LOSS, draws))
-
-
-def masked_log_softmax(logits: torch.Tensor, legal: torch.Tensor) -> torch.Tensor:
-    """Gets log_softmax over the legal moves: -inf at illegal ones (every row needs a legal move)."""
-    return logits.float().masked_fill(~legal, float("-inf")).log_softmax(dim=1)
-
-
-def _legal_sum(values: torch.Tensor, legal: torch.Tensor) -> torch.Tensor:
-    # where, not a product: values hold -inf * 0 = NaN at illegal moves.
-    return torch.where(legal, values, torch.zeros_like(values)).sum(dim=1)
-
-
-def policy_kl(logits: torch.Tensor, policy: torch.Tensor, legal: torch.Tensor) -> torch.Tensor:
-    """Gets the mean KL(pi || p) of targets pi and the legal-move softmax p of ``logits``."""
-    log_p = masked_log_softmax(logits, legal)
-    log_pi = torch.log(policy.clamp_min(1e-30))
-    return _legal_sum(policy * (log_pi - log_p), legal & (policy > 0)).mean()
-
-
-def value_target(z: torch.Tensor, q: torch.Tensor | None, q_weight: float) -> torch.Tensor:
-    """Gets the value target (1 - w) z + w q; z alone when w is 0 or q is unknown."""
-    if q is None or q_weight == 0.0:
-        return z
-    return (1.0 - q_weight) * z + q_weight * q
-
-
-def _wdl_target(z: torch.Tensor, q: torch.Tensor | None, q_weight: float) -> torch.Tensor:
-    """Gets the wdl head's target: z's class, or the soft target of the module docstring (float [B, 3])."""
-    classes = result_classes(z)
-    if q is None or q_weight == 0.0:
-        return classes
-    q = q.clamp(-1.0, 1.0)
-    soft = torch.stack([q.clamp_min(0.0), 1.0 - q.abs(), (-q).clamp_min(0.0)], dim=1)
-    return (1.0 - q_weight) * F.one_hot(classes, 3).float() + q_weight * soft
-
-
-@dataclass(frozen=True)
-class _PerSample:
-    """The loss terms of each position of a batch (float32 [B] each)."""
-
-    policy: torch.Tensor  # cross-entropy of the targets and the legal-move softmax
-    value: torch.Tensor  # squared error or wdl cross-entropy against the value target
-    value_mse: torch.Tensor  # (t - v)^2
-    entropy: torch.Tensor
-    correct: torch.Tensor  # 1 where the predicted result class is z's
-    log_p: torch.Tensor  # [B, 4672] the legal-move log-softmax
-    valued: torch.Tensor  # 1 where the position has a value target (the value terms are 0 elsewhere)
-
-
-def _per_sample(out: NetOutput, policy: torch.Tensor, legal: torch.Tensor, z: torch.Tensor,
-                q: torch.Tensor | None, q_weight: float) -> _PerSample:
-    log_p = masked_log_softmax(out.policy_logits, legal)
-    value = out.value.float()
-    valued = torch.isfinite(z)
-    z = torch.where(valued, z, torch.zeros_like(z))  # NaN: no value target; its terms are zeroed below
-    q = torch.where(valued, q, torch.zeros_like(q)) if q is not None else None
-    target = value_target(z, q, q_weight)
-    value_mse = (target - value).square()
-    if out.wdl_logits is not None:
-        value_loss = F.cross_entropy(out.wdl_logits.float(), _wdl_target(z, q, q_weight), reduction="none")
-    else:
-        value_loss = value_mse
-    correct = (value_classes(value, out.wdl_logits) == result_classes(z)).float()
-    weight = valued.float()
-    return _PerSample(-_legal_sum(policy * log_p, legal), value_loss * weight, value_mse * weight,
-                      -_legal_sum(log_p.exp() * log_p, legal), correct * weight, log_p, weight)
-
-
-def compute_losses(out: NetOutput, policy: torch.Tensor, legal: torch.Tensor, z: torch.Tensor,
-                   *, value_loss_weight: float, q: torch.Tensor | None = None, q_weight: float = 0.0) -> StepStats:
-    """Computes the loss and the logged figures of a batch (grad_norm left at 0).
-
-    Args:
-        out: the network's output for the batch.
-        policy: float32 [B, 4672] target visit shares (zero off the legal moves).
-        legal: bool [B, 4672], True at legal moves; every row has one.
-        z: float32 [B] game results for the side to move.
-        value_loss_weight: the value loss's weight beside the policy loss.
-        q: float32 [B] the search's root values (None: unknown, z alone is the target).
-        q_weight: the share of q in the value target (see the module docstring).
-    """
-    terms = _per_sample(out, policy, legal, z, q, q_weight)
-    valued = terms.valued.sum().clamp_min(1.0)  # the value terms' means are over the positions with a target
-    policy_loss, value_loss = terms.policy.mean(), terms.value.sum() / valued
-    total = policy_loss + value_loss_weight * value_loss
-    zero = torch.zeros((), device=total.device)
-    return StepStats(total, policy_loss.detach(), value_loss.detach(), (terms.value_mse.sum() / valued).detach(),
-                     terms.entropy.mean().detach(), terms.correct.sum() / valued, zero, zero, zero, zero, zero)
-
-
-VALIDATION_FIGURES = ("policy_loss", "policy_top1", "value_loss", "value_mse", "value_accuracy")
-
-
-def validation_sums(out: NetOutput, policy: torch.Tensor, legal: torch.Tensor, z: torch.Tensor,
-                    q: torch.Tensor | None = None, *, q_weight: float = 0.0) -> torch.Tensor:
-    """Sums VALIDATION_FIGURES over a batch, then the positions with a value target (float64 [6]; divide
-    the policy's sums by the batch size, the value's by the last, for means).
-
-    policy_top1 counts the positions whose most likely legal move under the
-    network has the largest visit share (any of them, when several tie).
-    """
-    with torch.no_grad():
-        terms = _per_sample(out, policy, legal, z, q, q_weight)
-        top = terms.log_p.argmax(dim=1, keepdim=True)  # -inf at illegal moves: never chosen
-        agree = (policy.gather(1, top).squeeze(1) >= policy.max(dim=1).values).float()
-        return torch.stack([terms.policy.sum(), agree.sum(), terms.value.sum(), terms.value_mse.sum(),
-                            terms.correct.sum(), terms.valued.sum()]).double()
-
-
-def soft_policy_targets(policy: torch.Tensor, legal: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Gets the soft policy targets pi^(1/T), renormalised over the legal moves (zero elsewhere)."""
-    soft = torch.where(legal, policy.float().clamp_min(0.0).pow(1.0 / temperature), torch.zeros_like(policy))
-    return soft / soft.sum(dim=1, keepdim=True).clamp_min(1e-30)  # a row without targets stays zero
-
-
-def auxiliary_losses(aux: Any, policy: torch.Tensor, legal: torch.Tensor, root_values: torch.Tensor | None,
-                     *, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Computes the auxiliary heads' losses: (soft-policy cross-entropy, q squared error).
-
-    Args:
-        aux: the heads' outputs (alphazero.nn.chessformer.AuxOutput).
-        policy, legal: as for compute_losses.
-        root_values: float32 [B] the search's root values, NaN where a position has none (its q term is
-            left out); None gives a q loss of 0.
-        temperature: T of the soft targets pi^(1/T).
-    """
-    log_p = masked_log_softmax(aux.soft_policy_logits, legal)
-    soft = -_legal_sum(soft_policy_targets(policy, legal, temperature) * log_p, legal).mean()
-    if root_values is None:
-        return soft, torch.zeros((), device=soft.device)
-    valued = torch.isfinite(root_values)
-    error = torch.where(valued, aux.q.float() - root_values, torch.zeros_like(root_values)).square()
-    return soft, error.sum() / valued.sum().clamp_min(1)
-
-
-def anchor_loss(out: NetOutput, start: NetOutput, legal: torch.Tensor) -> torch.Tensor:
-    """Gets the mean of KL(p_start || p) over the legal moves plus (v - v_start)^2: how far the net's
-    outputs moved from the start network's on the batch (its gradient pulls them back)."""
-    log_p = masked_log_softmax(out.policy_logits, legal)
-    log_start = masked_log_softmax(start.policy_logits, legal)
-    kl = _legal_sum(log_start.exp() * (log_start - log_p), legal)
-    return (kl + (out.value.float() - start.value.float()).square()).mean()
 
 
 class Trainer:
@@ -369,7 +222,16 @@ class Trainer:
             raise UserError("learner.soft_policy_loss_weight and learner.q_loss_weight train auxiliary heads, which "
                             f"only network.kind = 'chessformer' has (this network is {kind!r}); set both to 0")
         forward_with_aux = getattr(self.model, "forward_with_aux", None)
+        self.reply = config.reply_policy_weight > 0  # the reply-policy head trains (its pass runs it)
+        if self.reply and not model_config(self.model).reply_policy_head:
+            raise UserError("learner.reply_policy_weight trains the reply-policy head, which this network has not "
+                            "(network.reply_policy_head = false): set learner.reply_policy_weight=0, or start a run "
+                            "with network.reply_policy_head=true")
+        if self.reply and forward_with_aux is not None:
+            forward_with_aux = functools.partial(forward_with_aux, reply_policy=True)
         self._forward_aux: Any = torch.compile(forward_with_aux) if compile and self.auxiliary else forward_with_aux
+        forward_with_reply = getattr(self.model, "forward_with_reply", None)
+        self._forward_reply: Any = torch.compile(forward_with_reply) if compile and self.reply else forward_with_reply
         self.anchor: nn.Module | None = None  # the start network (set_anchor), when learner.start_anchor_weight > 0
 
     def set_anchor(self, state_dict: dict[str, torch.Tensor]) -> None:
@@ -395,14 +257,35 @@ class Trainer:
             batch = stage(batch, pin=pins(self.device))
         return on_device(batch, self.device)
 
+    @property
+    def untrained_figures(self) -> set[str]:
+        """Names the StepStats figures that stay 0 here, whatever the batches: a head the network has not, a
+        loss without a weight (the learner logs the others)."""
+        untrained = set() if self.action_value_head is not None else {"action_value"}
+        return untrained | (set() if self.reply else {"reply_policy"})
+
     def _q(self, tensors: DeviceBatch) -> torch.Tensor | None:
         """Gets the batch's root values when the value target uses them."""
         return None if self.config.value_target_q_weight == 0.0 else tensors.q
 
+    def _short_term(self, tensors: DeviceBatch) -> dict[str, Any]:
+        """Gets the value target's short-term arguments (learner.game_targets): none while its weight is 0.
+
+        Raises:
+            ValueError: the weight is set but the batch carries no short-term targets.
+        """
+        weight = self.config.value_target_short_term_weight
+        if weight == 0.0:
+            return {}
+        if tensors.short_term is None:
+            raise ValueError("learner.value_target_short_term_weight > 0 needs batches with short-term value targets "
+                             "(ReplayWindow(targets=GameTargets.of(config)))")
+        return {"short_term": tensors.short_term, "short_term_weight": weight}
+
     def _losses(self, out: NetOutput, tensors: DeviceBatch) -> StepStats:
         return compute_losses(out, tensors.policy, tensors.legal, tensors.z,
                               value_loss_weight=self.config.value_loss_weight, q=self._q(tensors),
-                              q_weight=self.config.value_target_q_weight)
+                              q_weight=self.config.value_target_q_weight, **self._short_term(tensors))
 
     def set_learning_rate(self, step: int) -> float:
         """Sets the learning rate of training step ``step`` (0-based) in the optimiser; returns it."""
@@ -443,13 +326,19 @@ class Trainer:
     def _loss(self, tensors: DeviceBatch) -> StepStats:
         """Runs the forward pass in training mode and gets the batch's losses (total with its graph)."""
         with self._autocast():
+            reply = None
             if self.auxiliary:
                 out, aux = self._forward_aux(tensors.planes, tensors.scalars)
+                reply = aux.reply_policy_logits
+            elif self.reply:
+                out, reply = self._forward_reply(tensors.planes, tensors.scalars)
             else:
                 out = self._forward(tensors.planes, tensors.scalars)
         stats = self._losses(out, tensors)
         if self.auxiliary:
             stats = self._add_auxiliary_losses(stats, aux, tensors)
+        if reply is not None:
+            stats = self._add_reply_loss(stats, reply, tensors)
         stats = self._add_action_value_loss(stats, out, tensors)
         if self.anchor is not None and self.config.start_anchor_weight > 0:
             stats = self._add_anchor_loss(stats, out, tensors)
@@ -497,6 +386,18 @@ class Trainer:
         total = stats.total + config.soft_policy_loss_weight * soft + config.q_loss_weight * q
         return replace(stats, total=total, soft_policy=soft.detach(), q=q.detach())
 
+    def _add_reply_loss(self, stats: StepStats, logits: torch.Tensor, tensors: DeviceBatch) -> StepStats:
+        """Adds reply_policy_weight x the reply-policy head's loss against the next positions' policies.
+
+        Raises:
+            ValueError: the batch carries no reply targets.
+        """
+        if tensors.reply is None:
+            raise ValueError("learner.reply_policy_weight > 0 needs batches with reply targets "
+                             "(ReplayWindow(targets=GameTargets.of(config)))")
+        loss = reply_policy_loss(logits, tensors.reply)
+        return replace(stats, total=stats.total + self.config.reply_policy_weight * loss, reply_policy=loss.detach())
+
     def _add_action_value_loss(self, stats: StepStats, out: NetOutput, tensors: DeviceBatch) -> StepStats:
         """Adds action_value_loss_weight x the action-value loss, and action_value_rank_weight x the listwise one
         on the head's ranking (none without the head or targets)."""
@@ -541,7 +442,7 @@ class Trainer:
                 with self._autocast():
                     out = self._pass(tensors.planes, tensors.scalars)
                 part = validation_sums(out, tensors.policy, tensors.legal, tensors.z, self._q(tensors),
-                                       q_weight=self.config.value_target_q_weight)
+                                       q_weight=self.config.value_target_q_weight, **self._short_term(tensors))
                 sums = part if sums is None else sums + part
                 positions += tensors.size
                 if self.action_value_head is not None and tensors.action_values is not None:

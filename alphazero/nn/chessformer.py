@@ -43,6 +43,10 @@ the UCI engine use either without knowing which.
   ``learner.trainer``; search never runs them): a second attention policy
   head for the soft policy targets (pi^(1/T)) and a second value head for the
   search's root value (q), both on the same body, as in Leela's training.
+- **Reply-policy head** (with ``network.reply_policy_head``; training only,
+  ``forward_with_reply`` or ``forward_with_aux(..., reply_policy=True)``): a
+  third attention policy head on the policy's square tokens, for the next
+  position's search policy (alphazero.nn.heads.REPLY_POLICY_PREFIX).
 
 Example::
 
@@ -80,6 +84,7 @@ class AuxOutput(NamedTuple):
 
     soft_policy_logits: torch.Tensor  # float32 [N, 4672], unmasked: learns the soft policy targets
     q: torch.Tensor  # float32 [N] in [-1, 1]: learns the search's root value
+    reply_policy_logits: torch.Tensor | None = None  # float32 [N, 4672]: the next position's policy (when asked)
 
 
 def deepnorm_alpha(layers: int) -> float:
@@ -297,6 +302,8 @@ class Chessformer(nn.Module):
                 self.action_value_level = ValueHead(config.embedding, config.value_filters, config.value_hidden, 1)
             else:
                 self.action_value_embedding = nn.Linear(config.embedding, 2 * config.action_value_filters)
+        # Built last, so that the other layers start from the same random weights with it or without it.
+        self.reply_policy = AttentionPolicyHead(config.policy_filters) if config.reply_policy_head else None
 
     def start_action_values_from_policy(self) -> bool:
         """Starts a 'policy'-shaped action-value head from the policy and value heads (a network loaded from
@@ -349,18 +356,37 @@ class Chessformer(nn.Module):
         tokens = self.body(planes, scalars)
         return self._outputs(tokens, F.mish(self.policy_embedding(tokens)), action_values)
 
-    def forward_with_aux(self, planes: torch.Tensor, scalars: torch.Tensor) -> tuple[NetOutput, AuxOutput]:
+    def forward_with_aux(self, planes: torch.Tensor, scalars: torch.Tensor, *,
+                         reply_policy: bool = False) -> tuple[NetOutput, AuxOutput]:
         """Evaluates positions as ``forward(..., action_values=False)`` does (training scores the moves it
-        needs), plus the auxiliary heads (one pass through the body).
+        needs), plus the auxiliary heads (one pass through the body); with ``reply_policy``, the reply-policy
+        head's logits too (AuxOutput.reply_policy_logits).
 
         Raises:
-            ValueError: wrong input dtypes or shapes.
+            ValueError: wrong input dtypes or shapes; ``reply_policy`` without the head.
         """
         tokens = self.body(planes, scalars)
         policy_tokens = F.mish(self.policy_embedding(tokens))
         out = self._outputs(tokens, policy_tokens, False)
-        aux = AuxOutput(self.soft_policy(policy_tokens), torch.tanh(self.q_value(tokens)[:, 0]))
+        reply = self._reply(policy_tokens) if reply_policy else None
+        aux = AuxOutput(self.soft_policy(policy_tokens), torch.tanh(self.q_value(tokens)[:, 0]), reply)
         return out, aux
+
+    def forward_with_reply(self, planes: torch.Tensor, scalars: torch.Tensor) -> tuple[NetOutput, torch.Tensor]:
+        """Evaluates positions as ``forward(..., action_values=False)`` does, plus the reply-policy head's logits
+        [N, 4672] (one pass through the body).
+
+        Raises:
+            ValueError: the network has no reply-policy head (network.reply_policy_head), or wrong inputs.
+        """
+        tokens = self.body(planes, scalars)
+        policy_tokens = F.mish(self.policy_embedding(tokens))
+        return self._outputs(tokens, policy_tokens, False), self._reply(policy_tokens)
+
+    def _reply(self, policy_tokens: torch.Tensor) -> torch.Tensor:
+        if self.reply_policy is None:
+            raise ValueError("this network has no reply-policy head (network.reply_policy_head = false)")
+        return self.reply_policy(policy_tokens)
 
     def no_weight_decay(self) -> set[str]:
         """Names the parameters a decoupled weight decay leaves alone: the per-square gains and offsets."""

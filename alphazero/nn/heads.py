@@ -22,6 +22,12 @@ import torch
 
 _T = TypeVar("_T")
 
+REPLY_POLICY_PREFIX = "reply_policy"
+"""Parameter names of the reply-policy head (``network.reply_policy_head``) start with it: a second policy head
+that predicts the next position's search policy, the opponent's reply (KataGo's auxiliary policy target, Wu
+2019). Both networks build it alike and run it only in ``forward_with_reply`` (training); their ``forward``,
+which search, the Evaluator and every agent call, never does."""
+
 
 class NetOutput(NamedTuple):
     """What the network returns for a batch of N positions.
@@ -55,4 +61,4 @@ def float32_head(layer: Callable[[torch.Tensor], _T], x: torch.Tensor) -> _T:
         return layer(x.float())
 
 
-__all__ = ["NetOutput", "float32_head"]
+__all__ = ["REPLY_POLICY_PREFIX", "NetOutput", "float32_head"]

@@ -16,6 +16,12 @@ which the Chessformer returns too), always from the side to move:
   or [N, 4672] in the 'policy' shape) with an action-value head (``network.action_value_head``,
   alphazero.nn.action_values), else None.
 
+With ``network.reply_policy_head`` a second policy head of the same shape
+(``reply_policy_conv``, ``reply_policy_out``) gives logits [N, 4672] for the
+next position's search policy, in that position's frame (the opponent's, the
+board flipped for it): ``forward_with_reply`` alone runs it, for the learner;
+``forward`` never does, so search pays nothing for it.
+
 Example::
 
     model = build_network(get_preset("tiny").network)
@@ -37,7 +43,7 @@ from alphazero.config import NetworkConfig
 from alphazero.errors import UserError
 from alphazero.nn.action_values import ACTION_VALUE_PREFIX, ActionValueHead, start_level_from_value, with_action_values
 from alphazero.nn.chessformer import Chessformer
-from alphazero.nn.heads import NetOutput, float32_head
+from alphazero.nn.heads import REPLY_POLICY_PREFIX, NetOutput, float32_head
 from alphazero.nn.planes import INPUT_PLANES, expand_torch
 
 _COMPILED_PREFIX = "_orig_mod."  # torch.compile's wrapper prefixes parameter names with this
@@ -116,6 +122,12 @@ class AlphaZeroNet(nn.Module):
             else:
                 # A bias, no batch norm: a head added to trained (and frozen-statistics) weights starts as it trains.
                 self.action_value_conv = nn.Conv2d(config.filters, 2 * config.action_value_filters, 1)
+        # Built last, so that the other layers start from the same random weights with it or without it.
+        self.reply_policy_conv: nn.Module | None = None  # network.reply_policy_head: the policy head's shape
+        self.reply_policy_out: nn.Conv2d | None = None
+        if config.reply_policy_head:
+            self.reply_policy_conv = _conv_bn(config.filters, config.policy_filters, 3)
+            self.reply_policy_out = nn.Conv2d(config.policy_filters, NUM_PLANES, kernel, padding=kernel // 2)
 
     def start_action_values_from_policy(self) -> bool:
         """Starts a 'policy'-shaped action-value head from the policy and value heads (a network loaded from
@@ -138,10 +150,29 @@ class AlphaZeroNet(nn.Module):
         Raises:
             ValueError: wrong input dtypes or shapes (from planes.expand_torch).
         """
+        return self._heads(self._body(planes, scalars), action_values)
+
+    def forward_with_reply(self, planes: torch.Tensor, scalars: torch.Tensor) -> tuple[NetOutput, torch.Tensor]:
+        """Evaluates positions as ``forward(..., action_values=False)`` does (training scores the moves it needs),
+        plus the reply-policy head's logits [N, 4672] (one pass through the tower).
+
+        Raises:
+            ValueError: the network has no reply-policy head (network.reply_policy_head), or wrong inputs.
+        """
+        if self.reply_policy_conv is None or self.reply_policy_out is None:
+            raise ValueError("this network has no reply-policy head (network.reply_policy_head = false)")
+        x = self._body(planes, scalars)
+        reply = float32_head(self.reply_policy_out, F.relu(self.reply_policy_conv(x))).flatten(1).float()
+        return self._heads(x, False), reply
+
+    def _body(self, planes: torch.Tensor, scalars: torch.Tensor) -> torch.Tensor:
+        """Gets the tower's output [N, filters, 8, 8] for compact positions."""
         x = expand_torch(planes, scalars)
         if self.stem[0].weight.is_contiguous(memory_format=torch.channels_last):  # type: ignore[operator]  # a Conv2d
             x = x.contiguous(memory_format=torch.channels_last)
-        x = self.tower(F.relu(self.stem(x)))
+        return self.tower(F.relu(self.stem(x)))
+
+    def _heads(self, x: torch.Tensor, action_values: bool) -> NetOutput:
         # [N, 73, 8, 8] -> [N, 4672]: index plane*64 + 8*row + col, the move index's layout.
         policy = float32_head(self.policy_out, F.relu(self.policy_conv(x))).flatten(1).float()
         hidden = F.relu(self.value_fc(F.relu(self.value_conv(x)).flatten(1)))
@@ -244,24 +275,33 @@ def check_architecture(saved: NetworkConfig, expected: NetworkConfig, source: st
 def load_weights(model: nn.Module, state_dict: dict[str, torch.Tensor], source: str | os.PathLike[str]) -> None:
     """Copies ``state_dict`` into ``model`` in place (keeping its device and memory format).
 
-    Weights without an action-value head load into a model with one (``train
-    --init`` from a network trained before the head, with
-    ``network.action_value_head`` set): everything else loads, the head keeps
-    the weights it was built with, and one warning says so.
+    Weights without an action-value head (or a reply-policy head) load into a
+    model with one (``train --init`` from a network trained before the head,
+    with ``network.action_value_head`` or ``network.reply_policy_head`` set):
+    everything else loads, the head keeps the weights it was built with (an
+    action-value head of the 'policy' shape starts from the policy head's), and
+    one warning says so.
 
     Raises:
         UserError: the weights do not fit the model (names or shapes differ).
     """
     target, state = _unwrap(model), clean_state_dict(state_dict)
-    head = {name for name in target.state_dict() if name.startswith(ACTION_VALUE_PREFIX)}
-    fresh_head = bool(head) and set(target.state_dict()) - head == set(state)
+    names = set(target.state_dict())
+    heads = {prefix: {name for name in names if name.startswith(prefix)}
+             for prefix in (ACTION_VALUE_PREFIX, REPLY_POLICY_PREFIX)}
+    fresh = [prefix for prefix, head in heads.items() if head and not head & set(state)]
+    if set().union(*(heads[prefix] for prefix in fresh)) != names - set(state) or not set(state) <= names:
+        fresh = []  # something else is missing, or left over: the strict load says what
     try:
         with torch.no_grad():
-            target.load_state_dict(state, strict=not fresh_head)
+            target.load_state_dict(state, strict=not fresh)
     except RuntimeError as error:
         first_line = str(error).strip().splitlines()[0]
         raise UserError(f"{source}: the weights do not fit the model: {first_line}") from None
-    if fresh_head:
+    if REPLY_POLICY_PREFIX in fresh:
+        log.warning("%s has no reply-policy head: the rest of the network loaded, and its head "
+                    "(network.reply_policy_head) starts from fresh weights", source)
+    if ACTION_VALUE_PREFIX in fresh:
         start = getattr(target, "start_action_values_from_policy", None)
         with torch.no_grad():
             from_policy = bool(start is not None and start())

@@ -388,13 +388,15 @@ class Weights:
     def overrides(self) -> list[str]:
         """Gets ``network.KEY=VALUE`` overrides that give a new run this architecture.
 
-        Weights without an action-value head leave its fields to the run (a
-        ``--set network.action_value_head=...`` adds one, which starts fresh:
-        alphazero.nn.network.load_weights).
+        Weights without an action-value head (or a reply-policy head) leave its
+        fields to the run (a ``--set network.action_value_head=...`` adds one,
+        which starts fresh: alphazero.nn.network.load_weights).
         """
-        headless = self.network.action_value_head == "none"
+        defaults = NetworkConfig()
+        left = {name for group in NetworkConfig.CANONICAL_AT_DEFAULT  # a group's first field: its head, or none
+                if getattr(self.network, group[0]) == getattr(defaults, group[0]) for name in group}
         return [f"network.{f.name}={getattr(self.network, f.name)}" for f in dataclasses.fields(self.network)
-                if not (headless and f.name in NetworkConfig.CANONICAL_AT_DEFAULT)]
+                if f.name not in left]
 
     def final_learning_rate(self, batch_size: int) -> float | None:
         """Gets the learning rate the weights were last trained at, scaled linearly to ``batch_size``
