@@ -519,7 +519,8 @@ def test_an_inference_server_sized_from_its_lanes_merges_several_actors_in_one_p
     from selfplay.inference import InferenceServer, server_batch_size
 
     small = for_gpus(get_preset("small"), 1)
-    assert small.selfplay.games_per_actor // 2 == 1024  # a lane's request: the old server_batch_size
+    # A lane's request (half the games, each with its leaves): the old server_batch_size.
+    assert small.selfplay.games_per_actor // 2 * small.search.leaves_per_game == 1024
     assert server_batch_size(small, actors=15) == 15 * 2048
     assert server_batch_size(apply_overrides(small, ["selfplay.server_batch_size=4096"]), actors=15) == 4096
     run, config = fast_run(tmp_path / "run", "selfplay.games_per_actor=8")  # lanes of 4 positions
