@@ -60,28 +60,37 @@ def _float_or_nan(text: str) -> float:
         return math.nan
 
 
-def parse_policy_temperature(text: str) -> float:
-    """Reads a softmax temperature of the prior (a player's ``ptemp``, the engine's PolicyTemperature).
+def _parse_setting(name: str, text: str, what: str) -> float:
+    """Reads the number ``text`` for the search setting ``name``, within the range its one definition holds
+    (mcts_ext.params.SearchParams); ``what`` names it for the message.
 
     Raises:
-        ValueError: not a positive, finite number; the message quotes it.
+        ValueError: not a number the setting allows; the message quotes it.
     """
-    value = _float_or_nan(text)
-    if not 0.0 < value < math.inf:
-        raise ValueError(f"the prior's softmax temperature must be a positive number (e.g. 2), got {text!r}")
-    return value
+    problem = settings_of(SearchParams)[name].problem(name, _float_or_nan(text))
+    if problem is not None:
+        raise ValueError(f"{what}: {problem.rsplit(', got ', 1)[0]}, got {text!r}")
+    return float(text)
+
+
+def parse_policy_temperature(text: str) -> float:
+    """Reads a softmax temperature of the prior (a player's ``ptemp``, the engine's PolicyTemperature), in the
+    range of the setting policy_temperature.
+
+    Raises:
+        ValueError: not a number policy_temperature allows (positive, finite); the message quotes it.
+    """
+    return _parse_setting("policy_temperature", text, "the prior's softmax temperature")
 
 
 def parse_cpuct(text: str) -> float:
-    """Reads PUCT's exploration constant c_init (the engine's CPuct, a ``uci`` player's ``cpuct``).
+    """Reads PUCT's exploration constant c_init (the engine's CPuct, a ``uci`` player's ``cpuct``), in the range
+    of the setting c_init.
 
     Raises:
-        ValueError: not a finite number >= 0; the message quotes it.
+        ValueError: not a number c_init allows (finite, >= 0); the message quotes it.
     """
-    value = _float_or_nan(text)
-    if not 0.0 <= value < math.inf:
-        raise ValueError(f"PUCT's exploration constant must be a number >= 0 (e.g. 1.25), got {text!r}")
-    return value
+    return _parse_setting("c_init", text, "PUCT's exploration constant")
 
 
 def search_params(config: SearchSettings, mode: SearchMode, *, algorithm: str | None = None,

@@ -20,6 +20,15 @@ Two managers, chosen by the engine's ``TimeManager`` option:
   left (lc0's smart pruning: the runner-up's visits plus all the visits the
   time left could add, over ``PRUNING_FACTOR``, stay below the best's).
 
+  Smart pruning ends most searches before their budgets, and with a network
+  whose policy is sharp, most well before (EXPERIMENTS.md, "Issue 80: the
+  engine keeps its clock again"); the bank gives back at most a share a
+  move, so the time they save stayed on the clock to the game's end. So the
+  manager learns the share of its budgets that searches use (a moving
+  average over the game, ``TIME_USE_WEIGHT`` for the latest move, from 1)
+  and plans each share over it, never over less than ``MIN_TIME_USE``, as
+  lc0's smooth manager does.
+
   A reserve is never shared out: ``RESERVE_FRACTION`` of the game's first
   clock, or ``RESERVE_OVERHEADS`` moves' overhead if more, or, where a
   move's least cost is more than the increment, ``RESERVE_DRAIN_MOVES`` of
@@ -65,6 +74,10 @@ RESERVE_MAX_FRACTION = 0.25
 RESERVE_INCREMENT_SHARE = 0.5
 LAG_AVERAGE_WEIGHT = 0.2
 """The weight of the latest move in the moving average of the lag the clocks show."""
+TIME_USE_WEIGHT = 0.2
+"""The weight of the latest move in the moving average of the share of its budget a search used."""
+MIN_TIME_USE = 0.4
+"""The least share of its budgets the manager assumes searches use: a share is planned at most 1 / this larger."""
 PRUNING_FACTOR = 1.33
 MIN_BUDGET_MS = 1.0
 """The least budget: the search always expands the root and plays something."""
@@ -108,12 +121,13 @@ class TimeManager:
         self.new_game()
 
     def new_game(self) -> None:
-        """Forgets the last game: its bank, its reserve, its lag, its worst overrun."""
+        """Forgets the last game: its bank, its reserve, its lag, its worst overrun, its searches' time use."""
         self.bank_ms = 0.0
         self.moves = 0  # timed searches this game
         self.first_clock_ms: float | None = None  # the clock of the game's first timed search
         self.lag_ms = 0.0  # the moving average of what the clock lost beyond the engine's search time
         self.worst_overrun_ms = 0.0  # the most the clock lost over a move beyond that move's budget
+        self.time_use = 1.0  # the moving average of the share of its budget a search used (at most 1 a move)
         self._last_move: tuple[float, float, float] | None = None  # the last plan's clock, increment, budget
         self._last_search_ms: float | None = None  # its search time, once spent
 
@@ -132,7 +146,7 @@ class TimeManager:
         usable = remaining_ms - reserve
         moves_left = float(movestogo) if movestogo else max(estimated_moves_left(ply), 1.0)
         pool = usable + increment_ms * (moves_left - 1.0) - overhead_ms * moves_left
-        share = max(pool, 0.0) / moves_left
+        share = max(pool, 0.0) / moves_left / max(self.time_use, MIN_TIME_USE)
         if self.moves < OPENING_MOVES:
             share *= OPENING_FACTOR
         budget = share + min(BANK_SHARE * self.bank_ms, share)
@@ -159,9 +173,12 @@ class TimeManager:
         self.worst_overrun_ms = max(self.worst_overrun_ms, lost - last_budget)
 
     def spent(self, plan: MovePlan, seconds: float) -> None:
-        """Books a finished search: what it left of its budget goes to the bank, what it overran comes out."""
+        """Books a finished search: what it left of its budget goes to the bank, what it overran comes out, and
+        the share of its budget it used goes into the time use."""
         self._last_search_ms = 1000.0 * seconds
         self.moves += 1
+        used = min(1000.0 * seconds / plan.budget_ms, 1.0)  # an overrun counts as the whole budget
+        self.time_use += TIME_USE_WEIGHT * (used - self.time_use)
         self.bank_ms = max(self.bank_ms + plan.budget_ms - 1000.0 * seconds, 0.0)
 
 

@@ -71,15 +71,16 @@ def test_time_saved_by_an_early_stop_is_spent_later_and_a_new_game_forgets_it() 
     plan = manager.plan(60_000, 0, 20, overhead_ms=0)
     manager.spent(plan, seconds=plan.budget_ms / 4000)  # stopped after a quarter
     assert manager.bank_ms == pytest.approx(0.75 * plan.budget_ms)
-    later = manager.plan(60_000, 0, 20, overhead_ms=0)
-    assert later.budget_ms == pytest.approx(plan.budget_ms + BANK_SHARE * manager.bank_ms)
+    later = manager.plan(60_000, 0, 20, overhead_ms=0)  # the share over the searches' time use, and the bank's
+    assert later.budget_ms == pytest.approx(plan.budget_ms / manager.time_use + BANK_SHARE * manager.bank_ms)
     manager.spent(later, seconds=10 * later.budget_ms / 1000)  # an overrun empties the bank, never below 0
     assert manager.bank_ms == 0.0
     manager.bank_ms = 1e9  # a bank at most doubles a move's share
-    assert manager.plan(60_000, 0, 20, overhead_ms=0).budget_ms == pytest.approx(2 * plan.budget_ms)
+    assert manager.plan(60_000, 0, 20, overhead_ms=0).budget_ms == pytest.approx(2 * plan.budget_ms /
+                                                                                 manager.time_use)
     manager.new_game()
-    assert (manager.bank_ms, manager.moves, manager.first_clock_ms, manager.lag_ms, manager.worst_overrun_ms) == (
-        0.0, 0, None, 0.0, 0.0)
+    assert (manager.bank_ms, manager.moves, manager.first_clock_ms, manager.lag_ms, manager.worst_overrun_ms,
+            manager.time_use) == (0.0, 0, None, 0.0, 0.0, 1.0)
 
 
 def test_a_reserve_is_never_shared_out_and_at_it_a_move_costs_less_than_the_increment() -> None:
