@@ -112,14 +112,14 @@ def test_arms_play_the_baseline_and_stockfish_in_chunks_and_a_rerun_plays_nothin
     for seed, name in enumerate(("base", "wide")):
         _arm_run(root, name, minutes=2.0, seed=seed)  # trained their minutes already: the protocol trains nothing
     argv = ["compare", "--dir", str(root), "--minutes", "1", "--arm", "base", "--arm", "wide search.simulations=8",
-            "--games", "20", "--stockfish", "skill=0", "--stockfish-games", "20", "--simulations", "2",
+            "--games", "40", "--stockfish", "skill=0", "--stockfish-games", "20", "--simulations", "2",
             "--ply-limit", "16"]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "arm base has trained its 1 minutes" in out and "arm wide has trained its 1 minutes" in out
-    assert out.count("compare: ") >= 3 + 2  # three chunks, and the summary's lines
+    assert out.count("compare: ") >= 4 + 2  # four chunks, and the summary's lines
     chunks = sorted((root / "matches" / "eval").glob("*.jsonl"))
-    assert [path.stem for path in chunks] == ["base-vs-stockfishskill0-000", "wide-vs-base-000",
+    assert [path.stem for path in chunks] == ["base-vs-stockfishskill0-000", "wide-vs-base-000", "wide-vs-base-010",
                                               "wide-vs-stockfishskill0-000"]
     assert all(len(path.read_text().splitlines()) == CHUNK_GAMES for path in chunks)
     summary = (root / SUMMARY_FILE).read_text()
@@ -128,7 +128,8 @@ def test_arms_play_the_baseline_and_stockfish_in_chunks_and_a_rerun_plays_nothin
     for row in rows.values():
         cells = [cell.strip() for cell in row.strip("|").split("|")]
         wins, draws, losses = (int(part[1:]) for part in cells[2].split())
-        assert cells[1] == "20" and wins + draws + losses == 20 and ".." in cells[5]
+        games = 40 if row.startswith("| wide vs base") else 20  # every chunk of the pairing counts
+        assert cells[1] == str(games) and wins + draws + losses == games and ".." in cells[5]
     # The rerun: every chunk is complete, so no game is played again and the summary is the same.
     mtimes = [path.stat().st_mtime_ns for path in chunks]
     assert main(argv) == 0

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -324,11 +325,15 @@ def _play(root: Path, pairing: Pairing, simulations: int, openings: str, ply_lim
 
 
 def pairing_counts(root: Path, pairing: Pairing) -> tuple[int, int, int]:
-    """Wins, draws and losses of ``pairing.a`` over all the pairing's finished games."""
+    """Wins, draws and losses of ``pairing.a`` over all the pairing's finished games: every chunk on disk, however
+    many games the run that played them asked for."""
     wins = draws = losses = 0
     name_a = pairing.a
-    for match_id, _ in _chunk_ids(pairing):
-        for record in read_game_records(root / MATCH_DIR / "eval" / f"{match_id}.jsonl"):
+    chunk = re.compile(re.escape(pairing.label) + r"-\d{3}")
+    for path in sorted((root / MATCH_DIR / "eval").glob("*.jsonl")):
+        if not chunk.fullmatch(path.stem):
+            continue
+        for record in read_game_records(path):
             score = float(record["score_a"]) if record.get("agent_a") == name_a else 1.0 - float(record["score_a"])
             wins += score == 1.0
             draws += score == 0.5
