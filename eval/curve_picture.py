@@ -27,10 +27,14 @@ class Panel:
     lines: dict[str, float]
 
 
+def _is_line(name: str, anchors: Any, random_name: str) -> bool:
+    """Whether a rated player is drawn as a horizontal line: an anchor that is no checkpoint, or random."""
+    return (name in anchors and not name.startswith("step")) or name == random_name
+
+
 def fixed_lines(ratings: dict[str, Any], anchors: dict[str, float], random_name: str) -> dict[str, float]:
     """The horizontal lines of a curve: its anchors (Stockfish levels) and random, at their fitted Elo."""
-    return {name: rating.elo for name, rating in ratings.items()
-            if (name in anchors and not name.startswith("step")) or name == random_name}
+    return {name: rating.elo for name, rating in ratings.items() if _is_line(name, anchors, random_name)}
 
 
 def draw_curve(path: Path, panel: Panel, *, relative: bool) -> None:
@@ -88,8 +92,7 @@ def read_panel(run_root: Path, point_type: type, random_name: str) -> Panel:
         points = [point_type(**{key: value for key, value in point.items() if key in names})
                   for point in payload["points"]]
         ratings, anchors = payload["ratings"], payload["anchors"]
-        lines = {name: float(rating["elo"]) for name, rating in ratings.items()
-                 if (name in anchors and not name.startswith("step")) or name == random_name}
+        lines = {name: float(rating["elo"]) for name, rating in ratings.items() if _is_line(name, anchors, random_name)}
     except FileNotFoundError:
         raise UserError(f"{path}: no curve there; run `alphazero curve --run {run_root}` first") from None
     except (OSError, ValueError, KeyError, TypeError) as error:
