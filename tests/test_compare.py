@@ -87,6 +87,25 @@ def test_a_rerun_with_other_arms_is_refused(tmp_path: Path, capsys: pytest.Captu
     argv = ["compare", "--dir", str(root), "--arm", "base", "--arm", "b search.simulations=8", "--matches-only"]
     assert main(argv) == 2
     assert "compares other arms" in capsys.readouterr().err
+    moved = ["compare", "--dir", str(root), "--arm", "base", "--arm", "c", "--arm", "b", "--matches-only"]
+    assert main(moved) == 2
+    assert "compares other arms" in capsys.readouterr().err
+    other_preset = ["compare", "--dir", str(root), "--arm", "base", "--arm", "b", "--preset", "small", "--matches-only"]
+    assert main(other_preset) == 2
+    assert "compares other arms" in capsys.readouterr().err
+
+
+def test_a_rerun_may_add_arms_after_the_saved_ones(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "cmp"
+    root.mkdir()
+    saved = [{"name": "base", "overrides": []}, {"name": "b", "overrides": []}]
+    (root / ARMS_FILE).write_text(json.dumps({"preset": "tiny", "arms": saved}))
+    argv = ["compare", "--dir", str(root), "--arm", "base", "--arm", "b", "--arm", "c search.simulations=8",
+            "--matches-only"]
+    assert main(argv) == 2  # no arm has trained: --matches-only stops, after the arms are taken
+    assert "has no checkpoints yet" in capsys.readouterr().err
+    arms = json.loads((root / ARMS_FILE).read_text())["arms"]
+    assert arms == [*saved, {"name": "c", "overrides": ["search.simulations=8"]}]
 
 
 def test_trained_minutes_count_the_sittings_a_cut_off_one_up_to_its_newest_checkpoint(tmp_path: Path) -> None:

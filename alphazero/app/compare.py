@@ -19,8 +19,9 @@ machine::
 3. ``DIR/summary.md``: the arms (minutes, learner steps) and each pairing's
    result with its Elo difference and 95% interval.
 
-Resumable as train is: ``DIR/arms.json`` holds the arms as first given (a
-rerun with others is refused); ``DIR/sittings.jsonl`` holds each training
+Resumable as train is: ``DIR/arms.json`` holds the arms as given (a rerun
+may add arms after them, and is refused other changes, so that every arm of a
+folder meets the same baseline on the same machine); ``DIR/sittings.jsonl`` holds each training
 sitting's start and end, so a stopped arm trains on for the minutes it
 lacks (a sitting cut off counts up to its newest checkpoint); an arm made by
 hand with `alphazero train` before the protocol took it counts its learner's
@@ -179,7 +180,8 @@ def stockfish_levels(text: str) -> list[str]:
 
 
 def _check_arms(root: Path, arms: Sequence[Arm], preset: str) -> None:
-    """Writes DIR/arms.json on the first start; on a rerun refuses arms (or a preset) other than those."""
+    """Writes DIR/arms.json on the first start; on a rerun adds arms given after the saved ones and refuses any
+    other change (an arm changed, removed or moved, or another preset)."""
     path = root / ARMS_FILE
     wanted = {"preset": preset, "arms": [arm.to_json() for arm in arms]}
     if not path.exists():
@@ -189,9 +191,14 @@ def _check_arms(root: Path, arms: Sequence[Arm], preset: str) -> None:
         saved = json.loads(path.read_text())
     except (OSError, ValueError) as error:
         raise UserError(f"{path} cannot be read ({error}): move it away to start the comparison again") from None
-    if saved != wanted:
+    kept = saved.get("arms", []) if isinstance(saved, dict) else None
+    if saved == wanted:
+        return
+    if not isinstance(kept, list) or saved.get("preset") != preset or wanted["arms"][:len(kept)] != kept:
         raise UserError(f"{root} compares other arms: {path} holds {json.dumps(saved)}; give the same --arm and "
-                        f"--preset options, or another --dir")
+                        f"--preset options (new arms may follow them), or another --dir")
+    print(f"compare: adds the arms {', '.join(arm.name for arm in arms[len(kept):])} to {root}", flush=True)
+    atomic_write_text(path, json.dumps(wanted, indent=1) + "\n")
 
 
 # --- training -----------------------------------------------------------------------
