@@ -186,10 +186,8 @@ class SearchConfig(_Section, SearchSettings):
         if self.resign_false_positive_target > 1.0:
             raise UserError(f"search.resign_false_positive_target must lie in [0, 1], got "
                             f"{self.resign_false_positive_target}")
-        if not -1.0 <= self.resign_threshold <= 1.0:
-            raise UserError(f"search.resign_threshold must lie in [-1, 1], got {self.resign_threshold}")
-        # What the search itself refuses (Gumbel's rules among it) is checked where the search's
-        # parameters are made: self-play's, from this section.
+        # What the search itself refuses (Gumbel's rules and resign_threshold's range among it) is checked
+        # where the search's parameters are made: self-play's, from this section, with the fixed threshold.
         try:
             search_params(self, SELFPLAY, resign_threshold=self.resign_threshold)
         except ValueError as error:
@@ -356,7 +354,9 @@ class LearnerConfig(_Section):
     mix_share: float = _field(0.0, "share of each batch drawn from mix_dir at step 0 (the rest from self-play)")
     mix_decay_steps: int = _field(0, "steps over which mix_share falls linearly to 0; 0 = it stays")
     action_value_loss_weight: float = _field(1.0, "weight of the action-value head's loss (network.action_value_head) "
-                                                  "on the moves whose shards give Stockfish's win probability")
+                                                  "on the moves whose shards give a win probability (policy_wins: "
+                                                  "Stockfish labels', or self-play's search values where its "
+                                                  "network has the head)")
     action_value_rank_weight: float = _field(0.0, "weight of a listwise loss on the action-value head's ranking: "
                                                   "per position, the cross-entropy of softmax(head's win "
                                                   "probabilities / T) against softmax(targets / T), T = "

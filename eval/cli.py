@@ -154,7 +154,7 @@ def run_match(args: argparse.Namespace) -> None:
                                "networks": NetworkCache(), "seed": args.seed}
     with parse_player(spec_a, **context) as agent_a, parse_player(spec_b, **context) as agent_b:
         result = play_match(agent_a, agent_b, games=games, concurrency=concurrency, ply_limit=args.ply_limit,
-                            resign_threshold=args.resign, out_dir=run.eval, pgn_dir=run.games,
+                            agreed_resign_value=args.resign, out_dir=run.eval, pgn_dir=run.games,
                             progress=not args.no_progress, openings=openings,
                             seed=start, match_id=args.match_id, clock=clock)
     print(format_summary(result))

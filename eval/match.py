@@ -141,7 +141,8 @@ class _Rules:
     """How games end besides the rules of chess."""
 
     ply_limit: int | None
-    resign_threshold: float | None
+    # Not self-play's resign_threshold (one side's root value): both sides' values must agree beyond it.
+    agreed_resign_value: float | None
     resign_moves: int
 
 
@@ -231,7 +232,7 @@ class _Game:
         and is never resigned against.
         """
         self.last_value[mover] = value
-        threshold, other = rules.resign_threshold, self.last_value[not mover]
+        threshold, other = rules.agreed_resign_value, self.last_value[not mover]
         if threshold is None or value is None or other is None:
             agree = False
         else:
@@ -374,7 +375,7 @@ def _default_match_id(a: Agent, b: Agent) -> str:
 
 
 def _check_arguments(
-    games: int, concurrency: int, ply_limit: int | None, resign_threshold: float | None, resign_moves: int,
+    games: int, concurrency: int, ply_limit: int | None, agreed_resign_value: float | None, resign_moves: int,
     match_id: str | None,
 ) -> None:
     """Raises UserError on an argument out of range, saying what is expected."""
@@ -384,9 +385,9 @@ def _check_arguments(
         raise UserError(f"concurrency must be at least 1, got {concurrency}")
     if ply_limit is not None and ply_limit < 1:
         raise UserError(f"the ply limit must be at least 1 (or None), got {ply_limit}")
-    if resign_threshold is not None and not -1.0 < resign_threshold < 0.0:
-        raise UserError(f"resign_threshold is a value below which to resign, in (-1, 0), e.g. -0.9; "
-                        f"got {resign_threshold}")
+    if agreed_resign_value is not None and not -1.0 < agreed_resign_value < 0.0:
+        raise UserError(f"agreed_resign_value is the value both sides must agree beyond (the mover's below it, "
+                        f"the opponent's above minus it), in (-1, 0), e.g. -0.9; got {agreed_resign_value}")
     if resign_moves < 1:
         raise UserError(f"resign_moves must be at least 1, got {resign_moves}")
     if match_id is not None and (not match_id or match_id.startswith(".") or re.search(r"[/\\]", match_id)):
@@ -417,7 +418,7 @@ def play_match(
     games: int,
     concurrency: int = DEFAULT_CONCURRENCY,
     ply_limit: int | None = DEFAULT_PLY_LIMIT,
-    resign_threshold: float | None = None,
+    agreed_resign_value: float | None = None,
     resign_moves: int = DEFAULT_RESIGN_MOVES,
     out_dir: Path | None = None,
     pgn_dir: Path | None = None,
@@ -438,10 +439,10 @@ def play_match(
     order from index `seed` (mod its length), cycled; each is played by a
     pair of games with colours swapped, A with White first.
 
-    Resignation (off unless resign_threshold is set, a value in (-1, 0) such as
+    Resignation (off unless agreed_resign_value is set, a value in (-1, 0) such as
     -0.9): the side to move resigns instead of moving when, on each of its
-    last `resign_moves` moves, its value was below resign_threshold AND the
-    opponent's latest value was above -resign_threshold. Agents that give no
+    last `resign_moves` moves, its value was below agreed_resign_value AND the
+    opponent's latest value was above -agreed_resign_value. Agents that give no
     value never resign.
 
     `ply_limit` (None for none) ends a game as a draw after that many plies,
@@ -460,13 +461,13 @@ def play_match(
     misbehaves; anything an agent raises. On an exception, the files hold
     every game finished before it.
     """
-    _check_arguments(games, concurrency, ply_limit, resign_threshold, resign_moves, match_id)
+    _check_arguments(games, concurrency, ply_limit, agreed_resign_value, resign_moves, match_id)
     for agent in (agent_a, agent_b) if clock is not None else ():
         if not agent.plays_on_clock:
             raise UserError(f"{agent.name} cannot play on a clock: on a clock, both players must be UCI engines "
                             f"(stockfish, uci)")
     pending = _schedule(load_openings() if openings is None else openings, games, seed)
-    rules = _Rules(ply_limit, resign_threshold, resign_moves)
+    rules = _Rules(ply_limit, agreed_resign_value, resign_moves)
     result = MatchResult(match_id or _default_match_id(agent_a, agent_b), agent_a.name, agent_b.name, [])
     files = None
     if out_dir is not None:

@@ -20,7 +20,6 @@ them for the device and scatters their targets there.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -46,8 +45,9 @@ class Batch:
     shares: np.ndarray  # float32 [E] the search's visit share of each move (0: not visited)
     z: np.ndarray  # float32 [B] the value target for the side to move: a result 1, 0, -1 or a value; NaN: none
     q: np.ndarray | None = None  # float32 [B] the search's root value for the side to move (None: unknown)
-    # float16 or float32 [E] the mover's win probability after each move (Stockfish labels' policy_wins), NaN
-    # where there is none; None when no position of the batch has one (self-play's), as if all were NaN.
+    # float16 or float32 [E] the mover's win probability after each move (the shards' policy_wins: Stockfish
+    # labels', or self-play's search values where its network has the head), NaN where there is none; None when
+    # no position of the batch has one, as if all were NaN.
     wins: np.ndarray | None = None
     # The next position's legal moves and visit shares (the reply target, learner.game_targets), listed as moves
     # and shares are: position r's are entries reply_offsets[r]:reply_offsets[r + 1] (none: no target); all
@@ -88,38 +88,6 @@ class Batch:
     def action_values(self) -> np.ndarray | None:
         """Gets the dense win probabilities, float32 [B, 4672], NaN where none; None without ``wins``."""
         return None if self.wins is None else _dense(self, self.wins, np.float32, np.nan)
-
-    @classmethod
-    def from_dense(cls, planes: np.ndarray, scalars: np.ndarray, policy: np.ndarray, legal: np.ndarray,
-                   z: np.ndarray, q: np.ndarray | None = None, action_values: np.ndarray | None = None) -> Batch:
-        """Builds a batch from dense targets (float32 [B, 4672] visit shares, bool [B, 4672] legal moves, and
-        float32 [B, 4672] win probabilities, NaN where none, or None).
-
-        Raises:
-            ValueError: a visit share or a win probability off the legal moves (the entries are the legal moves).
-        """
-        if np.any(policy[~legal]):
-            raise ValueError("a batch's visit shares must be zero off its legal moves")
-        rows, moves = np.nonzero(legal)  # row-major: each position's moves in ascending order
-        offsets = np.concatenate([np.zeros(1, np.int64), np.cumsum(np.count_nonzero(legal, axis=1))])
-        batch = cls(planes, scalars, offsets, moves.astype(np.int16), policy[rows, moves].astype(np.float32), z, q)
-        return batch.with_action_values(action_values)
-
-    def with_action_values(self, action_values: np.ndarray | None) -> Batch:
-        """Gets this batch with other win probabilities: dense float32 [B, 4672], NaN where none, or None.
-
-        Raises:
-            ValueError: a win probability off the legal moves.
-        """
-        if action_values is None:
-            return _replace(self, None)
-        if np.isfinite(action_values[~self.legal]).any():
-            raise ValueError("a batch's win probabilities must be NaN off its legal moves")
-        return _replace(self, action_values[self.rows, self.moves.astype(np.int64)].astype(np.float32))
-
-
-def _replace(batch: Batch, wins: np.ndarray | None) -> Batch:
-    return dataclasses.replace(batch, wins=wins)  # (a new instance: the cached dense arrays stay behind)
 
 
 def _dense(batch: Batch, values: np.ndarray, dtype: type[np.generic], fill: float) -> np.ndarray:

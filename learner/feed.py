@@ -22,9 +22,11 @@ on the device, a prefetch thread").
   the thread looks again every ``learner.poll_seconds`` and publishes why
   (``waiting``); ``next`` calls ``on_wait(reason, text)`` every WAKE_S
   while it waits, and returns None once ``stop`` is set.
-- **Errors** raised on the thread are raised by ``next``; a stop, an error or
-  a second Ctrl-C ends the thread without waiting for more than its current
-  read.
+- **Errors** raised on the thread are raised by ``next``. Leaving
+  ``prefetching`` (a stop, an error) closes the thread and waits for the
+  batch it is making (not for positions it waits for), whose reading of new
+  shards stops between two shards once closed (``_draw``); a second Ctrl-C
+  waits for nothing (a daemon thread, learner.prefetch).
 """
 
 from __future__ import annotations
@@ -98,11 +100,12 @@ class BatchFeed:
         mixed = self.settings.mix_rows(step) if self.mix is not None else 0
         return self.settings.batch_size - mixed, mixed
 
-    def _draw(self, step: int, *, force: bool) -> Batch | None:
-        """Reads new shards and draws step ``step``'s batch; None (drawing nothing) while the window waits."""
+    def _draw(self, step: int, *, force: bool, closed: threading.Event) -> Batch | None:
+        """Reads new shards and draws step ``step``'s batch; None (drawing nothing) while the window waits.
+        Reading stops between two shards once ``closed`` is set: a stop never waits for a backlog."""
         size, mixed = self._sizes(step)
         with self.lock:
-            self.window.refresh(force=force)
+            self.window.refresh(force=force, cancelled=closed.is_set)
             drawn = _Drawn(self.window.sampler_state(), self.mix.sampler_state() if self.mix is not None else None)
             with self._pending_lock:  # before the draw: a checkpoint taken meanwhile saves the state before it
                 self._pending.append(drawn)
@@ -123,11 +126,11 @@ class BatchFeed:
     def _make(self, closed: threading.Event) -> _Fed | None:
         """Makes the next step's batch, waiting for positions while the window has too few; None once closed."""
         step, started = self._step, None
-        batch = self._draw(step, force=False)
+        batch = self._draw(step, force=False, closed=closed)
         while batch is None:
             if started is None:
                 started = time.perf_counter()
-            batch = self._draw(step, force=True)
+            batch = self._draw(step, force=True, closed=closed)
             if batch is None and closed.wait(self.settings.poll_seconds):
                 return None
         self.waiting = None

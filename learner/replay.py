@@ -295,11 +295,15 @@ class ReplayWindow:
 
     # --- loading ------------------------------------------------------------------------
 
-    def refresh(self, *, force: bool = False) -> int:
+    def refresh(self, *, force: bool = False, cancelled: Callable[[], bool] | None = None) -> int:
         """Reads the shards that appeared since the last scan; returns how many positions entered the window.
 
         Lists the folder at most every ``scan_interval_s`` unless ``force``.
         Unreadable shards are logged once, counted and never retried.
+        ``cancelled`` is asked before each shard: once it says True the
+        shards of this scan are left unread, as if not yet seen (the next
+        scan, or the next sitting, reads them), so that a stop never waits
+        for a backlog of shards to be read.
         """
         now = time.monotonic()
         if not force and now - self._last_scan < self.scan_interval_s:
@@ -309,6 +313,7 @@ class ReplayWindow:
         if not new:
             return 0
         self._known.update(new)
+        counters = (self.skipped_shards, self.corrupt_shards)
         # Only what the stores keep of each shard is held until it is appended (the shards themselves are let
         # go at once): a backlog of millions of positions is read within about the memory its window takes.
         loaded: list[_Read] = []
@@ -326,6 +331,10 @@ class ReplayWindow:
                 self.skipped_shards += name > self._counted_up_to
             if not (wanted_for_training or wanted_for_validation):
                 continue
+            if cancelled is not None and cancelled():
+                self._known.difference_update(new)
+                self.skipped_shards, self.corrupt_shards = counters
+                return 0
             shard = self._read(name)
             if shard is not None and len(shard):
                 read = self._blocks_of(name, shard, wanted_for_training)

@@ -72,7 +72,7 @@ plus ``action_value_rank_weight`` x a listwise loss on each position's
 ranking of those moves (in the total alone). They are picked on the host
 (learner.batch_device): NaN never reaches the device, no other move is scored.
 Validation adds ``action_value_loss`` and ``action_value_mae`` (|predicted -
-Stockfish's| win probability, comparable across the two forms).
+target| win probability, comparable across the two forms).
 
 Auxiliary targets, added to the loss with their weights (a Chessformer's
 second policy and value heads, see alphazero.nn.chessformer; with both weights
@@ -211,6 +211,11 @@ class Trainer:
                                                                           f"loss scaling")
         attach(self.optimizer, lambda: self.scaler)  # the loss scale rides in the optimiser's checkpointed state
         self.skipped_steps = 0  # tries whose float16 gradients overflowed (each was run again)
+        # Optimiser steps taken: a loss scaler skips optimizer.step() on overflowed gradients, so a count that did
+        # not move tells a skipped try without reading the scale (a device sync). (A fused optimiser, which
+        # GradScaler always steps, would break this; build_optimizer makes none.)
+        self._optimizer_steps = 0
+        self.optimizer.register_step_post_hook(self._count_optimizer_step)
         self.clip_grad_norm = clip_grad_norm
         # The action-value head's moves are scored by the loss, for the moves with a target alone.
         self._pass = features_only(self.model)
@@ -363,10 +368,14 @@ class Trainer:
         if scaler is None:
             self.optimizer.step()
             return True, grad_norm
-        scale = scaler.get_scale()
+        steps = self._optimizer_steps
         scaler.step(self.optimizer)  # skipped when unscale_ found inf or NaN
         scaler.update()  # halves the scale after a skip (and only then lowers it)
-        return scaler.get_scale() >= scale, grad_norm
+        return self._optimizer_steps > steps, grad_norm
+
+    def _count_optimizer_step(self, *_: Any) -> None:
+        """Counts an optimiser step (its post-step hook; see __init__)."""
+        self._optimizer_steps += 1
 
     def _add_auxiliary_losses(self, stats: StepStats, aux: Any, tensors: DeviceBatch) -> StepStats:
         """Adds the weighted auxiliary losses to ``stats.total`` and records them.
@@ -404,11 +413,13 @@ class Trainer:
         if self.action_value_head is None or tensors.action_values is None:
             return stats
         head, features, config = self.action_value_head, action_features(out), self.config
-        loss, _ = action_value_loss(head, features, *tensors.action_values)
+        rows, moves, labels = tensors.action_values
+        logits = head.logits(features, rows, moves)  # gathered once, for both losses
+        loss, _ = action_value_loss(head, logits, labels)
         total = stats.total + config.action_value_loss_weight * loss
         if config.action_value_rank_weight > 0:
             total = total + config.action_value_rank_weight * action_value_rank_loss(
-                head, features, *tensors.action_values, temperature=config.action_value_rank_temperature)
+                head, logits, rows, labels, len(features), temperature=config.action_value_rank_temperature)
         return replace(stats, total=total, action_value=loss.detach())
 
     def _add_anchor_loss(self, stats: StepStats, out: NetOutput, tensors: DeviceBatch) -> StepStats:

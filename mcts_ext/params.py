@@ -164,13 +164,15 @@ def resign_options(threshold: float | None) -> dict[str, Any]:
 
 
 def check_resign_threshold(threshold: float | None) -> None:
-    """Checks a resignation threshold: a root value in [-1, 1], or None for no resignation.
+    """Checks a resignation threshold against its setting (SearchParams.resign_threshold: a root value in
+    [-1, 1]), or None for no resignation; for MultiGameSearch.set_resign_threshold, which bypasses SearchParams.
 
     Raises:
-        ValueError: outside [-1, 1].
+        ValueError: outside the setting's range; the message names resign_threshold.
     """
-    if threshold is not None and not -1.0 <= threshold <= 1.0:
-        raise ValueError(f"need -1 <= resign_threshold <= 1 (or None), got {threshold}")
+    problem = settings_of(SearchParams)["resign_threshold"].problem("resign_threshold", threshold)
+    if problem is not None:
+        raise ValueError(problem)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ ActorLosses) is selfplay.totals'. Both are importable from here too.
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import os
@@ -46,10 +47,10 @@ from alphazero.store.rundir import RunDir, remove_stale_temporaries
 from selfplay.fleet import Placement, SelfPlayFleet, actors_that_fit
 from selfplay.ray_connect import connect_ray, ensure_ray_token
 from selfplay.totals import ActorLosses, Totals, why_died
-from selfplay.worker import PlayStats
+from selfplay.worker import PlayStats, ShardsNotStored
 
 __all__ = ["ActorLosses", "Totals", "actor_failure", "check_checkpoint", "connect_ray", "ensure_ray_token",
-           "run_selfplay"]
+           "remote_traceback", "run_selfplay"]
 
 log = logging.getLogger(__name__)
 
@@ -158,9 +159,11 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
 
     Raises:
         UserError: an unreachable Ray address, a corrupt checkpoint, an actor
-            that fails (with a user error's message, or after a bug's traceback
-            on stderr: actor_failure), bad arguments, or transport 'ray'
-            through a Ray client (ray://), whose sink would write on the head.
+            that fails (with a user error's message, its machine's error and
+            what to do, or after a bug's traceback on stderr: actor_failure),
+            bad arguments, or transport 'ray' through a Ray client (ray://),
+            whose sink would write on the head. An actor that cannot store its
+            games at the stop raises nothing: a line says what it lost and why.
     """
     import ray
 
@@ -266,6 +269,7 @@ def _play(fleet: SelfPlayFleet, resign: _ResignFollower, totals: Totals, reporte
                  *([status_suffix(width)] if status_suffix is not None else [])]
         return "\n".join(lines)
 
+    signalled: float | None = None  # after a signal: when (time.monotonic) its drain and flush must be done
     pending: dict[Any, int] = {handle.play.remote(chunk_seconds): i for i, handle in enumerate(handles)}
     idle: set[int] = set()
     precisions: set[str] = set()  # what the actors' networks run in (bf16, float32), each said once
@@ -304,11 +308,13 @@ def _play(fleet: SelfPlayFleet, resign: _ResignFollower, totals: Totals, reporte
                 break
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (alphazero.app.cli): to this process, its group or every process
         until.end()
+        signalled = time.monotonic() + SIGNAL_STOP_SECONDS
         print("\nself-play: stopping; writing the finished games", flush=True)
         # The calls in progress end within a chunk: their games (whose shards may already be stored) are counted.
-        _drain(pending, totals, idle, losses, timeout=2 * chunk_seconds + 5)
+        _drain(pending, totals, idle, losses, timeout=min(2 * chunk_seconds + 5, SIGNAL_STOP_SECONDS / 2))
     finally:
-        _flush(handles, totals, losses)
+        flush_seconds = FLUSH_SECONDS if signalled is None else max(1.0, signalled - time.monotonic())
+        _flush(handles, totals, losses, timeout=flush_seconds)
         resign.update([], force=True)
         totals.resign_status = resign.calibrator.status()
         reporter.update(totals, fleet.count - len(idle), fleet.count, force=True, suffix=suffix)
@@ -376,30 +382,64 @@ def actor_failure(error: Any) -> UserError:
     """The one-line error for an actor's call that raised (a RayTaskError).
 
     A UserError (a corrupt checkpoint, a setting the actor cannot honour) is
-    the user's to fix, and its message says how: it is the whole report.
-    Anything else is a bug, and its one line cannot say where it is: the
-    actor's traceback is printed on stderr first (the driver keeps no log
-    file; a live display prints it above its line).
+    the user's to fix, and its message says how: it is the whole report. An
+    OSError (a full disk, an unwritable folder) is the machine's: its message
+    and what to do. Anything else is a bug, and its one line cannot say where
+    it is: the actor's traceback is printed on stderr first (the driver keeps
+    no log file; a live display prints it above its line).
     """
+    cause = _cause(error)
+    if isinstance(cause, UserError) or (isinstance(cause, BaseException) and is_out_of_memory(cause)):
+        # Out of memory is the user's to fix too: the CLI's one line says what ran out and what to lower.
+        return UserError(f"a self-play actor failed: {cause}")
+    if isinstance(cause, OSError):
+        where = cause.folder if isinstance(cause, ShardsNotStored) else cause.filename
+        return UserError(f"a self-play actor failed with an error of its machine, not of self-play: {cause}; "
+                         f"{os_error_advice(cause.errno, where)}")
+    print(f"self-play: an actor raised an error that is a bug, not a setting; its traceback:\n"
+          f"{remote_traceback(error)}", file=sys.stderr, flush=True)
+    return UserError(f"a self-play actor failed with {_what(error)} (its traceback is above)")
+
+
+def _cause(error: Any) -> Any:
+    """The exception an actor's call raised, under the RayTaskErrors of the calls that waited on it."""
     from ray.exceptions import RayTaskError
 
     cause = error.cause
     while isinstance(cause, RayTaskError):  # raised in a call that the actor's call made
         cause = cause.cause
-    if isinstance(cause, UserError) or (isinstance(cause, BaseException) and is_out_of_memory(cause)):
-        # Out of memory is the user's to fix too: the CLI's one line says what ran out and what to lower.
-        return UserError(f"a self-play actor failed: {cause}")
-    print(f"self-play: an actor raised an error that is a bug, not a setting; its traceback:\n"
-          f"{_remote_traceback(error)}", file=sys.stderr, flush=True)
-    what = f"{type(cause).__name__}: {cause}" if isinstance(cause, BaseException) else str(error).splitlines()[-1]
-    return UserError(f"a self-play actor failed with {what} (its traceback is above)")
+    return cause
+
+
+def _what(error: Any) -> str:
+    """An actor's error in one line: 'ZeroDivisionError: division by zero'."""
+    cause = _cause(error)
+    return f"{type(cause).__name__}: {cause}" if isinstance(cause, BaseException) else str(error).splitlines()[-1]
+
+
+def os_error_advice(code: int | None, where: Any = None) -> str:
+    """What to do about an OSError of the machine, by its errno ``code`` (``where``: the folder or file it was
+    about, if known)."""
+    place = str(where) if where else "the run directory"
+    advice = {
+        errno.ENOSPC: f"free space on the disk that holds {place}, then run again",
+        errno.EDQUOT: f"the disk quota of {place} is used up: free space or raise the quota, then run again",
+        errno.EACCES: f"make {place} writable by the user that runs self-play",
+        errno.EPERM: f"make {place} writable by the user that runs self-play",
+        errno.EROFS: f"{place} is on a read-only file system: put the run on a writable disk",
+        errno.ENOENT: f"{place} is gone: check that the run directory exists and is mounted on every node",
+        errno.EMFILE: "the process ran out of open files: raise the limit (ulimit -n)",
+        errno.ENFILE: "the machine ran out of open files: close other programs or raise fs.file-max",
+        errno.EIO: f"the disk that holds {place} failed a read or write: check it (dmesg) before running again",
+    }
+    return advice.get(code or 0, f"check the disk and the machine that hold {place}, then run again")
 
 
 _COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 _MARKERS = re.compile(r"\s*[\^~]+\s*")  # the carets under a traceback's source line
 
 
-def _remote_traceback(error: Any) -> str:
+def remote_traceback(error: Any) -> str:
     """The actor's traceback as Ray formats it (its own frames hidden), without the terminal colours and the
     carets that Ray's hidden frames leave under no source line: a log file reads it too."""
     lines: list[str] = []
@@ -419,23 +459,76 @@ def _drain(pending: dict[Any, int], totals: Totals, idle: set[int], losses: Acto
         _collect(ref, totals, pending.pop(ref), idle, losses)
 
 
-FLUSH_SECONDS = 60.0  # the most a stop waits for the actors to write their finished games, all together
+FLUSH_SECONDS = 60.0  # the most an end (the deadline, the games done) waits for the actors to write their games
+SIGNAL_STOP_SECONDS = 6.0
+"""The most a signalled stop (Ctrl-C, SIGTERM) waits for the play calls in progress and the actors' last games,
+together: `docker stop` sends SIGKILL 10 s after SIGTERM, and Ray's shutdown and the learner's save need the rest
+(issue 80). A play call ends within a chunk, and a flush behind it writes a shard or two."""
 
 
-def _flush(handles: list[Any], totals: Totals, losses: ActorLosses) -> None:
-    """Asks every actor to write the finished games it still holds; counts the games of those that cannot."""
+def _flush(handles: list[Any], totals: Totals, losses: ActorLosses, *, timeout: float = FLUSH_SECONDS) -> None:
+    """Asks every actor to write the finished games it still holds; says what each that cannot lost, and why."""
     import ray
-    from ray.exceptions import RayActorError, RayError
+    from ray.exceptions import RayActorError, RayError, RayTaskError
 
     # One deadline for all: an actor still starting (or lost) holds no game, and must not hold up the stop.
-    refs = {handle.flush.remote(): index for index, handle in enumerate(handles)}
-    ready, late = ray.wait(list(refs), num_returns=len(refs), timeout=FLUSH_SECONDS)
+    refs = {handle.flush.remote(last=True): index for index, handle in enumerate(handles)}
+    ready, late = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+    failed = _FlushFailures(losses)
     for ref in ready:
         try:
             totals.shards.extend(ray.get(ref))
         except RayActorError as error:
             losses.gone(refs[ref], why_died(error))
-        except RayError:
-            continue
+        except RayTaskError as error:
+            failed.add(refs[ref], error)
+        except RayError as error:  # its answer was lost (an object or its owner): so were the games it held
+            losses.gone(refs[ref], f"the stop's flush failed: {_first_line(error)}")
     for ref in late:
-        losses.gone(refs[ref], f"no answer to the stop's flush within {FLUSH_SECONDS:.0f} s")
+        losses.gone(refs[ref], f"no answer to the stop's flush within {timeout:.0f} s")
+    failed.report()
+
+
+class _FlushFailures:
+    """The actors whose flush at the stop raised: the disk's errors said once per folder and error with the
+    finished games they cost; a bug's traceback printed once, and the games of each actor it hit counted."""
+
+    def __init__(self, losses: ActorLosses) -> None:
+        self.losses = losses
+        # (folder, errno, error) -> each actor's index and its lost games (None: not said)
+        self.disk: dict[tuple[str, int | None, str], list[tuple[int, int | None]]] = {}
+        self.bugs: dict[str, int] = {}  # an error's line -> the first actor that raised it
+
+    def add(self, index: int, error: Any) -> None:
+        cause = _cause(error)
+        if isinstance(cause, OSError):
+            where = cause.folder if isinstance(cause, ShardsNotStored) else str(cause.filename or "")
+            games = cause.games if isinstance(cause, ShardsNotStored) else None
+            reason = f"[Errno {cause.errno}] {cause.strerror}" if cause.errno is not None else str(cause)
+            self.disk.setdefault((where, cause.errno, reason), []).append((index, games))
+            return
+        what = _what(error)
+        first = self.bugs.setdefault(what, index)
+        if first == index:
+            print(f"self-play: actor {index}'s flush at the stop raised an error that is a bug; its traceback:\n"
+                  f"{remote_traceback(error)}", file=sys.stderr, flush=True)
+            self.losses.gone(index, f"its flush at the stop raised {what}, a bug: its traceback is on stderr")
+        else:
+            self.losses.gone(index, f"its flush at the stop raised {what}, as actor {first}'s did")
+
+    def report(self) -> None:
+        """Says each disk error once, with the actors it hit and the finished games it cost them."""
+        for (where, code, reason), hit in self.disk.items():
+            known = [games for _, games in hit if games is not None]
+            indices = [str(index) for index, _ in hit]
+            who, whose = (f"actor {indices[0]}", "its") if len(hit) == 1 else \
+                (f"{len(hit)} actors ({', '.join(indices[:8])}{', ...' if len(hit) > 8 else ''})", "their")
+            games = f"{whose} {sum(known)} finished games" if len(known) == len(hit) else f"{whose} finished games"
+            place = f" in {where}" if where else ""
+            self.losses.note(f"self-play: {who} could not store {games}{place} at the stop ({reason}); they are "
+                             f"lost: {os_error_advice(code, where or None)}")
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__

@@ -4,7 +4,10 @@ A push is sent without waiting: the learner's thread, which publishes after
 every checkpoint, never waits on an actor's running play() (up to
 selfplay.play_seconds) nor on a lost link. The answers are collected at the
 next publish and at the stop (bounded by PUBLISH_WAIT_SECONDS), and each
-failure is reported then, naming the actor and the step.
+failure is reported then, naming the actor and the step: the first time an
+error happens with its traceback (the actor's set_weights raised: where), each
+time after in its last line only (a hundred actors that refuse the same weights
+give one traceback).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 from alphazero.store.played_weights import read_checkpoint_weights
 from alphazero.store.rundir import RunDir
 from selfplay import NAMESPACE
+from selfplay.driver import remote_traceback
 from selfplay.fleet import actor_name_prefix
 from selfplay.ray_connect import connect_ray
 
@@ -50,6 +54,7 @@ class WeightPublisher:
         self.pending: list[_Push] = []   # pushes sent, not answered yet (at most one per actor)
         self.taken = 0                   # pushes the actors answered, since the start
         self.failures: list[str] = []    # one line per push that failed, as reported
+        self.shown: set[str] = set()     # the errors (their last lines) whose traceback was shown
 
     def actors(self) -> dict[str, Any]:
         """Gets the run's self-play actors that exist now, by name."""
@@ -109,11 +114,21 @@ class WeightPublisher:
                 ray.get(push.ref)
                 self.taken += 1
             except RayError as error:  # the actor died, or its set_weights raised (weights that do not fit)
-                line = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
-                self.failures.append(f"{push.name} did not take the weights of step {push.step}: {line}")
-                log.warning("%s", self.failures[-1])
+                self._failed(push, error)
         self.pending = still
         return len(still)
+
+    def _failed(self, push: _Push, error: BaseException) -> None:
+        """Reports a failed push: its error's traceback the first time that error happens, its last line after."""
+        full = remote_traceback(error).strip()
+        line = full.splitlines()[-1] if full else type(error).__name__
+        self.failures.append(f"{push.name} did not take the weights of step {push.step}: {line}")
+        if line in self.shown or full == line:
+            log.warning("%s", self.failures[-1])
+            return
+        self.shown.add(line)
+        log.warning("%s; its error in full (shown once: the same error again shows its last line only):\n%s",
+                    self.failures[-1], full)
 
     def close(self) -> None:
         """Collects the pushes still unanswered, waiting up to PUBLISH_WAIT_SECONDS; says which never answered."""

@@ -19,6 +19,9 @@ thread").
   process that exits without a flush still runs the queued writes first
   (concurrent.futures joins its threads after their queue); games not yet
   written are lost only if the process dies, as before.
+- Closing: ``close`` waits for the games handed in, ends the writer thread
+  and refuses new games; its owner calls it once done (after the stop's
+  ``flush``, which also writes the GameWriter's buffered games).
 - Errors: the writer's first exception is raised on the search thread's
   next call of ``stored`` or ``flush`` (the end of the actor's play() call,
   with no batch in the network, or its stop): the same exception
@@ -123,6 +126,20 @@ class ShardWriter:
                 next call).
         """
         self._wait(self._pool.submit(self._run, self._flush_all))
+        self._raise()
+        return self._take()
+
+    def close(self) -> list[str]:
+        """Waits for every game handed in to be written (the GameWriter's partial shard stays buffered: ``flush``
+        first to write it), then ends the writer thread; returns the shards stored since the last call. Later
+        calls return nothing more; ``add`` and the others raise RuntimeError once closed (the executor's).
+
+        Raises:
+            BaseException: what the writer raised since the last call.
+        """
+        tick = time.perf_counter()
+        self._pool.shutdown(wait=True)  # the queued tasks run first
+        self.held_seconds += time.perf_counter() - tick
         self._raise()
         return self._take()
 

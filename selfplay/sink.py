@@ -13,6 +13,9 @@ at the limit ``put`` blocks, so a slow or restarting sink holds the actor up
 and never costs a finished game. A call that fails because the sink died (or
 was unreachable, or could not write) is sent again, to the restarted sink,
 under the same name: the file is replaced by the same bytes, never doubled.
+A call that fails otherwise (a bug: a bad name) is raised, and its shard is
+held, never dropped: the stop's flush sends it once more (and raises again if
+it fails again), and until it is stored its games count as held.
 """
 
 from __future__ import annotations
@@ -65,6 +68,11 @@ class DiskOutput:
     @property
     def wait_seconds(self) -> float:
         return 0.0
+
+    @property
+    def games_held(self) -> int:
+        """Games handed in and not stored: none here (put() stores at once or raises)."""
+        return 0
 
 
 class ShardSink:
@@ -131,6 +139,7 @@ class SinkSender:
         self._sink: Any = None
         self.window = window
         self.in_flight: dict[Any, ShardFile] = {}  # the write call's ObjectRef -> its shard
+        self.rejected: list[ShardFile] = []  # shards whose write raised what no resend cures: sent again at the stop
         self.stored: list[str] = []
         self.wait_seconds = 0.0  # time put() and settle(wait=True) spent waiting for the sink
         self.holding = False  # put() holds a shard, waiting for room in the window (a threaded actor's caller sees it)
@@ -155,6 +164,9 @@ class SinkSender:
         """Takes the acknowledgements that came (``wait``: until every shard is acknowledged); returns
         the paths stored since the last call."""
         tick = time.perf_counter()
+        while wait and self.rejected:  # the stop's flush: the rejected shards' last chance (a failure keeps them)
+            self._send(self.rejected[0])
+            del self.rejected[0]  # in flight now
         self._settle_ready(timeout=0)
         while wait and self.in_flight:
             self._settle_ready(timeout=None)
@@ -165,7 +177,12 @@ class SinkSender:
 
     @property
     def unacknowledged(self) -> int:
-        return len(self.in_flight)
+        return len(self.in_flight) + len(self.rejected)
+
+    @property
+    def games_held(self) -> int:
+        """Games in shards sent (or rejected) and not yet acknowledged: what a stop now would lose."""
+        return sum(shard.games for shard in [*self.in_flight.values(), *self.rejected])
 
     def _send(self, shard: ShardFile) -> None:
         import ray
@@ -183,9 +200,13 @@ class SinkSender:
         self._retry_s = min(self._retry_s * 2, RETRY_LAST_S)
 
     def _settle_ready(self, timeout: float | None) -> None:
-        """Handles the answers that are in (waiting up to ``timeout`` for one): acknowledged, or sent again."""
+        """Handles the answers that are in (waiting up to ``timeout`` for one): acknowledged, or sent again.
+
+        Raises:
+            BaseException: a write that failed for another reason than the sink's disk or its absence (a bug):
+                its shard is held in ``rejected``, never dropped.
+        """
         import ray
-        from ray.exceptions import RayError, RayTaskError
 
         if not self.in_flight:
             return
@@ -194,17 +215,32 @@ class SinkSender:
         for ref in ready:
             shard = self.in_flight.pop(ref)
             try:
-                self.stored.append(ray.get(ref))
-                self.games_stored += shard.games
-                self._retry_s = RETRY_FIRST_S
-                continue
-            except RayTaskError as error:
-                if not isinstance(error.cause, OSError):
-                    raise  # a bad name: a bug, not a state to wait out
-                reason = f"the sink cannot write it ({error.cause})"
-            except RayError as error:  # the sink died, is restarting or cannot be reached
-                reason = f"the sink is unavailable ({type(error).__name__})"
-            log.warning("shard %s: %s; sending it again in %.1f s", shard.name, reason, self._retry_s)
-            self._back_off()
-            self.resent += 1
-            self._send(shard)
+                self._answered(ref, shard)
+            except BaseException:
+                self.rejected.append(shard)  # not stored, not sent again: kept for the stop's flush
+                raise
+
+    def _answered(self, ref: Any, shard: ShardFile) -> None:
+        """Takes one write's answer: an acknowledgement, or a failure a resend cures (sent again, after a wait).
+
+        Raises:
+            RayTaskError: the sink raised another error than an OSError (a bad name: a bug, no state to wait out).
+        """
+        import ray
+        from ray.exceptions import RayError, RayTaskError
+
+        try:
+            self.stored.append(ray.get(ref))
+            self.games_stored += shard.games
+            self._retry_s = RETRY_FIRST_S
+            return
+        except RayTaskError as error:
+            if not isinstance(error.cause, OSError):
+                raise
+            reason = f"the sink cannot write it ({error.cause})"
+        except RayError as error:  # the sink died, is restarting or cannot be reached
+            reason = f"the sink is unavailable ({type(error).__name__})"
+        log.warning("shard %s: %s; sending it again in %.1f s", shard.name, reason, self._retry_s)
+        self._back_off()
+        self.resent += 1
+        self._send(shard)

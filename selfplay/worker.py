@@ -83,6 +83,25 @@ class PlayStats:
     games_stored: int = 0             # in shards the run directory (or the sink) holds
 
 
+class ShardsNotStored(OSError):
+    """A worker's shards could not be stored (the disk is full, the run directory unwritable): the disk's error,
+    the folder and how many finished games the worker holds unstored (lost if it stops now).
+
+    Picklable with its fields, so the driver reads them from a Ray actor's error.
+    """
+
+    def __init__(self, code: int | None, reason: str, folder: str, games: int) -> None:
+        super().__init__(code, reason)
+        self.folder, self.games = folder, games
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.errno, self.strerror, self.folder, self.games)
+
+    def __str__(self) -> str:
+        code = f"[Errno {self.errno}] " if self.errno is not None else ""
+        return f"cannot store {self.games} finished games in {self.folder}: {code}{self.strerror}"
+
+
 def selfplay_evaluator(model: torch.nn.Module, selfplay: SelfPlayConfig, device: torch.device,
                        max_batch: int) -> Evaluator:
     """Gets the Evaluator of self-play's network (an actor's own, or an inference server's) on ``device``: the
@@ -352,8 +371,8 @@ class SelfPlayWorker:
         the writer has written every game it was handed.
 
         Raises:
-            OSError: a shard's write failed (the disk is full, the run directory unwritable): raised at the end
-                of the call (no batch in the network); its games stay buffered for a later write.
+            ShardsNotStored: a shard's write failed (the disk is full, the run directory unwritable): raised at
+                the end of the call (no batch in the network); its games stay buffered for a later write.
         """
         stats = PlayStats(worker=self.name)
         moves_before = self._total_moves()
@@ -377,7 +396,7 @@ class SelfPlayWorker:
         for lane in self.lanes:
             self._receive(lane, stats)
             self._collect(stats, lane)  # games that ended inside the last gather()
-        stats.shards.extend(self.shard_writer.stored(wait=self.idle()))
+        stats.shards.extend(self._storing(lambda: self.shard_writer.stored(wait=self.idle())))
         stats.wall_seconds = time.perf_counter() - start
         stats.sink_wait_seconds = self.output.wait_seconds - sink_wait_before
         stats.moves = self._total_moves() - moves_before
@@ -506,15 +525,29 @@ class SelfPlayWorker:
                     self.games_started += 1
         self.first_game_time = None
 
-    def flush(self) -> list[str]:
+    def flush(self, *, last: bool = False) -> list[str]:
         """Waits for the shard writer to write every finished game, those still buffered too (at a stop), and,
         with transport 'ray', until the sink has acknowledged every shard; returns the paths stored since the
-        last play() call.
+        last play() call. ``last`` (the stop's flush) then ends the writer's thread: no game comes after it.
 
         Raises:
-            OSError: a shard's write failed (the disk is full, the run directory unwritable).
+            ShardsNotStored: a shard's write failed (the disk is full, the run directory unwritable): the error
+                counts the finished games this worker still holds, which a stop now loses.
         """
-        return self.shard_writer.flush()
+        stored = self._storing(self.shard_writer.flush)
+        if last:
+            stored += self._storing(self.shard_writer.close)
+        return stored
+
+    def _storing(self, call: Callable[[], list[str]]) -> list[str]:
+        """Runs one of the shard writer's calls; a disk's error comes out as ShardsNotStored, which says what
+        it costs (the driver cannot count the games still in this process)."""
+        try:
+            return call()
+        except OSError as error:
+            folder = str(self.run.selfplay) if self.run is not None else "the run directory of the shard sink's node"
+            held = len(self.writer.pending) + self.output.games_held
+            raise ShardsNotStored(error.errno, error.strerror or str(error), folder, held) from error
 
     def idle(self) -> bool:
         """Whether every game has finished and no new one will start (max_games reached)."""

@@ -274,6 +274,36 @@ def trained_a_little(model: torch.nn.Module) -> torch.nn.Module:
     return model.eval()
 
 
+def batch_from_dense(planes: np.ndarray, scalars: np.ndarray, policy: np.ndarray, legal: np.ndarray,
+                     z: np.ndarray, q: np.ndarray | None = None, action_values: np.ndarray | None = None) -> Batch:
+    """Builds a batch from dense targets (float32 [B, 4672] visit shares, bool [B, 4672] legal moves, and
+    float32 [B, 4672] win probabilities, NaN where none, or None).
+
+    Raises:
+        ValueError: a visit share or a win probability off the legal moves (the entries are the legal moves).
+    """
+    if np.any(policy[~legal]):
+        raise ValueError("a batch's visit shares must be zero off its legal moves")
+    rows, moves = np.nonzero(legal)  # row-major: each position's moves in ascending order
+    offsets = np.concatenate([np.zeros(1, np.int64), np.cumsum(np.count_nonzero(legal, axis=1))])
+    batch = Batch(planes, scalars, offsets, moves.astype(np.int16), policy[rows, moves].astype(np.float32), z, q)
+    return batch_with_action_values(batch, action_values)
+
+
+def batch_with_action_values(batch: Batch, action_values: np.ndarray | None) -> Batch:
+    """Gets ``batch`` with other win probabilities: dense float32 [B, 4672], NaN where none, or None.
+
+    Raises:
+        ValueError: a win probability off the legal moves.
+    """
+    wins = None
+    if action_values is not None:
+        if np.isfinite(action_values[~batch.legal]).any():
+            raise ValueError("a batch's win probabilities must be NaN off its legal moves")
+        wins = action_values[batch.rows, batch.moves.astype(np.int64)].astype(np.float32)
+    return dataclasses.replace(batch, wins=wins)  # (a new instance: the cached dense arrays stay behind)
+
+
 def fixed_batch(size: int = 48, seed: int = 0) -> Batch:
     """Random positions, each with 10 legal moves and a peaked target over them."""
     rng = np.random.default_rng(seed)
@@ -285,7 +315,7 @@ def fixed_batch(size: int = 48, seed: int = 0) -> Batch:
         policy[row, moves] = rng.dirichlet(np.full(10, 0.3))
     planes = rng.integers(0, np.iinfo(np.uint64).max, size=(size, 112), dtype=np.uint64, endpoint=True)
     scalars = rng.random((size, 7), dtype=np.float32)
-    return Batch.from_dense(planes, scalars, policy, legal, rng.integers(-1, 2, size).astype(np.float32))
+    return batch_from_dense(planes, scalars, policy, legal, rng.integers(-1, 2, size).astype(np.float32))
 
 
 class WatchedOutput(io.StringIO):

@@ -21,7 +21,7 @@ from alphazero.nn.planes import compact_to_torch
 from alphazero.presets import get_preset
 from learner.trainer import Trainer
 from learner.trainer_setup import eval_mode
-from tests.helpers import fixed_batch
+from tests.helpers import batch_with_action_values, fixed_batch
 
 POLICY_SHAPED = NetworkConfig(blocks=1, filters=8, policy_filters=8, policy_kernel=1, value_filters=2, value_hidden=16,
                               action_value_head="logit", action_value_shape="policy")
@@ -42,7 +42,7 @@ def _labelled(size: int = 16, seed: int = 0):
         moves = np.flatnonzero(batch.legal[row])
         scored = moves[:1] if row == 0 else moves[rng.random(len(moves)) < 0.8]
         values[row, scored] = rng.random(len(scored))
-    return batch.with_action_values(values)
+    return batch_with_action_values(batch, values)
 
 
 def test_the_segment_log_softmax_is_each_rows_own_log_softmax() -> None:
@@ -64,7 +64,7 @@ def test_the_rank_loss_is_listnet_per_position_averaged_over_positions_with_two_
     rows, moves, labels = map(torch.from_numpy, action_value_targets(batch.action_values))
     features = model(*batch_tensors(batch)).action_features
     temperature = 0.05
-    got = action_value_rank_loss(head, features, rows, moves, labels, temperature)
+    got = action_value_rank_loss(head, head.logits(features, rows, moves), rows, labels, len(features), temperature)
     # Brute force, position by position: the cross-entropy of the labels' softmax against the head's.
     expected = []
     for row in range(len(batch.policy)):
@@ -77,7 +77,8 @@ def test_the_rank_loss_is_listnet_per_position_averaged_over_positions_with_two_
     assert len(expected) == len(batch.policy) - 1
     assert torch.allclose(got, torch.stack(expected).mean(), atol=1e-5)
     empty = torch.zeros(0, dtype=torch.int64)
-    assert float(action_value_rank_loss(head, features, empty, empty, torch.zeros(0), temperature)) == 0.0
+    nothing = head.logits(features, empty, empty)
+    assert float(action_value_rank_loss(head, nothing, empty, torch.zeros(0), len(features), temperature)) == 0.0
 
 
 def batch_tensors(batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -88,7 +89,9 @@ def _rank_loss(trainer: Trainer, batch) -> float:
     rows, moves, labels = map(torch.from_numpy, action_value_targets(batch.action_values))
     with torch.no_grad(), eval_mode(trainer.model):
         features = trainer.model(*batch_tensors(batch)).action_features
-        return float(action_value_rank_loss(trainer.action_value_head, features, rows, moves, labels, 0.05))
+        head = trainer.action_value_head
+        logits = head.logits(features, rows, moves)
+        return float(action_value_rank_loss(head, logits, rows, labels, len(features), 0.05))
 
 
 def test_the_rank_weight_trains_the_heads_ranking_beside_its_values() -> None:
@@ -121,7 +124,7 @@ def test_positions_without_values_leave_the_rank_losss_gradient_finite() -> None
                             action_value_rank_weight=1.0)
     torch.manual_seed(0)
     trainer = Trainer(build_network(POLICY_SHAPED), learner, torch.device("cpu"), precision="float32")
-    assert np.isfinite(float(trainer.step(batch.with_action_values(values), 0).total))
+    assert np.isfinite(float(trainer.step(batch_with_action_values(batch, values), 0).total))
     assert all(p.grad is None or bool(torch.isfinite(p.grad).all()) for p in trainer.model.parameters())
     assert all(bool(torch.isfinite(p).all()) for p in trainer.model.parameters())
 

@@ -34,7 +34,7 @@ from learner.replay import ReplayWindow
 from learner.trainer import Trainer
 from mcts_ext import Board
 from mcts_ext.driver import analyse
-from tests.helpers import fixed_batch, make_shard, random_compact
+from tests.helpers import batch_with_action_values, fixed_batch, make_shard, random_compact
 
 RESNET = NetworkConfig(blocks=1, filters=8, policy_filters=8, policy_kernel=1, value_filters=2, value_hidden=16)
 CHESSFORMER = NetworkConfig(kind="chessformer", layers=1, embedding=16, heads=2, ffn=16, policy_filters=16,
@@ -89,7 +89,7 @@ def _stockfish_batch(size: int = 16, seed: int = 0, *, labelled_rows: int | None
         moves = np.flatnonzero(batch.legal[row])
         scored = moves[rng.random(len(moves)) < 0.8]
         values[row, scored] = rng.choice([0.0, 0.1, 0.5, 0.9, 1.0], len(scored))
-    return batch.with_action_values(values)
+    return batch_with_action_values(batch, values)
 
 
 def _trainer(config: NetworkConfig, *, rate: float = 3e-3, seed: int = 0) -> Trainer:
@@ -152,7 +152,7 @@ def test_a_batch_without_values_has_an_action_value_loss_of_0(head: str) -> None
     trainer = _trainer(_with_head(RESNET, head))
     all_nan = _stockfish_batch(labelled_rows=0)
     assert np.isnan(all_nan.action_values).all()
-    for batch in (all_nan, all_nan.with_action_values(None)):
+    for batch in (all_nan, batch_with_action_values(all_nan, None)):
         stats = trainer.step(batch, 0)
         assert float(stats.action_value) == 0.0 and np.isfinite(float(stats.total))
         assert all(p.grad is None or bool(torch.isfinite(p.grad).all()) for p in trainer.model.parameters())
@@ -175,7 +175,7 @@ def test_training_on_stockfish_values_lowers_the_action_value_loss(config: Netwo
     assert np.mean(losses[-5:]) < 0.9 * np.mean(losses[:3])
     assert after["action_value_loss"] < before["action_value_loss"]
     assert after["action_value_mae"] < before["action_value_mae"]
-    assert "action_value_loss" not in (trainer.validate([batch.with_action_values(None)]) or {})
+    assert "action_value_loss" not in (trainer.validate([batch_with_action_values(batch, None)]) or {})
 
 
 # --- the head on both kinds, and the Evaluator ---------------------------------------------------

@@ -41,7 +41,7 @@ from alphazero.store.checkpoint import (
 from alphazero.store.rundir import RunDir
 from learner.replay import Batch
 from learner.trainer import Trainer, auxiliary_losses, build_optimizer, soft_policy_targets
-from tests.helpers import trained_a_little
+from tests.helpers import batch_from_dense, trained_a_little
 from tests.random_games import iter_positions
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -369,7 +369,7 @@ def training_batch() -> Batch:
         policy[row, indices[row % len(indices)]] = 0.75
         policy[row, indices[(row + 1) % len(indices)]] += 0.25
     z = np.array([1, -1, 0, 1, 0, -1, 1, 0], np.float32)
-    return Batch.from_dense(planes, scalars, policy, legal, z, np.linspace(-0.9, 0.9, len(boards), dtype=np.float32))
+    return batch_from_dense(planes, scalars, policy, legal, z, np.linspace(-0.9, 0.9, len(boards), dtype=np.float32))
 
 
 def test_a_few_training_steps_reduce_every_loss() -> None:

@@ -52,7 +52,7 @@ from learner.trainer import (
     validation_sums,
     value_classes,
 )
-from tests.helpers import add_games, add_shard, fixed_batch, make_shard, overwrite_inside
+from tests.helpers import add_games, add_shard, batch_with_action_values, fixed_batch, make_shard, overwrite_inside
 
 SMALL_NET = ["network.blocks=1", "network.filters=16", "network.policy_filters=16", "network.value_filters=2",
              "network.value_hidden=16"]
@@ -314,7 +314,7 @@ def test_policy_head_training_moves_the_policy_head_alone() -> None:
 def _with_win_probabilities(batch: Batch, seed: int = 1) -> Batch:
     """The batch with a win probability on each legal move (Stockfish's per-move values)."""
     values = np.where(batch.legal, np.random.default_rng(seed).random(batch.legal.shape), np.nan).astype(np.float32)
-    return batch.with_action_values(values)
+    return batch_with_action_values(batch, values)
 
 
 def test_action_value_head_training_moves_that_head_alone() -> None:
@@ -333,7 +333,7 @@ def test_action_value_head_training_moves_that_head_alone() -> None:
     assert moved and all(name.startswith("action_value") for name in moved), moved
     assert {"action_value_conv.weight", "action_value.out.weight"} <= moved
     assert losses[-1] < losses[0]
-    stats = trainer.step(batch.with_action_values(None), 10)  # a game's positions: no target
+    stats = trainer.step(batch_with_action_values(batch, None), 10)  # a game's positions: no target
     assert float(stats.grad_norm) == 0.0
     assert all(torch.equal(after[name], value) for name, value in trainer.model.state_dict().items())
     with pytest.raises(UserError, match="has none") as refused:
@@ -566,6 +566,39 @@ def test_the_learner_validates_on_held_out_games_and_keeps_them_after_a_restart(
     with Learner(rundir, config) as second:
         second.resume()
         assert second.window.validation_game_ids() == held_out
+
+
+def test_a_stop_saves_the_last_step_and_cuts_the_final_validation(tmp_path: Path) -> None:
+    # Issue 80: a stop is bounded; validation over up to 50,000 held-out positions is not, so a stopped learner
+    # saves its step and says the validation was cut, where an end at its steps validates as before.
+    config = small_config("learner.validation_share=0.3", "learner.validate_every=4",
+                          "learner.validation_positions=1000")
+    rundir, _ = RunDir.create_or_open(tmp_path / "run", config)
+    for first_game in range(0, 40, 8):
+        add_games(rundir.selfplay, first_game, 8)
+    stop = threading.Event()
+    handler = StopOn(threading.Event(), "\0")  # records what the learner says
+    with Learner(rundir, config) as learner:
+        learner.resume()
+        logger = logging.getLogger("learner.loop")
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        original = learner._after_step
+
+        def stop_at_six() -> None:
+            original()
+            if learner.step == 6:
+                stop.set()
+
+        learner._after_step = stop_at_six  # type: ignore[method-assign]
+        try:
+            assert learner.train(100, stop=stop) == 6
+        finally:
+            logger.removeHandler(handler)
+            logger.setLevel(logging.NOTSET)
+        assert learner._validated_step == 4  # the last validation is the one at its every-4 step
+    assert (rundir.checkpoints / checkpoint_name(6)).is_file()
+    assert any("the stop cuts the final validation at step 6" in line for line in handler.seen), handler.seen
 
 
 def test_a_crash_loses_only_the_steps_after_the_last_checkpoint(run: tuple[RunDir, Config],

@@ -24,7 +24,7 @@ from learner.batch_device import ActionValueTargets, DeviceBatch, pins, scattere
 from learner.replay import ReplayWindow
 from learner.replay_store import Store, _ranges
 from learner.trainer import StepStats, Trainer, anchor_loss, auxiliary_losses, compute_losses
-from tests.helpers import fixed_batch, make_shard
+from tests.helpers import batch_from_dense, batch_with_action_values, fixed_batch, make_shard
 
 RESNET = NetworkConfig(blocks=1, filters=8, policy_filters=8, policy_kernel=1, value_filters=2, value_hidden=16,
                        action_value_head="logit", action_value_filters=8)
@@ -114,7 +114,7 @@ def old_total(trainer: Trainer, model: torch.nn.Module, anchor: torch.nn.Module 
     head = action_value_head(model)
     if head is not None and dense.action_values is not None:
         rows, moves, labels = (torch.from_numpy(a) for a in old_action_value_targets(dense.action_values))
-        loss, _ = action_value_loss(head, action_features(out), rows, moves, labels)
+        loss, _ = action_value_loss(head, head.logits(action_features(out), rows, moves), labels)
         total = total + config.action_value_loss_weight * loss
         stats = dataclasses.replace(stats, action_value=loss.detach())
     if anchor is not None:
@@ -240,14 +240,14 @@ def test_concatenated_batches_and_dense_built_ones_read_as_their_dense_arrays(wi
     assert dense.action_values is not None and joined.action_values is not None
     assert np.isnan(joined.action_values[:6]).all()
     np.testing.assert_array_equal(joined.action_values[6:], dense.action_values)
-    again = Batch.from_dense(joined.planes, joined.scalars, joined.policy, joined.legal, joined.z, joined.q,
+    again = batch_from_dense(joined.planes, joined.scalars, joined.policy, joined.legal, joined.z, joined.q,
                              joined.action_values)
     for name in ("policy", "legal", "action_values"):
         np.testing.assert_array_equal(getattr(again, name), getattr(joined, name))
     with pytest.raises(ValueError, match="off its legal moves"):
-        Batch.from_dense(plain.planes, plain.scalars, np.ones_like(plain.policy), plain.legal, plain.z)
+        batch_from_dense(plain.planes, plain.scalars, np.ones_like(plain.policy), plain.legal, plain.z)
     with pytest.raises(ValueError, match="off its legal moves"):
-        plain.with_action_values(np.zeros(plain.policy.shape, np.float32))
+        batch_with_action_values(plain, np.zeros(plain.policy.shape, np.float32))
 
 
 def test_the_devices_scatter_and_the_hosts_build_the_same_targets() -> None:

@@ -168,13 +168,13 @@ def test_agents_are_batched_across_games() -> None:
 
 def test_no_resignation_without_values() -> None:
     result = play_match(
-        RandomAgent(5), RandomAgent(6), games=4, ply_limit=60, resign_threshold=-0.5, resign_moves=1, progress=False
+        RandomAgent(5), RandomAgent(6), games=4, ply_limit=60, agreed_resign_value=-0.5, resign_moves=1, progress=False
     )
     assert all(g.termination != "resignation" for g in result.games)
     # One side with values is not enough: the opponent never agrees.
     hopeless = ScriptedAgent("hopeless", -0.99, -0.99)
     result = play_match(
-        hopeless, RandomAgent(7), games=2, ply_limit=60, resign_threshold=-0.5, resign_moves=1, progress=False
+        hopeless, RandomAgent(7), games=2, ply_limit=60, agreed_resign_value=-0.5, resign_moves=1, progress=False
     )
     assert all(g.termination != "resignation" for g in result.games)
 
@@ -183,7 +183,7 @@ def test_resignation_when_both_agree(tmp_path: Path) -> None:
     # Whoever plays White thinks it is lost, whoever plays Black thinks it is winning.
     a = ScriptedAgent("a", -0.99, 0.99)
     b = ScriptedAgent("b", -0.99, 0.99, seed=1)
-    result = play_match(a, b, games=2, resign_threshold=-0.9, resign_moves=2, out_dir=tmp_path, progress=False)
+    result = play_match(a, b, games=2, agreed_resign_value=-0.9, resign_moves=2, out_dir=tmp_path, progress=False)
     for game in result.games:
         assert game.termination == "resignation" and game.result == "0-1"
         # W (no opponent value yet), B, W (agree 1), B, W (agree 2: resigns instead of moving).
@@ -219,7 +219,7 @@ def test_wrong_number_of_choices() -> None:
     [
         ({"games": -1}, "games"),
         ({"games": 2, "concurrency": 0}, "concurrency"),
-        ({"games": 2, "resign_threshold": 0.9}, "resign_threshold"),
+        ({"games": 2, "agreed_resign_value": 0.9}, "agreed_resign_value"),
         ({"games": 2, "resign_moves": 0}, "resign_moves"),
         ({"games": 2, "match_id": "../x"}, "match id"),
         ({"games": 2, "openings": []}, "empty"),

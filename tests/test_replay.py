@@ -74,6 +74,23 @@ def test_new_shards_are_picked_up_and_scans_are_rate_limited(tmp_path: Path) -> 
     assert set(sampled_ids(window, 500)) == set(range(50))
 
 
+def test_a_stop_cuts_a_backlog_read_between_shards_and_the_next_scan_reads_it_all(tmp_path: Path) -> None:
+    # Issue 80: a stopping learner must not wait for a whole backlog of shards to be read.
+    for start in range(0, 200, 40):
+        add_shard(tmp_path, range(start, start + 40))
+    window = ReplayWindow(tmp_path, window_positions=1000, max_sample_reuse=0)
+    asked = []
+
+    def cancelled() -> bool:
+        asked.append(True)
+        return len(asked) > 2  # the stop comes after two shards are read
+
+    assert window.refresh(force=True, cancelled=cancelled) == 0
+    assert len(window) == 0 and window.shards_loaded == 0 and len(asked) == 3
+    assert window.refresh(force=True, cancelled=lambda: False) == 200
+    assert window.shards_loaded == 5 and window.positions_added == 200 and window.skipped_shards == 0
+
+
 def test_a_learner_behind_self_play_skips_old_shards(tmp_path: Path) -> None:
     for start in range(0, 400, 40):
         add_shard(tmp_path, range(start, start + 40))

@@ -218,8 +218,9 @@ def test_worker_without_ray_measures_false_resignations(tmp_path):
                            "search.resign_threshold=0.5", "search.resign_consecutive=1")
     worker = SelfPlayWorker(str(run.root), to_toml(config), "w", seed=1, max_games=3)
     stats = worker.play(120)
-    worker.flush()
+    worker.flush(last=True)  # the stop's: the writer's thread ends with it
     assert worker.idle() and stats.games == 3
+    assert not [t for t in threading.enumerate() if t.name.startswith(f"shard-writer-{worker.writer.writer}")]
     games = [game for path in list_shards(run.selfplay) for game in read_shard(path).games]
     assert len(games) == 3
     assert stats.resigned == 0 and stats.played_through == 3 and stats.would_have_resigned == 3

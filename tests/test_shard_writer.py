@@ -151,6 +151,22 @@ def test_a_stop_with_games_queued_behind_a_slow_disk_loses_none(built: Built) ->
     assert [game for ids, _ in built for game in ids] == [f"g{number}" for number in range(8)]
 
 
+def test_close_writes_the_games_handed_in_and_ends_the_writer_thread(built: Built) -> None:
+    output = HeldOutput()
+    output.release.clear()
+    writer = _writer(output)
+    for number in range(3):
+        writer.add(_game(number))
+    assert output.arrived.wait(WAIT_S)  # game 0 is in the (slow) store, the others queued behind it
+    output.release.set()
+    assert writer.close() == output.names and len(output.names) == 3  # the queued games went out first
+    writers = {thread for _, thread in built}
+    assert len(writers) == 1 and not [thread for thread in threading.enumerate() if thread.ident in writers]
+    assert writer.close() == []
+    with pytest.raises(RuntimeError):
+        writer.add(_game(3))
+
+
 def test_a_shard_due_early_goes_out_when_the_search_thread_ticks(built: Built) -> None:
     now = [0.0]
     output = HeldOutput()

@@ -155,8 +155,7 @@ def _learn_and_play(args: argparse.Namespace, run_dir: RunDir, config: Config, i
                               progress=not args.quiet, stop=stop, on_update=keep,
                               status_suffix=suffix)
     finally:
-        stop.set()
-        hooks.evaluation.stopping.set()  # the deadline ends the evaluation too: no new one for the last checkpoint
+        stop.set()  # hooks.stopping: ends the evaluation too, and no new one starts for the last checkpoint
         thread.join()
         learner.close()
     if failure:
@@ -207,13 +206,15 @@ class CheckpointHooks:
     self-play actors through Ray (when publishing), then the quick evaluation (eval.every_steps).
 
     Once ``stopping`` is set (`alphazero train`'s stop: self-play is writing its last games and ending its
-    actors) no checkpoint is pushed: the learner's last one would wait on actors that are going.
+    actors) no checkpoint is pushed: the learner's last one would wait on actors that are going. It is the
+    evaluation's own stop, so that a running evaluation ends after its current move as the stop begins, not
+    after self-play's end (a stop is bounded: issue 80).
     """
 
     def __init__(self, evaluation: PeriodicEvaluation, publish: Callable[[int, Path], object] | None) -> None:
         self.evaluation = evaluation
         self.publish = publish
-        self.stopping = threading.Event()
+        self.stopping = evaluation.stopping
 
     def __call__(self, step: int, path: Path) -> None:
         if self.publish is not None and not self.stopping.is_set():

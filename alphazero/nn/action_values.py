@@ -158,7 +158,9 @@ def action_value_targets(action_values: np.ndarray | None) -> tuple[np.ndarray, 
 
 
 class ActionValueHead(nn.Module):
-    """Each move's output from the per-square from and to features (see the module docstring).
+    """Each move's output from the pass's action features (NetOutput.action_features): the per-square from and
+    to features [N, 64, 2E] in the 'squares' shape, the moves' value logits [N, 4672] in the 'policy' shape (see
+    the module docstring).
 
     Args:
         config: the network's config: ``action_value_head`` ('logit' or
@@ -228,7 +230,8 @@ class ActionValueHead(nn.Module):
 
     def legal_values(self, features: torch.Tensor, legal_indices: torch.Tensor) -> torch.Tensor:
         """Gets the win probability of each move of ``legal_indices`` (int64 [B, W], each in [0, 4672)) of the
-        B positions of ``features`` (float32 [B, W]); the search reads them beside the legal logits."""
+        B positions of ``features`` (their action features: [B, 64, 2E] or [B, 4672], in autocast's dtype), float32
+        [B, W]; the search reads them beside the legal logits."""
         rows = torch.arange(legal_indices.shape[0], device=legal_indices.device)[:, None]
         return self.values(features, rows, legal_indices)
 
@@ -246,14 +249,13 @@ class ActionValueHead(nn.Module):
             out[rows[:, None], moves] = self.values(features, rows[:, None], moves)
         return out
 
-    def loss(self, features: torch.Tensor, rows: torch.Tensor, moves: torch.Tensor,
-             labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Gets each move's loss against its label in [0, 1] and its predicted win probability (float32 [M] each).
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gets each move's loss against its label in [0, 1] and its predicted win probability (float32 [M] each)
+        from the moves' raw outputs (``logits``, [M, outputs]).
 
         'logit': binary cross-entropy; 'hl_gauss': cross-entropy against
         hl_gauss_target (see the module docstring).
         """
-        logits = self.logits(features, rows, moves)
         labels = labels.float().clamp(0.0, 1.0)
         if self.kind == "logit":
             loss = F.binary_cross_entropy_with_logits(logits[..., 0], labels, reduction="none")
@@ -262,26 +264,29 @@ class ActionValueHead(nn.Module):
         return loss, self.values_of(logits.detach())
 
 
-def action_value_loss(head: ActionValueHead, features: torch.Tensor, rows: torch.Tensor, moves: torch.Tensor,
+def action_value_loss(head: ActionValueHead, logits: torch.Tensor,
                       labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Gets the mean loss over the M moves with a target and their mean absolute error (0-dim float32 each).
+    """Gets the mean loss over the M moves with a target and their mean absolute error (0-dim float32 each),
+    from their raw outputs (``head.logits``, [M, outputs]) and labels [M].
 
-    M = 0 (no move of the batch has a target) gives 0 and 0, and computes
-    nothing.
+    M = 0 (no move of the batch has a target) gives 0 and 0 (not the mean
+    of nothing, NaN).
     """
-    if rows.numel() == 0:
-        zero = torch.zeros((), device=features.device)
+    if labels.numel() == 0:
+        zero = torch.zeros((), device=logits.device)
         return zero, zero
-    loss, predicted = head.loss(features, rows, moves, labels)
+    loss, predicted = head.loss(logits, labels)
     return loss.mean(), (predicted - labels.float().clamp(0.0, 1.0)).abs().mean()
 
 
-def action_value_rank_loss(head: ActionValueHead, features: torch.Tensor, rows: torch.Tensor, moves: torch.Tensor,
-                           labels: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Gets the listwise loss on the head's ranking of each position's moves with a target (0-dim float32).
+def action_value_rank_loss(head: ActionValueHead, logits: torch.Tensor, rows: torch.Tensor, labels: torch.Tensor,
+                           positions: int, temperature: float) -> torch.Tensor:
+    """Gets the listwise loss on the head's ranking of each position's moves with a target (0-dim float32),
+    from the M moves' raw outputs (``head.logits``, [M, outputs]), positions (``rows``, [M] in
+    [0, positions)) and labels [M].
 
     ListNet's top-one loss (Cao et al., 2007) on win probabilities: for
-    each of the N positions of ``features``, the cross-entropy of
+    each of the ``positions`` positions of the batch, the cross-entropy of
     softmax(head's values / T) over its moves with a target against
     softmax(labels / T), the shape of the policy's target
     (learner.label_targets), averaged over the positions with two such
@@ -291,13 +296,12 @@ def action_value_rank_loss(head: ActionValueHead, features: torch.Tensor, rows: 
     "Issue 68: a listwise loss on the head's ranking").
     """
     if rows.numel() == 0:
-        return torch.zeros((), device=features.device)
-    positions = features.shape[0]
-    predicted = head.values(features, rows, moves) / temperature
+        return torch.zeros((), device=logits.device)
+    predicted = head.values_of(logits) / temperature
     target = segment_log_softmax(labels.float().clamp(0.0, 1.0) / temperature, rows, positions).exp()
     per_move = -target * segment_log_softmax(predicted, rows, positions)
-    per_position = torch.zeros(positions, device=features.device).index_add(0, rows, per_move)
-    counts = torch.zeros(positions, device=features.device).index_add(0, rows, torch.ones_like(per_move))
+    per_position = torch.zeros(positions, device=logits.device).index_add(0, rows, per_move)
+    counts = torch.zeros(positions, device=logits.device).index_add(0, rows, torch.ones_like(per_move))
     ranked = (counts >= 2).float()
     return (per_position * ranked).sum() / ranked.sum().clamp(min=1.0)
 
@@ -325,7 +329,7 @@ def action_value_sums(head: ActionValueHead, features: torch.Tensor, rows: torch
     what validation divides into means over several batches."""
     if rows.numel() == 0:
         return torch.zeros(3, dtype=torch.float64, device=features.device)
-    loss, predicted = head.loss(features, rows, moves, labels)
+    loss, predicted = head.loss(head.logits(features, rows, moves), labels)
     error = (predicted - labels.float().clamp(0.0, 1.0)).abs()
     count = torch.full((), float(rows.numel()), dtype=torch.float64, device=features.device)
     return torch.stack([loss.sum().double(), error.sum().double(), count])
@@ -333,15 +337,17 @@ def action_value_sums(head: ActionValueHead, features: torch.Tensor, rows: torch
 
 def with_action_values(out: NetOutput, head: ActionValueHead | None, features: torch.Tensor | None,
                        full: bool) -> NetOutput:
-    """Adds the head's outputs to a network's NetOutput: its per-square features, and with ``full`` every
-    move's win probability (NetOutput.action_values); unchanged without a head."""
+    """Adds the head's outputs to a network's NetOutput: its action features (per-square [N, 64, 2E], or the
+    moves' value logits [N, 4672] in the 'policy' shape), and with ``full`` every move's win probability
+    (NetOutput.action_values); unchanged without a head."""
     if head is None or features is None:
         return out
     return out._replace(action_values=head.all_values(features) if full else None, action_features=features)
 
 
 def action_features(out: NetOutput) -> torch.Tensor:
-    """Gets a pass's per-square action-value features (NetOutput.action_features).
+    """Gets a pass's action-value features (NetOutput.action_features: per-square [N, 64, 2E], or the moves'
+    value logits [N, 4672] in the 'policy' shape).
 
     Raises:
         ValueError: the pass gave none (a network without the head, or a fake pass that leaves them out).
@@ -352,7 +358,8 @@ def action_features(out: NetOutput) -> torch.Tensor:
 
 
 class _FeaturesOnly(nn.Module):
-    """A network whose action-value head stops at its per-square features: NetOutput.action_values is None."""
+    """A network whose action-value head stops at its action features (NetOutput.action_features):
+    NetOutput.action_values is None."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()

@@ -145,7 +145,7 @@ class AlphaZeroNet(nn.Module):
         """Evaluates a batch of compact positions (int64 [N, 112], float32 [N, 7]) on the model's device.
 
         With an action-value head, ``action_values=False`` leaves NetOutput.action_values out (the
-        head's per-square features come out alone, for the caller to score the moves it needs).
+        head's features, NetOutput.action_features, come out alone, for the caller to score the moves it needs).
 
         Raises:
             ValueError: wrong input dtypes or shapes (from planes.expand_torch).
