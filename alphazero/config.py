@@ -111,16 +111,21 @@ class NetworkConfig(_Section):
     MINIMUM: ClassVar[dict[str, float]] = {"blocks": 0, "filters": 1, "policy_filters": 1,
                                            "value_filters": 1, "value_hidden": 1,
                                            "layers": 1, "embedding": 1, "heads": 1, "ffn": 1,
-                                           "action_value_bins": 2, "action_value_filters": 1}
+                                           "action_value_bins": 2, "action_value_filters": 1, "se_ratio": 0}
     ACTION_VALUE_FIELDS: ClassVar[tuple[str, ...]] = ("action_value_head", "action_value_bins",
                                                       "action_value_filters", "action_value_shape")
-    # Networks without a head hash as they did before its fields existed (old checkpoints carry the hash).
-    CANONICAL_AT_DEFAULT: ClassVar[tuple[tuple[str, ...], ...]] = (ACTION_VALUE_FIELDS, ("reply_policy_head",))
+    # Networks without a head or SE blocks hash as they did before those fields existed (checkpoints carry the hash).
+    CANONICAL_AT_DEFAULT: ClassVar[tuple[tuple[str, ...], ...]] = (ACTION_VALUE_FIELDS, ("reply_policy_head",),
+                                                                    ("se_ratio",))
 
     kind: str = _field("resnet", "'resnet': AlphaZero's residual tower; 'chessformer': a transformer over the 64 "
                                  "squares with relative square positions (Monroe & Chalmers)")
     blocks: int = _field(20, "(resnet) residual blocks in the tower (each: conv-BN-ReLU-conv-BN, skip, ReLU)")
     filters: int = _field(256, "(resnet) channels of the stem and of every 3x3 convolution in the tower")
+    se_ratio: int = _field(0, "(resnet) squeeze-and-excitation in every residual block, as lc0's: each channel's "
+                              "mean over the board, a hidden layer of filters // se_ratio units, then a sigmoid "
+                              "scale and a bias per channel on the block's branch before the skip; 0 = none "
+                              "(lc0's example 6x64 net uses 2)")
     policy_filters: int = _field(256, "channels of the resnet policy head's 3x3 conv-BN-ReLU before its last conv; "
                                       "chessformer: width of the attention policy's square tokens, queries and keys")
     policy_kernel: int = _field(3, "(resnet) kernel of the policy head's last conv to 73 move planes: 1 or 3")
@@ -153,6 +158,12 @@ class NetworkConfig(_Section):
         if self.action_value_shape == "policy" and self.action_value_head == "hl_gauss":
             raise UserError("network.action_value_shape = 'policy' takes network.action_value_head = 'logit' (one "
                             "logit a move, as the policy's), not 'hl_gauss'")
+        if self.se_ratio and self.kind != "resnet":
+            raise UserError(f"network.se_ratio = {self.se_ratio} asks for squeeze-and-excitation in a resnet's "
+                            f"residual blocks; network.kind = {self.kind!r} has none: leave it at 0")
+        if self.se_ratio > self.filters:
+            raise UserError(f"network.se_ratio ({self.se_ratio}) must be at most network.filters ({self.filters}): "
+                            f"the squeeze-and-excitation's hidden layer has filters // se_ratio units, at least 1")
         if self.kind == "chessformer" and self.embedding % self.heads:
             raise UserError(f"network.embedding ({self.embedding}) must be a multiple of network.heads "
                             f"({self.heads})")

@@ -22,6 +22,10 @@ next position's search policy, in that position's frame (the opponent's, the
 board flipped for it): ``forward_with_reply`` alone runs it, for the learner;
 ``forward`` never does, so search pays nothing for it.
 
+With ``network.se_ratio`` > 0 each residual block ends its branch with lc0's
+squeeze-and-excitation (SqueezeExcitation, weights ``tower.K.se.*``); at 0,
+the default, the blocks and their weights' names are as before it existed.
+
 Example::
 
     model = build_network(get_preset("tiny").network)
@@ -33,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import textwrap
 
 import torch
 import torch.nn.functional as F
@@ -59,20 +64,52 @@ def _conv_bn(in_channels: int, out_channels: int, kernel: int) -> nn.Sequential:
     )
 
 
-class ResidualBlock(nn.Module):
-    """conv-BN-ReLU-conv-BN, plus the input, then ReLU."""
+class SqueezeExcitation(nn.Module):
+    """lc0's squeeze-and-excitation on a residual block's branch: a scale and a bias per channel, from each
+    channel's mean over the board.
 
-    def __init__(self, filters: int) -> None:
+    pooled [N, C] = the mean of x [N, C, 8, 8] over the 64 squares -> Linear(C, C // ratio) -> ReLU ->
+    Linear(C // ratio, 2C) -> w, b (the first C outputs, then the last C, lc0's order) -> sigmoid(w) * x + b,
+    each broadcast over the board.
+
+    It starts as half the branch: the first layer takes torch's default initialisation (Kaiming-uniform),
+    the second starts at zero (weights and biases), so every channel's scale is sigmoid(0) = 0.5 and its bias
+    0. Zero rather than torch's default, whose biases would add a random constant to every channel of every
+    block: the tower's blocks start as the identity (ResidualBlock), and with this start they still do.
+    (lc0 draws both layers' weights from Glorot-normal, biases 0.)
+    """
+
+    def __init__(self, channels: int, ratio: int) -> None:
+        super().__init__()
+        self.squeeze = nn.Linear(channels, channels // ratio)
+        self.excite = nn.Linear(channels // ratio, 2 * channels)
+        nn.init.zeros_(self.excite.weight)
+        nn.init.zeros_(self.excite.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # A mean over fixed dimensions: one graph for torch.compile and CUDA graphs, either memory format.
+        pooled = x.mean(dim=(2, 3))
+        scale, bias = self.excite(F.relu(self.squeeze(pooled))).chunk(2, dim=1)
+        return torch.sigmoid(scale)[:, :, None, None] * x + bias[:, :, None, None]
+
+
+class ResidualBlock(nn.Module):
+    """conv-BN-ReLU-conv-BN (then squeeze-and-excitation with ``se_ratio`` > 0), plus the input, then ReLU."""
+
+    def __init__(self, filters: int, se_ratio: int = 0) -> None:
         super().__init__()
         self.first = _conv_bn(filters, filters, 3)
         self.second = _conv_bn(filters, filters, 3)
         # Zero the last batch norm's scale so every block starts as the identity;
         # deep towers train faster from there (Goyal et al., 2017).
         nn.init.zeros_(self.second[1].weight)  # type: ignore[arg-type]  # a BatchNorm2d's: a Tensor
+        self.se = SqueezeExcitation(filters, se_ratio) if se_ratio else None  # weights tower.K.se.*
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.relu(self.first(x))
-        return F.relu(x + self.second(y))
+        y = self.second(F.relu(self.first(x)))
+        if self.se is not None:
+            y = self.se(y)
+        return F.relu(x + y)
 
 
 class ValueLevel(nn.Module):
@@ -101,7 +138,7 @@ class AlphaZeroNet(nn.Module):
         super().__init__()
         self.config = config
         self.stem = _conv_bn(INPUT_PLANES, config.filters, 3)
-        self.tower = nn.Sequential(*(ResidualBlock(config.filters) for _ in range(config.blocks)))
+        self.tower = nn.Sequential(*(ResidualBlock(config.filters, config.se_ratio) for _ in range(config.blocks)))
         self.policy_conv = _conv_bn(config.filters, config.policy_filters, 3)
         kernel = config.policy_kernel
         self.policy_out = nn.Conv2d(config.policy_filters, NUM_PLANES, kernel, padding=kernel // 2)
@@ -296,8 +333,9 @@ def load_weights(model: nn.Module, state_dict: dict[str, torch.Tensor], source: 
         with torch.no_grad():
             target.load_state_dict(state, strict=not fresh)
     except RuntimeError as error:
-        first_line = str(error).strip().splitlines()[0]
-        raise UserError(f"{source}: the weights do not fit the model: {first_line}") from None
+        se = " (network.se_ratio differs: squeeze-and-excitation weights on one side only)" \
+            if any(".se." in name for name in names ^ set(state)) else ""  # ResidualBlock.se's: tower.K.se.*
+        raise UserError(f"{source}: the weights do not fit the model{se}: {_load_problem(error)}") from None
     if REPLY_POLICY_PREFIX in fresh:
         log.warning("%s has no reply-policy head: the rest of the network loaded, and its head "
                     "(network.reply_policy_head) starts from fresh weights", source)
@@ -308,6 +346,12 @@ def load_weights(model: nn.Module, state_dict: dict[str, torch.Tensor], source: 
         log.warning("%s has no action-value head: the rest of the network loaded, and its %r head "
                     "(network.action_value_head) starts from %s", source, model_config(target).action_value_head,
                     "a copy of the policy head" if from_policy else "fresh weights")
+
+
+def _load_problem(error: RuntimeError) -> str:
+    """Gets the first thing load_state_dict found wrong, shortened (its message's first line names only the model)."""
+    lines = [line.strip() for line in str(error).strip().splitlines()]
+    return textwrap.shorten(lines[1] if len(lines) > 1 else lines[0], 240, placeholder=" ...")
 
 
 def fold_batch_norm(model: nn.Module) -> nn.Module:
