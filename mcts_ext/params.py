@@ -52,8 +52,9 @@ Q_NORMALISATIONS = ("tree", "node")
 """How Gumbel rescales Q to [0, 1]: by the tree's value range, or by each node's own Q values (mctx)."""
 
 MACHINE_MEMORY_SHARE = 0.5
-"""The share of the machine's memory a search's trees may take when tree_memory_mb is 0: the rest is left to the
-network, the system and, while a kept subtree is copied (tree reuse), the copy."""
+"""The share of the machine's memory that the trees of the process's searches with tree_memory_mb 0 may take
+together (split evenly between those searches: MultiGameSearch), the copy of a kept subtree (tree reuse) counted
+in it: the rest is left to the network and the system."""
 
 _CGROUP_LIMITS = (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
 """Where a container's memory limit is read (cgroup v2, v1): a container may have less than the machine."""
@@ -146,8 +147,9 @@ def machine_memory_bytes() -> int | None:
 
 
 def default_tree_memory_bytes() -> int:
-    """Gets the bytes a search's trees may take when tree_memory_mb is 0: MACHINE_MEMORY_SHARE of
-    machine_memory_bytes(), or 0 (no limit but the trees' int32 indices) when that is unknown."""
+    """Gets the bytes the trees of the process's searches with tree_memory_mb 0 may take together (each search
+    gets an even share of it): MACHINE_MEMORY_SHARE of machine_memory_bytes(), or 0 (no limit but the trees'
+    int32 indices) when that is unknown."""
     machine = machine_memory_bytes()
     return int(machine * MACHINE_MEMORY_SHARE) if machine else 0
 
@@ -288,7 +290,8 @@ class SearchParams(SearchSettings):
     # its answer (MultiGameSearch.tree_full), instead of outgrowing the machine.
     tree_memory_mb: float = setting(0.0, "MiB the search's trees may take together, split evenly between its "
                                          "games; a tree that fills its share ends that move's search with what it "
-                                         "has; 0: half of the machine's memory",
+                                         "has; 0: half of the machine's memory, shared by every search of the "
+                                         "process with 0",
                                     minimum=0.0, maximum=float(2**30), c="tree_memory_bytes",
                                     to_c=lambda value, params: tree_memory_bytes(value))
 

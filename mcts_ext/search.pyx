@@ -36,6 +36,8 @@ pieces that stand alone already live beside it (tree.pxd storage, puct.pxd
 and gumbel.pxd selection, encode.pyx inputs, params.py the settings).
 """
 
+import weakref
+
 import numpy as np
 
 from libc.math cimport NAN, fabs, isfinite, isnan, pow
@@ -56,9 +58,10 @@ from mcts_ext.puct cimport (FPU_ABSOLUTE, FPU_ACTION_VALUE, FPU_ACTION_VALUE_RED
                             action_values_valid, add_in_flight, backup as backup_value, forced_edge, logits_finite,
                             proven_value, prune_forced_visits, select_edge, set_action_values, set_priors)
 from mcts_ext.rng cimport Rng, rng_gamma, rng_seed, rng_uniform
-from mcts_ext.tree cimport (MAX_INDEX, NO_NODE, PROVEN_DRAW, PROVEN_LOSS, PROVEN_WIN, ROOT, UNEXPANDED, UNPROVEN,
-                            Tree, tree_add_edges, tree_add_node, tree_bytes, tree_edge_bytes, tree_enable_action_values,
-                            tree_free, tree_init, tree_keep_subtree, tree_node_bytes, tree_reset)
+from mcts_ext.tree cimport (MAX_INDEX, NO_NODE, PROVEN_DRAW, PROVEN_LOSS, PROVEN_WIN, ROOT, SUBTREE_DROPPED,
+                            UNEXPANDED, UNPROVEN, Tree, tree_add_edges, tree_add_node, tree_bytes, tree_edge_bytes,
+                            tree_enable_action_values, tree_free, tree_init, tree_keep_subtree, tree_node_bytes,
+                            tree_reset)
 
 from mcts_ext.params import SearchParams, check_resign_threshold, resign_options
 from mcts_ext.position import STARTING_FEN, TERMINATIONS, move_to_uci
@@ -142,7 +145,9 @@ ctypedef struct Options:
     int playout_cap_simulations      # budget of the other, cheap moves (no noise, no sample)
     float forced_playouts            # >0 (PUCT): KataGo's forced playouts' k at noisy roots, and the target pruned
     bint solver                      # prove results (mates, forced draws) and search around them
-    uint64_t tree_memory_bytes       # the trees' arrays together may take this (split evenly); 0: no limit
+    uint64_t tree_memory_bytes       # the trees' arrays together may take this (split evenly); 0: no limit.
+                                     # tree_memory_mb 0: the search's share of the process's default (see
+                                     # _share_default_memory), which changes as such searches come and go
 
 ctypedef struct Record:
     # Training samples of one game: one per fully searched move.
@@ -186,6 +191,12 @@ ctypedef struct Slot:
     long long moves_played           # moves this slot has played, over all its games
     Record record
     GumbelRoot gumbel                # Gumbel: the root's noise and the tree's value range
+
+ctypedef struct Reuse:
+    # Tree reuse (tree_keep_subtree) for all the slots, one copy at a time.
+    Tree scratch                     # a kept subtree is copied here, then swapped with the slot's tree
+    long long dropped                # subtrees not kept: the copy would not have fit the tree's memory limit
+    size_t peak_bytes                # the most a slot's tree, the scratch and the copy's queue took at one copy
 
 
 cdef void record_free(Record* r) noexcept nogil:
@@ -329,14 +340,17 @@ cdef void apply_noise(Slot* s, const Options* o) noexcept nogil:
         tree.prior[first + i] = (1.0 - o.noise_weight) * tree.prior[first + i] + o.noise_weight * noise[i] / total
 
 
-cdef int start_move(Slot* s, const Options* o, int32_t keep, Tree* scratch) noexcept nogil:
+cdef int start_move(Slot* s, const Options* o, int32_t keep, Reuse* reuse) noexcept nogil:
     """Sets up the search of the next move; `keep` is the node whose subtree becomes the
-    new tree (ROOT keeps the whole tree), or NO_NODE for a fresh one."""
+    new tree (ROOT keeps the whole tree), or NO_NODE for a fresh one. A subtree whose
+    copy would not fit the tree's memory limit is not kept (reuse.dropped counts them)."""
     cdef int result = 0
     if keep == ROOT:
         pass
     elif keep != NO_NODE and s.tree.edge_count[keep] != UNEXPANDED and s.tree.terminal[keep] == ONGOING:
-        result = tree_keep_subtree(&s.tree, keep, scratch)
+        result = tree_keep_subtree(&s.tree, keep, &reuse.scratch, &reuse.peak_bytes)
+        if result == SUBTREE_DROPPED:
+            reuse.dropped += 1
     else:
         result = tree_reset(&s.tree)
     if result < 0:
@@ -610,12 +624,20 @@ cdef void check_resignation(Slot* s, const Options* o, int mover, float value) n
         s.would_resign_side = mover
 
 
+cdef inline void end_search_full(Slot* s) noexcept nogil:
+    """The slot's tree cannot grow: the move's search ends with the simulations it has started. Once those in
+    the batch are backed up it finishes as at its budget (analysis: ready to read; self-play: plays); the root's
+    own evaluation, when in the batch, is not one of them."""
+    s.tree_full = True
+    s.budget = s.done + s.in_flight - (1 if s.tree.pending[ROOT] else 0)
+
+
 cdef inline bint solved(const Slot* s, const Options* o) noexcept nogil:
     """Whether an analysis search can stop early: the solver has proven the root's result."""
     return o.solver and not o.autoplay and s.tree.proof[ROOT] != UNPROVEN
 
 
-cdef int finish_move(Slot* s, const Options* o, Tree* scratch) noexcept nogil:
+cdef int finish_move(Slot* s, const Options* o, Reuse* reuse) noexcept nogil:
     """The root reached its budget: stop (analysis) or play, record and go on (self-play)."""
     cdef Move moves[MAX_MOVES]
     cdef int32_t edge, keep
@@ -651,7 +673,7 @@ cdef int finish_move(Slot* s, const Options* o, Tree* scratch) noexcept nogil:
         s.winner = mover if status == CHECKMATE else -1
         s.state = FINISHED
         return 0
-    return start_move(s, o, keep if o.tree_reuse else NO_NODE, scratch)
+    return start_move(s, o, keep if o.tree_reuse else NO_NODE, reuse)
 
 
 cdef class MultiGameSearch:
@@ -714,13 +736,20 @@ cdef class MultiGameSearch:
     A search that does not read them checks them and keeps nothing.
 
     Memory: the trees' arrays together take at most tree_memory_mb
-    (SearchParams; 0: half of the machine's memory), split evenly between
-    the slots (tree_memory_limit, in bytes; bytes_per_node and
-    bytes_per_edge say what a tree holds within it, nodes_that_fit() about
-    how many nodes). A slot whose tree cannot grow ends its move's search
-    there, as at its budget, with what it has (tree_full() says so): an
-    analysis slot turns 'ready' and reads as after any search, instead of
-    raising MemoryError.
+    (SearchParams), split evenly between the slots (tree_memory_limit, in
+    bytes; bytes_per_node and bytes_per_edge say what a tree holds within
+    it, nodes_that_fit() about how many nodes). tree_memory_mb 0 is half
+    of the machine's memory for all the process's searches with 0 together,
+    split evenly between them, each share changing as such searches are
+    made and deleted (a tree already past its smaller share grows no
+    further). A slot whose tree cannot grow ends its move's search there,
+    as at its budget, with what it has (tree_full() says so): an analysis
+    slot turns 'ready' and reads as after any search, instead of raising
+    MemoryError. The head's action values count in it (a tree with no room
+    for them is full), and so does tree reuse's copy of the kept subtree,
+    made beside the tree: a subtree whose copy would not fit is not kept,
+    the next search starting afresh (reuse_dropped counts them;
+    peak_tree_bytes is the most a tree and its copy took together).
 
     Raises ValueError for games < 1, TypeError for params that are not a
     SearchParams and, in gather()/backup(), for arrays of the wrong shape or
@@ -730,7 +759,9 @@ cdef class MultiGameSearch:
     cdef Slot* slots
     cdef int n_slots
     cdef Options options
-    cdef Tree scratch
+    cdef Reuse reuse
+    cdef bint default_memory         # tree_memory_mb 0: a share of the process's default (_share_default_memory)
+    cdef object __weakref__          # for _DEFAULT_MEMORY_SEARCHES
     cdef uint64_t seed
     cdef uint64_t games_started
     cdef readonly int max_batch
@@ -754,8 +785,9 @@ cdef class MultiGameSearch:
         self.collision_node = NULL
         self.leaf_indices = NULL
         self.pending_leaves = 0
-        if tree_init(&self.scratch) < 0:
-            raise MemoryError()
+        self.default_memory = False
+        # An empty scratch (no arrays): tree_keep_subtree gives it the room each copy needs.
+        memset(&self.reuse, 0, sizeof(Reuse))
 
     def __init__(self, int games, params: SearchParams, *, seed: int = 0):
         if games < 1:
@@ -789,12 +821,15 @@ cdef class MultiGameSearch:
             if stack_init(&self.slots[g].stack, 256) < 0 or tree_init(&self.slots[g].tree) < 0:
                 raise MemoryError()
             self.slots[g].state = IDLE
-        # tree_memory_bytes is the search's: each slot's tree gets an even share (at least a byte, 0 being none).
-        self.tree_memory_limit = max(1, o.tree_memory_bytes // games) if o.tree_memory_bytes else 0
-        for g in range(games):
-            self.slots[g].tree.memory_limit = self.tree_memory_limit
-        # The scratch only ever holds a copy of a subtree of one of them (tree_keep_subtree).
-        self.scratch.memory_limit = self.tree_memory_limit
+        if params.tree_memory_mb == 0:
+            # The process's default, measured now (params: tree_memory_bytes(0)), shared with its other such searches.
+            global _default_memory_bytes
+            _default_memory_bytes = o.tree_memory_bytes
+            self.default_memory = True
+            _DEFAULT_MEMORY_SEARCHES.add(self)
+            _share_default_memory()
+        else:
+            self._set_tree_memory(o.tree_memory_bytes)
         if o.autoplay:
             for g in range(games):
                 self.start_game(g)
@@ -811,7 +846,40 @@ cdef class MultiGameSearch:
         free(self.leaf_node)
         free(self.leaf_indices)
         free(self.collision_node)
-        tree_free(&self.scratch)
+        tree_free(&self.reuse.scratch)
+        if self.default_memory:
+            # Its share goes back to the others. Its weak reference is already gone; an exception here could
+            # only be reported, and at the interpreter's exit the module's names may be gone before it.
+            try:
+                _share_default_memory()
+            except Exception:
+                pass
+
+    cdef void _set_tree_memory(self, uint64_t total) noexcept:
+        """Lets the search's trees take `total` bytes together (0: no limit): each slot's tree an even share, at
+        least a byte (0 being none). A tree already past a smaller share keeps what it has and grows no further."""
+        cdef int g
+        self.options.tree_memory_bytes = total
+        self.tree_memory_limit = total // <uint64_t>self.n_slots
+        if total and self.tree_memory_limit == 0:
+            self.tree_memory_limit = 1  # 0 would be no limit
+        for g in range(self.n_slots):
+            self.slots[g].tree.memory_limit = self.tree_memory_limit
+        # The scratch only ever holds a copy of a subtree of one of them, counted in that tree's limit.
+        self.reuse.scratch.memory_limit = self.tree_memory_limit
+
+    @property
+    def reuse_dropped(self) -> int:
+        """Kept subtrees (tree reuse) dropped since the search was made, their copy beside the tree not fitting
+        the tree's memory limit (tree_memory_limit): the search of that move started afresh."""
+        return self.reuse.dropped
+
+    @property
+    def peak_tree_bytes(self) -> int:
+        """The most that a slot's tree, the copy of its kept subtree and the copy's queue took together at one
+        copy (tree reuse) since the search was made, within the tree's limit at the time (tree_memory_limit)
+        when there is one; 0 before any copy."""
+        return self.reuse.peak_bytes
 
     @property
     def c_options(self) -> dict:
@@ -847,7 +915,7 @@ cdef class MultiGameSearch:
         s.resign_enabled = rng_uniform(&s.rng) >= self.options.resign_disabled_fraction
         s.resign = self.options.resign
         s.resign_threshold = self.options.resign_threshold
-        if start_move(s, &self.options, keep, &self.scratch) < 0:
+        if start_move(s, &self.options, keep, &self.reuse) < 0:
             raise MemoryError()
 
     def start_game(self, int slot, fen: str = STARTING_FEN) -> None:
@@ -1059,7 +1127,7 @@ cdef class MultiGameSearch:
                 if s.done >= s.budget:
                     if s.in_flight > 0:
                         break  # the rest of this move's simulations are in the batch
-                    if finish_move(s, o, &self.scratch) < 0:
+                    if finish_move(s, o, &self.reuse) < 0:
                         out_of_memory[0] = True
                         break
                     continue
@@ -1074,10 +1142,7 @@ cdef class MultiGameSearch:
                     if s.tree.edge_count[ROOT] == UNEXPANDED:
                         out_of_memory[0] = True  # not even the root's moves fit: there is nothing to answer with
                         break
-                    # The move's search ends with the simulations it has started: once those in the batch are
-                    # backed up it finishes as at its budget (analysis: ready to read; self-play: plays).
-                    s.tree_full = True
-                    s.budget = s.done + s.in_flight
+                    end_search_full(s)
                     continue
                 if outcome == LEAF_PHASE_END:
                     break
@@ -1242,13 +1307,17 @@ cdef class MultiGameSearch:
                               const float* action_values, int action_width) except *:
         cdef int rows = self.pending_leaves, b
         cdef bint out_of_memory = False
+        cdef Slot* s
         if not self.reads_action_values:
             action_values = NULL  # checked, and read by nothing: the tree keeps none
         elif action_values != NULL:
-            # Before anything changes: the trees that first get values get their array (all NaN) now.
+            # Before anything changes: the trees that first get values get their array (all NaN) now. One with no
+            # room for them (its memory limit, or malloc) is full: its move's search ends with what it has, and
+            # _backup skips their values.
             for b in range(rows):
-                if tree_enable_action_values(&self.slots[self.leaf_slot[b]].tree) < 0:
-                    raise MemoryError("the search ran out of memory")
+                s = &self.slots[self.leaf_slot[b]]
+                if tree_enable_action_values(&s.tree) < 0:
+                    end_search_full(s)
         if rows:
             with nogil:
                 self._backup(logits, width, compact, &values[0], action_values, action_width, rows, &out_of_memory)
@@ -1269,6 +1338,8 @@ cdef class MultiGameSearch:
             # A loop of its own, so that the one below stays as it is for a search without them.
             for b in range(rows):
                 s = &self.slots[self.leaf_slot[b]]
+                if s.tree.action_value == NULL:
+                    continue  # no room for them (_backup_checked): the tree is full
                 largest = set_action_values(&s.tree, self.leaf_node[b], action_values + <size_t>b * action_width,
                                             NULL if compact else &self.leaf_indices[b * MAX_MOVES])
                 # Gumbel's completed Qs now hold these values: Q_TREE's range must hold them too.
@@ -1303,7 +1374,7 @@ cdef class MultiGameSearch:
         for b in range(rows):
             s = &self.slots[self.leaf_slot[b]]
             if s.state == SEARCHING and s.done >= s.budget and s.in_flight == 0:
-                if finish_move(s, o, &self.scratch) < 0:
+                if finish_move(s, o, &self.reuse) < 0:
                     out_of_memory[0] = True
                     return
 
@@ -1341,8 +1412,8 @@ cdef class MultiGameSearch:
 
     def tree_full(self, int slot) -> bool:
         """Whether the slot's current search ended before its budget because its tree could not grow: the
-        tree reached its share of tree_memory_mb (tree_memory_limit), the 2^31 nodes or edges its int32
-        indices address, or malloc failed.
+        tree reached its share of tree_memory_mb (tree_memory_limit; the action values a search keeps count in
+        it), the 2^31 nodes or edges its int32 indices address, or malloc failed.
 
         The search then stops as at its budget, with what it has: an analysis
         slot turns 'ready', its best move, visits and principal variation
@@ -1360,7 +1431,8 @@ cdef class MultiGameSearch:
 
     def tree_bytes(self, int slot) -> int:
         """The bytes the slot's tree's arrays take now (their capacities, which grow ahead of the counts),
-        at most tree_memory_limit when there is one (beyond the first arrays a tree starts with)."""
+        at most tree_memory_limit when there is one (beyond the first arrays a tree starts with, and a tree
+        grown before its share of the default shrank)."""
         return tree_bytes(&self._any_slot(slot).tree)
 
     cdef Slot* _any_slot(self, int slot) except NULL:
@@ -1696,3 +1768,19 @@ cdef void _copy_into(object array, const void* source, size_t size) except *:
 cdef void _check_rows(object array, int width, int rows, str name) except *:
     if array.shape[1] != width or array.shape[0] < rows:
         raise ValueError(f"{name} must have at least {rows} rows of {width}, got {tuple(array.shape)[:2]}")
+
+
+_DEFAULT_MEMORY_SEARCHES = weakref.WeakSet()
+"""The live searches made with tree_memory_mb 0: they share the process's default tree memory evenly."""
+_default_memory_bytes = 0
+"""That default (half the machine: mcts_ext.params.default_tree_memory_bytes), as measured when the latest of them
+was made."""
+
+
+def _share_default_memory() -> None:
+    """Splits the default tree memory evenly between the live searches made with tree_memory_mb 0, each splitting
+    its share between its slots: two searches of one process (a match's two players) may otherwise each take half
+    the machine. Called when such a search is made and when one is deallocated."""
+    searches = list(_DEFAULT_MEMORY_SEARCHES)
+    for search in searches:
+        (<MultiGameSearch>search)._set_tree_memory(_default_memory_bytes // len(searches))

@@ -14,7 +14,9 @@
 # children without visits. It costs 4 bytes an edge (the edge's other arrays
 # take 10: move, prior, child), so it is NULL until a batch brings values
 # for a search that reads them (tree_enable_action_values), and a search
-# that never does allocates, grows and writes nothing for it.
+# that never does allocates, grows and writes nothing for it. They count in
+# the memory limit like the rest: a tree whose edges leave no room for them
+# keeps none and is full (the search ends that move with what it has).
 #
 # A node's proof (kept only by a search with the solver on) is the game's
 # result under best play, from the view of the node's OWN side to move, with
@@ -33,6 +35,14 @@
 # malloc failing) makes tree_add_node / tree_add_edges return -1 and is left
 # as it was; the search then stops that move's search with what it has
 # (MultiGameSearch.tree_full).
+#
+# Blocks. The node arrays lie in one malloc'd block (node_block), the edge
+# arrays (action_value among them when kept) in another, each laid out by
+# decreasing item size so that every array is aligned for its type. A
+# growth allocates the new block whole before it touches the tree, so it
+# either succeeds or leaves the tree as it was: tree_bytes is always what
+# the two blocks hold (array by array, a failed realloc half way left some
+# arrays longer than the capacity tree_bytes counts).
 
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t
 
@@ -52,7 +62,9 @@ cdef enum:
     PROVEN_LOSS = 3
 
 ctypedef struct Tree:
-    # nodes [node_capacity]
+    char* node_block        # the node arrays below, one after another (see Blocks above); NULL when none
+    char* edge_block        # the edge arrays below, likewise
+    # nodes [node_capacity], in node_block
     int32_t* first_edge     # index of the node's first edge
     int16_t* edge_count     # number of legal moves, or UNEXPANDED
     int32_t* visits         # completed simulations through the node
@@ -65,7 +77,7 @@ ctypedef struct Tree:
     int8_t* proof           # UNPROVEN or PROVEN_* for the node's side to move
     int16_t* proof_plies    # plies to the game's end under best play, when proven
     float* raw_value        # the node's own value for its side to move (network, or exact at a game end)
-    # edges [edge_capacity]
+    # edges [edge_capacity], in edge_block
     Move* move
     float* prior            # policy prior (with Dirichlet noise at a noisy root)
     int32_t* child          # node reached by the edge, NO_NODE until first visited
@@ -77,14 +89,19 @@ ctypedef struct Tree:
     int64_t edge_capacity
     size_t memory_limit     # the most bytes the arrays may take (tree_bytes); 0: no limit but MAX_INDEX
 
+# What tree_keep_subtree did besides failing (-1).
+cdef enum:
+    SUBTREE_KEPT = 0
+    SUBTREE_DROPPED = 1  # its copy would not fit the tree's memory limit: the tree starts afresh instead
+
 # All return -1 when memory runs out (or the tree may not grow: see Size above).
 cdef int tree_init(Tree* tree) noexcept nogil  # memory_limit 0: set it after
-cdef void tree_free(Tree* tree) noexcept nogil
+cdef void tree_free(Tree* tree) noexcept nogil  # gives both blocks back (capacities 0), keeping memory_limit
 cdef int tree_reset(Tree* tree) noexcept nogil
 cdef int tree_add_node(Tree* tree, int32_t parent) noexcept nogil
 cdef int tree_add_edges(Tree* tree, int32_t node, const Move* moves, int count) noexcept nogil
-cdef int tree_keep_subtree(Tree* tree, int32_t new_root, Tree* scratch) noexcept nogil
-cdef int tree_enable_action_values(Tree* tree) noexcept nogil  # allocates action_value (all NaN) if NULL
+cdef int tree_keep_subtree(Tree* tree, int32_t new_root, Tree* scratch, size_t* peak_bytes) noexcept nogil
+cdef int tree_enable_action_values(Tree* tree) noexcept nogil  # gives the edges action_value (all NaN) if NULL
 cdef size_t tree_node_bytes() noexcept nogil  # bytes a node takes in the arrays
 cdef size_t tree_edge_bytes(bint action_values) noexcept nogil  # bytes an edge takes (with action values or not)
 cdef size_t tree_bytes(const Tree* tree) noexcept nogil  # bytes the tree's arrays take now (their capacities)
