@@ -116,7 +116,7 @@ class NetworkConfig(_Section):
                                                       "action_value_filters", "action_value_shape")
     # Networks without a head or SE blocks hash as they did before those fields existed (checkpoints carry the hash).
     CANONICAL_AT_DEFAULT: ClassVar[tuple[tuple[str, ...], ...]] = (ACTION_VALUE_FIELDS, ("reply_policy_head",),
-                                                                    ("se_ratio",))
+                                                                    ("se_ratio",), ("moves_left_head",))
 
     kind: str = _field("resnet", "'resnet': AlphaZero's residual tower; 'chessformer': a transformer over the 64 "
                                  "squares with relative square positions (Monroe & Chalmers)")
@@ -151,6 +151,11 @@ class NetworkConfig(_Section):
     reply_policy_head: bool = _field(False, "a second policy head, trained (learner.reply_policy_weight) on the "
                                             "next position's search policy, the opponent's reply (KataGo's "
                                             "auxiliary target); only training runs it, search never does")
+    moves_left_head: bool = _field(False, "lc0's moves-left head: the plies left in the game from the position "
+                                          "(a 1x1 conv to 8 channels, or the chessformer's 8 per square, then 128 "
+                                          "hidden units and one non-negative output), trained by "
+                                          "learner.moves_left_weight; only training runs it: search does not read "
+                                          "it (a later change may, to prefer shorter wins)")
 
     def _check(self) -> None:
         if self.policy_kernel not in (1, 3):
@@ -324,6 +329,7 @@ class LearnerConfig(_Section):
         "start_anchor_weight": 0.0, "mix_share": 0.0, "mix_decay_steps": 0, "clip_grad_norm": 0.0,
         "action_value_loss_weight": 0.0, "action_value_rank_weight": 0.0, "action_value_rank_temperature": 1e-3,
         "reply_policy_weight": 0.0, "value_target_short_term_weight": 0.0, "value_target_short_term_plies": 1,
+        "moves_left_weight": 0.0,
     }
 
     batch_size: int = _field(4096, "positions per training step")
@@ -354,6 +360,10 @@ class LearnerConfig(_Section):
     reply_policy_weight: float = _field(0.0, "weight of the reply-policy loss (network.reply_policy_head): the "
                                              "cross-entropy of the head's softmax over the next position's legal "
                                              "moves against that position's search policy; 0 = off")
+    moves_left_weight: float = _field(0.0, "weight of the moves-left loss (network.moves_left_head): lc0's Huber "
+                                           "loss of the predicted and the actual plies to the game's end, both "
+                                           "over 20, delta 10 plies (to the resignation or the ply limit where "
+                                           "the game ended so); 0 = off")
     soft_policy_loss_weight: float = _field(0.0, "weight of the auxiliary soft-policy loss (chessformer only): "
                                                  "its second policy head learns the targets at a temperature")
     soft_policy_temperature: float = _field(4.0, "temperature T of the soft-policy targets: pi^(1/T), "

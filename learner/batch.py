@@ -11,8 +11,9 @@ callers that read a batch (tests, probes), never for training (EXPERIMENTS.md,
 Where the learner trains them, a batch also carries learner.game_targets'
 targets: each position's reply target, the next position's moves and visit
 shares listed the same way (``reply_offsets``, ``reply_moves``,
-``reply_shares``; a position without one lists none), and its short-term
-value target (``short_term``).
+``reply_shares``; a position without one lists none), its short-term
+value target (``short_term``) and the plies left in its game
+(``moves_left``, NaN where it has none).
 
 The replay window (learner.replay) gathers batches; learner.batch_device stages
 them for the device and scatters their targets there.
@@ -56,6 +57,7 @@ class Batch:
     reply_moves: np.ndarray | None = None  # integer [R], in the next position's mover's frame
     reply_shares: np.ndarray | None = None  # float32 [R]
     short_term: np.ndarray | None = None  # float32 [B] the short-term value target (None: not carried)
+    moves_left: np.ndarray | None = None  # float32 [B] the plies left in the game, NaN: none (None: not carried)
 
     def __len__(self) -> int:
         return len(self.z)
@@ -109,7 +111,8 @@ def concatenate_batches(first: Batch, second: Batch) -> Batch:
         wins = np.concatenate([batch.wins if batch.wins is not None else np.full(len(batch.moves), np.nan, np.float16)
                                for batch in (first, second)])
     return Batch(joined("planes"), joined("scalars"), offsets, joined("moves"), joined("shares"), joined("z"), q,
-                 wins, *_joined_reply(first, second), _joined_short_term(first, second))
+                 wins, *_joined_reply(first, second), _joined_short_term(first, second),
+                 _joined_moves_left(first, second))
 
 
 def _joined_reply(first: Batch, second: Batch) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
@@ -130,3 +133,11 @@ def _joined_short_term(first: Batch, second: Batch) -> np.ndarray | None:
         return None
     return np.concatenate([np.asarray(b.short_term if b.short_term is not None else b.z, np.float32)
                            for b in (first, second)])
+
+
+def _joined_moves_left(first: Batch, second: Batch) -> np.ndarray | None:
+    """Joins the moves-left targets of two batches (a batch without them counts as one whose positions have none)."""
+    if first.moves_left is None and second.moves_left is None:
+        return None
+    return np.concatenate([np.asarray(b.moves_left, np.float32) if b.moves_left is not None
+                           else np.full(len(b), np.nan, np.float32) for b in (first, second)])

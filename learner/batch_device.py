@@ -13,7 +13,8 @@ the device, a prefetch thread"); on a CPU, whose memory is the host's, numpy
 builds them (``scattered``). The learner stages on its prefetch thread
 (learner.feed); ``on_device`` takes a batch in any of the three forms. A
 batch's reply targets (learner.game_targets) travel and are scattered the
-same way (DeviceBatch.reply), its short-term value targets as z does.
+same way (DeviceBatch.reply), its short-term value and moves-left targets
+as z does.
 
 Example::
 
@@ -72,6 +73,7 @@ class DeviceBatch(NamedTuple):
     action_values: ActionValueTargets | None  # None: no position of the batch has a win probability
     reply: ReplyTargets | None = None  # None: the batch carries no reply targets
     short_term: torch.Tensor | None = None  # float32 [B] short-term value targets (None: not carried)
+    moves_left: torch.Tensor | None = None  # float32 [B] plies left in the game, NaN: none (None: not carried)
 
     @property
     def size(self) -> int:
@@ -93,6 +95,7 @@ class StagedBatch:
     reply_shares: torch.Tensor | None = None  # float32 [R]
     reply_has: torch.Tensor | None = None  # bool [B]: the rows with a reply target
     short_term: torch.Tensor | None = None  # float32 [B]
+    moves_left: torch.Tensor | None = None  # float32 [B]
 
     def __len__(self) -> int:
         return int(self.planes.shape[0])
@@ -122,7 +125,8 @@ class StagedBatch:
         return DeviceBatch(moved(self.planes), moved(self.scalars), policy.view(len(self), NUM_MOVES),
                            legal.view(len(self), NUM_MOVES), moved(self.z),
                            None if self.q is None else moved(self.q), targets, reply,
-                           None if self.short_term is None else moved(self.short_term))
+                           None if self.short_term is None else moved(self.short_term),
+                           None if self.moves_left is None else moved(self.moves_left))
 
 
 def scattered(cells: int, flat: torch.Tensor, values: torch.Tensor | None, *, host: bool) -> torch.Tensor:
@@ -188,6 +192,8 @@ def stage(batch: Batch, *, pin: bool = False) -> StagedBatch:
                          q, targets)
     if batch.short_term is not None:
         staged = dataclasses.replace(staged, short_term=_host(np.asarray(batch.short_term, np.float32), pin))
+    if batch.moves_left is not None:
+        staged = dataclasses.replace(staged, moves_left=_host(np.asarray(batch.moves_left, np.float32), pin))
     if batch.reply_offsets is not None and batch.reply_moves is not None and batch.reply_shares is not None:
         reply_flat = batch.reply_rows * NUM_MOVES + batch.reply_moves.astype(np.int64)
         staged = dataclasses.replace(staged, reply_flat=_host(reply_flat, pin),

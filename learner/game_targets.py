@@ -1,11 +1,12 @@
-"""Targets read off a position's game: the next position's policy (the reply) and the root value some plies on.
+"""Targets read off a position's game: the next position's policy (the reply), the root value some plies on, and
+the plies left in the game.
 
-Both come from KataGo (Wu 2019, "Accelerating Self-Play Learning in Go";
-its later docs/KataGoMethods.md for the short-term values) and are built
-when a shard's samples enter the replay window (learner.replay_store.Block.of),
-from the shard's own games: a shard holds whole games (alphazero.store.shards),
-so a sample's successors are in it. Samples are matched by ``game`` and
-``ply``, not by their order in the file.
+The first two come from KataGo (Wu 2019, "Accelerating Self-Play Learning in
+Go"; its later docs/KataGoMethods.md for the short-term values), the third
+from lc0. All are built when a shard's samples enter the replay window
+(learner.replay_store.Block.of), from the shard's own games: a shard holds
+whole games (alphazero.store.shards), so a sample's successors are in it.
+Samples are matched by ``game`` and ``ply``, not by their order in the file.
 
 - **Reply** (``next_rows``; the learner's ``reply_policy_weight``): the
   policy target of position p of a game is kept beside it as the target of
@@ -27,29 +28,48 @@ so a sample's successors are in it. Samples are matched by ``game`` and
   position's value target, the game's result for its mover. The value target
   is then (1 - w - s) z + w q + s v_h (learner.trainer). Shards whose value
   target is not the game's result (Stockfish's labels, VALUE_NONE) take their
-  own value target as v_h, so that s shifts nothing there.
-
-KataGo averages the root values ahead with exponential weights (a horizon
-lambda); this takes one fixed horizon, which a test can compute by hand.
+  own value target as v_h, so that s shifts nothing there. KataGo averages
+  the root values ahead with exponential weights (a horizon lambda); this
+  takes one fixed horizon, which a test can compute by hand.
+- **Moves left** (``plies_left``; lc0's moves-left head, the learner's
+  ``moves_left_weight``): the plies from the position to its game's end,
+  the game's recorded length (its record's ``plies``, the moves played)
+  less the position's ply. The position before the move that ends the game
+  (a mate, a draw by rule) has 1; a position where a side resigned has 0
+  (self-play writes the resigning side's searched position, then the game
+  ends without a move). A resigned game counts to the resignation and a
+  game cut at the ply limit (a draw by adjudication) to the cut, as its
+  record has them: neither is how long the game would have gone on, which
+  nobody knows. (lc0 counts to the same end, plus its search's moves-left
+  estimate at the last written position, its ``best_m``; our search has
+  none.) A game without a recorded end has no target (NaN: masked out of
+  the loss): a record without ``plies`` (synthetic shards) or one that a
+  labeller cut (termination "label": Stockfish's labelling games stopped at
+  pretrain.game_plies or a chunk's end, segments of position files). PGN
+  games count to their recorded end, as resigned self-play games do.
 
 Example::
 
     targets = GameTargets.of(config.learner)        # what the window keeps for the learner's settings
     rows = next_rows(shard.game, shard.ply)         # int64 [S], -1: no next position
+    left = plies_left(shard)                        # float32 [S], NaN: no target
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from alphazero.config import LearnerConfig
 from alphazero.store.shards import Shard, value_targets
 
-__all__ = ["NO_GAME_TARGETS", "GameTargets", "next_rows", "short_term_values"]
+__all__ = ["NO_GAME_TARGETS", "GameTargets", "next_rows", "plies_left", "short_term_values"]
 
 _PLY_SPAN = 1 << 32  # game * this + ply orders samples by game, then ply (plies are int16)
+_CUT = "label"  # the termination of a game that a labeller stopped (learner.label_games): no end of its own
 
 
 @dataclass(frozen=True)
@@ -58,12 +78,14 @@ class GameTargets:
 
     reply: bool = False  # the next position's policy (Batch.reply_*)
     short_term_plies: int = 0  # > 0: the root value this many plies on (Batch.short_term)
+    moves_left: bool = False  # the plies left in the game (Batch.moves_left)
 
     @classmethod
     def of(cls, config: LearnerConfig) -> GameTargets:
         """Gets the targets that the learner's settings train (each one's weight > 0)."""
         short = config.value_target_short_term_plies if config.value_target_short_term_weight > 0 else 0
-        return cls(reply=config.reply_policy_weight > 0, short_term_plies=short)
+        return cls(reply=config.reply_policy_weight > 0, short_term_plies=short,
+                   moves_left=config.moves_left_weight > 0)
 
 
 NO_GAME_TARGETS = GameTargets()
@@ -112,3 +134,24 @@ def short_term_values(shard: Shard, plies: int) -> np.ndarray:
     out = np.empty(len(shard), np.float32)
     out[order] = np.where(found, values, fallback[order])
     return out
+
+
+def _recorded_length(game: Mapping[str, Any]) -> float:
+    """Gets a game's length in plies from its record, NaN where it has no end of its own (see plies_left)."""
+    plies = game.get("plies")
+    if game.get("termination") == _CUT or not isinstance(plies, int) or isinstance(plies, bool):
+        return float("nan")
+    return float(plies)
+
+
+def plies_left(shard: Shard) -> np.ndarray:
+    """Gets each sample's moves-left target (float32 [S], see the module docstring): its game's recorded length
+    less its ply, NaN where the game has no recorded end (or a record shorter than the sample's ply).
+
+    A game mated after 3 plies gives its samples at plies 0, 1, 2 the targets
+    3, 2, 1; a game resigned after 2 plies (the resigning side's position at
+    ply 2 written too) gives its samples at plies 0, 1, 2 the targets 2, 1, 0.
+    """
+    lengths = np.array([_recorded_length(game) for game in shard.games] or [np.nan], np.float64)
+    left = lengths[shard.game] - shard.ply.astype(np.float64)
+    return np.where(left >= 0, left, np.nan).astype(np.float32)  # NaN stays NaN (its comparison is False)

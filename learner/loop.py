@@ -26,8 +26,9 @@
   the steps since the last log of loss/total, loss/policy, loss/value,
   loss/value_mse, policy/entropy, value/accuracy and grad_norm (and
   loss/action_value with an action-value head, loss/reply_policy with
-  learner.reply_policy_weight); the learning_rate; loss/weight_decay (c * ||theta||^2); throughput/samples_per_s
-  (training time only, waits excluded); replay/window_positions (held),
+  learner.reply_policy_weight, loss/moves_left with
+  learner.moves_left_weight); the learning_rate; loss/weight_decay (c *
+  ||theta||^2); throughput/samples_per_s (training time only, waits excluded); replay/window_positions (held),
   replay/window_size (the most it may hold now: it grows with the run under
   learner.window_exponent), replay/average_reuse, replay/positions_added,
   replay/corrupt_shards, replay/skipped_shards, replay/validation_positions
@@ -359,7 +360,8 @@ class Learner:
         running, self._running = self._running, Running()
         means = running.means()
         window = self.window
-        # loss/action_value and loss/reply_policy (learner.reporting has no tag for them) only where trained.
+        # loss/action_value, loss/reply_policy and loss/moves_left (learner.reporting has no tag for them) only
+        # where trained.
         scalars = {TB_NAMES.get(name, f"loss/{name}"): value for name, value in means.items()
                    if name not in self.trainer.untrained_figures}
         scalars.update({

@@ -3,8 +3,8 @@
 Split out of learner.trainer (the step, the optimiser's use, what runs when):
 the policy and value terms of each position, the value target (the game's
 result mixed with the search's root value and the short-term value), the
-validation sums, the auxiliary heads' losses, the anchor's pull and the
-reply-policy head's cross-entropy.
+validation sums, the auxiliary heads' losses, the anchor's pull, the
+reply-policy head's cross-entropy and the moves-left head's Huber loss.
 
 Example::
 
@@ -19,17 +19,20 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from alphazero.nn.heads import NetOutput
+from alphazero.nn.heads import MOVES_LEFT_UNIT, NetOutput
 from alphazero.store.shards import DRAW_BAND
 from learner.batch_device import ReplyTargets
 
 __all__ = [
     "DRAW", "LOSS", "StepStats", "VALIDATION_FIGURES", "WIN", "anchor_loss", "auxiliary_losses", "compute_losses",
-    "masked_log_softmax", "policy_kl", "reply_policy_loss", "result_classes", "soft_policy_targets",
+    "masked_log_softmax", "moves_left_loss", "policy_kl", "reply_policy_loss", "result_classes",
+    "soft_policy_targets",
     "validation_sums", "value_classes", "value_target",
 ]
 
 WIN, DRAW, LOSS = 0, 1, 2  # the classes of the wdl head's logits, in its order
+MOVES_LEFT_DELTA = 10.0
+"""Plies of error beyond which the moves-left loss grows linearly, not quadratically: lc0's Huber delta."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,7 @@ class StepStats:
     anchor: torch.Tensor  # KL from the start's policy plus the squared value difference (0 without an anchor)
     action_value: torch.Tensor  # the action-value head's loss over the moves with a target (0 without either)
     reply_policy: torch.Tensor  # the reply-policy head's cross-entropy over the rows with a target (0: not trained)
+    moves_left: torch.Tensor  # the moves-left head's Huber loss over the rows with a target (0: not trained)
 
     def as_floats(self) -> dict[str, float]:
         """Gets every figure as a Python float (one device sync per figure)."""
@@ -177,7 +181,8 @@ def compute_losses(out: NetOutput, policy: torch.Tensor, legal: torch.Tensor, z:
     total = policy_loss + value_loss_weight * value_loss
     zero = torch.zeros((), device=total.device)
     return StepStats(total, policy_loss.detach(), value_loss.detach(), (terms.value_mse.sum() / valued).detach(),
-                     terms.entropy.mean().detach(), terms.correct.sum() / valued, zero, zero, zero, zero, zero, zero)
+                     terms.entropy.mean().detach(), terms.correct.sum() / valued, zero, zero, zero, zero, zero, zero,
+                     zero)
 
 
 VALIDATION_FIGURES = ("policy_loss", "policy_top1", "value_loss", "value_mse", "value_accuracy")
@@ -247,3 +252,28 @@ def reply_policy_loss(logits: torch.Tensor, reply: ReplyTargets) -> torch.Tensor
     per_row = -_legal_sum(reply.policy * log_p, legal)  # the policy is zero in a row without a target
     has = reply.has.float()
     return (per_row * has).sum() / has.sum().clamp_min(1.0)
+
+
+def moves_left_loss(predicted: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Gets the mean Huber loss of the moves-left head's plies against the plies left, both over MOVES_LEFT_UNIT
+    (20) with delta MOVES_LEFT_DELTA / 20 (10 plies), over the rows with a target (0-dim float32; 0 without any).
+
+    lc0's loss, scaled as lc0 scales it: an error e plies costs (e / 20)^2 / 2
+    up to 10 plies (0.125 there) and grows linearly beyond, 0.875 at 40
+    plies, the size of the value loss: a game's length is only partly
+    predictable from a position (whether a side resigns, or a long endgame is
+    shuffled), so the large errors of long games must not pull as the squared
+    error would, nor dwarf the policy and value terms. A row without a target
+    (NaN: its game has no recorded end, learner.game_targets) counts 0.
+
+    Args:
+        predicted: float32 [B] the head's plies (>= 0).
+        target: float32 [B] the plies left, NaN where there is none.
+    """
+    predicted = predicted.float()
+    has = torch.isfinite(target)
+    # Without a target the row's own prediction stands in: no error, no gradient, and no NaN in either.
+    target = torch.where(has, target, predicted.detach())
+    per_row = F.huber_loss(predicted / MOVES_LEFT_UNIT, target / MOVES_LEFT_UNIT, reduction="none",
+                           delta=MOVES_LEFT_DELTA / MOVES_LEFT_UNIT)
+    return per_row.sum() / has.sum().clamp_min(1)

@@ -30,7 +30,7 @@ names start with the write time, so sorting them sorts them by age. The window:
 
 - builds, where asked (``targets``, learner.game_targets.GameTargets), each
   position's targets from its game as its shard enters: the next position's
-  row (the reply target) and the short-term value target.
+  row (the reply target), the short-term value target and the plies left.
 - holds out a share of the games (``validation_share``, by a hash of each
   game's id: ``is_validation_game``): their positions never enter the window,
   and the newest ``validation_positions`` of them form the validation set
@@ -376,7 +376,7 @@ class ReplayWindow:
         held_out, ids = self._held_out_rows(name, shard)
         held_out_rows, train_rows = np.flatnonzero(held_out), np.flatnonzero(~held_out)
         wins, targets = self.action_values, self.targets
-        held_out_targets = dataclasses.replace(targets, reply=False)
+        held_out_targets = dataclasses.replace(targets, reply=False, moves_left=False)
         return _Read(name, train,
                      Block.of(name, 0, shard, held_out_rows, ids, wins=wins, targets=held_out_targets)
                      if len(held_out_rows) else None,

@@ -4,7 +4,7 @@ Only the compact arrays of a shard are kept (planes, scalars, the sparse
 policy, value targets, root values, Stockfish's win probability after each
 move where the shard has it; for held-out games, each position's game; where
 the learner trains them, learner.game_targets': each position's next
-position's row, and its short-term value).
+position's row, its short-term value, and the plies left in its game).
 Small shards are joined into blocks of about 1/32 of the view, so a batch
 gathers from a few dozen arrays; a block leaves whole once none of it is in
 view. learner.replay's window holds two stores: the training positions and the
@@ -24,7 +24,7 @@ import numpy as np
 from alphazero.nn.planes import COMPACT_PLANES, NUM_SCALARS
 from alphazero.store.shards import Shard, value_targets
 from learner.batch import Batch
-from learner.game_targets import NO_GAME_TARGETS, GameTargets, next_rows, short_term_values
+from learner.game_targets import NO_GAME_TARGETS, GameTargets, next_rows, plies_left, short_term_values
 
 __all__ = ["Block", "Store", "arrays_outside_the_heap"]
 
@@ -61,9 +61,11 @@ class Block:
     # position of the block has one (self-play's).
     policy_wins: np.ndarray = field(default_factory=_no_wins)
     # learner.game_targets' (empty when not kept): int32 [n] the row of each position's next position in this
-    # block, -1 for none; float32 [n] each position's short-term value target.
+    # block, -1 for none; float32 [n] each position's short-term value target; float32 [n] the plies left in each
+    # position's game (NaN: none).
     next_row: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
     short_term: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
+    moves_left: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
 
     @property
     def has_wins(self) -> bool:
@@ -76,6 +78,10 @@ class Block:
     @property
     def has_short_term(self) -> bool:
         return len(self.short_term) > 0
+
+    @property
+    def has_moves_left(self) -> bool:
+        return len(self.moves_left) > 0
 
     @property
     def end(self) -> int:
@@ -91,7 +97,7 @@ class Block:
         Keeps only these arrays (the shard's others are freed with it); all
         rows take the shard's arrays as they are, a subset copies.
         """
-        next_row, short_term = _game_targets(shard, rows, targets)
+        next_row, short_term, moves_left = _game_targets(shard, rows, targets)
         if len(rows) == len(shard):
             take: np.ndarray | slice = slice(None)
             offsets, entries = shard.policy_offsets, take
@@ -111,13 +117,13 @@ class Block:
         planes, scalars, offsets, indices, probs, results, root_values = arrays
         kept = _no_wins() if shard.policy_wins is None or not wins else shard.policy_wins[entries].astype(_WINS_DTYPE)
         return cls(name, start, planes, scalars, offsets, indices, probs, results, root_values, game, games,
-                   kept, next_row, short_term)
+                   kept, next_row, short_term, moves_left)
 
     @property
     def nbytes(self) -> int:
         return sum(a.nbytes for a in (self.planes, self.scalars, self.policy_offsets, self.policy_indices,
                                       self.policy_probs, self.results, self.root_values, self.game,
-                                      self.policy_wins, self.next_row, self.short_term))
+                                      self.policy_wins, self.next_row, self.short_term, self.moves_left))
 
     def wins_or_nan(self) -> np.ndarray:
         """Gets policy_wins, NaN for every move of a block without them."""
@@ -144,13 +150,16 @@ class Block:
             if all(b.has_next for b in blocks) else np.zeros(0, np.int32),
             np.concatenate([b.short_term for b in blocks]) if all(b.has_short_term for b in blocks)
             else np.zeros(0, np.float32),
+            np.concatenate([b.moves_left for b in blocks]) if all(b.has_moves_left for b in blocks)
+            else np.zeros(0, np.float32),
         )
 
 
-def _game_targets(shard: Shard, rows: np.ndarray, targets: GameTargets) -> tuple[np.ndarray, np.ndarray]:
-    """Gets the rows' next-position rows among ``rows`` (int32, -1: none) and short-term values (float32), each
-    empty when ``targets`` leaves it out."""
-    next_row, short_term = np.zeros(0, np.int32), np.zeros(0, np.float32)
+def _game_targets(shard: Shard, rows: np.ndarray,
+                  targets: GameTargets) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Gets the rows' next-position rows among ``rows`` (int32, -1: none), short-term values (float32) and plies
+    left (float32, NaN: none), each empty when ``targets`` leaves it out."""
+    next_row, short_term, moves_left = np.zeros(0, np.int32), np.zeros(0, np.float32), np.zeros(0, np.float32)
     if targets.reply:
         following = next_rows(shard.game, shard.ply)[rows]
         position = np.full(len(shard), -1, np.int64)
@@ -158,7 +167,9 @@ def _game_targets(shard: Shard, rows: np.ndarray, targets: GameTargets) -> tuple
         next_row = np.where(following >= 0, position[following], -1).astype(np.int32)
     if targets.short_term_plies > 0:
         short_term = np.ascontiguousarray(short_term_values(shard, targets.short_term_plies)[rows])
-    return next_row, short_term
+    if targets.moves_left:
+        moves_left = np.ascontiguousarray(plies_left(shard)[rows])
+    return next_row, short_term, moves_left
 
 
 def _ranges(lengths: np.ndarray) -> np.ndarray:
@@ -275,6 +286,7 @@ class Store:
         with_wins = any(self.blocks[b].has_wins for b in used)  # shards without a head have none
         reply = _ReplyParts() if any(self.blocks[b].has_next for b in used) else None
         short_term = np.empty(size, np.float32) if any(self.blocks[b].has_short_term for b in used) else None
+        moves_left = np.empty(size, np.float32) if any(self.blocks[b].has_moves_left for b in used) else None
         counts, moves, shares, wins = [], [], [], []
         for b in used:
             block = self.blocks[b]
@@ -296,12 +308,15 @@ class Store:
                 reply.add(block, rows)
             if short_term is not None:
                 short_term[lo_out:hi_out] = block.short_term[rows] if block.has_short_term else block.results[rows]
+            if moves_left is not None:
+                moves_left[lo_out:hi_out] = block.moves_left[rows] if block.has_moves_left else np.nan
         offsets = np.zeros(size + 1, np.int64)
         np.cumsum(_joined(counts, np.int64), out=offsets[1:])
         reply_offsets, reply_moves, reply_shares = reply.arrays(size) if reply is not None else (None, None, None)
         return Batch(planes, scalars, offsets, _joined(moves, np.int16), _joined(shares, np.float32), z, q,
                      _joined(wins, _WINS_DTYPE) if with_wins else None, reply_offsets=reply_offsets,
-                     reply_moves=reply_moves, reply_shares=reply_shares, short_term=short_term)
+                     reply_moves=reply_moves, reply_shares=reply_shares, short_term=short_term,
+                     moves_left=moves_left)
 
 
 class _ReplyParts:

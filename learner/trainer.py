@@ -94,7 +94,16 @@ position's frame), against that position's visit shares: the opponent's
 reply (learner.game_targets builds the targets). The mean is over the
 positions that have one (the game's last position, or one whose next
 position was not written, has none); ``loss/reply_policy``. Only the training
-pass runs the head (the networks' ``forward_with_reply``); search never does.
+pass runs the head (the networks' ``forward_with_training_heads``); search never does.
+
+**Moves left** (``network.moves_left_head``, ``moves_left_weight``; lc0's
+moves-left head): the head's plies left against the plies from the position
+to its game's end (learner.game_targets: to the resignation, or to the ply
+limit's cut, where the game ended so), lc0's Huber loss on both over 20,
+delta 10 plies (learner.losses.moves_left_loss). The mean is over the
+positions whose game has a recorded end (pretraining labels cut by the
+labeller have none); ``loss/moves_left``. Only the training pass runs the
+head, as the reply head's; search does not read it.
 
 The functions of the loss live in learner.losses; this module re-exports them.
 
@@ -127,6 +136,7 @@ from alphazero.nn.action_values import (
     action_value_sums,
     features_only,
 )
+from alphazero.nn.heads import TrainingHeads
 from alphazero.nn.network import NetOutput, model_config
 from learner.batch import Batch
 from learner.batch_device import DeviceBatch, StagedBatch, on_device, pins, stage
@@ -138,6 +148,7 @@ from learner.losses import (
     auxiliary_losses,
     compute_losses,
     masked_log_softmax,
+    moves_left_loss,
     policy_kl,
     reply_policy_loss,
     result_classes,
@@ -159,14 +170,17 @@ from learner.trainer_setup import (
 
 __all__ = [
     "AnyBatch", "StepStats", "Trainer", "VALIDATION_FIGURES", "anchor_loss", "auxiliary_losses", "build_optimizer",
-    "compute_losses", "eval_mode", "masked_log_softmax", "policy_kl", "reply_policy_loss", "result_classes",
-    "soft_policy_targets", "time_training_step", "training_mode", "training_precision", "validation_sums",
-    "value_classes", "value_target", "weight_decay_term",
+    "compute_losses", "eval_mode", "masked_log_softmax", "moves_left_loss", "policy_kl", "reply_policy_loss",
+    "result_classes", "soft_policy_targets", "time_training_step", "training_mode", "training_precision",
+    "validation_sums", "value_classes", "value_target", "weight_decay_term",
 ]
 
 log = logging.getLogger(__name__)
 
 AnyBatch = Batch | StagedBatch | DeviceBatch  # a batch of numpy arrays, staged on the host, or on the device
+# The training-only heads: (the learner's weight, the network's setting, the head's name in messages).
+_TRAINING_HEADS = (("reply_policy_weight", "reply_policy_head", "the reply-policy head"),
+                   ("moves_left_weight", "moves_left_head", "the moves-left head"))
 
 
 class Trainer:
@@ -226,18 +240,33 @@ class Trainer:
             kind = model_config(self.model).kind
             raise UserError("learner.soft_policy_loss_weight and learner.q_loss_weight train auxiliary heads, which "
                             f"only network.kind = 'chessformer' has (this network is {kind!r}); set both to 0")
+        # The training-only heads that train (their pass runs them): each needs its head.
+        self.reply = config.reply_policy_weight > 0
+        self.moves_left = config.moves_left_weight > 0
+        self._check_training_heads()
+        asked = {"reply_policy": self.reply, "moves_left": self.moves_left}
         forward_with_aux = getattr(self.model, "forward_with_aux", None)
-        self.reply = config.reply_policy_weight > 0  # the reply-policy head trains (its pass runs it)
-        if self.reply and not model_config(self.model).reply_policy_head:
-            raise UserError("learner.reply_policy_weight trains the reply-policy head, which this network has not "
-                            "(network.reply_policy_head = false): set learner.reply_policy_weight=0, or start a run "
-                            "with network.reply_policy_head=true")
-        if self.reply and forward_with_aux is not None:
-            forward_with_aux = functools.partial(forward_with_aux, reply_policy=True)
+        if forward_with_aux is not None:
+            forward_with_aux = functools.partial(forward_with_aux, **asked)
         self._forward_aux: Any = torch.compile(forward_with_aux) if compile and self.auxiliary else forward_with_aux
-        forward_with_reply = getattr(self.model, "forward_with_reply", None)
-        self._forward_reply: Any = torch.compile(forward_with_reply) if compile and self.reply else forward_with_reply
+        self.training_heads = self.reply or self.moves_left  # without auxiliary heads, their own pass runs them
+        forward_heads = getattr(self.model, "forward_with_training_heads", None)
+        if forward_heads is not None:
+            forward_heads = functools.partial(forward_heads, **asked)
+        self._forward_heads: Any = torch.compile(forward_heads) if compile and self.training_heads else forward_heads
         self.anchor: nn.Module | None = None  # the start network (set_anchor), when learner.start_anchor_weight > 0
+
+    def _check_training_heads(self) -> None:
+        """Checks that the network has each training-only head that a weight trains.
+
+        Raises:
+            UserError: a weight > 0 for a head the network has not.
+        """
+        network = model_config(self.model)
+        for weight, head, what in _TRAINING_HEADS:
+            if getattr(self.config, weight) > 0 and not getattr(network, head):
+                raise UserError(f"learner.{weight} trains {what}, which this network has not (network.{head} = "
+                                f"false): set learner.{weight}=0, or start a run with network.{head}=true")
 
     def set_anchor(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Keeps a frozen copy of the model with these weights as the start the anchor loss
@@ -267,7 +296,8 @@ class Trainer:
         """Names the StepStats figures that stay 0 here, whatever the batches: a head the network has not, a
         loss without a weight (the learner logs the others)."""
         untrained = set() if self.action_value_head is not None else {"action_value"}
-        return untrained | (set() if self.reply else {"reply_policy"})
+        weighted = {"reply_policy": self.reply, "moves_left": self.moves_left}
+        return untrained | {name for name, trains in weighted.items() if not trains}
 
     def _q(self, tensors: DeviceBatch) -> torch.Tensor | None:
         """Gets the batch's root values when the value target uses them."""
@@ -331,19 +361,21 @@ class Trainer:
     def _loss(self, tensors: DeviceBatch) -> StepStats:
         """Runs the forward pass in training mode and gets the batch's losses (total with its graph)."""
         with self._autocast():
-            reply = None
+            heads = TrainingHeads()
             if self.auxiliary:
                 out, aux = self._forward_aux(tensors.planes, tensors.scalars)
-                reply = aux.reply_policy_logits
-            elif self.reply:
-                out, reply = self._forward_reply(tensors.planes, tensors.scalars)
+                heads = TrainingHeads(aux.reply_policy_logits, aux.moves_left)
+            elif self.training_heads:
+                out, heads = self._forward_heads(tensors.planes, tensors.scalars)
             else:
                 out = self._forward(tensors.planes, tensors.scalars)
         stats = self._losses(out, tensors)
         if self.auxiliary:
             stats = self._add_auxiliary_losses(stats, aux, tensors)
-        if reply is not None:
-            stats = self._add_reply_loss(stats, reply, tensors)
+        if heads.reply_policy_logits is not None:
+            stats = self._add_reply_loss(stats, heads.reply_policy_logits, tensors)
+        if heads.moves_left is not None:
+            stats = self._add_moves_left_loss(stats, heads.moves_left, tensors)
         stats = self._add_action_value_loss(stats, out, tensors)
         if self.anchor is not None and self.config.start_anchor_weight > 0:
             stats = self._add_anchor_loss(stats, out, tensors)
@@ -406,6 +438,18 @@ class Trainer:
                              "(ReplayWindow(targets=GameTargets.of(config)))")
         loss = reply_policy_loss(logits, tensors.reply)
         return replace(stats, total=stats.total + self.config.reply_policy_weight * loss, reply_policy=loss.detach())
+
+    def _add_moves_left_loss(self, stats: StepStats, plies: torch.Tensor, tensors: DeviceBatch) -> StepStats:
+        """Adds moves_left_weight x the moves-left head's loss against the plies left in the positions' games.
+
+        Raises:
+            ValueError: the batch carries no moves-left targets.
+        """
+        if tensors.moves_left is None:
+            raise ValueError("learner.moves_left_weight > 0 needs batches with moves-left targets "
+                             "(ReplayWindow(targets=GameTargets.of(config)))")
+        loss = moves_left_loss(plies, tensors.moves_left)
+        return replace(stats, total=stats.total + self.config.moves_left_weight * loss, moves_left=loss.detach())
 
     def _add_action_value_loss(self, stats: StepStats, out: NetOutput, tensors: DeviceBatch) -> StepStats:
         """Adds action_value_loss_weight x the action-value loss, and action_value_rank_weight x the listwise one

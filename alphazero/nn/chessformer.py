@@ -47,6 +47,11 @@ the UCI engine use either without knowing which.
   ``forward_with_reply`` or ``forward_with_aux(..., reply_policy=True)``): a
   third attention policy head on the policy's square tokens, for the next
   position's search policy (alphazero.nn.heads.REPLY_POLICY_PREFIX).
+- **Moves-left head** (with ``network.moves_left_head``; training only,
+  ``forward_with_training_heads`` or ``forward_with_aux(..., moves_left=True)``):
+  lc0's transformer form, each token embedded to 8 channels (Mish), flattened,
+  128 hidden units (Mish) and one output, the plies left in the game
+  (alphazero.nn.heads.moves_left_plies); search does not read it.
 
 Example::
 
@@ -65,7 +70,14 @@ from torch import nn
 
 from alphazero.config import NetworkConfig
 from alphazero.nn.action_values import ActionValueHead, start_level_from_value, with_action_values
-from alphazero.nn.heads import NetOutput, float32_head
+from alphazero.nn.heads import (
+    MOVES_LEFT_FILTERS,
+    MOVES_LEFT_HIDDEN,
+    NetOutput,
+    TrainingHeads,
+    float32_head,
+    moves_left_plies,
+)
 from alphazero.nn.move_map import SQUARES, UNDER_PROMOTION_PIECES, policy_index_map
 from alphazero.nn.planes import INPUT_PLANES, expand_torch
 
@@ -85,6 +97,7 @@ class AuxOutput(NamedTuple):
     soft_policy_logits: torch.Tensor  # float32 [N, 4672], unmasked: learns the soft policy targets
     q: torch.Tensor  # float32 [N] in [-1, 1]: learns the search's root value
     reply_policy_logits: torch.Tensor | None = None  # float32 [N, 4672]: the next position's policy (when asked)
+    moves_left: torch.Tensor | None = None  # float32 [N] >= 0: the plies left in the game (when asked)
 
 
 def deepnorm_alpha(layers: int) -> float:
@@ -304,6 +317,9 @@ class Chessformer(nn.Module):
                 self.action_value_embedding = nn.Linear(config.embedding, 2 * config.action_value_filters)
         # Built last, so that the other layers start from the same random weights with it or without it.
         self.reply_policy = AttentionPolicyHead(config.policy_filters) if config.reply_policy_head else None
+        # After the reply head, for the same reason.
+        self.moves_left = ValueHead(config.embedding, MOVES_LEFT_FILTERS, MOVES_LEFT_HIDDEN, 1) \
+            if config.moves_left_head else None
 
     def start_action_values_from_policy(self) -> bool:
         """Starts a 'policy'-shaped action-value head from the policy and value heads (a network loaded from
@@ -356,20 +372,21 @@ class Chessformer(nn.Module):
         tokens = self.body(planes, scalars)
         return self._outputs(tokens, F.mish(self.policy_embedding(tokens)), action_values)
 
-    def forward_with_aux(self, planes: torch.Tensor, scalars: torch.Tensor, *,
-                         reply_policy: bool = False) -> tuple[NetOutput, AuxOutput]:
+    def forward_with_aux(self, planes: torch.Tensor, scalars: torch.Tensor, *, reply_policy: bool = False,
+                         moves_left: bool = False) -> tuple[NetOutput, AuxOutput]:
         """Evaluates positions as ``forward(..., action_values=False)`` does (training scores the moves it
         needs), plus the auxiliary heads (one pass through the body); with ``reply_policy``, the reply-policy
-        head's logits too (AuxOutput.reply_policy_logits).
+        head's logits too (AuxOutput.reply_policy_logits), with ``moves_left`` the plies left (AuxOutput.moves_left).
 
         Raises:
-            ValueError: wrong input dtypes or shapes; ``reply_policy`` without the head.
+            ValueError: wrong input dtypes or shapes; ``reply_policy`` or ``moves_left`` without the head.
         """
         tokens = self.body(planes, scalars)
         policy_tokens = F.mish(self.policy_embedding(tokens))
         out = self._outputs(tokens, policy_tokens, False)
         reply = self._reply(policy_tokens) if reply_policy else None
-        aux = AuxOutput(self.soft_policy(policy_tokens), torch.tanh(self.q_value(tokens)[:, 0]), reply)
+        left = self._moves_left(tokens) if moves_left else None
+        aux = AuxOutput(self.soft_policy(policy_tokens), torch.tanh(self.q_value(tokens)[:, 0]), reply, left)
         return out, aux
 
     def forward_with_reply(self, planes: torch.Tensor, scalars: torch.Tensor) -> tuple[NetOutput, torch.Tensor]:
@@ -383,10 +400,29 @@ class Chessformer(nn.Module):
         policy_tokens = F.mish(self.policy_embedding(tokens))
         return self._outputs(tokens, policy_tokens, False), self._reply(policy_tokens)
 
+    def forward_with_training_heads(self, planes: torch.Tensor, scalars: torch.Tensor, *, reply_policy: bool = False,
+                                    moves_left: bool = False) -> tuple[NetOutput, TrainingHeads]:
+        """Evaluates positions as ``forward(..., action_values=False)`` does, plus the training-only heads asked
+        for (one pass through the body): the reply policy's logits, the plies left.
+
+        Raises:
+            ValueError: a head asked for that the network has not, or wrong inputs.
+        """
+        tokens = self.body(planes, scalars)
+        policy_tokens = F.mish(self.policy_embedding(tokens))
+        heads = TrainingHeads(self._reply(policy_tokens) if reply_policy else None,
+                              self._moves_left(tokens) if moves_left else None)
+        return self._outputs(tokens, policy_tokens, False), heads
+
     def _reply(self, policy_tokens: torch.Tensor) -> torch.Tensor:
         if self.reply_policy is None:
             raise ValueError("this network has no reply-policy head (network.reply_policy_head = false)")
         return self.reply_policy(policy_tokens)
+
+    def _moves_left(self, tokens: torch.Tensor) -> torch.Tensor:
+        if self.moves_left is None:
+            raise ValueError("this network has no moves-left head (network.moves_left_head = false)")
+        return moves_left_plies(self.moves_left(tokens))
 
     def no_weight_decay(self) -> set[str]:
         """Names the parameters a decoupled weight decay leaves alone: the per-square gains and offsets."""

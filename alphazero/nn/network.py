@@ -19,8 +19,14 @@ which the Chessformer returns too), always from the side to move:
 With ``network.reply_policy_head`` a second policy head of the same shape
 (``reply_policy_conv``, ``reply_policy_out``) gives logits [N, 4672] for the
 next position's search policy, in that position's frame (the opponent's, the
-board flipped for it): ``forward_with_reply`` alone runs it, for the learner;
-``forward`` never does, so search pays nothing for it.
+board flipped for it): ``forward_with_reply`` and ``forward_with_training_heads``
+alone run it, for the learner; ``forward`` never does, so search pays nothing
+for it.
+
+With ``network.moves_left_head`` lc0's moves-left head (MovesLeftHead,
+weights ``moves_left.*``) predicts the plies left in the game, float32 [N]
+>= 0; ``forward_with_training_heads`` runs it (and the reply head) for the
+learner, ``forward`` never does: search does not read it.
 
 With ``network.se_ratio`` > 0 each residual block ends its branch with lc0's
 squeeze-and-excitation (SqueezeExcitation, weights ``tower.K.se.*``); at 0,
@@ -48,7 +54,16 @@ from alphazero.config import NetworkConfig
 from alphazero.errors import UserError
 from alphazero.nn.action_values import ACTION_VALUE_PREFIX, ActionValueHead, start_level_from_value, with_action_values
 from alphazero.nn.chessformer import Chessformer
-from alphazero.nn.heads import REPLY_POLICY_PREFIX, NetOutput, float32_head
+from alphazero.nn.heads import (
+    MOVES_LEFT_FILTERS,
+    MOVES_LEFT_HIDDEN,
+    MOVES_LEFT_PREFIX,
+    REPLY_POLICY_PREFIX,
+    NetOutput,
+    TrainingHeads,
+    float32_head,
+    moves_left_plies,
+)
 from alphazero.nn.planes import INPUT_PLANES, expand_torch
 
 _COMPILED_PREFIX = "_orig_mod."  # torch.compile's wrapper prefixes parameter names with this
@@ -127,6 +142,21 @@ class ValueLevel(nn.Module):
         return float32_head(self.out, hidden).float()  # [N, 1]
 
 
+class MovesLeftHead(nn.Module):
+    """lc0's moves-left head: a 1x1 conv-BN-ReLU to 8 channels, a hidden layer of 128 (ReLU), one output, the
+    plies left float32 [N] >= 0 (alphazero.nn.heads.moves_left_plies)."""
+
+    def __init__(self, filters: int) -> None:
+        super().__init__()
+        self.conv = _conv_bn(filters, MOVES_LEFT_FILTERS, 1)
+        self.fc = nn.Linear(MOVES_LEFT_FILTERS * 64, MOVES_LEFT_HIDDEN)
+        self.out = nn.Linear(MOVES_LEFT_HIDDEN, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = F.relu(self.fc(F.relu(self.conv(x)).flatten(1)))
+        return moves_left_plies(float32_head(self.out, hidden))
+
+
 class AlphaZeroNet(nn.Module):
     """AlphaZero's residual tower with a convolutional policy head and a value head.
 
@@ -165,6 +195,8 @@ class AlphaZeroNet(nn.Module):
         if config.reply_policy_head:
             self.reply_policy_conv = _conv_bn(config.filters, config.policy_filters, 3)
             self.reply_policy_out = nn.Conv2d(config.policy_filters, NUM_PLANES, kernel, padding=kernel // 2)
+        # After the reply head, for the same reason.
+        self.moves_left = MovesLeftHead(config.filters) if config.moves_left_head else None
 
     def start_action_values_from_policy(self) -> bool:
         """Starts a 'policy'-shaped action-value head from the policy and value heads (a network loaded from
@@ -196,11 +228,31 @@ class AlphaZeroNet(nn.Module):
         Raises:
             ValueError: the network has no reply-policy head (network.reply_policy_head), or wrong inputs.
         """
+        out, heads = self.forward_with_training_heads(planes, scalars, reply_policy=True)
+        assert heads.reply_policy_logits is not None
+        return out, heads.reply_policy_logits
+
+    def forward_with_training_heads(self, planes: torch.Tensor, scalars: torch.Tensor, *, reply_policy: bool = False,
+                                    moves_left: bool = False) -> tuple[NetOutput, TrainingHeads]:
+        """Evaluates positions as ``forward(..., action_values=False)`` does, plus the training-only heads asked
+        for (one pass through the tower): the reply policy's logits, the plies left.
+
+        Raises:
+            ValueError: a head asked for that the network has not, or wrong inputs.
+        """
+        x = self._body(planes, scalars)
+        heads = TrainingHeads(self._reply(x) if reply_policy else None, self._moves_left(x) if moves_left else None)
+        return self._heads(x, False), heads
+
+    def _reply(self, x: torch.Tensor) -> torch.Tensor:
         if self.reply_policy_conv is None or self.reply_policy_out is None:
             raise ValueError("this network has no reply-policy head (network.reply_policy_head = false)")
-        x = self._body(planes, scalars)
-        reply = float32_head(self.reply_policy_out, F.relu(self.reply_policy_conv(x))).flatten(1).float()
-        return self._heads(x, False), reply
+        return float32_head(self.reply_policy_out, F.relu(self.reply_policy_conv(x))).flatten(1).float()
+
+    def _moves_left(self, x: torch.Tensor) -> torch.Tensor:
+        if self.moves_left is None:
+            raise ValueError("this network has no moves-left head (network.moves_left_head = false)")
+        return self.moves_left(x)
 
     def _body(self, planes: torch.Tensor, scalars: torch.Tensor) -> torch.Tensor:
         """Gets the tower's output [N, filters, 8, 8] for compact positions."""
@@ -312,9 +364,10 @@ def check_architecture(saved: NetworkConfig, expected: NetworkConfig, source: st
 def load_weights(model: nn.Module, state_dict: dict[str, torch.Tensor], source: str | os.PathLike[str]) -> None:
     """Copies ``state_dict`` into ``model`` in place (keeping its device and memory format).
 
-    Weights without an action-value head (or a reply-policy head) load into a
-    model with one (``train --init`` from a network trained before the head,
-    with ``network.action_value_head`` or ``network.reply_policy_head`` set):
+    Weights without an action-value head (or a reply-policy or moves-left
+    head) load into a model with one (``train --init`` from a network trained
+    before the head, with ``network.action_value_head``,
+    ``network.reply_policy_head`` or ``network.moves_left_head`` set):
     everything else loads, the head keeps the weights it was built with (an
     action-value head of the 'policy' shape starts from the policy head's), and
     one warning says so.
@@ -325,7 +378,7 @@ def load_weights(model: nn.Module, state_dict: dict[str, torch.Tensor], source: 
     target, state = _unwrap(model), clean_state_dict(state_dict)
     names = set(target.state_dict())
     heads = {prefix: {name for name in names if name.startswith(prefix)}
-             for prefix in (ACTION_VALUE_PREFIX, REPLY_POLICY_PREFIX)}
+             for prefix in (ACTION_VALUE_PREFIX, REPLY_POLICY_PREFIX, MOVES_LEFT_PREFIX)}
     fresh = [prefix for prefix, head in heads.items() if head and not head & set(state)]
     if set().union(*(heads[prefix] for prefix in fresh)) != names - set(state) or not set(state) <= names:
         fresh = []  # something else is missing, or left over: the strict load says what
@@ -339,6 +392,9 @@ def load_weights(model: nn.Module, state_dict: dict[str, torch.Tensor], source: 
     if REPLY_POLICY_PREFIX in fresh:
         log.warning("%s has no reply-policy head: the rest of the network loaded, and its head "
                     "(network.reply_policy_head) starts from fresh weights", source)
+    if MOVES_LEFT_PREFIX in fresh:
+        log.warning("%s has no moves-left head: the rest of the network loaded, and its head "
+                    "(network.moves_left_head) starts from fresh weights", source)
     if ACTION_VALUE_PREFIX in fresh:
         start = getattr(target, "start_action_values_from_policy", None)
         with torch.no_grad():
@@ -384,6 +440,6 @@ def count_parameters(model: nn.Module) -> int:
 
 
 __all__ = [
-    "AlphaZeroNet", "NetOutput", "build_network", "check_architecture",
+    "AlphaZeroNet", "MovesLeftHead", "NetOutput", "build_network", "check_architecture",
     "count_parameters", "cpu_state_dict", "fold_batch_norm", "load_weights", "model_config", "pick_device",
 ]

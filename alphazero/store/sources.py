@@ -388,8 +388,8 @@ class Weights:
     def overrides(self) -> list[str]:
         """Gets ``network.KEY=VALUE`` overrides that give a new run this architecture.
 
-        Weights without an action-value head (or a reply-policy head) leave its
-        fields to the run (a ``--set network.action_value_head=...`` adds one,
+        Weights without an action-value head (or a reply-policy or moves-left
+        head) leave its fields to the run (a ``--set network.action_value_head=...`` adds one,
         which starts fresh: alphazero.nn.network.load_weights). So do weights
         without squeeze-and-excitation, but a ``--set network.se_ratio=N`` on
         them fails to load (there is no fresh start for the tower's blocks).
