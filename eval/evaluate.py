@@ -465,7 +465,10 @@ class PeriodicEvaluation:
         except EvaluationStopped as stopped:
             print(f"{stopped}: the run ended", file=sys.stderr, flush=True)
         except Exception as error:  # noqa: BLE001 - an evaluation must not stop training
-            print(f"evaluation of step {step} failed: {error}", file=sys.stderr, flush=True)
+            if self.stopping.is_set():  # a signal to the process group ends its Stockfish too: not a failure
+                print(f"the evaluation of step {step:,} ended with the run ({error})", file=sys.stderr, flush=True)
+            else:
+                print(f"evaluation of step {step} failed: {error}", file=sys.stderr, flush=True)
         finally:
             self.next_start = started + (self.clock() - started) / self.time_share
             self.running_step = None

@@ -213,3 +213,56 @@ def test_sigterm_to_every_process_of_the_command_stops_it_with_its_summary_and_i
         assert summary is not None, out
         assert int(summary[2]) == len(list_shards(run / "selfplay")), out
     assert int(summary[1]) == _games_on_disk(run) > 0, out
+
+
+@pytest.mark.slow
+def test_learn_stops_within_dockers_grace_with_its_last_step_saved(tmp_path: Path) -> None:
+    # Issue 80: `learn` saves the step it finished first and cuts what is not bounded (the final validation
+    # over up to 50,000 held-out positions), within the 10 s `docker stop` gives before its SIGKILL.
+    from alphazero.presets import get_preset
+    from alphazero.store.rundir import RunDir
+    from tests.helpers import add_games
+
+    run = tmp_path / "run"
+    rundir, _ = RunDir.create_or_open(run, get_preset("tiny"), [*TRAIN_FAST, "learner.validation_share=0.3",
+                                                                 "learner.validate_every=1000"])
+    for first_game in range(0, 40, 8):
+        add_games(rundir.selfplay, first_game, 8)
+    process = _start("learn", "--run", str(run), "--threads", "1")  # no terminal: plain lines
+    _wait_for(lambda: any(step_of(path) > 0 for path in (run / "checkpoints").glob("step_*.pt")), process,
+              "a checkpoint after a learner step")
+    process.send_signal(signal.SIGTERM)
+    try:
+        out, err = process.communicate(timeout=DOCKER_GRACE_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate()
+        pytest.fail(f"`learn` did not end within {DOCKER_GRACE_S} s of SIGTERM; it said, last:\n{out[-3000:]}\n"
+                    f"{err[-3000:]}")
+    said = out + err
+    stopped = re.search(r"stopped at step ([\d,]+)", said)
+    assert stopped is not None, said
+    last_step = int(stopped[1].replace(",", ""))
+    assert max(step_of(path) for path in (run / "checkpoints").glob("step_*.pt")) == last_step, said
+    assert f"the stop cuts the final validation at step {stopped[1]}" in said
+    assert not [dump for dump in DUMPS if dump in err], err
+
+
+@pytest.mark.slow
+def test_the_engine_ends_within_dockers_grace_of_sigterm_mid_search() -> None:
+    # A `go infinite` searching when the signal comes: the engine ends (it has nothing to save) at once.
+    process = subprocess.Popen([sys.executable, "-m", "alphazero", "uci", "--weights", "builtin", "--threads", "1"],
+                               cwd=ROOT, env=repo_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write("uci\nisready\nposition startpos\ngo infinite\n")
+    process.stdin.flush()
+    _wait_for(lambda: process.stdout.readline().startswith("info depth"), process, "the search's first info line")
+    process.send_signal(signal.SIGTERM)
+    try:
+        _, err = process.communicate(timeout=DOCKER_GRACE_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        _, err = process.communicate()
+        pytest.fail(f"the engine did not end within {DOCKER_GRACE_S} s of SIGTERM:\n{err[-3000:]}")
+    assert not [dump for dump in DUMPS if dump in err], err
