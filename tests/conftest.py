@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,6 +10,13 @@ import pytest
 import torch
 
 from alphazero.presets import get_preset
+
+# Ray starts its workers (our actors) at nice 15 (its worker_niceness), below everything else on the machine: on
+# a machine shared with other work they get a few percent of a core (two busy loops beside the suite left each
+# at about 3%), and the cluster tests waited past their bounds (issue 80; EXPERIMENTS.md, "Issue 80: the suite
+# beside two busy processes"). Every Ray the tests start, in this process or in the commands they run (which
+# inherit this environment), gives its workers an equal share instead; docs/cluster.md says how a user does.
+os.environ.setdefault("RAY_worker_niceness", "0")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -70,8 +70,10 @@ def _sets() -> list[str]:
 
 
 def _host_env() -> dict[str, str]:
-    """This process's environment for a host's commands: none of its Ray settings, this Python's scripts first."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("RAY_")}
+    """This process's environment for a host's commands: none of its Ray settings but the workers' niceness, this
+    Python's scripts first."""
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith("RAY_") or key == "RAY_worker_niceness"}  # tests/conftest.py: workers not starved
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["PYTHONUNBUFFERED"] = "1"
     return env
