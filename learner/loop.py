@@ -35,8 +35,7 @@
   and replay/waiting_s. At every checkpoint, a text summary ``probes`` of the
   net's value and top-3 moves in a few fixed positions (learner.probes).
 - **Validation** every ``validate_every`` steps and at the end of ``steps``
-  (a stop saves first and cuts it: a stop is bounded, the held-out set is
-  not): the held-out
+  (a stop saves and cuts it): the held-out
   games' positions (ReplayWindow: never trained on) and an equal-size sample
   of the window, both in eval mode, as ``validation/policy_loss``,
   ``policy_top1``, ``value_loss``, ``value_mse``, ``value_accuracy`` (with
@@ -417,26 +416,17 @@ class Learner:
             if self.step < target and not stop.is_set():
                 self._train_steps(target, stop)
             due = self.settings.validate_every and self._validated_step != self.step and self.step > 0
-            if stop.is_set():
-                self._stop_short(validation_due=bool(due))
-            elif due:
+            if due and not stop.is_set():
                 self.validate()
             if self.saved_step != self.step:
-                self.save()
+                self.save()  # a stop's save comes first: it is bounded (Docker gives 10 s), validation is not
+            if due and stop.is_set():
+                self._progress.message(f"the stop cuts the final validation at step {self.step:,} (a restart "
+                                       f"validates within its first {self.settings.validate_every:,} steps)")
         self._progress.message(f"stopped at step {self.step:,}; checkpoint saved in {self.run.checkpoints}")
         if interrupted.is_set():
             raise KeyboardInterrupt
         return self.step
-
-    def _stop_short(self, *, validation_due: bool) -> None:
-        """A stop (a signal, the deadline, self-play's end) saves the last step first and cuts the final validation:
-        a stop is bounded (issue 80: Docker gives 10 s), and validation over tens of thousands of held-out
-        positions is not; the next sitting validates at its first ``validate_every`` step."""
-        if self.saved_step != self.step:
-            self.save()
-        if validation_due:
-            self._progress.message(f"the stop cuts the final validation at step {self.step:,} (a restart "
-                                   f"validates within its first {self.settings.validate_every:,} steps)")
 
     def _train_steps(self, target: float, stop: threading.Event) -> None:
         """Trains until step ``target`` or ``stop``, on batches made ahead on the feed's thread (learner.feed)."""

@@ -1777,6 +1777,11 @@ _default_memory_bytes = 0
 was made."""
 
 
+def default_memory_searches() -> int:
+    """How many live searches of this process share the default tree memory (made with tree_memory_mb 0)."""
+    return len(_DEFAULT_MEMORY_SEARCHES)
+
+
 def _share_default_memory() -> None:
     """Splits the default tree memory evenly between the live searches made with tree_memory_mb 0, each splitting
     its share between its slots: two searches of one process (a match's two players) may otherwise each take half

@@ -50,7 +50,7 @@ from selfplay.totals import ActorLosses, Totals, why_died
 from selfplay.worker import PlayStats, ShardsNotStored
 
 __all__ = ["ActorLosses", "Totals", "actor_failure", "check_checkpoint", "connect_ray", "ensure_ray_token",
-           "remote_traceback", "run_selfplay"]
+           "flush_actors", "remote_traceback", "run_selfplay"]
 
 log = logging.getLogger(__name__)
 
@@ -314,7 +314,7 @@ def _play(fleet: SelfPlayFleet, resign: _ResignFollower, totals: Totals, reporte
         _drain(pending, totals, idle, losses, timeout=min(2 * chunk_seconds + 5, SIGNAL_STOP_SECONDS / 2))
     finally:
         flush_seconds = FLUSH_SECONDS if signalled is None else max(1.0, signalled - time.monotonic())
-        _flush(handles, totals, losses, timeout=flush_seconds)
+        flush_actors(handles, totals, losses, timeout=flush_seconds)
         resign.update([], force=True)
         totals.resign_status = resign.calibrator.status()
         reporter.update(totals, fleet.count - len(idle), fleet.count, force=True, suffix=suffix)
@@ -466,7 +466,7 @@ together: `docker stop` sends SIGKILL 10 s after SIGTERM, and Ray's shutdown and
 (issue 80). A play call ends within a chunk, and a flush behind it writes a shard or two."""
 
 
-def _flush(handles: list[Any], totals: Totals, losses: ActorLosses, *, timeout: float = FLUSH_SECONDS) -> None:
+def flush_actors(handles: list[Any], totals: Totals, losses: ActorLosses, *, timeout: float = FLUSH_SECONDS) -> None:
     """Asks every actor to write the finished games it still holds; says what each that cannot lost, and why."""
     import ray
     from ray.exceptions import RayActorError, RayError, RayTaskError

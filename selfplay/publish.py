@@ -32,7 +32,7 @@ PUBLISH_WAIT_SECONDS = 10.0
 
 
 @dataclass
-class _Push:
+class Push:
     """One push to one actor, until it answers."""
 
     name: str
@@ -51,7 +51,7 @@ class WeightPublisher:
     def __init__(self, run_path: str | Path, address: str | None) -> None:
         self.prefix = actor_name_prefix(RunDir(run_path))
         self.started_ray = connect_ray(address, num_cpus=1)
-        self.pending: list[_Push] = []   # pushes sent, not answered yet (at most one per actor)
+        self.pending: list[Push] = []   # pushes sent, not answered yet (at most one per actor)
         self.taken = 0                   # pushes the actors answered, since the start
         self.failures: list[str] = []    # one line per push that failed, as reported
         self.shown: set[str] = set()     # the errors (their last lines) whose traceback was shown
@@ -91,7 +91,7 @@ class WeightPublisher:
         found = read_checkpoint_weights(path)
         weights = ray.put(found.state)
         for name, handle in handles.items():
-            self.pending.append(_Push(name, step, handle.set_weights.remote(found.step, weights, found.identity)))
+            self.pending.append(Push(name, step, handle.set_weights.remote(found.step, weights, found.identity)))
         return len(handles)
 
     def collect(self, timeout: float) -> int:
@@ -118,7 +118,7 @@ class WeightPublisher:
         self.pending = still
         return len(still)
 
-    def _failed(self, push: _Push, error: BaseException) -> None:
+    def _failed(self, push: Push, error: BaseException) -> None:
         """Reports a failed push: its error's traceback the first time that error happens, its last line after."""
         full = remote_traceback(error).strip()
         line = full.splitlines()[-1] if full else type(error).__name__

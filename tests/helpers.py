@@ -30,7 +30,9 @@ from alphazero.nn.planes import COMPACT_PLANES, NUM_SCALARS, compact_to_torch
 from alphazero.presets import get_preset
 from alphazero.store.rundir import RunDir
 from alphazero.store.shards import Shard, list_shards, read_shard, shard_from_records, shard_name, write_shard
+from learner.game_targets import GameTargets
 from learner.replay import Batch
+from learner.replay_store import Block, Store
 from mcts_ext.driver import run, uniform_evaluator
 from mcts_ext.search import MultiGameSearch
 
@@ -390,3 +392,30 @@ def zeroed_model(*, head: bool = True, seed: int = 6) -> torch.nn.Module:
             elif name.startswith(("policy_out", "value_out")):
                 parameter.zero_()
     return model.eval()
+
+
+# --- a game's targets: the positions of a shard in order, and two hand-made games -------------------------------
+
+def every_position(shard: Shard, targets: GameTargets) -> Batch:
+    """Gets the shard's positions in its order, as the replay store gathers them with ``targets``."""
+    store = Store(len(shard))
+    store.append_block(Block.of("shard", 0, shard, np.arange(len(shard)), targets=targets))
+    return store.gather(np.arange(len(shard)))
+
+
+HAND_GAME = [0, 1, 0, 0, 1, 0, 0, 1, 0, 1]
+"""The game of each sample of hand_made_shard: two games, their samples interleaved as shards may hold them."""
+HAND_PLY = [0, 0, 1, 2, 1, 3, 4, 2, 5, 4]
+"""The ply of each sample of hand_made_shard (game 1's ply 3 not written: a playout cap's cheap move)."""
+HAND_ROOT = [0.1, 0.2, -0.2, 0.3, 0.1, -0.4, 0.5, -0.3, -0.6, 0.7]
+HAND_RESULT = [1, 0, -1, 1, 0, -1, 1, 0, -1, 0]
+
+
+def hand_made_shard() -> Shard:
+    """The two games above; a sample's scalars[:, 1] is its row, so that a batch says which sample each row is."""
+    shard = make_shard(range(len(HAND_GAME)), seed=5)
+    return dataclasses.replace(shard, game=np.array(HAND_GAME, np.int32), ply=np.array(HAND_PLY, np.int16),
+                               root_values=np.array(HAND_ROOT, np.float32),
+                               results=np.array(HAND_RESULT, np.int8),
+                               games=[{"samples": 6, "game_id": "g0"}, {"samples": 4, "game_id": "g1"}])
+

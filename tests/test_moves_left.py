@@ -42,9 +42,9 @@ from learner.trainer import Trainer, moves_left_loss
 from mcts_ext.driver import run, uniform_evaluator
 from mcts_ext.params import SearchParams
 from mcts_ext.search import MultiGameSearch
-from tests.helpers import make_shard, random_compact
-from tests.test_reply_policy import every_position
-from tests.test_short_term_value import GAME, PLY, hand_made_shard
+from tests.helpers import HAND_GAME as GAME
+from tests.helpers import HAND_PLY as PLY
+from tests.helpers import every_position, hand_made_shard, make_shard, random_compact
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -29,12 +29,11 @@ from learner.batch_device import ReplyTargets, scattered, stage
 from learner.game_targets import NO_GAME_TARGETS, GameTargets, next_rows
 from learner.loop import run_learner
 from learner.replay import ReplayWindow
-from learner.replay_store import Block, Store
 from learner.trainer import Trainer, reply_policy_loss
 from mcts_ext.driver import run, uniform_evaluator
 from mcts_ext.params import SearchParams
 from mcts_ext.search import MultiGameSearch
-from tests.helpers import random_compact
+from tests.helpers import every_position, random_compact
 
 RESNET = NetworkConfig(blocks=1, filters=8, policy_filters=8, value_filters=2, value_hidden=16,
                        reply_policy_head=True)
@@ -61,13 +60,6 @@ def real_games(*, playout_cap_fraction: float = 0.0, seed: int = 3) -> Shard:
     return shard_from_records(records)
 
 
-def every_position(shard: Shard, targets: GameTargets = REPLY) -> Batch:
-    """Gets the shard's positions in its order, as the replay store gathers them with ``targets``."""
-    store = Store(len(shard))
-    store.append_block(Block.of("shard", 0, shard, np.arange(len(shard)), targets=targets))
-    return store.gather(np.arange(len(shard)))
-
-
 def board_at(game: dict, ply: int) -> chess.Board:
     board = chess.Board(game["start_fen"])
     for uci in game["moves"][:ply]:
@@ -86,7 +78,7 @@ def entries(offsets: np.ndarray, moves: np.ndarray, shares: np.ndarray, row: int
 @pytest.mark.parametrize("playout_cap_fraction", [0.0, 0.5])
 def test_the_reply_target_is_the_next_positions_policy_and_its_legal_moves(playout_cap_fraction: float) -> None:
     shard = real_games(playout_cap_fraction=playout_cap_fraction)
-    batch = every_position(shard)
+    batch = every_position(shard, REPLY)
     assert batch.reply_offsets is not None and batch.reply_moves is not None and batch.reply_shares is not None
     written = {(int(g), int(p)) for g, p in zip(shard.game, shard.ply, strict=True)}
     with_target = without = 0
@@ -274,7 +266,7 @@ def test_the_head_changes_the_architecture_hash_and_the_builtin_keeps_its_own() 
 
 
 def train_batch() -> Batch:
-    return every_position(real_games())
+    return every_position(real_games(), REPLY)
 
 
 @pytest.mark.parametrize("config", [RESNET, CHESSFORMER], ids=["resnet", "chessformer"])

@@ -16,20 +16,17 @@ from alphazero.errors import UserError
 from alphazero.nn.heads import NetOutput
 from alphazero.nn.network import build_network
 from alphazero.presets import get_preset
-from alphazero.store.shards import VALUE_FROM_ROOT, Shard, shard_name, write_shard
+from alphazero.store.shards import VALUE_FROM_ROOT, shard_name, write_shard
 from learner.batch import concatenate_batches
 from learner.game_targets import GameTargets, short_term_values
 from learner.replay import ReplayWindow
 from learner.trainer import Trainer, compute_losses, value_target
-from tests.helpers import make_shard
+from tests.helpers import HAND_GAME, HAND_PLY, HAND_RESULT, HAND_ROOT, hand_made_shard
 
 # Two games, their samples interleaved and out of ply order in the file (the targets match by game and ply).
 # Game 0: plies 0-5, White wins (the mover at even plies wins). Game 1: plies 0, 1, 2, 4 (ply 3 was a cheap
 # move: no sample), a draw.
-GAME = [0, 1, 0, 0, 1, 0, 0, 1, 0, 1]
-PLY = [0, 0, 1, 2, 1, 3, 4, 2, 5, 4]
-ROOT = [0.1, 0.2, -0.2, 0.3, 0.1, -0.4, 0.5, -0.3, -0.6, 0.7]
-RESULT = [1, 0, -1, 1, 0, -1, 1, 0, -1, 0]
+GAME, PLY, ROOT, RESULT = HAND_GAME, HAND_PLY, HAND_ROOT, HAND_RESULT
 # By hand, h = 2: the root value two plies on (an even distance: the same mover), else the next sample after
 # that ply (its own parity), else the game's result for the mover.
 EXPECTED_2 = {
@@ -50,14 +47,6 @@ EXPECTED_3 = {
 @pytest.fixture(autouse=True)
 def _threads() -> None:
     torch.set_num_threads(min(2, torch.get_num_threads()))
-
-
-def hand_made_shard() -> Shard:
-    """The two games above; a sample's scalars[:, 1] is its row, so that a batch says which sample each row is."""
-    shard = make_shard(range(len(GAME)), seed=5)
-    return dataclasses.replace(shard, game=np.array(GAME, np.int32), ply=np.array(PLY, np.int16),
-                               root_values=np.array(ROOT, np.float32), results=np.array(RESULT, np.int8),
-                               games=[{"samples": 6, "game_id": "g0"}, {"samples": 4, "game_id": "g1"}])
 
 
 def expected(table: dict[tuple[int, int], float]) -> np.ndarray:

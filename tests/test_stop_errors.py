@@ -90,14 +90,14 @@ def _losses(notes: list[str]) -> Any:
 
 def test_a_full_disk_at_the_stop_says_the_error_the_folder_and_the_games_lost_once(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from selfplay.driver import _flush
+    from selfplay.driver import flush_actors
 
     _fake_ray(monkeypatch)
     notes: list[str] = []
     totals, losses = _losses(notes)
     handles = [_Handle(_Ref(error=_task_error(_disk_full(3)))), _Handle(_Ref(value=[f"{FOLDER}/a.npz"])),
                _Handle(_Ref(error=_task_error(_disk_full(4))))]
-    _flush(handles, totals, losses)
+    flush_actors(handles, totals, losses)
     assert totals.shards == [f"{FOLDER}/a.npz"]
     assert notes == [f"self-play: 2 actors (0, 2) could not store their 7 finished games in {FOLDER} at the stop "
                      f"([Errno 28] No space left on device); they are lost: free space on the disk that holds "
@@ -107,7 +107,7 @@ def test_a_full_disk_at_the_stop_says_the_error_the_folder_and_the_games_lost_on
 
 def test_a_bug_in_the_stops_flush_shows_its_traceback_once_and_counts_each_actors_games(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from selfplay.driver import _flush
+    from selfplay.driver import flush_actors
 
     _fake_ray(monkeypatch)
     notes: list[str] = []
@@ -115,7 +115,7 @@ def test_a_bug_in_the_stops_flush_shows_its_traceback_once_and_counts_each_actor
     for index in (0, 1):  # each finished 5 games and saw 2 stored
         losses.heard(index, PlayStats(incarnation=f"p{index}", host=f"w{index}", games=5, games_started=6,
                                       games_stored=2))
-    _flush([_Handle(_Ref(error=_bug())), _Handle(_Ref(error=_bug()))], totals, losses)
+    flush_actors([_Handle(_Ref(error=_bug())), _Handle(_Ref(error=_bug()))], totals, losses)
     err = capsys.readouterr().err
     assert err.count("in _average_of_nothing") == 1  # the traceback, once for the same error
     assert "actor 0's flush at the stop raised an error that is a bug" in err
@@ -224,7 +224,7 @@ def test_a_failed_weight_push_shows_its_traceback_the_first_time_and_one_line_af
             return _task_error(error, "SelfPlayWorker.set_weights")
         raise AssertionError("no bug")
 
-    publisher.pending = [publish._Push(f"actor-{i}", 20, _Ref(error=refused())) for i in range(3)]
+    publisher.pending = [publish.Push(f"actor-{i}", 20, _Ref(error=refused())) for i in range(3)]
     with caplog.at_level(logging.WARNING, logger="selfplay.publish"):
         assert publisher.collect(timeout=0.0) == 0
     assert publisher.failures == [f"actor-{i} did not take the weights of step 20: ZeroDivisionError: division by "

@@ -16,7 +16,7 @@ from mcts_ext import params as params_module
 from mcts_ext import search as search_module
 from mcts_ext.driver import analyse, run, uniform_evaluator
 from mcts_ext.params import SearchParams, default_tree_memory_bytes, machine_memory_bytes, tree_memory_bytes
-from mcts_ext.search import MultiGameSearch
+from mcts_ext.search import MultiGameSearch, default_memory_searches
 from mcts_ext.tree import grown_capacity
 from tests.helpers import material_evaluator, play_games
 
@@ -164,8 +164,9 @@ def test_the_default_limit_is_half_of_what_the_machine_has(monkeypatch: pytest.M
     assert machine is not None and 0 < machine <= physical
     assert default_tree_memory_bytes() == machine // 2
     assert SearchParams().c_options()["tree_memory_bytes"] == default_tree_memory_bytes()
-    gc.collect()  # the default is shared with every live search that has it: none of earlier tests' may be left
-    assert MultiGameSearch(2, SearchParams(simulations=8)).tree_memory_limit == default_tree_memory_bytes() // 2
+    gc.collect()  # the default is shared with every live search that has it: earlier tests may hold some
+    search = MultiGameSearch(2, SearchParams(simulations=8))
+    assert search.tree_memory_limit == default_tree_memory_bytes() // default_memory_searches() // 2
     assert tree_memory_bytes(3) == 3 * MIB
     # A container's smaller limit wins; cgroup v2's "max" is none.
     limit = tmp_path / "memory.max"

@@ -14,7 +14,7 @@ from mcts_ext import params as params_module
 from mcts_ext import tree as tree_module
 from mcts_ext.driver import run
 from mcts_ext.params import SearchParams, default_tree_memory_bytes
-from mcts_ext.search import MultiGameSearch
+from mcts_ext.search import MultiGameSearch, default_memory_searches
 from tests.helpers import material_evaluator
 
 ITALIAN = "r1bqkbnr/pppp1ppp/2n5/4p3/2B1P3/5N2/PPPP1PPP/RNBQK2R b KQkq - 3 3"
@@ -132,26 +132,29 @@ def test_a_small_tree_makes_room_for_its_action_values_within_the_limit() -> Non
 
 
 def test_searches_with_the_default_limit_share_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    gc.collect()  # no search of an earlier test shares it any more
-    monkeypatch.setattr(params_module, "machine_memory_bytes", lambda: 2 * MIB)
-    assert default_tree_memory_bytes() == MIB
+    gc.collect()  # no search an earlier test dropped shares it any more (those still held do: `others`)
+    others = default_memory_searches()
+    monkeypatch.setattr(params_module, "machine_memory_bytes", lambda: 2 * MIB * (others + 1))
+    share = MIB  # each search's when `first` is one of others + 1
+    assert default_tree_memory_bytes() == share * (others + 1)
     first = MultiGameSearch(1, SearchParams(simulations=LOTS, autoplay=False), seed=1)
-    assert first.tree_memory_limit == MIB
+    assert first.tree_memory_limit == share
     first.set_position(0, Board(ITALIAN))
     run(first, material_evaluator)
     assert first.tree_full(0) and first.tree_bytes(0) > MIB // 2
     full = first.tree_bytes(0)
     second = MultiGameSearch(2, SearchParams(simulations=8, autoplay=False))
-    assert first.tree_memory_limit == MIB // 2 and second.tree_memory_limit == MIB // 2 // 2
+    smaller = default_tree_memory_bytes() // (others + 2)
+    assert first.tree_memory_limit == smaller < share and second.tree_memory_limit == smaller // 2
     fixed = MultiGameSearch(1, SearchParams(simulations=8, tree_memory_mb=3))  # a limit of its own: not shared
-    assert fixed.tree_memory_limit == 3 * MIB and first.tree_memory_limit == MIB // 2
+    assert fixed.tree_memory_limit == 3 * MIB and first.tree_memory_limit == smaller
     # A tree above its new, smaller limit keeps what it has and grows no further.
     assert first.set_position(0, Board(ITALIAN), simulations=1000, reuse=True)
     run(first, material_evaluator)
     assert first.tree_full(0) and first.tree_bytes(0) == full
     del second
     gc.collect()
-    assert first.tree_memory_limit == MIB
+    assert first.tree_memory_limit == share
     del first, fixed
     monkeypatch.undo()
     MultiGameSearch(1, SearchParams(simulations=8))  # measures the machine again for searches still alive
@@ -159,12 +162,13 @@ def test_searches_with_the_default_limit_share_it(monkeypatch: pytest.MonkeyPatc
 
 def test_two_default_searches_each_get_half_and_one_gets_all_back() -> None:
     gc.collect()
+    others = default_memory_searches()  # held by earlier tests of this process
     params = SearchParams(simulations=8)
     a = MultiGameSearch(2, params)
     alone = a.tree_memory_limit
-    assert alone == default_tree_memory_bytes() // 2
+    assert alone == default_tree_memory_bytes() // (others + 1) // 2
     b = MultiGameSearch(2, params)
-    assert a.tree_memory_limit == b.tree_memory_limit == default_tree_memory_bytes() // 2 // 2
+    assert a.tree_memory_limit == b.tree_memory_limit == default_tree_memory_bytes() // (others + 2) // 2
     del b
     gc.collect()
     assert a.tree_memory_limit == alone
