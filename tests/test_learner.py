@@ -539,14 +539,20 @@ def test_a_restart_resumes_where_a_clean_stop_saved(run: tuple[RunDir, Config]) 
             torch.testing.assert_close(straight.model.state_dict()[key], value)
 
 
-def test_the_learner_validates_on_held_out_games_and_keeps_them_after_a_restart(tmp_path: Path) -> None:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
+def held_out_run(tmp_path: Path) -> tuple[RunDir, Config]:
+    """A run of 40 games, 30% of them held out, validated every 4 steps."""
     config = small_config("learner.validation_share=0.3", "learner.validate_every=4",
                           "learner.validation_positions=1000")
     rundir, _ = RunDir.create_or_open(tmp_path / "run", config)
     for first_game in range(0, 40, 8):
         add_games(rundir.selfplay, first_game, 8)
+    return rundir, config
+
+
+def test_the_learner_validates_on_held_out_games_and_keeps_them_after_a_restart(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    rundir, config = held_out_run(tmp_path)
     with Learner(rundir, config) as first:
         first.resume()
         assert first.train(6) == 6
@@ -571,11 +577,7 @@ def test_the_learner_validates_on_held_out_games_and_keeps_them_after_a_restart(
 def test_a_stop_saves_the_last_step_and_cuts_the_final_validation(tmp_path: Path) -> None:
     # Issue 80: a stop is bounded; validation over up to 50,000 held-out positions is not, so a stopped learner
     # saves its step and says the validation was cut, where an end at its steps validates as before.
-    config = small_config("learner.validation_share=0.3", "learner.validate_every=4",
-                          "learner.validation_positions=1000")
-    rundir, _ = RunDir.create_or_open(tmp_path / "run", config)
-    for first_game in range(0, 40, 8):
-        add_games(rundir.selfplay, first_game, 8)
+    rundir, config = held_out_run(tmp_path)
     stop = threading.Event()
     handler = StopOn(threading.Event(), "\0")  # records what the learner says
     with Learner(rundir, config) as learner:
