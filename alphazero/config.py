@@ -111,12 +111,14 @@ class NetworkConfig(_Section):
     MINIMUM: ClassVar[dict[str, float]] = {"blocks": 0, "filters": 1, "policy_filters": 1,
                                            "value_filters": 1, "value_hidden": 1,
                                            "layers": 1, "embedding": 1, "heads": 1, "ffn": 1,
-                                           "action_value_bins": 2, "action_value_filters": 1, "se_ratio": 0}
+                                           "action_value_bins": 2, "action_value_filters": 1, "se_ratio": 0,
+                                           "global_pool_channels": 0}
     ACTION_VALUE_FIELDS: ClassVar[tuple[str, ...]] = ("action_value_head", "action_value_bins",
                                                       "action_value_filters", "action_value_shape")
     # Networks without a head or SE blocks hash as they did before those fields existed (checkpoints carry the hash).
     CANONICAL_AT_DEFAULT: ClassVar[tuple[tuple[str, ...], ...]] = (ACTION_VALUE_FIELDS, ("reply_policy_head",),
-                                                                    ("se_ratio",), ("moves_left_head",))
+                                                                    ("se_ratio",), ("moves_left_head",),
+                                                                    ("global_pool_channels",))
 
     kind: str = _field("resnet", "'resnet': AlphaZero's residual tower; 'chessformer': a transformer over the 64 "
                                  "squares with relative square positions (Monroe & Chalmers)")
@@ -148,6 +150,11 @@ class NetworkConfig(_Section):
                                                 "or 'policy' (a second policy head, its logits the moves' value "
                                                 "logits; 'logit' form only; starts from the policy head's weights "
                                                 "when loaded from a network without the head)")
+    global_pool_channels: int = _field(0, "(resnet) KataGo's global pooling in every third residual block from "
+                                          "the second (blocks 2, 5, 8, ...): this many of the block's first "
+                                          "convolution's channels, batch-normed and ReLU'd, give their mean and "
+                                          "max over the board to a linear layer that adds a bias to each of its "
+                                          "other channels; 0 = none")
     reply_policy_head: bool = _field(False, "a second policy head, trained (learner.reply_policy_weight) on the "
                                             "next position's search policy, the opponent's reply (KataGo's "
                                             "auxiliary target); only training runs it, search never does")
@@ -169,6 +176,12 @@ class NetworkConfig(_Section):
         if self.se_ratio > self.filters:
             raise UserError(f"network.se_ratio ({self.se_ratio}) must be at most network.filters ({self.filters}): "
                             f"the squeeze-and-excitation's hidden layer has filters // se_ratio units, at least 1")
+        if self.global_pool_channels and self.kind != "resnet":
+            raise UserError(f"network.global_pool_channels = {self.global_pool_channels} asks for global pooling in "
+                            f"a resnet's residual blocks; network.kind = {self.kind!r} has none: leave it at 0")
+        if self.global_pool_channels >= self.filters:
+            raise UserError(f"network.global_pool_channels ({self.global_pool_channels}) must be below "
+                            f"network.filters ({self.filters}): the pooled channels bias the block's others")
         if self.kind == "chessformer" and self.embedding % self.heads:
             raise UserError(f"network.embedding ({self.embedding}) must be a multiple of network.heads "
                             f"({self.heads})")

@@ -1,7 +1,9 @@
 """The presets a run starts from, and reading a saved config: the preset it names, then its own values.
 
-- ``tiny``: a CPU default. 2 blocks x 32 filters, Gumbel AlphaZero with 16
-  simulations, games capped at 256 plies, 32 at once per core; the learner
+- ``tiny``: a CPU default. 2 blocks x 32 filters, Gumbel AlphaZero with 32
+  simulations on a quarter of the moves and 8 on the rest (playout cap
+  randomization), a reply-policy head and short-term value targets in
+  training, games capped at 256 plies, 32 at once per core; the learner
   starts on the first shard.
 - ``small``: 6 blocks x 64 filters, 200 simulations: a real run on one GPU.
 - ``alphazero``: the values of Silver et al. (2018): 20 blocks x 256 filters,
@@ -50,11 +52,17 @@ def _tiny() -> Config:
     # Sized for a 2-core laptop: games that end within the first minutes, so that the learner starts early.
     return Config(
         preset="tiny",
+        # The reply head (the opponent's next search target as a second policy, training only) is one of
+        # issue 79's three techniques chosen together by games from zero (see the learner below).
         network=NetworkConfig(blocks=2, filters=32, policy_filters=32, policy_kernel=1,
-                              value_filters=8, value_hidden=64),
-        # Gumbel AlphaZero with 16 simulations: chosen by games between 30-minute runs against PUCT with 16
-        # and 64 (EXPERIMENTS.md, "Issue 12: Gumbel AlphaZero with 16 simulations against PUCT with 64").
-        search=SearchConfig(algorithm="gumbel", simulations=16, ply_limit=256),
+                              value_filters=8, value_hidden=64, reply_policy_head=True),
+        # Gumbel AlphaZero: chosen by games between 30-minute runs against PUCT with 16 and 64 (EXPERIMENTS.md,
+        # "Issue 12: Gumbel AlphaZero with 16 simulations against PUCT with 64"). Playout cap randomization:
+        # a quarter of the moves search 32 simulations and are policy targets, the rest 8 and are not
+        # (EXPERIMENTS.md, "Issue 79: the protocol's table at `tiny`" and "Issue 79: the new tiny
+        # defaults' hour from zero against the old").
+        search=SearchConfig(algorithm="gumbel", simulations=32, playout_cap_fraction=0.25,
+                            playout_cap_simulations=8, ply_limit=256),
         # gpu_games_per_actor is not measured: tiny is a CPU preset. Its device stays 'auto': without
         # --gpus that is the CPU (for_gpus), with --gpus the GPUs asked for.
         selfplay=SelfPlayConfig(games_per_actor=32, shard_games=16, weights_poll_seconds=10.0,
@@ -64,7 +72,11 @@ def _tiny() -> Config:
         learner=LearnerConfig(batch_size=256, lr_boundaries=(10_000, 30_000, 50_000), training_steps=70_000,
                               window_positions=100_000, min_window_positions=2_000, max_sample_reuse=2.0,
                               checkpoint_every=200, keep_checkpoints=5, keep_every_steps=5_000, log_every=20,
-                              validation_positions=5_000, validate_every=200),
+                              validation_positions=5_000, validate_every=200,
+                              # Issue 79's short-term value target (a quarter of it the root value 6 plies
+                              # ahead) and the reply head's loss, with the playout cap above.
+                              value_target_short_term_weight=0.25, value_target_short_term_plies=6,
+                              reply_policy_weight=0.15),
         eval=EvalConfig(games=20, every_steps=400),
     )
 
@@ -119,8 +131,10 @@ def _cf_tiny() -> Config:
     return dataclasses.replace(
         tiny,
         preset="cf-tiny",
+        # The reply head as tiny's: its loss weight comes with tiny's learner.
         network=NetworkConfig(kind="chessformer", layers=2, embedding=48, heads=2, ffn=48, policy_filters=48,
-                              value_head="wdl", value_filters=8, value_hidden=64),
+                              value_head="wdl", value_filters=8, value_hidden=64,
+                              reply_policy_head=tiny.network.reply_policy_head),
         learner=dataclasses.replace(tiny.learner, warmup_steps=250, **_CHESSFORMER_LEARNER),
     )
 
@@ -148,6 +162,8 @@ INIT_DEFAULTS: tuple[str, ...] = (
     # The results of short self-play games are a poorer value target than the search's root value for a
     # network that already knows chess: learning results collapsed its value.
     "learner.value_target_q_weight=1.0",
+    # All of the value target is then the search's root value: none left for the short-term target's share.
+    "learner.value_target_short_term_weight=0",
     # Gumbel's improved policy with 16 simulations picked worse moves than the network's own prior; PUCT's
     # visits with 64 picked better.
     "search.algorithm=puct",
@@ -176,8 +192,19 @@ def get_preset(name: str) -> Config:
 
 # --- reading a saved config ---------------------------------------------------------
 
+# Fields a preset set after they were added (tiny's, by issue 79): a saved config that leaves one out was
+# written before the field existed and its run played with the field's default (off), whatever the preset
+# says now. A run of the old tiny thus resumes with its own network, targets and budget.
+_DEFAULT_WHEN_LEFT_OUT: dict[str, tuple[str, ...]] = {
+    "network": ("reply_policy_head",),
+    "search": ("playout_cap_fraction", "playout_cap_simulations"),
+    "learner": ("reply_policy_weight", "value_target_short_term_weight"),
+}
+
+
 def config_from_dict(data: dict[str, Any]) -> Config:
-    """Builds a Config from nested dicts (parsed TOML); keys left out take the named preset's values.
+    """Builds a Config from nested dicts (parsed TOML); keys left out take the named preset's values,
+    but _DEFAULT_WHEN_LEFT_OUT's take their fields' defaults in a table the dict has.
 
     Raises:
         UserError: unknown preset, section or key, or a value of the wrong type.
@@ -198,7 +225,9 @@ def config_from_dict(data: dict[str, Any]) -> Config:
         for key in table:
             if key not in hints:
                 raise unknown_key(name, key)
-        sections[name] = dataclasses.replace(getattr(config, name), **table)
+        defaults = {f.name: f.default for f in dataclasses.fields(getattr(config, name))}
+        written_before = {key: defaults[key] for key in _DEFAULT_WHEN_LEFT_OUT.get(name, ()) if key not in table}
+        sections[name] = dataclasses.replace(getattr(config, name), **{**written_before, **table})
     return dataclasses.replace(config, **sections)
 
 

@@ -303,6 +303,10 @@ class SearchParams(SearchSettings):
             problem = f.metadata["setting"].problem(f.name, value)
             if problem is not None:
                 raise ValueError(problem)
+        if self.playout_cap_fraction > 0 and self.playout_cap_simulations > self.simulations:
+            raise ValueError(f"playout_cap_simulations ({self.playout_cap_simulations}) must be at most simulations "
+                             f"({self.simulations}) while playout_cap_fraction > 0: the cheap moves search less "
+                             f"than the full ones; lower it, or set playout_cap_fraction=0 to search every move alike")
         self._check_gumbel()
 
     def _check_gumbel(self) -> None:

@@ -25,6 +25,7 @@ import torch
 
 from alphazero.chess.moves import NUM_MOVES, legal_move_indices
 from alphazero.chess.stockfish import INSTALL_HINT, find_stockfish
+from alphazero.config import Config, apply_overrides
 from alphazero.nn.network import build_network
 from alphazero.nn.planes import COMPACT_PLANES, NUM_SCALARS, compact_to_torch
 from alphazero.presets import get_preset
@@ -118,15 +119,35 @@ def overwrite_inside(path: Path, tensor: torch.Tensor, size: int = 4096) -> None
 
 # --- runs -----------------------------------------------------------------------------------------
 
-SELFPLAY_FAST = ["search.simulations=8", "search.ply_limit=40", "selfplay.games_per_actor=2", "selfplay.shard_games=1",
-                 "selfplay.weights_poll_seconds=0.1"]
-"""Overrides for quick self-play: short, cheap games, a shard per game."""
+SELFPLAY_FAST = ["search.simulations=8", "search.playout_cap_fraction=0", "search.ply_limit=40",
+                 "selfplay.games_per_actor=2", "selfplay.shard_games=1", "selfplay.weights_poll_seconds=0.1"]
+"""Overrides for quick self-play: short, cheap games, a shard per game, every move a training target."""
 
-TRAIN_FAST = ["search.simulations=8", "search.ply_limit=30", "selfplay.games_per_actor=4", "selfplay.shard_games=2",
+TRAIN_FAST = ["search.simulations=8", "search.playout_cap_fraction=0", "search.ply_limit=30",
+              "selfplay.games_per_actor=4", "selfplay.shard_games=2",
               "selfplay.weights_poll_seconds=1", "learner.batch_size=32", "learner.min_window_positions=64",
               "learner.window_positions=5000", "learner.checkpoint_every=5", "learner.log_every=5",
               "learner.max_sample_reuse=50"]
 """Overrides for a quick `alphazero train`: self-play as SELFPLAY_FAST, a learner that starts at once."""
+
+
+def old_tiny() -> Config:
+    """The tiny preset as it was before issue 79's defaults (2026-12-05): no reply head, short-term value
+    target or playout cap, 16 simulations. Its network hashes as every checkpoint of such a run carries."""
+    return apply_overrides(get_preset("tiny"), [
+        "network.reply_policy_head=false", "learner.reply_policy_weight=0", "learner.value_target_short_term_weight=0",
+        "search.simulations=16", "search.playout_cap_fraction=0", "search.playout_cap_simulations=100"])
+
+
+def without_game_targets(config: Config) -> Config:
+    """``config`` with a learner that trains no target beside each position's own (no reply, short-term value
+    or moves left): for tests whose batches are made by hand, without the games those targets come from."""
+    return apply_overrides(config, ["learner.reply_policy_weight=0", "learner.value_target_short_term_weight=0",
+                                    "learner.moves_left_weight=0"])
+
+
+OLD_TINY_HASH = "0f5ff143f79d54704f879fd3632e58943a50687df070518d93d1b88fc933e693"
+"""architecture_hash(old_tiny()): networks without the heads and blocks added since hash as before them."""
 
 
 def fast_run(path: Path, *extra: str) -> tuple[RunDir, object]:
@@ -418,4 +439,45 @@ def hand_made_shard() -> Shard:
                                root_values=np.array(HAND_ROOT, np.float32),
                                results=np.array(HAND_RESULT, np.int8),
                                games=[{"samples": 6, "game_id": "g0"}, {"samples": 4, "game_id": "g1"}])
+
+
+# --- a tower's variant on real positions and the CPU's fast paths ---------------------------------------------------
+
+def assert_evaluates_real_positions(model: torch.nn.Module) -> None:
+    """Checks that ``model`` evaluates three real positions: shapes, finite logits, values within [-1, 1], and
+    boards told apart."""
+    from alphazero.nn.planes import encode_position
+
+    parts = [encode_position(), encode_position("r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3"),
+             encode_position(moves=["e2e4", "c7c5", "g1f3"])]
+    planes = np.concatenate([p for p, _ in parts])
+    scalars = np.concatenate([s for _, s in parts])
+    with torch.no_grad():
+        out = model(*compact_to_torch(planes, scalars, "cpu"))
+    assert out.policy_logits.shape == (3, NUM_MOVES) and out.value.shape == (3,)
+    assert bool(torch.isfinite(out.policy_logits).all()) and bool((out.value.abs() <= 1).all())
+    assert not torch.allclose(out.policy_logits[0], out.policy_logits[1])
+
+
+def assert_runs_folded_bf16_and_compiled(model: torch.nn.Module) -> None:
+    """Checks that ``model`` (a resnet) gives its outputs folded (the evaluator's inference copy), in channels_last
+    under bf16 autocast (as a CPU with native bf16 runs it: alphazero.nn.precision) and through torch.compile's
+    Dynamo as one graph (fullgraph: no break, no data-dependent branch; the eager backend, quick here)."""
+    import torch.nn.functional as F
+
+    from alphazero.nn.network import fold_batch_norm
+
+    inputs = compact_to_torch(*random_compact(6, seed=5), "cpu")
+    with torch.no_grad():
+        reference = model(*inputs)
+        folded = fold_batch_norm(model)
+        assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in folded.tower.modules())
+        torch.testing.assert_close(folded(*inputs).policy_logits, reference.policy_logits, atol=1e-4, rtol=1e-4)
+        fast = fold_batch_norm(model).to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = fast(*inputs)
+        torch.testing.assert_close(low.value, reference.value, atol=0.05, rtol=0.05)
+        assert (F.softmax(low.policy_logits, 1) - F.softmax(reference.policy_logits, 1)).abs().max() < 0.05
+        compiled = torch.compile(model, backend="eager", fullgraph=True)
+        torch.testing.assert_close(compiled(*inputs).policy_logits, reference.policy_logits)
 

@@ -34,7 +34,7 @@ from learner.replay import ReplayWindow
 from learner.trainer import Trainer
 from mcts_ext import Board
 from mcts_ext.driver import analyse
-from tests.helpers import batch_with_action_values, fixed_batch, make_shard, random_compact
+from tests.helpers import OLD_TINY_HASH, batch_with_action_values, fixed_batch, make_shard, old_tiny, random_compact
 
 RESNET = NetworkConfig(blocks=1, filters=8, policy_filters=8, policy_kernel=1, value_filters=2, value_hidden=16)
 CHESSFORMER = NetworkConfig(kind="chessformer", layers=1, embedding=16, heads=2, ffn=16, policy_filters=16,
@@ -339,9 +339,9 @@ def test_old_checkpoints_and_model_files_load_and_play_without_the_head(tmp_path
         assert search.best_move(0) in Board().legal_moves()
     assert network_config_from_dict({"blocks": 2}).action_value_head == "none"
     # A network without the head hashes as before the head existed (checkpoints carry the hash).
-    assert architecture_hash(get_preset("tiny")) == "0f5ff143f79d54704f879fd3632e58943a50687df070518d93d1b88fc933e693"
-    assert architecture_hash(apply_overrides(get_preset("tiny"), ["network.action_value_head=logit"])) != \
-        architecture_hash(get_preset("tiny"))
+    assert architecture_hash(old_tiny()) == OLD_TINY_HASH
+    assert architecture_hash(apply_overrides(old_tiny(), ["network.action_value_head=logit"])) != \
+        architecture_hash(old_tiny())
 
 
 def test_the_builtin_network_plays_without_the_head_and_says_so_when_asked_for_values(tmp_path: Path) -> None:
@@ -359,7 +359,7 @@ def test_headless_weights_start_a_run_with_the_head_and_the_head_starts_fresh(tm
     _as_before_the_head(tmp_path / "old.pt")
     weights = read_weights(tmp_path / "old.pt")
     assert not any("action_value" in item for item in weights.overrides())  # the run's --set decides
-    config = apply_overrides(get_preset("tiny"), [*weights.overrides(), "network.action_value_head=hl_gauss"])
+    config = apply_overrides(old_tiny(), [*weights.overrides(), "network.action_value_head=hl_gauss"])
     assert config.network == dataclasses.replace(RESNET, action_value_head="hl_gauss")  # the head's defaults
     model = build_network(config.network)
     fresh = {name: tensor.clone() for name, tensor in cpu_state_dict(model).items() if name.startswith("action")}

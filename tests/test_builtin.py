@@ -3,6 +3,7 @@ and `alphazero train --init`."""
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import io
 import re
@@ -175,7 +176,8 @@ def test_train_init_starts_from_the_given_weights(tmp_path: Path) -> None:
     overrides = [item for override in TRAIN_FAST for item in ("--set", override)]
     assert cli.main(["train", "--run", str(run), "--init", str(tmp_path / "init.pt"), "--minutes", "0.05",
                      "--actors", "1", "--quiet", *overrides]) == 0
-    assert RunDir(run).read_config().network == network
+    # The training-only heads are the preset's (tiny trains a reply head: issue 79), the rest the weights'.
+    assert RunDir(run).read_config().network == dataclasses.replace(network, reply_policy_head=True)
     first = load_checkpoint(run / "checkpoints" / "step_000000000.pt")
     for name, tensor in model.state_dict().items():
         assert torch.equal(first["model"][name], tensor), name
@@ -205,7 +207,8 @@ def test_init_takes_fine_tuning_defaults_and_the_learning_rate_its_weights_ended
     args = argparse.Namespace(run=tmp_path / "run", preset=None,
                               overrides=["search.simulations=100", "learner.freeze_batch_norm=false"])
     _, config = open_run_from_args(args, builtin.overrides(), defaults=defaults, announce=False)
-    assert config.network == builtin.network and config.search.algorithm == "puct"
+    assert config.network == dataclasses.replace(builtin.network, reply_policy_head=True)  # tiny's, fresh
+    assert config.search.algorithm == "puct" and config.learner.value_target_short_term_weight == 0
     assert config.search.simulations == 100 and not config.learner.freeze_batch_norm  # --set wins
     assert config.learner.learning_rate(0) == config.learner.learning_rate(10**6) == pytest.approx(ended)
     assert config.learner.value_target_q_weight == 1.0

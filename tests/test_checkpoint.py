@@ -14,7 +14,7 @@ from alphazero.config_compat import config_hash
 from alphazero.errors import UserError
 from alphazero.nn.network import AlphaZeroNet
 from alphazero.nn.planes import COMPACT_PLANES, NUM_SCALARS
-from alphazero.presets import from_toml, get_preset
+from alphazero.presets import from_toml
 from alphazero.store.checkpoint import (
     LATEST_NAME,
     checkpoint_name,
@@ -31,12 +31,13 @@ from alphazero.store.checkpoint import (
     thin_checkpoints,
 )
 from alphazero.store.rundir import RunDir
-from tests.helpers import overwrite_inside
+from tests.helpers import old_tiny, overwrite_inside
 
 
 @pytest.fixture()
 def run(tmp_path: Path) -> tuple[RunDir, Config]:
-    tiny = apply_overrides(get_preset("tiny"), ["network.blocks=1", "network.filters=8", "network.policy_filters=8"])
+    # The old tiny: every parameter of this network is trained by its forward pass (no training-only head).
+    tiny = apply_overrides(old_tiny(), ["network.blocks=1", "network.filters=8", "network.policy_filters=8"])
     return RunDir.create_or_open(tmp_path / "run", tiny)
 
 

@@ -41,7 +41,7 @@ from alphazero.store.checkpoint import (
 from alphazero.store.rundir import RunDir
 from learner.replay import Batch
 from learner.trainer import Trainer, auxiliary_losses, build_optimizer, soft_policy_targets
-from tests.helpers import batch_from_dense, trained_a_little
+from tests.helpers import batch_from_dense, trained_a_little, without_game_targets
 from tests.random_games import iter_positions
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -309,7 +309,7 @@ def test_model_file_round_trip_of_both_kinds(tmp_path: Path) -> None:
 
 @pytest.fixture()
 def cf_run(tmp_path: Path) -> tuple[RunDir, Config]:
-    config = dataclasses.replace(get_preset("cf-tiny"), network=SMALL_CF)
+    config = without_game_targets(dataclasses.replace(get_preset("cf-tiny"), network=SMALL_CF))
     return RunDir.create_or_open(tmp_path / "cf", config)
 
 
@@ -373,7 +373,7 @@ def training_batch() -> Batch:
 
 
 def test_a_few_training_steps_reduce_every_loss() -> None:
-    config = apply_overrides(dataclasses.replace(get_preset("cf-tiny"), network=SMALL_CF),
+    config = apply_overrides(without_game_targets(dataclasses.replace(get_preset("cf-tiny"), network=SMALL_CF)),
                              ["learner.warmup_steps=3", "learner.learning_rates=3e-3,3e-4,1e-4,3e-5"])
     torch.manual_seed(0)
     trainer = Trainer(build_network(config.network), config.learner, torch.device("cpu"))

@@ -17,7 +17,8 @@ from alphazero.config import (
 )
 from alphazero.config_compat import architecture_hash, config_hash, incompatible_fields
 from alphazero.errors import UserError
-from alphazero.presets import PRESET_NAMES, from_toml, get_preset
+from alphazero.presets import INIT_DEFAULTS, PRESET_NAMES, from_toml, get_preset
+from tests.helpers import OLD_TINY_HASH, old_tiny
 
 
 def test_presets_exist_and_differ_as_documented() -> None:
@@ -250,6 +251,25 @@ def test_chessformer_presets_have_their_architecture_and_optimizer() -> None:
         assert learner.soft_policy_loss_weight == 0 == learner.q_loss_weight and learner.warmup_steps == 0
 
 
+def test_a_tiny_run_written_before_issue_79s_defaults_resumes_as_it_played() -> None:
+    # Its config.toml has none of the keys the new tiny turned on: the run keeps its network (its
+    # checkpoints' hash), its targets and its budget, not the preset's new values.
+    added = ("reply_policy_head", "reply_policy_weight", "value_target_short_term_weight",
+             "value_target_short_term_plies", "playout_cap_fraction", "playout_cap_simulations")
+    old_text = "\n".join(line for line in to_toml(old_tiny()).splitlines() if line.split(" = ")[0] not in added)
+    assert from_toml(old_text) == old_tiny() != get_preset("tiny")
+    assert architecture_hash(from_toml(old_text)) == OLD_TINY_HASH
+    tiny = get_preset("tiny")
+    assert tiny.network.reply_policy_head and tiny.search.playout_cap_fraction > 0
+    assert from_toml(to_toml(tiny)) == tiny  # a run of the new tiny writes every key and resumes as itself
+
+
+def test_the_init_defaults_apply_to_every_preset() -> None:
+    for name in PRESET_NAMES:
+        config = apply_overrides(get_preset(name), INIT_DEFAULTS)
+        assert config.learner.value_target_q_weight + config.learner.value_target_short_term_weight <= 1.0
+
+
 def test_a_config_written_before_network_kind_loads_as_resnet() -> None:
     new_keys = ("kind", "layers", "embedding", "heads", "ffn")
     old_text = "\n".join(line for line in to_toml(get_preset("tiny"), comments=False).splitlines()
@@ -259,7 +279,7 @@ def test_a_config_written_before_network_kind_loads_as_resnet() -> None:
     assert from_toml(old_text) == get_preset("tiny")
     saved_network = {"blocks": 2, "filters": 32, "policy_filters": 32, "policy_kernel": 1, "value_head": "scalar",
                      "value_filters": 8, "value_hidden": 64}  # a checkpoint's network entry before kinds
-    assert network_config_from_dict(saved_network) == get_preset("tiny").network
+    assert network_config_from_dict(saved_network) == old_tiny().network
 
 
 def test_architecture_hash_covers_the_transformer_fields() -> None:

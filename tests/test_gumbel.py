@@ -474,8 +474,8 @@ def test_self_play_worker_writes_gumbel_shards(tmp_path):
 
     run_dir, config = RunDir.create_or_open(
         tmp_path / "run", get_preset("tiny"),
-        ["search.algorithm=gumbel", "search.simulations=8", "search.ply_limit=20", "selfplay.games_per_actor=2",
-         "selfplay.shard_games=1", "selfplay.save_pgn=false"])
+        ["search.algorithm=gumbel", "search.simulations=8", "search.playout_cap_fraction=0", "search.ply_limit=20",
+         "selfplay.games_per_actor=2", "selfplay.shard_games=1", "selfplay.save_pgn=false"])
     worker = SelfPlayWorker(str(run_dir.root), to_toml(config), "w", seed=1, max_games=2)
     assert worker.search.algorithm == "gumbel"
     worker.play(120)

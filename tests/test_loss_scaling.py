@@ -18,12 +18,11 @@ from alphazero.config import Config, apply_overrides, to_toml
 from alphazero.errors import UserError
 from alphazero.nn.network import AlphaZeroNet
 from alphazero.nn.precision import PrecisionChoice, forget_choices
-from alphazero.presets import get_preset
 from alphazero.store.checkpoint import checkpoint_name, load_checkpoint, restore_checkpoint, save_checkpoint
 from alphazero.store.rundir import RunDir
 from learner.loss_scaling import MAX_SKIPS, SCALER_KEY, new_scaler
 from learner.trainer import Trainer, training_precision
-from tests.helpers import fixed_batch
+from tests.helpers import fixed_batch, old_tiny
 
 CPU = torch.device("cpu")
 CUDA = torch.device("cuda")
@@ -36,7 +35,7 @@ def fresh_choices() -> None:
 
 
 def _config(*overrides: str) -> Config:
-    return apply_overrides(get_preset("tiny"), [*SMALL, *overrides])
+    return apply_overrides(old_tiny(), [*SMALL, *overrides])
 
 
 def _model(config: Config) -> AlphaZeroNet:

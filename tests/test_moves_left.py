@@ -44,7 +44,7 @@ from mcts_ext.params import SearchParams
 from mcts_ext.search import MultiGameSearch
 from tests.helpers import HAND_GAME as GAME
 from tests.helpers import HAND_PLY as PLY
-from tests.helpers import every_position, hand_made_shard, make_shard, random_compact
+from tests.helpers import OLD_TINY_HASH, every_position, hand_made_shard, make_shard, old_tiny, random_compact
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -53,7 +53,6 @@ RESNET = dataclasses.replace(PLAIN, moves_left_head=True)
 CHESSFORMER = NetworkConfig(kind="chessformer", layers=1, embedding=16, heads=2, ffn=16, policy_filters=16,
                             value_filters=2, value_hidden=16, moves_left_head=True)
 MOVES_LEFT = GameTargets(moves_left=True)
-TINY_HASH = "0f5ff143f79d54704f879fd3632e58943a50687df070518d93d1b88fc933e693"  # pinned in test_reply_policy too
 
 
 def self_play(**params: Any) -> Shard:
@@ -292,7 +291,7 @@ def test_the_learner_trains_the_head_on_self_play_shards(tmp_path: Path) -> None
                  "learner.batch_size=16", "learner.min_window_positions=10", "learner.window_positions=1000",
                  "learner.max_sample_reuse=0", "learner.checkpoint_every=3", "learner.log_every=1",
                  "learner.device=cpu", "learner.cpu_precision=float32", "learner.validation_share=0"]
-    rundir, config = RunDir.create_or_open(tmp_path / "run", apply_overrides(get_preset("tiny"), overrides))
+    rundir, config = RunDir.create_or_open(tmp_path / "run", apply_overrides(old_tiny(), overrides))
     write_shard(rundir.selfplay / shard_name("games"), cut_at_the_ply_limit())
     assert run_learner(rundir, config, steps=3, progress=False) == 3
     events = EventAccumulator(str(rundir.tb / "learner"))
@@ -306,8 +305,8 @@ def test_the_learner_trains_the_head_on_self_play_shards(tmp_path: Path) -> None
 
 
 def test_the_head_changes_the_architecture_hash_and_the_builtin_keeps_its_own() -> None:
-    tiny = get_preset("tiny")
-    assert not tiny.network.moves_left_head and architecture_hash(tiny) == TINY_HASH
+    tiny = old_tiny()
+    assert not tiny.network.moves_left_head and architecture_hash(tiny) == OLD_TINY_HASH
     with_head = apply_overrides(tiny, ["network.moves_left_head=true"])
     assert architecture_hash(with_head) != architecture_hash(tiny)
     reply = apply_overrides(tiny, ["network.reply_policy_head=true"])
@@ -353,7 +352,7 @@ def test_old_checkpoints_load_with_the_head_off(tmp_path: Path, caplog: pytest.L
     assert all(torch.equal(state[k], v) for k, v in old.state_dict().items())
     assert head_before and all(torch.equal(state[k], v) for k, v in head_before.items())
     weights = read_weights(tmp_path / "old.pt")
-    assert apply_overrides(get_preset("tiny"), [*weights.overrides(), "network.moves_left_head=true"]).network == RESNET
+    assert apply_overrides(old_tiny(), [*weights.overrides(), "network.moves_left_head=true"]).network == RESNET
     save_model(tmp_path / "new.pt", model)
     assert "network.moves_left_head=True" in read_weights(tmp_path / "new.pt").overrides()
 

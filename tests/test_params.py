@@ -105,3 +105,14 @@ def test_none_is_refused_where_a_setting_needs_a_value():
     with pytest.raises(ValueError, match="ply_limit must be given a value"):
         SearchParams(ply_limit=None)  # type: ignore[arg-type]  # the mistake under test
     assert SearchParams(ply_limit=0).c_options()["ply_limit"] == 0  # no limit
+
+
+def test_the_playout_caps_cheap_moves_may_not_search_more_than_the_full_ones():
+    with pytest.raises(ValueError, match=r"playout_cap_simulations \(9\) must be at most simulations \(8\)"):
+        SearchParams(simulations=8, playout_cap_fraction=0.25, playout_cap_simulations=9)
+    assert SearchParams(simulations=8, playout_cap_fraction=0.25, playout_cap_simulations=8).simulations == 8
+    assert SearchParams(simulations=8, playout_cap_simulations=100).playout_cap_fraction == 0  # off: not read
+    # tiny's cap searches 8 on the cheap moves: a run asking fewer simulations is told what to change.
+    with pytest.raises(UserError, match=r"set playout_cap_fraction=0"):
+        apply_overrides(get_preset("tiny"), ["search.simulations=4"])
+    assert apply_overrides(get_preset("tiny"), ["search.simulations=4", "search.playout_cap_fraction=0"])

@@ -240,9 +240,9 @@ def test_a_wrong_bf16_pass_is_caught_on_the_first_pass_and_float32_reaches_the_s
 
 def test_training_in_bf16_keeps_float32_weights_and_optimiser_state() -> None:
     from learner.trainer import Trainer
-    from tests.helpers import fixed_batch
+    from tests.helpers import fixed_batch, old_tiny
 
-    config = get_preset("tiny")
+    config = old_tiny()
     trainer = Trainer(_model(), config.learner, CPU, precision="bf16")
     assert trainer.autocast and trainer.precision_choice.name == "bf16"
     stats = trainer.step(fixed_batch(32), 0)

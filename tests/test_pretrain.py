@@ -66,7 +66,7 @@ from learner.position_files import file_positions as _file_positions
 from learner.replay import ReplayWindow, is_validation_game
 from learner.trainer import Trainer
 from mcts_ext import Board
-from tests.helpers import kill_once_shards_exist, stockfish_or_skip
+from tests.helpers import kill_once_shards_exist, old_tiny, stockfish_or_skip
 from tests.reference_encoder import reference_compact
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -556,7 +556,7 @@ def test_labels_without_a_value_train_the_policy_alone(tmp_path: Path) -> None:
     window.refresh(force=True)
     batch = window.sample(8)
     assert np.isnan(batch.z).all()
-    config = get_preset("tiny")
+    config = old_tiny()  # a window without game targets: the old tiny's learner reads none
     trainer = Trainer(AlphaZeroNet(config.network), config.learner, torch.device("cpu"), precision="float32")
     stats = trainer.step(batch, 0).as_floats()
     assert np.isfinite(stats["total"]) and stats["value"] == 0.0 and stats["policy"] > 0

@@ -7,12 +7,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
-from alphazero.chess.moves import NUM_MOVES
 from alphazero.config import Config, NetworkConfig, apply_overrides, to_toml
 from alphazero.config_compat import architecture_hash
 from alphazero.errors import UserError
@@ -21,7 +18,6 @@ from alphazero.nn.network import (
     ResidualBlock,
     SqueezeExcitation,
     build_network,
-    fold_batch_norm,
     load_weights,
 )
 from alphazero.nn.planes import compact_to_torch, encode_position
@@ -35,13 +31,18 @@ from alphazero.store.checkpoint import (
 )
 from alphazero.store.rundir import RunDir
 from alphazero.store.sources import read_weights
-from tests.helpers import random_compact, trained_a_little
+from tests.helpers import (
+    OLD_TINY_HASH,
+    assert_evaluates_real_positions,
+    assert_runs_folded_bf16_and_compiled,
+    old_tiny,
+    trained_a_little,
+)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 PLAIN = NetworkConfig(blocks=2, filters=8, policy_filters=8, value_filters=2, value_hidden=16)
 SE = dataclasses.replace(PLAIN, se_ratio=4)  # a hidden layer of 2 units
-TINY_HASH = "0f5ff143f79d54704f879fd3632e58943a50687df070518d93d1b88fc933e693"  # pinned in test_reply_policy too
 
 
 def _se_by_hand(se: SqueezeExcitation, x: torch.Tensor) -> torch.Tensor:
@@ -117,15 +118,7 @@ def test_the_se_with_trained_weights_matches_lc0s_formula_by_hand() -> None:
 def test_a_network_with_se_evaluates_real_positions() -> None:
     model = trained_a_little(build_network(SE))
     assert sum(name.startswith("tower.0.se.") for name in model.state_dict()) == 4
-    parts = [encode_position(), encode_position("r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3"),
-             encode_position(moves=["e2e4", "c7c5", "g1f3"])]
-    planes = np.concatenate([p for p, _ in parts])
-    scalars = np.concatenate([s for _, s in parts])
-    with torch.no_grad():
-        out = model(*compact_to_torch(planes, scalars, "cpu"))
-    assert out.policy_logits.shape == (3, NUM_MOVES) and out.value.shape == (3,)
-    assert bool(torch.isfinite(out.policy_logits).all()) and bool((out.value.abs() <= 1).all())
-    assert not torch.allclose(out.policy_logits[0], out.policy_logits[1])
+    assert_evaluates_real_positions(model)
 
 
 def test_the_se_adds_two_small_layers_a_block() -> None:
@@ -137,25 +130,12 @@ def test_the_se_adds_two_small_layers_a_block() -> None:
 
 
 def test_the_se_network_runs_folded_in_channels_last_bf16_and_compiled() -> None:
+    # Folded batch norms (the evaluator's inference copy) leave the SE alone.
     model = trained_a_little(build_network(SE))
-    inputs = compact_to_torch(*random_compact(6, seed=5), "cpu")
+    assert_runs_folded_bf16_and_compiled(model)
+    y = torch.randn(2, 8, 8, 8).contiguous(memory_format=torch.channels_last)
     with torch.no_grad():
-        reference = model(*inputs)
-        # Folded batch norms (the evaluator's inference copy) leave the SE alone.
-        folded = fold_batch_norm(model)
-        torch.testing.assert_close(folded(*inputs).policy_logits, reference.policy_logits, atol=1e-4, rtol=1e-4)
-        # channels_last under bf16 autocast, as a CPU with native bf16 runs it (alphazero.nn.precision).
-        fast = fold_batch_norm(model).to(memory_format=torch.channels_last)  # type: ignore[call-overload]
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            low = fast(*inputs)
-        torch.testing.assert_close(low.value, reference.value, atol=0.05, rtol=0.05)
-        assert (F.softmax(low.policy_logits, 1) - F.softmax(reference.policy_logits, 1)).abs().max() < 0.05
-        y = torch.randn(2, 8, 8, 8).contiguous(memory_format=torch.channels_last)
-        se = model.tower[0].se
-        assert se(y).is_contiguous(memory_format=torch.channels_last)
-        # One graph for torch.compile (fullgraph: no break, no data-dependent branch); Dynamo alone, quick here.
-        compiled = torch.compile(model, backend="eager", fullgraph=True)
-        torch.testing.assert_close(compiled(*inputs).policy_logits, reference.policy_logits)
+        assert model.tower[0].se(y).is_contiguous(memory_format=torch.channels_last)
 
 
 # --- settings and the architecture hash ----------------------------------------------------------------------
@@ -172,8 +152,8 @@ def test_bad_ratios_are_refused() -> None:
 
 
 def test_the_ratio_changes_the_architecture_hash_and_none_keeps_the_old_one() -> None:
-    tiny = get_preset("tiny")
-    assert tiny.network.se_ratio == 0 and architecture_hash(tiny) == TINY_HASH
+    tiny = old_tiny()
+    assert tiny.network.se_ratio == 0 and architecture_hash(tiny) == OLD_TINY_HASH
     hashes = {architecture_hash(apply_overrides(tiny, [f"network.se_ratio={r}"])) for r in (0, 2, 4)}
     assert len(hashes) == 3
     # A config.toml written before the setting existed reads as no SE.

@@ -31,6 +31,9 @@ learner, ``forward`` never does: search does not read it.
 With ``network.se_ratio`` > 0 each residual block ends its branch with lc0's
 squeeze-and-excitation (SqueezeExcitation, weights ``tower.K.se.*``); at 0,
 the default, the blocks and their weights' names are as before it existed.
+With ``network.global_pool_channels`` > 0 every third block from the second
+is KataGo's global pooling block (GlobalPoolingBias, weights
+``tower.K.pool_conv.*`` and ``tower.K.pool.*``); at 0 the tower is as before.
 
 Example::
 
@@ -108,23 +111,66 @@ class SqueezeExcitation(nn.Module):
         return torch.sigmoid(scale)[:, :, None, None] * x + bias[:, :, None, None]
 
 
-class ResidualBlock(nn.Module):
-    """conv-BN-ReLU-conv-BN (then squeeze-and-excitation with ``se_ratio`` > 0), plus the input, then ReLU."""
+class GlobalPoolingBias(nn.Module):
+    """KataGo's global pooling bias (Wu 2019, "Accelerating Self-Play Learning in Go", section 3.4) on a board
+    of fixed size: a bias per channel of a block's regular channels from the pooled ones, so that every
+    square hears of the whole board within one block.
 
-    def __init__(self, filters: int, se_ratio: int = 0) -> None:
+    pooled channels g [N, G, 8, 8] (batch-normed: the block's pool_conv) -> ReLU -> each channel's mean and
+    max over the 64 squares [N, 2G] -> Linear(2G, C) -> added to each of the C regular channels x [N, C, 8, 8],
+    broadcast over the board.
+    (KataGo's third feature, the mean scaled by the board's width, is a constant multiple of the mean on a
+    board that is always 8x8.) The linear layer starts at zero, weights and bias: the bias is 0 until
+    training moves it, and the block starts as the plain block does.
+    """
+
+    def __init__(self, pooled: int, channels: int) -> None:
         super().__init__()
-        self.first = _conv_bn(filters, filters, 3)
-        self.second = _conv_bn(filters, filters, 3)
+        self.fc = nn.Linear(2 * pooled, channels)
+        nn.init.zeros_(self.fc.weight)
+        nn.init.zeros_(self.fc.bias)
+
+    def forward(self, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        g = F.relu(g)
+        features = torch.cat((g.mean(dim=(2, 3)), g.amax(dim=(2, 3))), dim=1)
+        return x + self.fc(features)[:, :, None, None]
+
+
+class ResidualBlock(nn.Module):
+    """conv-BN-ReLU-conv-BN (then squeeze-and-excitation with ``se_ratio`` > 0), plus the input, then ReLU.
+
+    With ``global_pool`` > 0 (KataGo's global pooling block) the first convolution's last ``global_pool``
+    channels are pooled into a bias on its others (GlobalPoolingBias, weights ``tower.K.pool.*``) and the
+    second convolution reads those others alone: the block costs about what a plain one does.
+    """
+
+    def __init__(self, filters: int, se_ratio: int = 0, global_pool: int = 0) -> None:
+        super().__init__()
+        regular = filters - global_pool
+        self.first = _conv_bn(filters, regular, 3)
+        # Its own conv-BN pair rather than a slice of first's: fold_batch_norm folds both alike.
+        self.pool_conv = _conv_bn(filters, global_pool, 3) if global_pool else None
+        self.pool = GlobalPoolingBias(global_pool, regular) if global_pool else None
+        self.second = _conv_bn(regular, filters, 3)
         # Zero the last batch norm's scale so every block starts as the identity;
         # deep towers train faster from there (Goyal et al., 2017).
         nn.init.zeros_(self.second[1].weight)  # type: ignore[arg-type]  # a BatchNorm2d's: a Tensor
         self.se = SqueezeExcitation(filters, se_ratio) if se_ratio else None  # weights tower.K.se.*
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.second(F.relu(self.first(x)))
+        h = self.first(x)
+        if self.pool is not None and self.pool_conv is not None:
+            h = self.pool(h, self.pool_conv(x))
+        y = self.second(F.relu(h))
         if self.se is not None:
             y = self.se(y)
         return F.relu(x + y)
+
+
+def global_pooling_blocks(blocks: int) -> list[int]:
+    """Gets the indices of the tower's blocks that pool (network.global_pool_channels > 0): every third from the
+    second, 1, 4, 7, ..., as KataGo spreads them through its towers (one of tiny's two, two of small's six)."""
+    return list(range(1, blocks, 3))
 
 
 class ValueLevel(nn.Module):
@@ -168,7 +214,10 @@ class AlphaZeroNet(nn.Module):
         super().__init__()
         self.config = config
         self.stem = _conv_bn(INPUT_PLANES, config.filters, 3)
-        self.tower = nn.Sequential(*(ResidualBlock(config.filters, config.se_ratio) for _ in range(config.blocks)))
+        pooling = set(global_pooling_blocks(config.blocks)) if config.global_pool_channels else set()
+        self.tower = nn.Sequential(*(ResidualBlock(config.filters, config.se_ratio,
+                                                   config.global_pool_channels if k in pooling else 0)
+                                     for k in range(config.blocks)))
         self.policy_conv = _conv_bn(config.filters, config.policy_filters, 3)
         kernel = config.policy_kernel
         self.policy_out = nn.Conv2d(config.policy_filters, NUM_PLANES, kernel, padding=kernel // 2)
@@ -386,9 +435,12 @@ def load_weights(model: nn.Module, state_dict: dict[str, torch.Tensor], source: 
         with torch.no_grad():
             target.load_state_dict(state, strict=not fresh)
     except RuntimeError as error:
+        differs = names ^ set(state)
         se = " (network.se_ratio differs: squeeze-and-excitation weights on one side only)" \
-            if any(".se." in name for name in names ^ set(state)) else ""  # ResidualBlock.se's: tower.K.se.*
-        raise UserError(f"{source}: the weights do not fit the model{se}: {_load_problem(error)}") from None
+            if any(".se." in name for name in differs) else ""  # ResidualBlock.se's: tower.K.se.*
+        pool = " (network.global_pool_channels differs: global pooling weights on one side only)" \
+            if any(".pool" in name for name in differs) else ""  # ResidualBlock's pool_conv and pool
+        raise UserError(f"{source}: the weights do not fit the model{se}{pool}: {_load_problem(error)}") from None
     if REPLY_POLICY_PREFIX in fresh:
         log.warning("%s has no reply-policy head: the rest of the network loaded, and its head "
                     "(network.reply_policy_head) starts from fresh weights", source)

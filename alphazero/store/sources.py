@@ -391,8 +391,9 @@ class Weights:
         Weights without an action-value head (or a reply-policy or moves-left
         head) leave its fields to the run (a ``--set network.action_value_head=...`` adds one,
         which starts fresh: alphazero.nn.network.load_weights). So do weights
-        without squeeze-and-excitation, but a ``--set network.se_ratio=N`` on
-        them fails to load (there is no fresh start for the tower's blocks).
+        without squeeze-and-excitation or global pooling, but a ``--set
+        network.se_ratio=N`` or ``network.global_pool_channels=N`` on them
+        fails to load (there is no fresh start for the tower's blocks).
         """
         defaults = NetworkConfig()
         left = {name for group in NetworkConfig.CANONICAL_AT_DEFAULT  # a group's first field: its head, or none

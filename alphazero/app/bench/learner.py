@@ -33,6 +33,7 @@ several timed rounds (other processes only ever make a round slower).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import tempfile
 import time
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
+    from learner.game_targets import GameTargets
     from learner.replay import Batch
 
 # torch, numpy, rich and the learner are imported inside the functions that use
@@ -107,20 +109,35 @@ def _batch_size(preset: str, device: torch.device, requested: int) -> int:
     return own if device.type == "cuda" else min(own, CPU_BATCH.get(preset, own))
 
 
-def synthetic_batch(size: int, rng: np.random.Generator) -> Batch:
+def synthetic_batch(size: int, rng: np.random.Generator, targets: GameTargets | None = None) -> Batch:
     """Builds a batch of random positions, each with LEGAL_MOVES legal moves, a visit share over them, a
-    result and a root value."""
+    result and a root value, and the game targets ``targets`` asks for (the reply's moves and shares, the
+    short-term value, the plies left), as the learner's window builds them for a preset that trains them."""
     import numpy as np
 
     from learner.batch import Batch
 
-    moves = np.argsort(rng.random((size, NUM_MOVES)), axis=1)[:, :LEGAL_MOVES].reshape(-1).astype(np.int16)
-    shares = rng.dirichlet(np.full(LEGAL_MOVES, 0.3), size=size).astype(np.float32).reshape(-1)
+    def moves_and_shares() -> tuple[np.ndarray, np.ndarray]:
+        moves = np.argsort(rng.random((size, NUM_MOVES)), axis=1)[:, :LEGAL_MOVES].reshape(-1).astype(np.int16)
+        return moves, rng.dirichlet(np.full(LEGAL_MOVES, 0.3), size=size).astype(np.float32).reshape(-1)
+
+    moves, shares = moves_and_shares()
     offsets = np.arange(size + 1, dtype=np.int64) * LEGAL_MOVES
     planes = rng.integers(0, np.iinfo(np.uint64).max, size=(size, 112), dtype=np.uint64, endpoint=True)
     scalars = rng.integers(0, 100, size=(size, 7)).astype(np.float32)
     results = rng.integers(-1, 2, size).astype(np.float32)
-    return Batch(planes, scalars, offsets, moves, shares, results, rng.uniform(-1, 1, size).astype(np.float32))
+    batch = Batch(planes, scalars, offsets, moves, shares, results, rng.uniform(-1, 1, size).astype(np.float32))
+    if targets is None:
+        return batch
+    extra: dict[str, np.ndarray] = {}
+    if targets.reply:
+        extra["reply_moves"], extra["reply_shares"] = moves_and_shares()
+        extra["reply_offsets"] = offsets
+    if targets.short_term_plies:
+        extra["short_term"] = rng.uniform(-1, 1, size).astype(np.float32)
+    if targets.moves_left:
+        extra["moves_left"] = rng.integers(1, 200, size).astype(np.float32)
+    return dataclasses.replace(batch, **extra)
 
 
 def _fastest(run_once: Callable[[], object], seconds: float, sync: Callable[[], object], *,
@@ -164,21 +181,22 @@ def _write_shards(directory: Path, batch: int) -> None:
         write_shard(directory / shard_name("bench"), Shard(
             planes=rng.integers(0, 2**63, size=(n, 112), dtype=np.uint64), scalars=np.zeros((n, 7), np.float32),
             policy_offsets=offsets, policy_indices=indices, policy_probs=probs,
-            results=np.zeros(n, np.int8), game=np.zeros(n, np.int32), ply=np.zeros(n, np.int16),
+            # One long game per shard, ply by ply: the reply and short-term targets have a next position.
+            results=np.zeros(n, np.int8), game=np.zeros(n, np.int32), ply=np.arange(n, dtype=np.int16),
             root_values=np.zeros(n, np.float32), games=[{}]))
 
 
-def _window(directory: Path) -> Any:
+def _window(directory: Path, targets: GameTargets) -> Any:
     from learner.replay import ReplayWindow
 
-    window = ReplayWindow(directory, window_positions=10**9, max_sample_reuse=0)
+    window = ReplayWindow(directory, window_positions=10**9, max_sample_reuse=0, targets=targets)
     window.refresh()
     return window
 
 
-def _sampling_seconds(directory: Path, batch: int, seconds: float) -> float:
-    """Times ReplayWindow.sample(batch) over the window of the shards in ``directory``."""
-    window = _window(directory)
+def _sampling_seconds(directory: Path, batch: int, seconds: float, targets: GameTargets) -> float:
+    """Times ReplayWindow.sample(batch) over the window of the shards in ``directory``, building ``targets``."""
+    window = _window(directory, targets)
     return _fastest(lambda: window.sample(batch), seconds / 2, lambda: None)
 
 
@@ -188,7 +206,10 @@ def _measure(preset: str, device: torch.device, precision: str, args: argparse.N
 
     config = apply_overrides(get_preset(preset), args.overrides)
     batch_size = _batch_size(preset, device, args.batch_size)
-    batch = synthetic_batch(batch_size, np.random.default_rng(0))
+    from learner.game_targets import GameTargets
+
+    targets = GameTargets.of(config.learner)  # the preset's training-only targets (tiny's reply, short-term)
+    batch = synthetic_batch(batch_size, np.random.default_rng(0), targets)
     # The device the model lives on, not the current one (GPU 0 unless told): `--device cuda:1` waits for cuda:1.
     sync = functools.partial(torch.cuda.synchronize, device) if device.type == "cuda" else (lambda: None)
     # One model at a time: each is freed when its function returns.
@@ -198,7 +219,7 @@ def _measure(preset: str, device: torch.device, precision: str, args: argparse.N
         paths = paths_seconds(trainer, Path(directory), batch_size, args.seconds, sync)
         del trainer
         infer_s = _inference_seconds(config, batch, device, precision, args, sync)
-        sample_s = _sampling_seconds(Path(directory), batch_size, args.seconds)
+        sample_s = _sampling_seconds(Path(directory), batch_size, args.seconds, targets)
     name = _tower(preset, config.network) if args.overrides else preset
     return Point(name, parameters, _device_label(device, chosen), batch_size, train_s, infer_s, sample_s, *paths)
 
@@ -226,16 +247,17 @@ def paths_seconds(trainer: Any, directory: Path, batch: int, seconds: float,
     inline, dense host targets: learner.dense_batches) and the learner's (learner.feed), in blocks A B A B so
     that the machine's load weighs on both alike; then the batch alone (sampled and on the device, no step),
     each way on this thread. Returns the seconds per step of each, then per batch of each (fastest rounds)."""
-    import dataclasses
     import itertools
     import threading
 
     from learner.batch_device import pins, stage
     from learner.dense_batches import dense_inputs
     from learner.feed import BatchFeed
+    from learner.game_targets import GameTargets
 
     steps = itertools.count()
-    inline, prefetched = _window(directory), _window(directory)
+    targets = GameTargets.of(trainer.config)
+    inline, prefetched = _window(directory, targets), _window(directory, targets)
     settings = dataclasses.replace(trainer.config, batch_size=batch)
     stop = threading.Event()
 
