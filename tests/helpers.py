@@ -481,3 +481,19 @@ def assert_runs_folded_bf16_and_compiled(model: torch.nn.Module) -> None:
         compiled = torch.compile(model, backend="eager", fullgraph=True)
         torch.testing.assert_close(compiled(*inputs).policy_logits, reference.policy_logits)
 
+
+def assert_a_tower_setting_hashes_apart(name: str, values: tuple[int, ...]) -> None:
+    """Checks that network.``name`` (a setting of the tower, 0 for off) changes the architecture hash with each of
+    ``values``, that 0 keeps the old tiny's hash (its checkpoints carry it), and that a config.toml written before
+    the setting existed reads as 0."""
+    from alphazero.config import to_toml
+    from alphazero.config_compat import architecture_hash
+    from alphazero.presets import from_toml
+
+    tiny = old_tiny()
+    assert getattr(tiny.network, name) == 0 and architecture_hash(tiny) == OLD_TINY_HASH
+    hashes = {architecture_hash(apply_overrides(tiny, [f"network.{name}={value}"])) for value in (0, *values)}
+    assert len(hashes) == 1 + len(values)
+    old_text = "\n".join(line for line in to_toml(tiny).splitlines() if name not in line)
+    assert name in to_toml(tiny) and from_toml(old_text) == tiny
+

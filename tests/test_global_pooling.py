@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from alphazero.config import NetworkConfig, apply_overrides, to_toml
-from alphazero.config_compat import architecture_hash
+from alphazero.config import NetworkConfig, apply_overrides
 from alphazero.errors import UserError
 from alphazero.nn.network import (
     AlphaZeroNet,
@@ -21,12 +20,12 @@ from alphazero.nn.network import (
     global_pooling_blocks,
     load_weights,
 )
-from alphazero.presets import from_toml, get_preset
+from alphazero.presets import get_preset
 from alphazero.store.checkpoint import load_checkpoint, save_checkpoint
 from alphazero.store.rundir import RunDir
 from alphazero.store.sources import read_weights
 from tests.helpers import (
-    OLD_TINY_HASH,
+    assert_a_tower_setting_hashes_apart,
     assert_evaluates_real_positions,
     assert_runs_folded_bf16_and_compiled,
     old_tiny,
@@ -148,13 +147,7 @@ def test_bad_settings_are_refused() -> None:
 
 
 def test_the_setting_changes_the_architecture_hash_and_none_keeps_the_old_one() -> None:
-    tiny = old_tiny()
-    assert tiny.network.global_pool_channels == 0 and architecture_hash(tiny) == OLD_TINY_HASH
-    hashes = {architecture_hash(apply_overrides(tiny, [f"network.global_pool_channels={g}"])) for g in (0, 8, 16)}
-    assert len(hashes) == 3
-    # A config.toml written before the setting existed reads as none.
-    old_text = "\n".join(line for line in to_toml(tiny).splitlines() if "global_pool" not in line)
-    assert "global_pool_channels" in to_toml(tiny) and from_toml(old_text) == tiny
+    assert_a_tower_setting_hashes_apart("global_pool_channels", (8, 16))
 
 
 def test_the_builtin_network_refuses_a_pooling_network_naming_the_setting() -> None:

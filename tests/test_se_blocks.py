@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from alphazero.config import Config, NetworkConfig, apply_overrides, to_toml
-from alphazero.config_compat import architecture_hash
+from alphazero.config import Config, NetworkConfig, apply_overrides
 from alphazero.errors import UserError
 from alphazero.nn.network import (
     AlphaZeroNet,
@@ -21,7 +20,7 @@ from alphazero.nn.network import (
     load_weights,
 )
 from alphazero.nn.planes import compact_to_torch, encode_position
-from alphazero.presets import from_toml, get_preset
+from alphazero.presets import get_preset
 from alphazero.store.checkpoint import (
     load_checkpoint,
     load_latest_weights,
@@ -32,10 +31,9 @@ from alphazero.store.checkpoint import (
 from alphazero.store.rundir import RunDir
 from alphazero.store.sources import read_weights
 from tests.helpers import (
-    OLD_TINY_HASH,
+    assert_a_tower_setting_hashes_apart,
     assert_evaluates_real_positions,
     assert_runs_folded_bf16_and_compiled,
-    old_tiny,
     trained_a_little,
 )
 
@@ -152,13 +150,7 @@ def test_bad_ratios_are_refused() -> None:
 
 
 def test_the_ratio_changes_the_architecture_hash_and_none_keeps_the_old_one() -> None:
-    tiny = old_tiny()
-    assert tiny.network.se_ratio == 0 and architecture_hash(tiny) == OLD_TINY_HASH
-    hashes = {architecture_hash(apply_overrides(tiny, [f"network.se_ratio={r}"])) for r in (0, 2, 4)}
-    assert len(hashes) == 3
-    # A config.toml written before the setting existed reads as no SE.
-    old_text = "\n".join(line for line in to_toml(tiny).splitlines() if "se_ratio" not in line)
-    assert "se_ratio" in to_toml(tiny) and from_toml(old_text) == tiny
+    assert_a_tower_setting_hashes_apart("se_ratio", (2, 4))
 
 
 # --- old weights, and a resume of the other shape ------------------------------------------------------------
