@@ -46,7 +46,7 @@ from alphazero.store.resign import ResignCalibrator
 from alphazero.store.rundir import RunDir, remove_stale_temporaries
 from selfplay.fleet import Placement, SelfPlayFleet, actors_that_fit
 from selfplay.ray_connect import connect_ray, ensure_ray_token
-from selfplay.totals import ActorLosses, Totals, why_died
+from selfplay.totals import ActorLosses, RepetitionWatch, Totals, why_died
 from selfplay.worker import PlayStats, ShardsNotStored
 
 __all__ = ["ActorLosses", "Totals", "actor_failure", "check_checkpoint", "connect_ray", "ensure_ray_token",
@@ -262,6 +262,7 @@ def _play(fleet: SelfPlayFleet, resign: _ResignFollower, totals: Totals, reporte
     handles = fleet.actors  # grows when nodes join (_Growth)
     losses = ActorLosses(fleet, totals, reporter.note)
     growth = _Growth(fleet, reporter.note)
+    collapse = RepetitionWatch()
 
     def suffix(width: int | None) -> str:
         left = until.left_text()
@@ -283,6 +284,8 @@ def _play(fleet: SelfPlayFleet, resign: _ResignFollower, totals: Totals, reporte
                     continue
                 if stats is not None:
                     fleet.played(index, stats)
+                    if (warning := collapse.add(stats)) is not None:
+                        reporter.note(warning)
                     precision = stats.precision.split(" ", 1)[0]  # 'bf16' or 'float32': each actor timed its own
                     if precision and precision not in precisions:
                         precisions.add(precision)

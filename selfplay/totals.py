@@ -8,6 +8,7 @@ follows each actor's process and counts its games when it is lost.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -15,7 +16,7 @@ from alphazero.console import compact_number, fit_line
 from selfplay.fleet import SelfPlayFleet
 from selfplay.worker import PlayStats
 
-__all__ = ["ActorLosses", "SINK_ASK_SECONDS", "Totals", "why_died"]
+__all__ = ["ActorLosses", "RepetitionWatch", "SINK_ASK_SECONDS", "Totals", "why_died"]
 
 
 @dataclass
@@ -129,6 +130,50 @@ class Totals:
             return ""
         return (f"{self.lost_actors} actor processes lost (and restarted), with {self.games_lost} games: "
                 f"{self.finished_lost} finished but not yet stored, the rest unfinished")
+
+
+# A run whose recent games are this drawn, this often by repetition, has collapsed: its value target says
+# draw everywhere and its policy learns its own loops (EXPERIMENTS.md, "Issue 79: forced playouts at PUCT
+# from zero"; issue 12's PUCT with 16 simulations did the same). Strong self-play draws often, but by
+# material, the ply limit or the fifty-move rule as much as by repetition.
+COLLAPSE_GAMES = 1_000
+COLLAPSE_DRAW_SHARE = 0.95
+COLLAPSE_REPETITION_SHARE = 0.8
+REPETITIONS = ("threefold_repetition", "fivefold_repetition")
+
+
+class RepetitionWatch:
+    """Says once when self-play's recent games have collapsed into repetition draws.
+
+    Judged on at least COLLAPSE_GAMES of the newest games (whole play()
+    calls, oldest dropped first): a warning, not a stop, since the run may
+    climb out of it and the user decides.
+    """
+
+    def __init__(self, games: int = COLLAPSE_GAMES) -> None:
+        self.games = games
+        self.recent: deque[tuple[int, int, int]] = deque()  # (games, draws, repetitions) of each play() call
+        self.said = False
+
+    def add(self, stats: PlayStats) -> str | None:
+        """Takes a play() call's answer; the warning the first time the recent games look collapsed."""
+        if self.said or not stats.games:
+            return None
+        repetitions = sum(stats.terminations.get(name, 0) for name in REPETITIONS)
+        self.recent.append((stats.games, stats.results.get("draw", 0), repetitions))
+        while sum(games for games, _, _ in self.recent) - self.recent[0][0] >= self.games:
+            self.recent.popleft()
+        games = sum(games for games, _, _ in self.recent)
+        draws = sum(draws for _, draws, _ in self.recent)
+        repeated = sum(repeated for _, _, repeated in self.recent)
+        if games < self.games or draws < COLLAPSE_DRAW_SHARE * games or repeated < COLLAPSE_REPETITION_SHARE * games:
+            return None
+        self.said = True
+        return (f"self-play: {draws / games:.0%} of the last {games:,} games were draws, {repeated / games:.0%} by "
+                f"repetition: self-play has likely collapsed into repetition loops, its value target a draw "
+                f"everywhere. PUCT with few simulations does this from zero (EXPERIMENTS.md, \"Issue 79: forced "
+                f"playouts at PUCT from zero\"); search.algorithm=gumbel, or more search.simulations, keeps games "
+                f"decisive")
 
 
 @dataclass

@@ -248,6 +248,40 @@ def test_the_live_line_fits_an_80_column_terminal():
     assert line.startswith("self-play 123,456 games | 98.8M positions (1,143/s) | weights step 1,234,000")
 
 
+def _call(games: int, draws: int, termination: str, ended_by: int) -> PlayStats:
+    decided = games - draws
+    return PlayStats(games=games, results={"white": decided // 2, "draw": draws, "black": decided - decided // 2},
+                     terminations={termination: ended_by, "checkmate": decided})
+
+
+def test_self_play_that_collapses_into_repetition_draws_is_said_once():
+    """Issue 79's PUCT arms drew 99% of their games by repetition within minutes and nothing said so."""
+    from selfplay.totals import RepetitionWatch
+
+    repetition = chess.Termination.THREEFOLD_REPETITION.name.lower()  # the worker's name is python-chess's
+    watch = RepetitionWatch(games=1_000)
+    assert watch.add(_call(64, 6, repetition, 6)) is None  # a healthy start: 9% draws
+    for _ in range(15):  # 960 games of the collapse beside 64 healthy ones: not yet 95% drawn
+        assert watch.add(_call(64, 64, repetition, 60)) is None
+    warning = watch.add(_call(64, 64, repetition, 60))  # the healthy call dropped: 1,024 games, all drawn
+    assert warning is not None
+    assert "100% of the last 1,024 games were draws, 94% by repetition" in warning
+    assert "search.algorithm=gumbel" in warning
+    assert watch.add(_call(64, 64, repetition, 64)) is None  # said once
+
+
+def test_drawn_self_play_that_does_not_repeat_is_not_a_collapse():
+    from selfplay.totals import RepetitionWatch
+
+    watch = RepetitionWatch(games=1_000)
+    for detail in ("insufficient_material", "fifty_moves", "ply_limit") * 10:  # strong play draws too
+        assert watch.add(_call(64, 64, detail, 64)) is None
+    repetition = chess.Termination.THREEFOLD_REPETITION.name.lower()
+    watch = RepetitionWatch(games=1_000)
+    for _ in range(30):  # repetitions, but 90% drawn: decisive games still teach the value
+        assert watch.add(_call(64, 58, repetition, 58)) is None
+
+
 def test_the_live_line_shows_the_weights_the_actors_play_after_a_rewound_learner():
     from selfplay.driver import Totals
 
