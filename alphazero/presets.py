@@ -74,7 +74,9 @@ def _tiny() -> Config:
                               checkpoint_every=200, keep_checkpoints=5, keep_every_steps=5_000, log_every=20,
                               validation_positions=5_000, validate_every=200,
                               # Issue 79's short-term value target (a quarter of it the root value 6 plies
-                              # ahead) and the reply head's loss, with the playout cap above.
+                              # ahead) and the reply head's loss, with the playout cap above; doubling either
+                              # won nothing by games (EXPERIMENTS.md, "Issue 79: the reply head's and the
+                              # short-term value's weights doubled, from zero at tiny").
                               value_target_short_term_weight=0.25, value_target_short_term_plies=6,
                               reply_policy_weight=0.15),
         eval=EvalConfig(games=20, every_steps=400),
