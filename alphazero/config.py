@@ -273,7 +273,7 @@ class SelfPlayConfig(_Section):
     # With GPUs (--gpus) a batch must be far larger than a CPU core wants; these take over there.
     gpu_games_per_actor: int = _field(0, "games_per_actor when self-play has GPUs (--gpus > 0); 0 = games_per_actor")
     # Four leaves a game make a GPU's batch from a quarter of the games, so each game moves four times as often
-    # (EXPERIMENTS.md, "Issue 70: the first network trained on a GPU, one H200").
+    # (EXPERIMENTS.md, "The first network trained on a GPU, one H200").
     gpu_leaves_per_game: int = _field(0, "search.leaves_per_game when self-play has GPUs and searches with PUCT "
                                          "(Gumbel self-play needs 1); 0 = search.leaves_per_game")
     gpu_actors: int = _field(0, "actors when self-play has GPUs and --actors is not given; "
@@ -282,7 +282,7 @@ class SelfPlayConfig(_Section):
                                   "other is in the network): 'auto' (on for a GPU or a server), 'on', 'off'")
     # Graphs everywhere: compiled passes can be faster, but self-play actors each compiling their buckets
     # at start take minutes; 'compile' is for one long-lived process that can wait (an inference server).
-    # Measured in EXPERIMENTS.md, "GPU: one H100" and "Issue 37: the GPU path on a GPU".
+    # Measured in EXPERIMENTS.md, "GPU: one H100" and "The GPU path on a GPU".
     cuda_forward: str = _field("graphs", "how a CUDA pass runs: 'graphs' (a CUDA graph per batch-size bucket), "
                                          "'compile' (torch.compile reduce-overhead per bucket; minutes at start in "
                                          "each actor or server) or 'eager'; a bucket "
@@ -296,14 +296,14 @@ class SelfPlayConfig(_Section):
                                          "autocast where it has float16 tensor cores, 7.0 and up; else float32), "
                                          "'bf16', 'float16' or 'float32'; the parity check watches either")
     # Compiled passes pay for their seconds of compilation at start in any run longer than a minute
-    # (EXPERIMENTS.md, "Issue 32: bf16 on the CPU").
+    # (EXPERIMENTS.md, "bf16 on the CPU").
     cpu_forward: str = _field("compile", "how an actor's (or a CPU server's) pass runs on a CPU: 'compile' "
                                          "(torch.compile with Inductor's C++ kernels for the largest batch, made "
                                          "when the actor starts; without a C++ compiler it runs eager, with one "
                                          "warning) or 'eager'")
     # The parity check, after lc0's `check` backend: the fast pass (bf16, graphs or compiled) against float32
     # eager. The tolerances leave room above what bf16 moves the built-in network's outputs by, for deeper
-    # networks (EXPERIMENTS.md, "Issue 67: one definition of each setting, modules by concern").
+    # networks (EXPERIMENTS.md, "One definition of each setting, modules by concern").
     parity_check: str = _field("auto", "compare the fast CUDA pass with float32 eager on the same batch: 'auto' (the "
                                        "first pass of each batch-size bucket, the first after each weight update, "
                                        "and parity_share of the others), 'always' or 'off'; on a mismatch: one "

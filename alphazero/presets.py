@@ -57,9 +57,9 @@ def _tiny() -> Config:
         network=NetworkConfig(blocks=2, filters=32, policy_filters=32, policy_kernel=1,
                               value_filters=8, value_hidden=64, reply_policy_head=True),
         # Gumbel AlphaZero: chosen by games between 30-minute runs against PUCT with 16 and 64 (EXPERIMENTS.md,
-        # "Issue 12: Gumbel AlphaZero with 16 simulations against PUCT with 64"). Playout cap randomization:
+        # "Gumbel AlphaZero with 16 simulations against PUCT with 64"). Playout cap randomization:
         # a quarter of the moves search 32 simulations and are policy targets, the rest 8 and are not
-        # (EXPERIMENTS.md, "Issue 79: the protocol's table at `tiny`" and "Issue 79: the new tiny
+        # (EXPERIMENTS.md, "The protocol's table at `tiny`" and "The new tiny
         # defaults' hour from zero against the old").
         search=SearchConfig(algorithm="gumbel", simulations=32, playout_cap_fraction=0.25,
                             playout_cap_simulations=8, ply_limit=256),
@@ -67,15 +67,15 @@ def _tiny() -> Config:
         # --gpus that is the CPU (for_gpus), with --gpus the GPUs asked for.
         selfplay=SelfPlayConfig(games_per_actor=32, shard_games=16, weights_poll_seconds=10.0,
                                 gpu_games_per_actor=256),
-        # max_sample_reuse 2: 4 memorised results, 1 learnt no better than 2 (EXPERIMENTS.md, "Issue 11:
-        # sample reuse and the calibrated resignation").
+        # max_sample_reuse 2: 4 memorised results, 1 learnt no better than 2 (EXPERIMENTS.md, "Sample reuse and
+        # the calibrated resignation").
         learner=LearnerConfig(batch_size=256, lr_boundaries=(10_000, 30_000, 50_000), training_steps=70_000,
                               window_positions=100_000, min_window_positions=2_000, max_sample_reuse=2.0,
                               checkpoint_every=200, keep_checkpoints=5, keep_every_steps=5_000, log_every=20,
                               validation_positions=5_000, validate_every=200,
                               # Issue 79's short-term value target (a quarter of it the root value 6 plies
                               # ahead) and the reply head's loss, with the playout cap above; doubling either
-                              # won nothing by games (EXPERIMENTS.md, "Issue 79: the reply head's and the
+                              # won nothing by games (EXPERIMENTS.md, "The reply head's and the
                               # short-term value's weights doubled, from zero at tiny").
                               value_target_short_term_weight=0.25, value_target_short_term_plies=6,
                               reply_policy_weight=0.15),
@@ -92,7 +92,7 @@ def _small() -> Config:
         search=SearchConfig(simulations=200),
         # On a GPU: the knee of games in flight, the fewest within 90% of the best evaluations/s (issue 48's
         # rule): 512 games with 4 leaves each make lanes of 1024 as 2048 games with one did, each game moving
-        # every 2.4 s instead of 7.6 (EXPERIMENTS.md, "Issue 70: the first network trained on a GPU, one H200").
+        # every 2.4 s instead of 7.6 (EXPERIMENTS.md, "The first network trained on a GPU, one H200").
         selfplay=SelfPlayConfig(games_per_actor=64, shard_games=32, gpu_games_per_actor=512,
                                 gpu_leaves_per_game=4),
         # The window starts with what the first games bring (two batches) and grows as a power law of the
@@ -111,7 +111,7 @@ def _alphazero() -> Config:
     # compact form); 20M positions keep the last 200k games in 20 GB.
     # Inference 'local' (each actor runs the network), 1024 games per actor and CUDA graphs, not
     # compilation (15 actors compiling their buckets take too long to start), as measured on an H100 and
-    # an H200 (EXPERIMENTS.md, "GPU: one H100" and "Issue 37: the GPU path on a GPU").
+    # an H200 (EXPERIMENTS.md, "GPU: one H100" and "The GPU path on a GPU").
     return Config(preset="alphazero", selfplay=SelfPlayConfig(inference="local", games_per_actor=128,
                                                               gpu_games_per_actor=1024, cuda_forward="graphs"))
 
@@ -127,7 +127,7 @@ _CHESSFORMER_LEARNER: dict[str, Any] = dict(optimizer="nadam", learning_rates=(1
 def _cf_tiny() -> Config:
     # The tiny preset's search, self-play and schedule with a 2-layer Chessformer of about its FLOPs per
     # evaluation (`bench network` counts them). On a CPU the attention's 64 x 64 matrices cost more than
-    # their FLOPs say, so two heads, not four (EXPERIMENTS.md, "Issue 15: cf-tiny against resnets of its
+    # their FLOPs say, so two heads, not four (EXPERIMENTS.md, "Chessformer: cf-tiny against resnets of its
     # FLOPs and of 4x").
     tiny = _tiny()
     return dataclasses.replace(
@@ -156,8 +156,8 @@ def _cf_6m() -> Config:
 
 # What `alphazero train --init` changes in the preset for a run that starts from trained weights: self-play
 # from the built-in network with the tiny preset as it is loses every game to its start within a few hundred
-# learner steps (EXPERIMENTS.md, "Issue 22: self-play from the built-in network, and why it lost strength",
-# and "Issue 33: self-play that climbs"). The user's --set overrides win over these.
+# learner steps (EXPERIMENTS.md, "Self-play from the built-in network, and why it lost strength",
+# and "Self-play that climbs"). The user's --set overrides win over these.
 INIT_DEFAULTS: tuple[str, ...] = (
     # Batch-norm statistics re-estimated on self-play positions alone cost strength, every weight unchanged.
     "learner.freeze_batch_norm=true",

@@ -18,7 +18,7 @@ prior at temperature 1: the raw network), and measured on every position:
 - ``value_mse``: the squared error of the value against Stockfish's
   (``2 w - 1`` of its best move's win probability w, the mover's view);
 - ``entropy``: the prior's entropy over the legal moves, in nats (a prior that
-  grows sharp narrows a search: EXPERIMENTS.md, "Issue 22: self-play from the
+  grows sharp narrows a search: EXPERIMENTS.md, "Self-play from the
   built-in network, and why it lost strength", part 7);
 - ``cross_entropy``: of the prior against Stockfish's policy;
 - ChessBench's metrics of each predictor (eval.probe_predictors: ``bc``, the

@@ -4,7 +4,7 @@ Two managers, chosen by the engine's ``TimeManager`` option:
 
 - ``simple`` (the engine's first): ``min(t / MovesToGo + 0.75 inc, t / 2) -
   MoveOverhead`` each move, whatever the game's length, which leaves much of
-  the clock unused at the game's end (EXPERIMENTS.md, "Issue 24: the UCI
+  the clock unused at the game's end (EXPERIMENTS.md, "The UCI
   engine's batches at equal time").
 - ``smart`` (the default): the clock is shared over the moves the game is
   expected still to last, estimated from the ply as lc0's legacy manager
@@ -21,7 +21,7 @@ Two managers, chosen by the engine's ``TimeManager`` option:
   time left could add, over ``PRUNING_FACTOR``, stay below the best's).
 
   Smart pruning ends most searches before their budgets, and with a network
-  whose policy is sharp, most well before (EXPERIMENTS.md, "Issue 80: the
+  whose policy is sharp, most well before (EXPERIMENTS.md, "The
   engine keeps its clock again"); the bank gives back at most a share a
   move, so the time they save stayed on the clock to the game's end. So the
   manager learns the share of its budgets that searches use (a moving
@@ -38,9 +38,9 @@ Two managers, chosen by the engine's ``TimeManager`` option:
   ``RESERVE_MAX_FRACTION`` of the first clock. At the reserve a move gets at
   most ``RESERVE_INCREMENT_SHARE`` of the increment, so the clock grows
   back. Without a reserve, games at the fastest clocks live on the
-  increment alone and one slow move loses on time (EXPERIMENTS.md, "Issue
-  35: the engine under a clock"). A move's overhead is the larger of
-  MoveOverhead and the lag the clocks show: what the GUI's clock lost over
+  increment alone and one slow move loses on time (EXPERIMENTS.md, "The
+  engine under a clock"). A move's overhead is the larger of MoveOverhead
+  and the lag the clocks show: what the GUI's clock lost over
   a move beyond the engine's own search, or beyond its budget when the
   search overran it (pipes, the GUI, a server; a least search longer than a
   tiny budget), averaged over the game.

@@ -20,7 +20,7 @@ from mcts_ext.params import FPU_MODES, GUMBEL_UNVISITED
 DEFAULT_MOVE_OVERHEAD_MS = 10
 """Milliseconds kept back each move: a local GUI or python-chess answers within a few, and what is kept back
 beyond that is clock left unused (at a fast clock, a reserve above the increment leaves the smart manager
-nothing to search with); chosen by games (EXPERIMENTS.md, "Issue 35: the engine under a clock")."""
+nothing to search with); chosen by games (EXPERIMENTS.md, "The engine under a clock")."""
 
 INFINITE_NODES = 50_000_000
 """The simulation cap of `go infinite`, `go ponder` and timed searches. The tree's memory (TreeMemoryMB) ends a

@@ -171,7 +171,7 @@ class NetworkThread:
     Once the process holds more pool threads than cores, libgomp stops spinning between operations and
     every operation waits to wake its workers: with the network loaded on the main thread and searched on
     a fresh thread per `go`, the passes ran at a fraction of their speed on a 2-core machine
-    (EXPERIMENTS.md, "Issue 24: the UCI engine's batches at equal time"). Kept to one thread, the engine
+    (EXPERIMENTS.md, "The UCI engine's batches at equal time"). Kept to one thread, the engine
     keeps one pool.
     """
 

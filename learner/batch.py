@@ -6,7 +6,7 @@ unvisited move) and, for Stockfish's labels, the mover's win probability
 after it (``wins``). The dense [B, 4672] targets are built on the training
 device (learner.batch_device), not here: the dense properties below are for
 callers that read a batch (tests, probes), never for training (EXPERIMENTS.md,
-"Issue 69: the learner's targets sparse on the device, a prefetch thread").
+"The learner's targets sparse on the device, a prefetch thread").
 
 Where the learner trains them, a batch also carries learner.game_targets'
 targets: each position's reply target, the next position's moves and visit

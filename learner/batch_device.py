@@ -8,7 +8,7 @@ action-value loss takes as they are (NaN never reaches the device). On CUDA
 they go into pinned memory, so that ``StagedBatch.to`` copies them without
 blocking. On the device the [B, 4672] visit shares and legal-move mask are
 zeros with the entries scattered in: a few hundred KB cross the bus instead of
-B x 4672 x 5 bytes (EXPERIMENTS.md, "Issue 69: the learner's targets sparse on
+B x 4672 x 5 bytes (EXPERIMENTS.md, "The learner's targets sparse on
 the device, a prefetch thread"); on a CPU, whose memory is the host's, numpy
 builds them (``scattered``). The learner stages on its prefetch thread
 (learner.feed); ``on_device`` takes a batch in any of the three forms. A
@@ -136,7 +136,7 @@ def scattered(cells: int, flat: torch.Tensor, values: torch.Tensor | None, *, ho
     On a CPU the device is the host, and numpy's zeros are calloc's pages,
     zeroed by the kernel as they are first written; torch.zeros writes every
     byte of a fresh mapping, several times slower at these sizes (the CPU has
-    no caching allocator to reuse one: EXPERIMENTS.md, "Issue 69: the
+    no caching allocator to reuse one: EXPERIMENTS.md, "The
     learner's targets sparse on the device, a prefetch thread").
     """
     if host:

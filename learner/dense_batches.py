@@ -8,7 +8,7 @@ array with np.nonzero; the batch was sampled on the training thread. The
 learner now keeps the moves sparse and scatters the targets on the device,
 on batches made by a prefetch thread (learner.batch_device, learner.feed);
 ``dense_inputs`` does what the old path did from a sparse batch, so that both
-can be timed side by side in one process (EXPERIMENTS.md, "Issue 69: the
+can be timed side by side in one process (EXPERIMENTS.md, "The
 learner's targets sparse on the device, a prefetch thread").
 """
 

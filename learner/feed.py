@@ -5,7 +5,7 @@ each step from ``step`` on, reads the new shards (ReplayWindow.refresh),
 samples the window (with the mix folder's rows, learner.mix_share), and
 stages the batch for the device (learner.batch_device: pinned memory on
 CUDA), up to DEPTH batches ahead of the step that trains on them; ``next``
-takes them in order (EXPERIMENTS.md, "Issue 69: the learner's targets sparse
+takes them in order (EXPERIMENTS.md, "The learner's targets sparse
 on the device, a prefetch thread").
 
 - **One thread at a time in the windows**: ``lock`` is held by the thread

@@ -44,7 +44,7 @@ class Labeller:
     It speaks UCI itself and reads of each MultiPV line only its last score
     and first move: python-chess's client parses every move of every line of
     every depth, which cost more than Stockfish's search, for the same labels
-    (EXPERIMENTS.md, "Issue 49: a stronger built-in network, the data").
+    (EXPERIMENTS.md, "A stronger built-in network, the data").
     The tests hold its labels to python-chess's ``chess.engine.analyse``.
 
     Raises:

@@ -156,7 +156,7 @@ class Learner:
         self._kept_mark = 0  # the stretches of keep_every_minutes whose first checkpoint is kept
         self.saved_step: int | None = None
         # time.time() at this sitting's first training step and at the first checkpoint after one: `alphazero
-        # train` says how soon a run learns (EXPERIMENTS.md, "Issue 48: a run that learns early, the CPU part").
+        # train` says how soon a run learns (EXPERIMENTS.md, "A run that learns early, the CPU part").
         self.first_step_time: float | None = None
         self.first_checkpoint: tuple[int, float] | None = None  # (step, time.time())
         self.resumed_from: Path | None = None  # the checkpoint resume() loaded

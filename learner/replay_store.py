@@ -190,7 +190,7 @@ def arrays_outside_the_heap() -> None:
     into a bigger one; glibc's default raises its mmap threshold after the
     first such free, so later ones land on the heap, where the long-lived
     merged blocks pin them, and a large window's read holds far more memory
-    than its arrays (EXPERIMENTS.md, "Issue 49: a stronger built-in network, the data").
+    than its arrays (EXPERIMENTS.md, "A stronger built-in network, the data").
     Elsewhere than glibc this does nothing.
     """
     try:

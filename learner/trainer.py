@@ -47,7 +47,7 @@ re-exports; ``learner.learning_rate(step)`` (warm-up included) is set before
 each step. A step whose loss reaches no trainable parameter (the action-value
 head alone, on a batch without Stockfish's per-move values) updates nothing.
 The model trains in channels_last (on a CPU in float32 too, where it trains faster:
-EXPERIMENTS.md, "Issue 49: a stronger built-in network, the data"). The
+EXPERIMENTS.md, "A stronger built-in network, the data"). The
 precision is the device's setting (``learner.precision_for``:
 cuda_precision on a GPU, cpu_precision on a CPU; ``training_precision``):
 on CUDA 'auto' autocasts the forward pass to bf16 from compute capability
@@ -213,7 +213,7 @@ class Trainer:
         self.precision_choice = training_precision(self.model, config, device, precision)
         self.autocast = self.precision_choice.autocast
         # channels_last on every device: on a CPU in float32 as well, where it trains faster than the default
-        # layout (EXPERIMENTS.md, "Issue 49: a stronger built-in network, the data", its "channels_last for
+        # layout (EXPERIMENTS.md, "A stronger built-in network, the data", its "channels_last for
         # training on the CPU").
         self.model = self.model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # (stubs)
         training_mode(self.model, freeze_batch_norm=config.freeze_batch_norm)

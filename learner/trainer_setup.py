@@ -131,7 +131,7 @@ def training_mode(model: nn.Module, *, freeze_batch_norm: bool) -> None:
     network on data of another distribution (self-play after supervised
     pretraining) otherwise re-estimates the statistics from the new
     batches, and those statistics alone cost strength
-    (EXPERIMENTS.md, "Issue 22: self-play from the built-in network, and why it lost strength").
+    (EXPERIMENTS.md, "Self-play from the built-in network, and why it lost strength").
     """
     model.train()
     if freeze_batch_norm:

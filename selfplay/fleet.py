@@ -46,7 +46,7 @@ Placement = Callable[[int], dict[str, Any]]
 ACTOR_MEMORY_BYTES = 768 * 2**20
 """The memory an actor reserves in Ray's accounting, so that Ray places no more actors on a node than its memory
 holds: a tiny-preset actor's resident memory on the CPU, with room for a larger network's buffers (EXPERIMENTS.md,
-"Issue 67: one definition of each setting, modules by concern")."""
+"One definition of each setting, modules by concern")."""
 
 
 def actors_that_fit(asked: int, resources: Mapping[str, float], *, servers: int = 0) -> tuple[int, str]:

@@ -79,7 +79,7 @@ class WeightPublisher:
         reach, a stalled shard sink, a long play()) gets none this time,
         so pushes never pile up behind it: it gets the next checkpoint after
         it answers, as the learner never waits on a lost link (EXPERIMENTS.md,
-        "Issue 50: faults on a cluster of namespace hosts").
+        "Faults on a cluster of namespace hosts").
         """
         import ray
 

@@ -78,7 +78,7 @@ def _sigterm_to_this_process(starts_ray: bool) -> Iterator[None]:
     A SIGTERM sent to every process of the command (``timeout`` signals its process group, systemd with
     ``KillMode=control-group`` the whole cgroup) also reached the GCS and the raylet: the GCS hung in its
     own shutdown, the raylet went, and the driver waited on calls they never answered until Ray's own
-    timeout ended it, without its summary (EXPERIMENTS.md, "Issue 69: SIGTERM to the whole command").
+    timeout ended it, without its summary (EXPERIMENTS.md, "SIGTERM to the whole command").
     Ray blocks SIGINT in the processes it starts, which is why Ctrl-C to the group works; blocking SIGTERM
     in this thread while they start does the same for SIGTERM, since a child inherits its parent's signal
     mask (and the raylet passes it on to the workers it forks). The driver then stops as on Ctrl-C and
@@ -104,7 +104,7 @@ def _end_without_sigterm() -> None:
     Ray ends its processes with SIGTERM and a second's wait for each before its SIGKILL; with SIGTERM blocked
     in them (_sigterm_to_this_process) each wait would be spent in full, and the raylet, killed, would leave its
     agents behind (the dashboard's and the runtime environments', which it ends only on a SIGTERM; they linger
-    long after: EXPERIMENTS.md, "Issue 69: SIGTERM to the whole command"). So every descendant of Ray's
+    long after: EXPERIMENTS.md, "SIGTERM to the whole command"). So every descendant of Ray's
     processes is killed with them. Ray's node object is internal: where it is not as expected, shutdowns keep
     Ray's way (slower, and its agents may linger).
     """

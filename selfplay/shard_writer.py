@@ -7,7 +7,7 @@ actor's GameWriter and its output: the shard's PGN, validation and
 compression (selfplay.records.build_shard_file) and its store (a temporary
 name, fsync, rename: selfplay.records.store_shard_file) or its send to the
 sink (selfplay.sink.SinkSender). The search thread does a constant amount of
-work per game (EXPERIMENTS.md, "Issue 69: shards written off the search
+work per game (EXPERIMENTS.md, "Shards written off the search
 thread").
 
 - Backpressure: at most ``max_games`` handed games wait for the writer; the

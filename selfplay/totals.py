@@ -133,7 +133,7 @@ class Totals:
 
 
 # A run whose recent games are this drawn, this often by repetition, has collapsed: its value target says
-# draw everywhere and its policy learns its own loops (EXPERIMENTS.md, "Issue 79: forced playouts at PUCT
+# draw everywhere and its policy learns its own loops (EXPERIMENTS.md, "Forced playouts at PUCT
 # from zero"; issue 12's PUCT with 16 simulations did the same). Strong self-play draws often, but by
 # material, the ply limit or the fifty-move rule as much as by repetition.
 COLLAPSE_GAMES = 1_000
@@ -171,7 +171,7 @@ class RepetitionWatch:
         self.said = True
         return (f"self-play: {draws / games:.0%} of the last {games:,} games were draws, {repeated / games:.0%} by "
                 f"repetition: self-play has likely collapsed into repetition loops, its value target a draw "
-                f"everywhere. PUCT with few simulations does this from zero (EXPERIMENTS.md, \"Issue 79: forced "
+                f"everywhere. PUCT with few simulations does this from zero (EXPERIMENTS.md, \"Forced "
                 f"playouts at PUCT from zero\"); search.algorithm=gumbel, or more search.simulations, keeps games "
                 f"decisive")
 

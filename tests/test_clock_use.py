@@ -35,7 +35,7 @@ def _clock_at_the_end(used: float, moves: int = 40) -> tuple[float, float]:
 @pytest.mark.parametrize("used", [1.0, 0.7, 0.4])
 def test_early_stops_still_spend_the_clock(used: float) -> None:
     # 40 moves from ply 8 (ply 88; the engine's games against Stockfish 1500 average 108 plies). Searches
-    # that use 40% of their budgets (a network whose policy is sharp, EXPERIMENTS.md "Issue 80: the engine
+    # that use 40% of their budgets (a network whose policy is sharp, EXPERIMENTS.md "The engine
     # keeps its clock again") left 35% of the clock here before the manager learned its searches' time use;
     # every budget in full leaves 23%.
     clock, least = _clock_at_the_end(used)

@@ -38,10 +38,10 @@ beside the policy and value heads of either network kind, on the same body.
   logit of (1 + v) / 2; zero for a WDL head), so that the head ranks moves
   as the policy does and learns their values from there, where the squares'
   shape, on a body trained for the policy, learnt little (EXPERIMENTS.md
-  "Issue 68: the first heads trained, on the shipped network's body"). The
+  "Action-value head: the first heads trained, on the shipped network's body"). The
   level keeps the position's part of every move's value out of delta, whose
   copied ranking a head without it lost within a few hundred steps (EXPERIMENTS.md
-  "Issue 68: a head shaped as the policy head"). The 'logit' form only.
+  "Action-value head: a head shaped as the policy head"). The 'logit' form only.
 
 Its forms (``network.action_value_head``):
 
@@ -293,7 +293,7 @@ def action_value_rank_loss(head: ActionValueHead, logits: torch.Tensor, rows: to
     moves or more (one move has nothing to rank; none gives 0). The
     pointwise loss weighs each move's level alone; this one the differences
     between a position's moves, the best ones most (EXPERIMENTS.md,
-    "Issue 68: a listwise loss on the head's ranking").
+    "Action-value head: a listwise loss on the head's ranking").
     """
     if rows.numel() == 0:
         return torch.zeros((), device=logits.device)

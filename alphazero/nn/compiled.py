@@ -39,7 +39,7 @@ def _compile_settings() -> Iterator[None]:
             inductor_config.patch(compile_threads=max(1, torch.get_num_threads())), warnings.catch_warnings():
         # Inductor suggests TF32 for the float32 matrix products: those are the heads' last layers, kept in
         # float32 on purpose (priors and values not rounded), and every actor would print the advice
-        # (EXPERIMENTS.md, "Issue 37: the GPU path on a GPU").
+        # (EXPERIMENTS.md, "The GPU path on a GPU").
         warnings.filterwarnings("ignore", message="TensorFloat32 tensor cores")
         yield
 

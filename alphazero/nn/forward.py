@@ -105,7 +105,7 @@ class Evaluator:
     ('graphs' runs eager) and 'compile' makes one bucket, ``max_batch``, into
     which smaller batches are padded: a CPU pass costs its rows, not its
     launches, and one compilation is what a self-play actor can afford at
-    start (EXPERIMENTS.md, "Issue 32: bf16 on the CPU"). ``runner_maker``
+    start (EXPERIMENTS.md, "bf16 on the CPU"). ``runner_maker``
     replaces the mode's own way to make a bucket's pass (a fake fast pass:
     tests reach the fast path's code on the CPU with it).
 

@@ -194,7 +194,7 @@ def _measure(timer: Timer, probe: Probe) -> PrecisionChoice:
         return _of(False, "float32 (this processor has no native bf16: neither AVX512-BF16 nor AMX)")
     # Alternate the two so that a burst of load elsewhere slows both; keep each one's best. Where bf16 did not
     # win, time both again before settling: the choice holds for the process's life, and a burst at start
-    # can cost an actor bf16 for all of it (EXPERIMENTS.md, "Issue 33: self-play that climbs").
+    # can cost an actor bf16 for all of it (EXPERIMENTS.md, "Self-play that climbs").
     times: dict[bool, list[float]] = {False: [], True: []}
     for _series in range(TIMING_SERIES):
         for _ in range(TIMING_ROUNDS):

@@ -17,7 +17,7 @@ legal mask built on the host and copied from pageable memory, the action
 values picked from a dense array) against the learner's (learner.feed: the
 batch sampled and staged on a prefetch thread, pinned on CUDA, the dense
 targets scattered on the device); printed as the learner's speed against the
-old path's (EXPERIMENTS.md, "Issue 69: the learner's targets sparse on the
+old path's (EXPERIMENTS.md, "The learner's targets sparse on the
 device, a prefetch thread").
 
 Batch sizes: each preset's ``learner.batch_size`` on CUDA (autocast in the
