@@ -133,7 +133,8 @@ def stockfish_name(elo: int) -> str:
 # --- the pieces ------------------------------------------------------------------------------
 
 
-def _network(run: RunDir, config: Config, step: int | None, model: AlphaZeroNet | None, device: str) -> Network:
+def _network(run: RunDir, config: Config, step: int | None, model: AlphaZeroNet | None, device: str,
+             say_precision: bool = True) -> Network:
     """Gets the network to rate: `model` as step `step`, else the run's checkpoint `step` (None: latest)."""
     if model is not None:
         if step is None:
@@ -142,7 +143,7 @@ def _network(run: RunDir, config: Config, step: int | None, model: AlphaZeroNet 
                        config)
     # A run's step 0 is rated as the run has it (fresh weights), never as the built-in network.
     source = NetworkSource(run.root, None if step is None else str(step), fallback=FRESH)
-    network = load_network(source, device=device)
+    network = load_network(source, device=device, say_precision=say_precision)
     if network.config is None:
         network.config = config
     return network
@@ -167,12 +168,12 @@ def _network_agents(network: Network, settings: EvalSettings, prefix: str = "") 
     ]
 
 
-def _start_network(run: RunDir, step: int, device: str) -> Network | None:
+def _start_network(run: RunDir, step: int, device: str, say_precision: bool = True) -> Network | None:
     """Loads the run's step-0 network, the start the twin matches compare with; None for step 0 itself or
     a run without a step-0 checkpoint (old runs thinned it away)."""
     if step == 0 or not (run.checkpoints / checkpoint_name(0)).is_file():
         return None
-    return load_network(NetworkSource(run.root, "0"), device=device)
+    return load_network(NetworkSource(run.root, "0"), device=device, say_precision=say_precision)
 
 
 def _build_agents(network: Network, settings: EvalSettings, start: Network | None = None) -> _Pairing:
@@ -266,6 +267,7 @@ def evaluate_checkpoint(
     report: bool = True,
     console: Console | None = None,
     stop: threading.Event | None = None,
+    say_precision: bool = True,
 ) -> CheckpointRatings:
     """Rates a checkpoint's policy, value, search and (with an action-value head) av agents; writes JSON,
     TensorBoard and games.
@@ -274,7 +276,8 @@ def evaluate_checkpoint(
     plays fresh weights as step 0, with a warning). The training loop can
     pass its live `model` with its `step` instead of a file. Sizes come
     from `settings` (default EvalSettings.full(config.eval)). `progress` shows a bar per match; `report` prints
-    the rating table on `console` (default stdout).
+    the rating table on `console` (default stdout). `say_precision` false keeps the note of what the
+    networks run in on a CPU to itself (a run's periodic evaluations say it once, at the first).
 
     Returns the fitted ratings (name -> Rating, plus draw_elo) with each
     agent's difference from the run's step-0 network (CheckpointRatings; no
@@ -296,12 +299,12 @@ def evaluate_checkpoint(
     settings = settings or EvalSettings.full(config.eval)
     settings.check()
     console = console or Console()
-    network = _network(run, config, step, model, device)
+    network = _network(run, config, step, model, device, say_precision)
     step = network.step if network.step is not None else (step or 0)
     _check_outputs(run, step)
     _write_settings(run.eval / checkpoint_name(step).removesuffix(".pt") / SETTINGS_FILE, settings)
     openings = ordered_openings(load_openings(settings.openings), settings.openings_order, settings.seed)
-    start = _start_network(run, step, device) if _plays_start(settings) else None
+    start = _start_network(run, step, device, say_precision and report) if _plays_start(settings) else None
     pairing = _build_agents(network, settings, start)
     if progress or report:
         for line in pairing.left_out:
@@ -428,6 +431,7 @@ class PeriodicEvaluation:
         self.last_probe: tuple[int, ProbeFigures] | None = None  # the last step probed and its figures
         self.stopping = threading.Event()  # set by close(): the evaluation in progress ends after its move
         self._probe_set: ProbeSet | None = None
+        self._precision_said = False  # what the networks run in is said at the first evaluation only
         self.off_reason = self._off_reason()
         if self.off_reason is not None and every_steps > 0:
             print(f"Elo curve off: {self.off_reason}", file=sys.stderr, flush=True)
@@ -456,8 +460,10 @@ class PeriodicEvaluation:
         started = self.clock()
         try:
             self._probe(step)
+            say, self._precision_said = not self._precision_said, True
             ratings = evaluate_checkpoint(self.run, self.config, step, settings=EvalSettings.quick(self.config.eval),
-                                          device=self.device, progress=False, report=False, stop=self.stopping)
+                                          device=self.device, progress=False, report=False, stop=self.stopping,
+                                          say_precision=say)
             if ratings is not None:
                 self.last = (step, ratings)
                 for line in ratings.fall_warnings():
@@ -480,7 +486,8 @@ class PeriodicEvaluation:
         if self._probe_set is None:
             folder = Path(self.config.eval.probe_data).expanduser()
             self._probe_set = ProbeSet.load(folder if folder.is_absolute() else self.run.root / folder)
-        network = load_network(NetworkSource(self.run.root, str(step)), device=self.device, precision="float32")
+        network = load_network(NetworkSource(self.run.root, str(step)), device=self.device, precision="float32",
+                               say_precision=False)
         figures = probe_network(network.evaluator.model, self._probe_set)
         write_probe_tensorboard(self.run, step, figures)
         self.last_probe = (step, figures)

@@ -67,6 +67,15 @@ def test_a_fresh_run_is_rated_against_stockfish(run: RunDir, capsys) -> None:
     assert len(list((run.eval / "step_000000000").glob("*.jsonl"))) == 9
 
 
+def test_what_a_network_runs_in_on_a_cpu_is_said_unless_the_caller_says_it_once(run: RunDir, capsys) -> None:
+    from alphazero.store.sources import FRESH, NetworkSource, load_network
+
+    load_network(NetworkSource(run.root, None, fallback=FRESH), device="cpu")
+    assert "runs on the CPU in" in capsys.readouterr().err
+    load_network(NetworkSource(run.root, None, fallback=FRESH), device="cpu", say_precision=False)
+    assert "runs on the CPU in" not in capsys.readouterr().err
+
+
 def test_the_cli_rates_a_named_checkpoint_and_prints_the_table(run: RunDir, capsys) -> None:
     stockfish_or_skip()
     model = AlphaZeroNet(TINY.network)
@@ -132,10 +141,12 @@ def test_periodic_evaluation_rates_every_kth_checkpoint_one_at_a_time(tmp_path, 
     from alphazero.store.rundir import RunDir
 
     calls: list[int] = []
+    said: list[bool] = []  # whether each evaluation says what its networks run in: the run's first only
     release = threading.Event()
 
     def fake_evaluate(run, config, step, **kwargs):
         calls.append(step)
+        said.append(kwargs["say_precision"])
         assert kwargs["progress"] is False and kwargs["report"] is False
         release.wait(5)
         if step == 300:
@@ -156,7 +167,7 @@ def test_periodic_evaluation_rates_every_kth_checkpoint_one_at_a_time(tmp_path, 
     periodic(300, Path("x"))  # fails on its thread; the caller is not disturbed
     periodic.close()
     periodic(400, Path("x"))  # the run has ended: no new evaluation
-    assert calls == [100, 250, 300]
+    assert calls == [100, 250, 300] and said == [True, False, False]
     assert "evaluation of step 300 failed: stockfish vanished" in capsys.readouterr().err
     off = evaluate_module.PeriodicEvaluation(run, config, every_steps=0)
     off(1000, Path("x"))

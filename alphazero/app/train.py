@@ -128,7 +128,8 @@ def _learn_and_play(args: argparse.Namespace, run_dir: RunDir, config: Config, i
         else:
             print("train: no checkpoint yet: the learner starts at step 0", flush=True)
         learner.save()  # actors and learner start from the same weights
-    print(f"train: {action_value_line(config)}", flush=True)
+    if (head := action_value_line(config)) is not None:
+        print(f"train: {head}", flush=True)
 
     def learn() -> None:
         try:
@@ -176,14 +177,14 @@ def _learn_and_play(args: argparse.Namespace, run_dir: RunDir, config: Config, i
     print(f"train: {hooks.evaluation.status()}")
 
 
-def action_value_line(config: Config) -> str:
-    """Says whether self-play teaches an action-value head, and how to give the run one where it has none
-    (docs/methods.md, "Self-play teaches the head")."""
-    if config.network.action_value_head != "none":
-        return ("the action-value head learns the search's value of every move self-play visits "
-                "(docs/methods.md, \"Self-play teaches the head\")")
-    return ("the network has no action-value head, so self-play keeps no move values for one; a new run "
-            "with --init and --set network.action_value_head=logit gives its weights a head to learn them")
+def action_value_line(config: Config) -> str | None:
+    """Says that self-play teaches the run's action-value head (docs/methods.md, "Self-play teaches the
+    head"); None for a network without one, the default: a user who did not ask for the head hears nothing
+    of it."""
+    if config.network.action_value_head == "none":
+        return None
+    return ("the action-value head learns the search's value of every move self-play visits "
+            "(docs/methods.md, \"Self-play teaches the head\")")
 
 
 def milestones_text(launched: float, totals: Totals | None, learner: Learner) -> str:

@@ -278,9 +278,11 @@ def load_network(
     precision: str = "auto",
     forward: str = "eager",
     max_batch: int | None = None,
+    say_precision: bool = True,
 ) -> Network:
     """Loads the network a source names onto `device` ('auto' picks CUDA when present), to run in `precision`
-    ('auto', 'bf16', 'float32': alphazero.nn.precision); on a CPU, what it runs in is said on `warn`.
+    ('auto', 'bf16', 'float32': alphazero.nn.precision); on a CPU, what it runs in is said on `warn` (unless
+    ``say_precision`` is false: a caller that loads network after network says it once).
     `forward` and `max_batch` are the Evaluator's: how a CUDA pass runs ('graphs': a CUDA graph per
     batch-size bucket) and the largest batch the caller sends.
 
@@ -296,7 +298,8 @@ def load_network(
     torch_device = device if isinstance(device, torch.device) else pick_device(device)
     precision = _checked_precision(precision)
     if resolved.path is None:
-        return _fresh_network(source.run, resolved.config, torch_device, warn, precision, forward, max_batch)
+        return _fresh_network(source.run, resolved.config, torch_device, warn, precision, forward, max_batch,
+                              say_precision)
     expected = resolved.config.network if resolved.from_run and resolved.config is not None else None
     model, extra = load_model(resolved.path, torch_device, expected=expected)
     step = extra.get("step") if isinstance(extra.get("step"), int) else resolved.step
@@ -313,7 +316,8 @@ def load_network(
         label, tag = f"weights {resolved.path.name}", resolved.path.stem
     evaluator = Evaluator(model, torch_device, precision=precision, forward=forward, max_batch=max_batch,
                           name=f"the {label}" if resolved.builtin else str(resolved.path))
-    return _said(Network(evaluator, label, tag, step, resolved.path, False, config, notice_of(extra)), warn)
+    return _said(Network(evaluator, label, tag, step, resolved.path, False, config, notice_of(extra)), warn,
+                 say_precision)
 
 
 def _checked_precision(precision: str) -> str:
@@ -325,17 +329,19 @@ def _checked_precision(precision: str) -> str:
         raise UserError(str(error)) from None
 
 
-def _said(network: Network, warn: TextIO | None) -> Network:
-    """Says once, on `warn` (default stderr), what a network on the CPU runs in (bf16 or float32, and why)."""
+def _said(network: Network, warn: TextIO | None, say: bool = True) -> Network:
+    """Says once, on `warn` (default stderr), what a network on the CPU runs in (bf16 or float32, and why);
+    nothing when ``say`` is false."""
     evaluator = network.evaluator
-    if not evaluator.use_cuda:
+    if say and not evaluator.use_cuda:
         print(f"note: the network ({network.label}) runs on the CPU in {evaluator.precision_text()}",
               file=warn if warn is not None else sys.stderr, flush=True)
     return network
 
 
 def _fresh_network(run: Path, config: Config | None, device: torch.device, warn: TextIO | None,
-                   precision: str = "auto", forward: str = "eager", max_batch: int | None = None) -> Network:
+                   precision: str = "auto", forward: str = "eager", max_batch: int | None = None,
+                   say_precision: bool = True) -> Network:
     out = warn if warn is not None else sys.stderr
     if config is None:
         config = get_preset(DEFAULT_PRESET)
@@ -349,7 +355,7 @@ def _fresh_network(run: Path, config: Config | None, device: torch.device, warn:
     model = _fresh_model(config)
     evaluator = Evaluator(model, device, precision=precision, forward=forward, max_batch=max_batch,
                           name="the fresh weights")
-    return _said(Network(evaluator, "fresh weights", "fresh", 0, None, True, config), warn)
+    return _said(Network(evaluator, "fresh weights", "fresh", 0, None, True, config), warn, say_precision)
 
 
 class NetworkCache:
