@@ -20,9 +20,11 @@ def test_ci_runs_the_readme_test_command():
     assert test_command in ci_lines
 
 
-def test_readme_commands_pin_the_cpu_torch_build():
-    for command in _code_blocks_after("## Two commands")[:2]:
-        assert "torch==2.13.0" in command
+def test_readme_install_commands_pin_torch_and_take_the_cpu_build_from_pytorchs_index():
+    install = _code_blocks_after("## Install")
+    assert all("torch==2.13.0" in block for block in install[:4])  # this project's two, the CPU's, the GPU's
+    without_gpu = install[2].splitlines()
+    assert without_gpu[0] == "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
 
 
 def test_the_readme_stays_short_and_every_link_in_the_docs_resolves():
