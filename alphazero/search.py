@@ -40,13 +40,13 @@ MODES: tuple[SearchMode, ...] = (SELFPLAY, ANALYSIS, UCI)
 
 UCI_LEAVES_PER_BATCH = 32
 """The engine's most leaves gathered per network call (virtual loss; its LeavesPerBatch option). Chosen by
-equal-time matches against fewer leaves a call: EXPERIMENTS.md, "Issue 24"."""
+equal-time matches against fewer leaves a call: EXPERIMENTS.md, "The UCI engine's batches at equal time"."""
 
 UCI_VISITS_PER_LEAF = 8.0
 """The engine's batch grows with its tree: at most (root visits / this) leaves a network call, up to
 UCI_LEAVES_PER_BATCH (mcts_ext.params.SearchParams.visits_per_leaf), because virtual loss spreads a large
 batch over moves a small tree would not try. Chosen by equal-time matches of 8, 16 and 32 and a full batch
-from the first call: EXPERIMENTS.md, "Issue 24"."""
+from the first call: EXPERIMENTS.md, "The UCI engine's batches at equal time"."""
 
 _ANALYSIS_FIELDS = tuple(name for name, spec in settings_of(SearchSettings).items() if spec.analysis)
 """The settings analysis takes from the run's config: the algorithm and its constants (no noise, no game rules)."""

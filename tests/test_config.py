@@ -175,15 +175,15 @@ def test_gpus_bring_the_presets_gpu_batch_sizes() -> None:
     small, alphazero = get_preset("small"), get_preset("alphazero")
     assert for_gpus(small, 0).selfplay == dataclasses.replace(small.selfplay, device="cpu")  # the rest as it is
     assert for_gpus(small, 1).selfplay.games_per_actor == small.selfplay.gpu_games_per_actor == 512
-    # The knee on an H200 (EXPERIMENTS.md, "Issue 70"): four leaves a game on a GPU, one on the CPU, and one
-    # for Gumbel, whose Sequential Halving takes one.
+    # The knee on an H200 (EXPERIMENTS.md, "The first network trained on a GPU, one H200"): four leaves a game
+    # on a GPU, one on the CPU, and one for Gumbel, whose Sequential Halving takes one.
     assert for_gpus(small, 1).search.leaves_per_game == 4 and for_gpus(small, 0).search.leaves_per_game == 1
     gumbel = apply_overrides(small, ["search.algorithm=gumbel"])
     assert for_gpus(gumbel, 1).search.leaves_per_game == 1
     assert for_gpus(apply_overrides(small, ["selfplay.gpu_leaves_per_game=0"]), 1).search.leaves_per_game == 1
     assert for_gpus(alphazero, 0.5).selfplay.games_per_actor == 1024
     # CUDA graphs for both: 15 actors compiling the 20x256 net at start ran past the bench's limit on an H200
-    # (EXPERIMENTS.md, "Issue 37").
+    # (EXPERIMENTS.md, "The GPU path on a GPU").
     assert alphazero.selfplay.inference == "local" and alphazero.selfplay.cuda_forward == "graphs"
     assert small.selfplay.cuda_forward == "graphs" and small.selfplay.overlap == "auto"
     unset = apply_overrides(small, ["selfplay.gpu_games_per_actor=0"])

@@ -137,8 +137,8 @@ def test_the_fastest_clock_survives_a_long_game_and_the_lag_the_clocks_show_is_l
 
 def test_a_stall_grows_the_reserve_so_that_a_longer_one_later_is_survived(monkeypatch: pytest.MonkeyPatch) -> None:
     # 10+0.1 s: seven moves late in a long game each slowed by 0.3 s (the machine stalled; the game lost on
-    # time in EXPERIMENTS.md, "Issue 35", had moves of 0.19-0.38 s from ply 136) cost more than the reserve of
-    # 5% ...
+    # time in EXPERIMENTS.md, "The engine under a clock", had moves of 0.19-0.38 s from ply 136) cost more than
+    # the reserve of 5% ...
     late_stall = {ply: 300.0 for ply in range(130, 144, 2)}
     assert min(_play(10_000, 100, lag_ms=5, plies=160, stalls=late_stall)) < 0
     # ... but one slow move earlier in the game raises the reserve to five such moves, which carries it through.
