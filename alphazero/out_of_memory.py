@@ -38,7 +38,7 @@ _SETTINGS: dict[str, tuple[str, str]] = {
     "selfplay": ("selfplay.gpu_games_per_actor (0 means selfplay.games_per_actor) or selfplay.server_batch_size "
                  + _CONFIG, "selfplay.games_per_actor or selfplay.actors " + _CONFIG),
     "uci": ("the engine's LeavesPerBatch option (the positions of one network pass)",
-            "the engine's TreeMemoryMB option (0: half the machine's memory) or Nodes"),
+            "the engine's Hash option (0: half the machine's memory) or Nodes"),
     "match": ("--concurrency (games at once)", "--simulations (a player's search:N) or --concurrency"),
     "eval": ("--concurrency (games at once)", "--simulations or --concurrency"),
     "puzzles": ("--concurrency (items at once)", "--nodes or --concurrency"),
@@ -111,7 +111,7 @@ def settings_to_lower(command: str, *, gpu: bool) -> str:
     """Says which settings of ``command`` to lower when a GPU (``gpu``) or the machine's memory ran out.
 
     >>> settings_to_lower("uci", gpu=False)
-    "the engine's TreeMemoryMB option (0: half the machine's memory) or Nodes"
+    "the engine's Hash option (0: half the machine's memory) or Nodes"
     """
     on_the_gpu, on_the_machine = _SETTINGS.get(command, _ANY)
     return on_the_gpu if gpu else on_the_machine

@@ -228,7 +228,7 @@ _UCI_LIMITS = {"movetime": "milliseconds a move (go movetime)", "nodes": "simula
 UCI_AGENT_OPTIONS = {
     "leaves": "LeavesPerBatch",
     "threads": "Threads",
-    "overhead": "MoveOverhead",
+    "overhead": "Move Overhead",
     "movestogo": "MovesToGo",
     "algorithm": "SearchAlgorithm",
     "vpl": "VisitsPerLeaf",
@@ -239,7 +239,7 @@ UCI_AGENT_OPTIONS = {
     "mode": "Mode",
     "fpu": "FpuMode",
     "unvisited": "GumbelUnvisited",
-    "treemb": "TreeMemoryMB",
+    "treemb": "Hash",
 }
 """The `uci` player's options that set the engine's UCI options: spec key -> UCI name (eval.uci.OPTIONS)."""
 _UCI_TEXT_OPTIONS = ("algorithm", "ptemp", "cpuct", "precision", "timeman", "mode", "fpu", "unvisited")

@@ -10,8 +10,9 @@ the parsed namespace, for alphazero/app/cli.py to wire in::
         p.set_defaults(func=run_match)
 
 At load time this module imports only the standard library,
-alphazero.store.rundir and the constants of eval.match and eval.probe_defaults
-(no torch), so building the parser stays cheap; the runners import the rest.
+alphazero.store.rundir and the constants of eval.match, eval.probe_defaults
+and eval.uci_options (no torch), so building the parser stays cheap; the
+runners import the rest.
 Runners raise UserError for bad input, which the CLI prints.
 """
 
@@ -26,6 +27,7 @@ from typing import Any
 from alphazero.store.rundir import DEFAULT_RUN_DIR, add_run_option
 from eval.match import DEFAULT_CONCURRENCY
 from eval.probe_defaults import DEFAULT_PROBE_POSITIONS
+from eval.uci_options import OPTIONS, options_table
 
 _VERSUS = "vs"
 
@@ -470,9 +472,27 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
 # --- alphazero uci -----------------------------------------------------------------------------
 
 
+_OWN_FLAGS = ("Weights", "Device")
+"""Engine options whose flags `uci` declares by hand (--weights goes with --run; --device has a default)."""
+
+_UCI_DESCRIPTION = """\
+A UCI engine for chess GUIs and lichess-bot. A GUI needs the command's absolute
+path (`which alphazero`); a bare `alphazero uci` plays the built-in network.
+Every engine option below may be set by the GUI (setoption) or here on the
+command line, e.g. `alphazero uci --hash 256 --threads 1 --syzygy-path /tb`;
+a bad value stops the engine before it starts. docs/engine.md says more."""
+
+
+def _option_dest(name: str) -> str:
+    return "option:" + name
+
+
 def add_uci_arguments(parser: argparse.ArgumentParser) -> None:
-    """Adds the arguments of `alphazero uci [--run DIR [--fresh] | --weights FILE] [--device D] [--nodes N]
-    [--threads N]`."""
+    """Adds the arguments of `alphazero uci [--run DIR [--fresh] | --weights FILE] [--device D]`, and a flag for
+    every other engine option (eval.uci_options, UciOption.flag), with the options' table as the help's epilog."""
+    parser.description = _UCI_DESCRIPTION
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = "engine options (UCI name, flag: type, values, default; what it does):\n" + options_table()
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--run", type=Path, default=None,
                         help=f"run whose latest checkpoint plays (default {DEFAULT_RUN_DIR})")
@@ -484,8 +504,11 @@ def add_uci_arguments(parser: argparse.ArgumentParser) -> None:
                              "instead of the built-in network (or, for a run that does not exist, instead of "
                              "refusing)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default auto)")
-    parser.add_argument("--nodes", type=int, default=None, help="simulations a move for a bare `go` (default 400)")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    options = parser.add_argument_group("engine options", "each sets the UCI option of its name (the table below)")
+    for option in OPTIONS:
+        if option.name not in _OWN_FLAGS:
+            options.add_argument(option.flag, dest=_option_dest(option.name), default=None, metavar="VALUE",
+                                 help=f"{option.name}: {option.summary()}")
 
 
 def run_uci_command(args: argparse.Namespace) -> None:
@@ -499,8 +522,10 @@ def run_uci_command(args: argparse.Namespace) -> None:
 
     if args.fresh and args.weights is not None:
         raise UserError("--fresh goes with a run (--run), not with --weights")
-    run_uci(args.run, args.weights, args.device,
-            nodes=args.nodes, threads=args.threads, fresh=args.fresh)
+    given = {option.name: getattr(args, _option_dest(option.name)) for option in OPTIONS
+             if option.name not in _OWN_FLAGS}
+    run_uci(args.run, args.weights, args.device, fresh=args.fresh,
+            options={name: text for name, text in given.items() if text is not None})
 
 
 __all__ = [

@@ -44,7 +44,7 @@ Where they read the action-value head's values (fpu_mode or gumbel_unvisited
 (alphazero.search_action_values); one without it is said in an `info string`
 and searched with the usual value for unvisited moves.
 
-The tree is bounded by memory, TreeMemoryMB (0: half the machine's memory),
+The tree is bounded by memory, Hash (0: half the machine's memory),
 said in an `info string` when a search is built; a tree that fills it ends
 the search, said once, and the search's best move is the answer (after `stop`
 or `ponderhit` for `go infinite` or `go ponder`). An allocation that fails
@@ -55,6 +55,18 @@ Between moves of one game the search keeps the subtree of the moves played
 (tree reuse): when a `position` continues the game last searched, the visits
 already spent on it are kept; `ucinewgame`, another game, or a new network or
 LeavesPerBatch start from an empty tree.
+
+With SyzygyPath set, Syzygy tablebases decide what they hold: at a root
+they hold, only the moves that keep the tables' result are played (the
+fastest to zero the fifty-move counter among winning ones, as Stockfish
+ranks them); from a root they do not hold, the search's leaves within the
+tables take the tables' result as their value; info lines add `tbhits`
+(eval.uci_syzygy). A path that cannot be used is said in
+one `info string`, and the engine plays on without tables.
+
+Every option may also be given on the command line, as lc0 takes them
+(`alphazero uci --hash 256 --syzygy-path /tb`: UciOption.flag), checked
+before the engine starts.
 """
 
 from __future__ import annotations
@@ -62,15 +74,17 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent import futures
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
+import chess
 import torch
 
 from alphazero import __version__
+from alphazero.chess.syzygy import RootProbe, SyzygyPathError, Tables
 from alphazero.errors import UserError
 from alphazero.nn.builtin import BUILTIN
 from alphazero.nn.network import pick_device
@@ -82,11 +96,12 @@ from eval.action_values import has_action_values
 from eval.timeman import TimeManager, best_is_settled
 from eval.uci_go import GoCommand, parse_go, plan_search_time, unsupported
 from eval.uci_memory import memory_line, out_of_memory_line, tree_full_line
-from eval.uci_options import DEFAULT_THREADS, INFINITE_NODES, OPTIONS, OPTIONS_BY_NAME, SEARCH, UciOption, quoted
+from eval.uci_options import INFINITE_NODES, OPTIONS, OPTIONS_BY_NAME, SEARCH, UciOption, quoted
 from eval.uci_output import Output, info_string_line, lenient
 from eval.uci_params import engine_search_params
 from eval.uci_search import NetworkThread, SearchJob, SearchReport, info_lines
 from eval.uci_searchless import answer_searchless, usable_mode
+from eval.uci_syzygy import chosen_move, open_tables, probe_leaves, root_probe, tablebase_info_line
 from mcts_ext import STARTING_FEN, Board, ChessError
 from mcts_ext.driver import run as run_search
 from mcts_ext.params import SearchParams
@@ -103,6 +118,9 @@ ENGINE_FORWARD = "graphs"
 eagerly the engine's small batches are bound by kernel launches, which bf16's casts only add to (EXPERIMENTS.md,
 "The UCI engine on CUDA with CUDA graphs, on one H200"; `alphazero bench uci --device cuda` measures both). On a
 CPU the passes run eager whatever this says."""
+
+DEFAULT_THREADS = torch.get_num_threads()
+"""torch's own choice of CPU threads (the machine's cores), which Threads 0 restores."""
 
 INFO_INTERVAL_S = 0.5
 """Seconds between info lines during a search (one more comes with bestmove)."""
@@ -141,6 +159,7 @@ class UciEngine:
         fresh: bool = False,
         clock: Callable[[], float] = time.monotonic,
         forward: str = ENGINE_FORWARD,
+        options: Mapping[str, str] | None = None,
     ) -> None:
         self._clock = clock  # every deadline and reported time reads it (tests give a clock they advance)
         self._in = stdin if stdin is not None else lenient(sys.stdin)
@@ -154,19 +173,17 @@ class UciEngine:
         self.values["Weights"] = str(weights) if weights is not None else ""
         self.values["Device"] = device
         self._network_thread = NetworkThread()
-        try:
-            if nodes is not None:
-                self.values["Nodes"] = OPTIONS_BY_NAME["nodes"].parse(str(nodes))
-            if threads is not None:
-                self._set_threads(int(OPTIONS_BY_NAME["threads"].parse(str(threads))))
-        except ValueError as error:
-            raise UserError(str(error)) from None
+        self._tables: Tables | None = None  # the SyzygyPath's tables, None without
+        given = {"Nodes": nodes, "Threads": threads}
+        self._set_from_command_line({name: str(value) for name, value in given.items() if value is not None})
+        self._set_from_command_line(options or {})
         self._check_source()  # fail now, with a clear message, not at the first `go`
         pick_device(device)
         self._network: Network | None = None
         self._loaded_key: tuple[NetworkSource, str, str] | None = None
         self._time = TimeManager()  # the smart time manager's bank, kept across the moves of a game
         self._board = Board(ply_limit=None)
+        self._start_fen = STARTING_FEN  # the first position of the game on _board (its history, for the tables)
         self._job: SearchJob | None = None
         self._search_done: Future[None] | None = None  # the running (or last) search, on the network thread
         # The search and its tree, kept between moves for reuse, and the arrays it gathers
@@ -179,6 +196,30 @@ class UciEngine:
         self._memory_said: tuple[int, int, int] | None = None  # the tree memory last said (limit, nodes, option)
         self.last_report: SearchReport | None = None
         """What the last finished search did (for benchmarks and tests)."""
+
+    def _set_from_command_line(self, texts: Mapping[str, str]) -> None:
+        """Sets options given on the command line (UCI name -> text), each checked as setoption checks it.
+
+        Raises UserError naming the flag, for an unknown option, a bad value or a SyzygyPath that cannot be used.
+        """
+        for name, text in texts.items():
+            option = OPTIONS_BY_NAME.get(name.lower())
+            if option is None:
+                raise UserError(f"unknown engine option {quoted(name)}; options: {', '.join(o.name for o in OPTIONS)}")
+            try:
+                value = option.parse(text)
+            except ValueError as error:
+                raise UserError(f"{option.flag}: {error}") from None
+            if option.name == "SyzygyPath" and str(value).strip():
+                try:
+                    self._tables = Tables.open(str(value))
+                except SyzygyPathError as error:
+                    raise UserError(f"{option.flag}: {error}") from None
+                self.values[option.name] = value
+            elif option.name == "Threads":
+                self._set_threads(int(value))
+            else:
+                self.values[option.name] = value
 
     # -- the loop --
 
@@ -250,6 +291,7 @@ class UciEngine:
         self.stop_search()
         self._time.new_game()
         self._board = Board(ply_limit=None)
+        self._start_fen = STARTING_FEN
         self._search = None  # a new game: nothing of the old tree is reused
 
     def _setoption(self, args: list[str]) -> None:
@@ -277,6 +319,9 @@ class UciEngine:
         self.values[option.name] = value
         if option.name == "Threads":
             self._set_threads(int(value))
+        if option.name == "SyzygyPath":
+            self._tables, said = open_tables(str(value))
+            self.info_string(said)
         if option.name in ("Weights", "Device"):
             try:
                 self._check_source()
@@ -314,6 +359,7 @@ class UciEngine:
                 self.info_string(f"moves from {quoted(uci)} on ignored: {error}")
                 break
         self._board = board
+        self._start_fen = fen
 
     def _go(self, args: list[str]) -> None:
         if self.searching():
@@ -345,7 +391,7 @@ class UciEngine:
         started = self._clock()
         manager = self._time if self.values["TimeManager"] == "smart" else None
         game_ply = 2 * (board.fullmove_number - 1) + (0 if board.turn else 1)
-        plan = plan_search_time(go, board.turn, overhead_ms=float(self.values["MoveOverhead"]),
+        plan = plan_search_time(go, board.turn, overhead_ms=float(self.values["Move Overhead"]),
                               moves_to_go=int(self.values["MovesToGo"]), ply=game_ply, manager=manager)
         timed = plan is not None or go.infinite
         nodes = go.nodes if go.nodes is not None else (INFINITE_NODES if timed else int(self.values["Nodes"]))
@@ -392,7 +438,7 @@ class UciEngine:
 
     def _say_memory(self, search: MultiGameSearch) -> None:
         """Says the tree's memory limit and about how many nodes fit, when that differs from what was last said."""
-        megabytes = int(self.values["TreeMemoryMB"])
+        megabytes = int(self.values["Hash"])
         said = (search.tree_memory_limit, search.nodes_that_fit(), megabytes)
         if said != self._memory_said:
             self._memory_said = said
@@ -420,6 +466,12 @@ class UciEngine:
         """Runs the search of ``job`` and gets its move and ponder move (after `stop` or `ponderhit` where UCI
         asks); ``so_far`` gets the best move after each batch, for an answer if the search fails."""
         search = self._search_for(network, job)
+        tables = self._tables  # this search's, whatever a setoption sets meanwhile
+        hits_before = tables.hits if tables is not None else 0
+        probe = root_probe(tables, self._python_board(job.board)) if tables is not None else None
+        # Where the tables rank the root, they choose the move; probing the leaves too would cost a fifth of the
+        # search's speed for a tie break (EXPERIMENTS.md, "Syzygy tablebases in the engine").
+        leaf_tables = tables if probe is None else None
         # Gumbel's Sequential Halving schedules a budget from an empty root: no reuse there.
         search.set_position(0, job.board, simulations=job.nodes, reuse=search.algorithm == "puct")
         multipv = int(self.values["MultiPV"])
@@ -427,8 +479,11 @@ class UciEngine:
         draw = network.draw_probability(job.board) if wdl else None
         last_info = [job.started]
 
+        def tbhits() -> int | None:
+            return tables.hits - hits_before if tables is not None else None
+
         def report() -> None:
-            for line in info_lines(search, job, multipv, wdl=wdl, draw=draw):
+            for line in info_lines(search, job, multipv, wdl=wdl, draw=draw, tbhits=tbhits()):
                 self._out.line(line)
 
         calls = [0, 0]  # network calls, leaves evaluated
@@ -440,6 +495,8 @@ class UciEngine:
             calls[1] += len(arrays[0])
             started = self._clock()
             result = evaluate(*arrays)
+            if leaf_tables is not None:  # the tables' results for the leaves they hold
+                result = (result[0], probe_leaves(leaf_tables, arrays[0], arrays[1], result[1]), *result[2:])
             last_call[0] = self._clock() - started
             return result
 
@@ -482,9 +539,26 @@ class UciEngine:
         job.wait_to_answer()
         if job.plan is not None and self.values["TimeManager"] == "smart" and job.go.movetime is None:
             self._time.spent(job.plan, self._clock() - job.started)
-        line = search.principal_variation(0, 2)
+        return self._answer(search, job, probe, tbhits(), wdl)
+
+    def _answer(self, search: MultiGameSearch, job: SearchJob, probe: RootProbe | None, tbhits: int | None,
+                wdl: bool) -> tuple[str, str | None]:
+        """The search's move and ponder move; where the tables ranked the root, the search's most visited move
+        among those they keep, said in one more info line."""
         best = search.best_move(0)
+        if probe is not None:
+            best = chosen_move(search, probe)
+            self._out.line(tablebase_info_line(search, job, best, probe, tbhits or 0, wdl=wdl))
+        line = search.principal_variation(0, 2, first=best)
         return best, (line[1] if len(line) == 2 and line[0] == best else None)
+
+    def _python_board(self, board: Board) -> chess.Board:
+        """The game on ``board`` as a python-chess board, its moves played from the game's first position (the
+        tables' ranking reads its history for repetitions)."""
+        played = chess.Board(self._start_fen)
+        for uci in board.move_stack:
+            played.push_uci(uci)
+        return played
 
     def searching(self) -> bool:
         """Checks whether a search is running (one that has sent its bestmove is not)."""
@@ -579,15 +653,17 @@ def run_uci(
     nodes: int | None = None,
     threads: int | None = None,
     fresh: bool = False,
+    options: Mapping[str, str] | None = None,
 ) -> None:
     """Runs the UCI engine over stdin/stdout (or the given streams) until `quit` or end of input.
 
     `run_dir` (default runs/default) gives the latest checkpoint; `weights`,
     when given, a model file or checkpoint instead. `nodes` and `threads`
-    preset the Nodes and Threads options; `fresh` allows a run without
-    checkpoints (freshly initialised weights).
+    preset the Nodes and Threads options, `options` any option (UCI name ->
+    text, as setoption's value); `fresh` allows a run without checkpoints
+    (freshly initialised weights).
 
-    Raises UserError if the weights file or run is unusable (before any output).
+    Raises UserError if the weights file or run is unusable, or an option's value is bad (before any output).
     """
     UciEngine(run_dir, weights, device, stdin=stdin, stdout=stdout, stderr=stderr, nodes=nodes,
-              threads=threads, fresh=fresh).run()
+              threads=threads, fresh=fresh, options=options).run()

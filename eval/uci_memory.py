@@ -1,7 +1,7 @@
 """What the UCI engine says about memory: the tree's limit when a search is built, a tree that filled it, and an
 allocation that failed.
 
-The search bounds its tree by memory (mcts_ext.params, SearchParams.tree_memory_mb: the engine's TreeMemoryMB
+The search bounds its tree by memory (mcts_ext.params, SearchParams.tree_memory_mb: the engine's Hash
 option, 0 for half the machine's memory). A tree that fills its limit ends the search as its budget would
 (MultiGameSearch.tree_full): the engine says so once and answers with the search's best move, after `stop` or
 `ponderhit` under `go infinite` or `go ponder` as UCI asks. An allocation that fails all the same (the network's
@@ -19,9 +19,9 @@ MIB = 2**20
 
 
 def memory_line(search: MultiGameSearch, megabytes: int) -> str:
-    """The `info string` text of a search's tree memory: its limit (from TreeMemoryMB ``megabytes``) and about
+    """The `info string` text of a search's tree memory: its limit (from Hash ``megabytes``) and about
     how many nodes fit in it (MultiGameSearch.nodes_that_fit)."""
-    source = f"TreeMemoryMB {megabytes}" if megabytes else "TreeMemoryMB 0: half the machine's memory"
+    source = f"Hash {megabytes}" if megabytes else "Hash 0: half the machine's memory"
     nodes = search.nodes_that_fit()
     if search.tree_memory_limit == 0:  # the machine did not say what it has
         return f"tree memory: no limit known ({source}); up to {nodes:,} nodes"
@@ -35,7 +35,7 @@ def tree_full_line(search: MultiGameSearch, job: SearchJob) -> str:
         then = "bestmove after ponderhit or stop" if job.pondering else "bestmove after stop"
     else:
         then = "answering with its best move"
-    return (f"tree full at {nodes:,} nodes ({search.tree_bytes(0) / MIB:,.1f} MiB; TreeMemoryMB sets the limit): "
+    return (f"tree full at {nodes:,} nodes ({search.tree_bytes(0) / MIB:,.1f} MiB; Hash sets the limit): "
             f"the search stops there, {then}")
 
 

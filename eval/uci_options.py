@@ -1,16 +1,24 @@
 """The UCI engine's options, declared once: each one's UCI name, type, default, range and help.
 
-The `uci` answer (UciOption.declaration) and `setoption` (UciOption.parse)
-both read OPTIONS, as lc0 declares each engine option once; eval.uci applies
-a value where it takes effect.
+The `uci` answer (UciOption.declaration), `setoption` (UciOption.parse), the
+command line's flags (`alphazero uci --hash 256`: UciOption.flag, eval.cli)
+and `alphazero uci --help`'s table (options_table) all read OPTIONS, as lc0
+declares each engine option once; eval.uci applies a value where it takes
+effect. docs/engine.md holds the same table (a test compares them).
+
+Two options also answer to an older name that setoption still takes but the
+`uci` answer does not declare (ALIASES): declared twice, a GUI that sends
+every declared option at startup would set the one value twice, the second
+time to its default.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import torch
 
 from alphazero.config import PRECISIONS
 from alphazero.search import UCI_LEAVES_PER_BATCH, UCI_VISITS_PER_LEAF, parse_cpuct, parse_policy_temperature
@@ -23,11 +31,11 @@ beyond that is clock left unused (at a fast clock, a reserve above the increment
 nothing to search with); chosen by games (EXPERIMENTS.md, "The engine under a clock")."""
 
 INFINITE_NODES = 50_000_000
-"""The simulation cap of `go infinite`, `go ponder` and timed searches. The tree's memory (TreeMemoryMB) ends a
+"""The simulation cap of `go infinite`, `go ponder` and timed searches. The tree's memory (Hash) ends a
 long search first on most machines; this stays below 2^31, the search's budget being a C int."""
 
 MAX_TREE_MEMORY_MB = 1 << 20
-"""The most TreeMemoryMB takes: 1 TiB, more than the machines this runs on have."""
+"""The most Hash takes: 1 TiB, more than the machines this runs on have."""
 
 AUTO = "auto"
 """The value of a search setting's option that keeps the network's own (its run config's; the defaults for a model
@@ -35,9 +43,6 @@ file)."""
 
 MAX_MULTIPV = 256
 """The most lines MultiPV may ask for (no position has more legal moves)."""
-
-DEFAULT_THREADS = torch.get_num_threads()
-"""torch's own choice of CPU threads (the machine's cores), which Threads 0 restores."""
 
 SEARCH = "search"
 MODES = (SEARCH, "policy", "value", "av")
@@ -65,6 +70,42 @@ class UciOption:
     max: int | None = None
     choices: tuple[str, ...] = ()  # the values of a combo
     check: Callable[[str], object] | None = None  # a string's check: raises ValueError saying what is expected
+
+    @property
+    def flag(self) -> str:
+        """The command line's flag of the option, as lc0 spells its flags: the name's words in lower case,
+        joined by dashes.
+
+        >>> UciOption("Move Overhead", "spin", 10, "").flag, UciOption("UCI_ShowWDL", "check", False, "").flag
+        ('--move-overhead', '--uci-show-wdl')
+        """
+        words = re.sub(r"(?<=[a-z])(?=[A-Z])", " ", self.name).replace("_", " ").split()
+        return "--" + "-".join(word.lower() for word in words)
+
+    def range_text(self) -> str:
+        """The values the option takes: a spin's bounds, a combo's choices, a check's two, or `text`.
+
+        >>> UciOption("Mode", "combo", "search", "", choices=("search", "policy")).range_text()
+        'search|policy'
+        """
+        if self.type == "spin":
+            return f"{self.min}..{self.max}"
+        if self.type == "check":
+            return "true|false"
+        if self.type == "combo":
+            return "|".join(self.choices)
+        return "text"
+
+    def summary(self) -> str:
+        """Type, values and default in a few words, e.g. `spin 0..1048576, default 0`."""
+        values = f" {self.range_text()}" if self.type != "string" else ""
+        return f"{self.type}{values}, default {self.default_text()}"
+
+    def default_text(self) -> str:
+        """The default as a table shows it (an empty string as `(empty)`)."""
+        if self.type == "check":
+            return "true" if self.default else "false"
+        return str(self.default) if self.default != "" else "(empty)"
 
     def declaration(self) -> str:
         """Returns the `option name ... type ...` line sent in answer to `uci`."""
@@ -114,8 +155,8 @@ OPTIONS: tuple[UciOption, ...] = (
               choices=PRECISIONS),
     UciOption("Threads", "spin", 0, "torch CPU threads for the network; 0: torch's default, the machine's cores",
               0, 1024),
-    UciOption("MoveOverhead", "spin", DEFAULT_MOVE_OVERHEAD_MS, "milliseconds kept back each move for the GUI "
-              "and lag", 0, 60_000),
+    UciOption("Move Overhead", "spin", DEFAULT_MOVE_OVERHEAD_MS, "milliseconds kept back each move for the GUI "
+              "and lag (Stockfish's name; MoveOverhead is taken too)", 0, 60_000),
     UciOption("TimeManager", "combo", "smart", "smart: the clock shared over the moves the game is expected to last, "
               "saved time spent later, early stops when the best move is settled; simple: clock / MovesToGo "
               "+ 0.75 increment", choices=MANAGERS),
@@ -138,9 +179,13 @@ OPTIONS: tuple[UciOption, ...] = (
               "go answered at once with that player's move (the top prior; the move after which the network "
               "rates the opponent worst; the highest action value, for a network with an action-value head), "
               "clocks and nodes ignored", choices=MODES),
-    UciOption("TreeMemoryMB", "spin", 0, "MiB the search tree may take (as lc0's RamLimitMb); a search whose tree "
-              "fills it stops there and answers with its best move (go infinite and ponder after stop or "
-              "ponderhit); 0: half the machine's memory", 0, MAX_TREE_MEMORY_MB),
+    UciOption("Hash", "spin", 0, "MiB the search tree may take (Stockfish's name; lc0's RamLimitMb; TreeMemoryMB "
+              "is taken too); a search whose tree fills it stops there and answers with its best move (go infinite "
+              "and ponder after stop or ponderhit); 0: half the machine's memory", 0, MAX_TREE_MEMORY_MB),
+    UciOption("SyzygyPath", "string", "", "folders of Syzygy tablebases (.rtbw, .rtbz), separated by "
+              f"'{os.pathsep}': at the root only moves that keep the tables' result are played, the fastest to "
+              "zero the move counter among winning ones; the search's leaves within the tables' pieces take their "
+              "win, draw or loss; empty: none"),
     UciOption("FpuMode", "combo", AUTO, "PUCT's value of an unvisited move: reduction (the parent's minus "
               "fpu_value), absolute (fpu_value), action_value (the action-value head's value of the move, for a "
               "network with the head) or action_value_reduction (that value minus the reduction); auto: the "
@@ -155,5 +200,19 @@ OPTIONS: tuple[UciOption, ...] = (
 )
 """Every engine option, declared once: the `uci` answer and setoption both read this table."""
 
+ALIASES = {"TreeMemoryMB": "Hash", "MoveOverhead": "Move Overhead"}
+"""Older names setoption still takes (not declared, not on the command line): alias -> the option's name."""
+
 OPTIONS_BY_NAME = {option.name.lower(): option for option in OPTIONS}
-"""The options by lower-case name: UCI names are case-insensitive."""
+OPTIONS_BY_NAME.update({alias.lower(): OPTIONS_BY_NAME[name.lower()] for alias, name in ALIASES.items()})
+"""The options by lower-case name, aliases included: UCI names are case-insensitive."""
+
+
+def options_table(width: int = 100) -> str:
+    """The options as a plain-text table, for `alphazero uci --help`: each one's UCI name, flag, type, values and
+    default, then what it does (wrapped to ``width`` columns)."""
+    lines = []
+    for option in OPTIONS:
+        lines.append(f"  {option.name} ({option.flag}): {option.summary()}")
+        lines += textwrap.wrap(option.help, width, initial_indent=" " * 6, subsequent_indent=" " * 6)
+    return "\n".join(lines)

@@ -2,7 +2,7 @@
 
 ``engine_search_params`` is the one place an option value reaches the
 search's SearchParams: SearchAlgorithm, LeavesPerBatch, VisitsPerLeaf,
-PolicyTemperature, CPuct, FpuMode, GumbelUnvisited and TreeMemoryMB. A
+PolicyTemperature, CPuct, FpuMode, GumbelUnvisited and Hash. A
 string option left empty, or a combo left at ``auto``, keeps the network's
 own setting (its run config's `search` section; the defaults for a model
 file). The parameters are the key of the engine's search: a changed option
@@ -55,8 +55,8 @@ def engine_search_params(values: Mapping[str, Any], network: Network, nodes: int
                            c_init=_optional(values["CPuct"], parse_cpuct))
     chosen: dict[str, Any] = {setting: str(values[option]) for option, setting in _COMBO_SETTINGS.items()
               if str(values[option]) != AUTO}
-    # TreeMemoryMB 0 is the search's own default (half the machine's memory), so it is passed as it is.
-    return dataclasses.replace(params, tree_memory_mb=float(values["TreeMemoryMB"]), **chosen)
+    # Hash 0 is the search's own default (half the machine's memory), so it is passed as it is.
+    return dataclasses.replace(params, tree_memory_mb=float(values["Hash"]), **chosen)
 
 
 __all__ = ["algorithm_for", "engine_search_params"]

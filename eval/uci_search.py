@@ -22,6 +22,7 @@ value head, as lc0 does; always summing to 1000; proven results are
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 import time
@@ -116,7 +117,7 @@ class SearchReport:
 
 
 @dataclass(frozen=True)
-class _Line:
+class ScoredLine:
     """One root move's report: its line, and its score as centipawns or a mate."""
 
     pv: list[str]
@@ -127,26 +128,31 @@ class _Line:
     def score(self) -> str:
         return f"score mate {self.mate}" if self.mate is not None else f"score cp {self.cp}"
 
+    def scored(self, cp: int, wdl: tuple[int, int, int]) -> ScoredLine:
+        """The same line with another score (the tablebases', eval.uci_syzygy)."""
+        return dataclasses.replace(self, cp=cp, mate=None, wdl=wdl)
 
-def _line_for(search: MultiGameSearch, move: str, q: float | None, draw: float | None) -> _Line:
+
+def line_for(search: MultiGameSearch, move: str, q: float | None, draw: float | None) -> ScoredLine:
     pv = search.principal_variation(0, first=move)
     proof = search.proof(0, [move])
     if proof is not None and proof[0] != "draw":
         mate = mate_in_moves(*proof)
-        return _Line(pv, None, mate, (1000, 0, 0) if mate > 0 else (0, 0, 1000))
+        return ScoredLine(pv, None, mate, (1000, 0, 0) if mate > 0 else (0, 0, 1000))
     if proof is not None:
-        return _Line(pv, 0, None, (0, 1000, 0))
+        return ScoredLine(pv, 0, None, (0, 1000, 0))
     value = q if q is not None else search.root_value(0)
-    return _Line(pv, round(value_to_centipawns(value)), None, value_to_wdl(value, draw))
+    return ScoredLine(pv, round(value_to_centipawns(value)), None, value_to_wdl(value, draw))
 
 
 def info_lines(search: MultiGameSearch, job: SearchJob, multipv: int, *, wdl: bool,
-               draw: float | None) -> list[str]:
-    """Formats one `info depth .. multipv k score .. [wdl ..] nodes .. nps .. time .. pv ..` per line.
+               draw: float | None, tbhits: int | None = None) -> list[str]:
+    """Formats one `info depth .. multipv k score .. [wdl ..] nodes .. nps .. [tbhits ..] time .. pv ..` per line.
 
     nodes: the simulations of this search (a kept subtree's older visits are
     not counted); nps: those nodes over the seconds the search has run
-    (pondering included); time: milliseconds since `go`, or since ponderhit.
+    (pondering included); tbhits (given with tablebases): their probes since
+    `go`; time: milliseconds since `go`, or since ponderhit.
     """
     now = job.clock()
     elapsed = max(now - job.started, 1e-6)
@@ -155,10 +161,11 @@ def info_lines(search: MultiGameSearch, job: SearchJob, multipv: int, *, wdl: bo
     q_of = {uci: q for uci, _, _, q, _ in search.root_stats(0)}
     lines = []
     for k, move in enumerate(search.ranked_moves(0)[:multipv], start=1):
-        line = _line_for(search, move, q_of[move], draw)
+        line = line_for(search, move, q_of[move], draw)
         shown_wdl = f" wdl {line.wdl[0]} {line.wdl[1]} {line.wdl[2]}" if wdl else ""
+        hits = f" tbhits {tbhits}" if tbhits is not None else ""
         lines.append(f"info depth {len(line.pv)} seldepth {len(line.pv)} multipv {k} {line.score()}{shown_wdl} "
-                     f"nodes {nodes} nps {nps} time {int(elapsed * 1000)} pv {' '.join(line.pv)}")
+                     f"nodes {nodes} nps {nps}{hits} time {int(elapsed * 1000)} pv {' '.join(line.pv)}")
     return lines
 
 

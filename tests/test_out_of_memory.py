@@ -40,7 +40,7 @@ COMMANDS = [
     (["pretrain", "--run", "{run}", "--pgn", "games.pgn"], "learner.cli.run_pretrain", "learner.batch_size",
      "learner.batch_size"),
     (["uci", "--weights", "builtin"], "eval.cli.run_uci_command", "the engine's LeavesPerBatch option",
-     "the engine's TreeMemoryMB option (0: half the machine's memory) or Nodes"),
+     "the engine's Hash option (0: half the machine's memory) or Nodes"),
     (["match", "vs", "random"], "eval.cli.run_match", "--concurrency", "--simulations (a player's search:N)"),
     (["puzzles", "puzzles.csv"], "eval.cli.run_puzzles", "--concurrency", "--nodes or --concurrency"),
 ]

@@ -67,7 +67,7 @@ def engine(weights: Path) -> Iterator[chess.engine.SimpleEngine]:
 
 def test_engine_declares_its_options(engine: chess.engine.SimpleEngine) -> None:
     assert engine.id["name"].startswith("alphazero")
-    for name in ("Nodes", "Weights", "Device", "MoveOverhead", "Threads"):
+    for name in ("Nodes", "Weights", "Device", "Move Overhead", "Threads", "Hash", "SyzygyPath"):
         assert name in engine.options
     assert engine.options["Nodes"].default == 400
 

@@ -1,5 +1,5 @@
-"""The UCI engine's memory (issue 69): TreeMemoryMB bounds the search's tree, said in `info string`; a tree that
-fills it ends the search with the search's own best move (after `stop` or `ponderhit` under `go infinite` or
+"""The UCI engine's memory (issue 69): Hash (once TreeMemoryMB) bounds the search's tree, said in `info string`;
+a tree that fills it ends the search with the search's own best move (after `stop` or `ponderhit` under `go infinite` or
 `go ponder`); an allocation that fails anyway (a GPU's pass, the machine's memory) is said with what to lower and
 answered with the best move so far, and the engine stays up (eval.uci_memory).
 
@@ -46,7 +46,7 @@ def engine(weights: Path) -> Iterator[chess.engine.SimpleEngine]:
                "1"]
     uci = chess.engine.SimpleEngine.popen_uci(command, cwd=ROOT, env=repo_env(), timeout=60)
     try:
-        uci.configure({"TreeMemoryMB": 1})
+        uci.configure({"Hash": 1})
         yield uci
     finally:
         uci.quit()
@@ -58,7 +58,7 @@ def engine(weights: Path) -> Iterator[chess.engine.SimpleEngine]:
 
 def test_go_infinite_with_a_full_tree_waits_for_stop_and_answers_with_the_searchs_move(
         engine: chess.engine.SimpleEngine) -> None:
-    assert engine.options["TreeMemoryMB"].default == 0
+    assert engine.options["Hash"].default == 0
     board = chess.Board()
     infos: list[chess.engine.InfoDict] = []
     with engine.analysis(board) as analysis:
@@ -69,7 +69,7 @@ def test_go_infinite_with_a_full_tree_waits_for_stop_and_answers_with_the_search
         analysis.stop()
         best = analysis.wait()
     said = _strings(infos)
-    assert any(text.startswith("tree memory 1 MiB (TreeMemoryMB 1): about ") and text.endswith(" nodes")
+    assert any(text.startswith("tree memory 1 MiB (Hash 1): about ") and text.endswith(" nodes")
                for text in said), said
     full = [text for text in said if text.startswith("tree full at ")]
     assert len(full) == 1 and full[0].endswith("bestmove after stop")
@@ -115,7 +115,7 @@ def _bestmove(out: io.StringIO) -> str:
 
 
 def test_go_ponder_with_a_full_tree_answers_after_ponderhit_with_the_most_visited_move(weights: Path) -> None:
-    engine, out = _engine(weights, "tree full", "TreeMemoryMB value 1")
+    engine, out = _engine(weights, "tree full", "Hash value 1")
     engine.handle("position startpos moves e2e4")
     engine.handle("go ponder wtime 60000 btime 60000")
     assert out.seen.wait(120), out.getvalue()
@@ -136,7 +136,7 @@ def test_the_memory_line_is_said_when_the_setting_changes(weights: Path) -> None
     # change this engine's share, and its line, when collected mid-test.
     gc.collect()
     engine, out = _engine(weights, "tree memory")
-    for option in ("", "", "TreeMemoryMB value 2", "TreeMemoryMB value 2", "Nodes value 9"):
+    for option in ("", "", "Hash value 2", "TreeMemoryMB value 2", "Nodes value 9"):
         if option:
             engine.handle(f"setoption name {option}")
         engine.handle("position startpos")
@@ -144,8 +144,8 @@ def test_the_memory_line_is_said_when_the_setting_changes(weights: Path) -> None
         engine.wait()
     said = [line for line in out.getvalue().splitlines() if line.startswith("info string tree memory")]
     assert len(said) == 2, said
-    assert "TreeMemoryMB 0: half the machine's memory" in said[0]
-    assert said[1].startswith("info string tree memory 2 MiB (TreeMemoryMB 2): about ")
+    assert "Hash 0: half the machine's memory" in said[0]
+    assert said[1].startswith("info string tree memory 2 MiB (Hash 2): about ")
     search = engine._search
     assert search is not None and search.tree_memory_limit == 2 * 2**20
     assert f"about {search.nodes_that_fit():,} nodes" in said[1]
@@ -155,7 +155,7 @@ def test_the_option_and_the_cap_of_infinite_searches_keep_to_their_ranges() -> N
     assert INFINITE_NODES < 2**31  # the search's budget is a C int
     option = OPTIONS_BY_NAME["treememorymb"]
     assert (option.type, option.default, option.min) == ("spin", 0, 0)
-    with pytest.raises(ValueError, match="TreeMemoryMB must lie in"):
+    with pytest.raises(ValueError, match="Hash must lie in"):
         option.parse("-1")
 
 
@@ -216,7 +216,7 @@ def test_out_of_memory_under_go_infinite_still_waits_for_stop(weights: Path, mon
     engine.handle("position startpos")
     engine.handle("go infinite")
     assert out.seen.wait(60), out.getvalue()
-    assert "the machine's memory ran out; lower the engine's TreeMemoryMB option" in out.getvalue()
+    assert "the machine's memory ran out; lower the engine's Hash option" in out.getvalue()
     assert not _answered(out) and engine.searching()
     engine.handle("stop")
     assert chess.Move.from_uci(_bestmove(out)) in chess.Board().legal_moves
@@ -232,7 +232,7 @@ def test_out_of_memory_building_the_search_is_answered_with_a_legal_move(
     engine.handle("position startpos")
     engine.handle("go nodes 8")
     engine.wait()
-    assert "info string out of memory: the machine's memory ran out; lower the engine's TreeMemoryMB option (0: " \
+    assert "info string out of memory: the machine's memory ran out; lower the engine's Hash option (0: " \
            "half the machine's memory) or Nodes; answering with a legal move" in out.getvalue()
     assert _bestmove(out) == Board().legal_moves()[0]
     monkeypatch.undo()
@@ -273,5 +273,5 @@ def test_out_of_memory_in_a_searchless_mode_is_said_and_answered(weights: Path,
     engine.handle("go nodes 8")
     engine.wait()
     assert "info string Mode policy failed: out of memory: the machine's memory ran out; lower the engine's " \
-           "TreeMemoryMB option" in out.getvalue()
+           "Hash option" in out.getvalue()
     assert _bestmove(out) == Board().legal_moves()[0]

@@ -158,7 +158,7 @@ def _started_engine(args: argparse.Namespace, out: io.StringIO, forward: str) ->
 
     engine = UciEngine(None, args.weights, args.device, stdin=io.StringIO(""), stdout=out, stderr=sys.stderr,
                        threads=args.threads, forward=forward)
-    engine.handle("setoption name MoveOverhead value 0")
+    engine.handle("setoption name Move Overhead value 0")
     if args.visits_per_leaf is not None:
         engine.handle(f"setoption name VisitsPerLeaf value {args.visits_per_leaf}")
     engine.handle("isready")
