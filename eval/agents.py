@@ -240,9 +240,11 @@ UCI_AGENT_OPTIONS = {
     "fpu": "FpuMode",
     "unvisited": "GumbelUnvisited",
     "treemb": "Hash",
+    "hash": "Hash",
+    "syzygy": "SyzygyPath",
 }
 """The `uci` player's options that set the engine's UCI options: spec key -> UCI name (eval.uci.OPTIONS)."""
-_UCI_TEXT_OPTIONS = ("algorithm", "ptemp", "cpuct", "precision", "timeman", "mode", "fpu", "unvisited")
+_UCI_TEXT_OPTIONS = ("algorithm", "ptemp", "cpuct", "precision", "timeman", "mode", "fpu", "unvisited", "syzygy")
 """Those passed on as text (the rest are integers)."""
 
 

@@ -66,6 +66,9 @@ def add_match_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ply-limit", type=int, default=512, help="plies after which a game is drawn (default 512)")
     parser.add_argument("--resign", type=float, default=None, metavar="VALUE",
                         help="resign when both sides' values agree below VALUE, e.g. -0.9 (default: never)")
+    parser.add_argument("--syzygy", default=None, metavar="PATH",
+                        help="Syzygy tablebase folders (':'-separated): a game ends as soon as they hold its "
+                             "position, with their result under the fifty-move rule (default: played out)")
     parser.add_argument("--seed", type=int, default=0,
                         help="first opening of the book (or the shuffle's seed), and random's seed")
     add_openings_arguments(parser)
@@ -121,8 +124,9 @@ def run_match(args: argparse.Namespace) -> None:
     or, failing that, to stdout as PGN.
 
     Raises UserError for a bad player spec or option, a missing Stockfish or
-    checkpoint, or a run directory whose folders cannot be written.
+    checkpoint, a --syzygy path without tables, or a run directory whose folders cannot be written.
     """
+    from alphazero.chess.syzygy import Tables
     from alphazero.config import DEFAULT_PRESET
     from alphazero.errors import UserError
     from alphazero.presets import get_preset
@@ -148,6 +152,7 @@ def run_match(args: argparse.Namespace) -> None:
     spec_a, spec_b = _apply_elo([spec_a, spec_b], args.elo)
     openings = ordered_openings(load_openings(args.openings), args.openings_order, args.seed)
     start = args.seed if args.openings_order == "sequential" else 0
+    tables = Tables.open(args.syzygy) if args.syzygy is not None else None  # SyzygyPathError says what is wrong
     check_writable_directory(run.eval, "the match's records")
     check_writable_directory(run.games, "the match's games")
     if games % 2:
@@ -158,7 +163,7 @@ def run_match(args: argparse.Namespace) -> None:
         result = play_match(agent_a, agent_b, games=games, concurrency=concurrency, ply_limit=args.ply_limit,
                             agreed_resign_value=args.resign, out_dir=run.eval, pgn_dir=run.games,
                             progress=not args.no_progress, openings=openings,
-                            seed=start, match_id=args.match_id, clock=clock)
+                            seed=start, match_id=args.match_id, clock=clock, syzygy=tables)
     print(format_summary(result))
     if result.pgn_path is not None:
         print(f"games: {result.pgn_path}\nrecords: {result.jsonl_path}")

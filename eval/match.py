@@ -10,8 +10,11 @@ across games.
 A game ends by the rules self-play and search play by (`board_outcome`:
 checkmate, insufficient material, stalemate, then draws that stand on the
 board: a half-move clock of 100, a position there for the third time), as a
-draw at the ply limit, or by resignation when both agents agree it is lost
-(see `play_match`). A draw that a player could only claim by announcing the
+draw at the ply limit, by resignation when both agents agree it is lost
+(see `play_match`), or, given Syzygy tables (`syzygy`, `match --syzygy`), as
+soon as the tables hold the position: the result they give under the
+fifty-move rule (alphazero.chess.syzygy, Tables.outcome; termination
+`tablebase`). A draw that a player could only claim by announcing the
 move that makes it does not end the game: a searching agent plans with the
 same rules it is judged by, and a random player does not claim draws.
 
@@ -53,6 +56,7 @@ import chess
 import chess.engine
 import chess.pgn
 
+from alphazero.chess.syzygy import Tables
 from alphazero.console import LiveDisplay
 from alphazero.errors import UserError
 from alphazero.store.rundir import atomic_write_text, check_writable_directory
@@ -70,6 +74,7 @@ DEFAULT_RESIGN_MOVES = 3
 """Consecutive own moves on which both sides must agree before the loser resigns."""
 
 PLY_LIMIT = "ply_limit"  # termination names as in self-play records (alphazero.chess.pgn)
+TABLEBASE = "tablebase"
 RESIGNATION = "resignation"
 TIME_FORFEIT = "time_forfeit"
 TIME_FORFEIT_DRAW = "time_forfeit_insufficient_material"  # out of time, but the opponent cannot mate
@@ -144,6 +149,7 @@ class _Rules:
     # Not self-play's resign_threshold (one side's root value): both sides' values must agree beyond it.
     agreed_resign_value: float | None
     resign_moves: int
+    tables: Tables | None = None  # Syzygy tables that adjudicate the positions they hold
 
 
 @dataclass
@@ -173,6 +179,8 @@ class _Game:
         outcome = board_outcome(self.board)
         if outcome is not None:
             self.result, self.termination = outcome.result(), outcome.termination.name.lower()
+        elif rules.tables is not None and (decided := rules.tables.outcome(self.board)) is not None:
+            self.result, self.termination = decided.result(), TABLEBASE
         elif rules.ply_limit is not None and len(self.board.move_stack) >= rules.ply_limit:
             self.result, self.termination = DRAW, PLY_LIMIT
 
@@ -427,6 +435,7 @@ def play_match(
     match_id: str | None = None,
     clock: Clock | None = None,
     stop: threading.Event | None = None,
+    syzygy: Tables | None = None,
 ) -> MatchResult:
     """Plays a match of `games` games (rounded up to even) between two agents.
 
@@ -446,7 +455,8 @@ def play_match(
     value never resign.
 
     `ply_limit` (None for none) ends a game as a draw after that many plies,
-    opening included. A `stop` event, once set, ends the match after the
+    opening included. `syzygy` (Syzygy tables) ends a game as soon as they hold its position, with the
+    result they give under the fifty-move rule. A `stop` event, once set, ends the match after the
     current move: the games in flight are dropped, the finished ones kept
     (in the result and the files). `match_id` (default `<a>-vs-<b>-<UTC time>`) names the
     files and is the PGN Event: `out_dir/<match_id>.jsonl` and
@@ -467,7 +477,7 @@ def play_match(
             raise UserError(f"{agent.name} cannot play on a clock: on a clock, both players must be UCI engines "
                             f"(stockfish, uci)")
     pending = _schedule(load_openings() if openings is None else openings, games, seed)
-    rules = _Rules(ply_limit, agreed_resign_value, resign_moves)
+    rules = _Rules(ply_limit, agreed_resign_value, resign_moves, syzygy)
     result = MatchResult(match_id or _default_match_id(agent_a, agent_b), agent_a.name, agent_b.name, [])
     files = None
     if out_dir is not None:

@@ -1,10 +1,12 @@
 """Syzygy tablebases (alphazero.chess.syzygy, eval.uci_syzygy): opening a path, Stockfish's ranking of root
-moves, adjudication, and a search leaf read back from its compact input, on the small real tables in
-tests/data/syzygy (their source and terms: its README)."""
+moves, a search leaf read back from its compact input, and a match adjudicated by the tables (match --syzygy),
+on the small real tables in tests/data/syzygy (their source and terms: its README)."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import chess
@@ -12,10 +14,13 @@ import numpy as np
 import pytest
 
 from alphazero.chess.syzygy import MAX_DTZ, SyzygyPathError, Tables, rank_of
+from eval.agents import RandomAgent
+from eval.match import play_match
+from eval.openings import Opening
 from eval.uci_syzygy import leaf_board, open_tables, probe_leaves
 from mcts_ext import Board
 from mcts_ext.encode import encode_board, new_batch
-from tests.helpers import ROOT
+from tests.helpers import ROOT, repo_env
 
 TABLES = ROOT / "tests" / "data" / "syzygy"
 
@@ -186,3 +191,43 @@ def test_leaves_the_tables_hold_take_their_result(tables: Tables) -> None:
     values = probe_leaves(tables, planes, scalars, network)
     assert values.tolist() == [1.0, -1.0, 0.0, 0.25]
     assert network.tolist() == [0.25] * 4  # the network's own array is left alone
+
+
+# --- match adjudication --------------------------------------------------------------------------------------
+
+
+def _opening(fen: str) -> Opening:
+    return Opening(fen, [], fen, start_fen=fen)
+
+
+def test_a_match_adjudicates_a_game_as_soon_as_the_tables_hold_it(tables: Tables, tmp_path: Path) -> None:
+    # Four pieces against three-piece tables: random moves go on until a capture leaves three.
+    openings = [_opening(KQVK), _opening("8/8/8/3k4/8/2n5/8/KQ6 w - - 0 1")]
+    result = play_match(RandomAgent(1), RandomAgent(2), openings=openings, games=4, syzygy=tables, progress=False,
+                        out_dir=tmp_path, match_id="tb")
+    first = result.games[0]
+    assert (first.result, first.termination, first.plies) == ("1-0", "tablebase", 0)
+    for game in result.games[2:]:
+        board = chess.Board(game.start_fen)
+        for move in game.moves:
+            board.push_uci(move)
+        assert game.termination in ("tablebase", "checkmate", "stalemate", "insufficient_material")
+        if game.termination == "tablebase":
+            outcome = tables.outcome(board)
+            assert outcome is not None and outcome.result() == game.result and len(board.piece_map()) == 3
+    assert '[TerminationDetail "tablebase"]' in (tmp_path / "tb.pgn").read_text()
+    assert '[Termination "adjudication"]' in (tmp_path / "tb.pgn").read_text()
+
+
+def test_a_match_without_tables_plays_the_ending_out() -> None:
+    result = play_match(RandomAgent(1), RandomAgent(2), openings=[_opening(KQVK)], games=2, ply_limit=20,
+                        progress=False)
+    assert all(game.termination != "tablebase" and game.plies > 0 for game in result.games)
+
+
+def test_match_refuses_a_syzygy_path_without_tables_in_one_line(tmp_path: Path) -> None:
+    run = subprocess.run([sys.executable, "-m", "alphazero", "match", "random", "vs", "random", "--games", "2",
+                          "--run", str(tmp_path / "run"), "--syzygy", str(tmp_path), "--no-progress"],
+                         cwd=ROOT, env=repo_env(), capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2
+    assert run.stderr.strip() == f"alphazero match: error: no Syzygy tables (*.rtbw) in {str(tmp_path)!r}"

@@ -3,10 +3,10 @@
 ``Termination`` holds one of the PGN standard's values (section 9.8.1 of the
 1994 specification): "normal" for a game ended by the rules of chess or by a
 resignation, "adjudication" for one stopped by a rule of ours (the ply
-limit). The rule itself goes in ONE custom tag, ``TerminationDetail``, named
-as in shards and match records: checkmate, stalemate, insufficient_material,
-fifty_moves, threefold_repetition, seventyfive_moves, fivefold_repetition,
-ply_limit or resignation.
+limit, Syzygy tables). The rule itself goes in ONE custom tag,
+``TerminationDetail``, named as in shards and match records: checkmate,
+stalemate, insufficient_material, fifty_moves, threefold_repetition,
+seventyfive_moves, fivefold_repetition, ply_limit, tablebase or resignation.
 
 Example::
 
@@ -33,6 +33,7 @@ _STANDARD_TERMINATION = {
     "fivefold_repetition": "normal",
     "resignation": "normal",
     "ply_limit": "adjudication",
+    "tablebase": "adjudication",
     "time_forfeit": "time forfeit",
     "time_forfeit_insufficient_material": "time forfeit",
 }
