@@ -182,10 +182,10 @@ OPTIONS: tuple[UciOption, ...] = (
     UciOption("Hash", "spin", 0, "MiB the search tree may take (Stockfish's name; lc0's RamLimitMb; TreeMemoryMB "
               "is taken too); a search whose tree fills it stops there and answers with its best move (go infinite "
               "and ponder after stop or ponderhit); 0: half the machine's memory", 0, MAX_TREE_MEMORY_MB),
-    UciOption("SyzygyPath", "string", "", "folders of Syzygy tablebases (.rtbw, .rtbz), separated by "
-              f"'{os.pathsep}': at the root only moves that keep the tables' result are played, the fastest to "
-              "zero the move counter among winning ones; the search's leaves within the tables' pieces take their "
-              "win, draw or loss; empty: none"),
+    UciOption("SyzygyPath", "string", "", "folders of Syzygy tablebases (.rtbw and .rtbz files), separated by "
+              f"'{os.pathsep}': at a position they hold, only the moves that keep its result are played (among "
+              "winning ones the fastest to zero the fifty-move counter, as Stockfish ranks them); elsewhere the "
+              "search's leaves they hold take their win, draw or loss; empty: none"),
     UciOption("FpuMode", "combo", AUTO, "PUCT's value of an unvisited move: reduction (the parent's minus "
               "fpu_value), absolute (fpu_value), action_value (the action-value head's value of the move, for a "
               "network with the head) or action_value_reduction (that value minus the reduction); auto: the "
@@ -216,3 +216,14 @@ def options_table(width: int = 100) -> str:
         lines.append(f"  {option.name} ({option.flag}): {option.summary()}")
         lines += textwrap.wrap(option.help, width, initial_indent=" " * 6, subsequent_indent=" " * 6)
     return "\n".join(lines)
+
+
+def options_markdown() -> str:
+    """The options as the Markdown table docs/engine.md holds (a test checks that it does): option, flag, type,
+    default, values and what it does."""
+    rows = ["| option | flag | type | default | values | what it does |", "|---|---|---|---|---|---|"]
+    for option in OPTIONS:
+        values = option.range_text().replace("|", ", ") if option.type != "string" else "text"
+        rows.append(f"| `{option.name}` | `{option.flag}` | {option.type} | `{option.default_text()}` | {values} | "
+                    f"{option.help} |")
+    return "\n".join(rows)

@@ -18,7 +18,7 @@ import pytest
 from alphazero.chess.syzygy import Tables
 from alphazero.errors import UserError
 from eval.uci import UciEngine
-from eval.uci_options import ALIASES, OPTIONS, OPTIONS_BY_NAME
+from eval.uci_options import ALIASES, OPTIONS, OPTIONS_BY_NAME, options_markdown
 from tests.helpers import ROOT, repo_env
 from tests.test_syzygy import KQVK, KRVK, KVKP_ONLY_KC2_HOLDS, TABLES
 
@@ -182,3 +182,7 @@ def test_help_lists_every_option_from_the_one_table() -> None:
     assert run.returncode == 0
     for option in OPTIONS:
         assert f"  {option.name} ({option.flag}): {option.summary()}" in run.stdout
+
+
+def test_the_engine_page_holds_the_options_table_as_declared() -> None:
+    assert options_markdown() in (ROOT / "docs" / "engine.md").read_text()
