@@ -21,7 +21,8 @@ The faults come one after another while games are in flight: a host joins, a
 worker host dies (every process at once), a worker's link is down for 30 s,
 the driver is stopped with Ctrl-C and started again, then the driver and the
 learner get SIGTERM. The test prints each fault's figures (games, losses,
-seconds to recover, learner steps), the ones EXPERIMENTS.md "Issue 50" holds.
+seconds to recover, learner steps), the ones EXPERIMENTS.md "Faults on a
+cluster of namespace hosts" holds.
 """
 
 from __future__ import annotations
@@ -242,7 +243,7 @@ def _join(cluster: Cluster, worker: Host, token: str, cpus: int) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("saturates_the_cores")  # (pyproject.toml's addopts: never beside test_signals' 256 actors)
+@pytest.mark.xdist_group("saturates_the_cores")  # alone on the machine (tests/conftest.py)
 def test_selfplay_and_learn_on_hosts_started_as_the_docs_say_through_faults(cluster: Cluster) -> None:
     head, (w1, w2) = cluster.head, cluster.workers
     run = "/tmp/runs/x"  # on the head: no worker sees it

@@ -111,7 +111,7 @@ def test_selfplay_stops_on_sigterm_as_on_ctrl_c(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("saturates_the_cores")  # (pyproject.toml's addopts: never beside test_hosts' faults test)
+@pytest.mark.xdist_group("saturates_the_cores")  # alone on the machine (tests/conftest.py)
 def test_more_actors_than_fit_start_as_many_as_fit_and_ctrl_c_stops_them_while_they_start(tmp_path: Path) -> None:
     # Issue 50: 256 actors asked on a 2-CPU machine started Python processes until memory ran out, and Ctrl-C
     # waited for every one of them. Now the command says what fits before it starts them, starts that many,
