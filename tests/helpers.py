@@ -51,6 +51,19 @@ def repo_env() -> dict[str, str]:
 REQUIRE_ENV = "ALPHAZERO_REQUIRE_STOCKFISH"
 
 
+def python_stacks(pid: int) -> str:
+    """The Python stacks of every thread of process ``pid`` (py-spy, the test extra's), for the message of a
+    test whose command did not end in time: where it waits, read before it is killed."""
+    try:
+        dump = subprocess.run(["py-spy", "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=60,
+                              check=False)
+    except FileNotFoundError:
+        return "(no stacks: py-spy, of the test extra, is not installed)"
+    except subprocess.TimeoutExpired:
+        return f"(no stacks: py-spy took over 60 s on process {pid})"
+    return dump.stdout if dump.returncode == 0 else f"(no stacks of process {pid}: {dump.stderr.strip()})"
+
+
 def kill_once_shards_exist(command: list[str], folder: Path, *, bound_s: float = 300.0) -> None:
     """Starts ``command`` (from the repository root) and SIGKILLs it as soon as ``folder`` holds a shard.
 

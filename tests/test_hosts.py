@@ -43,7 +43,7 @@ import pytest
 
 from alphazero.store.checkpoint import latest_checkpoint, step_of
 from alphazero.store.shards import list_shards, read_shard
-from tests.helpers import TRAIN_FAST, check_shard_invariants
+from tests.helpers import TRAIN_FAST, check_shard_invariants, python_stacks
 from tests.hosts import Host, HostsUnavailable, Network, children_of
 
 pytest.importorskip("ray")
@@ -165,9 +165,11 @@ def _wait_to_end(process: subprocess.Popen[str], name: str, logs: Path, codes: t
     try:
         process.wait(HANG_BOUND_S)
     except subprocess.TimeoutExpired:
+        stacks = "\n".join(python_stacks(pid) for pid in children_of(process.pid))  # the command, under nsenter
         process.kill()
         said = "\n".join((logs / f"{name}.{stream}").read_text()[-3000:] for stream in ("out", "err"))
-        pytest.fail(f"{name} did not end within {HANG_BOUND_S} s; it said, last:\n{said}")
+        pytest.fail(f"{name} did not end within {HANG_BOUND_S} s; it said, last:\n{said}\nits stacks then:\n"
+                    f"{stacks}")
     out, err = (logs / f"{name}.out").read_text(), (logs / f"{name}.err").read_text()
     assert process.returncode in codes, f"{name} failed ({process.returncode}):\n{out}\n{err}"
     return out

@@ -25,7 +25,7 @@ import pytest
 
 from alphazero.store.checkpoint import step_of
 from alphazero.store.shards import list_shards, read_shard_games
-from tests.helpers import ROOT, SELFPLAY_FAST, TRAIN_FAST, repo_env
+from tests.helpers import ROOT, SELFPLAY_FAST, TRAIN_FAST, python_stacks, repo_env
 
 pytest.importorskip("ray")
 
@@ -77,10 +77,11 @@ def _stop(process: subprocess.Popen[str], signum: int) -> tuple[str, str]:
     try:
         return process.communicate(timeout=SERVICE_STOP_S)
     except subprocess.TimeoutExpired:
+        stacks = python_stacks(process.pid)
         process.kill()
         out, err = process.communicate()
         pytest.fail(f"the command did not end within {SERVICE_STOP_S} s of signal {signum}; it said, last:\n"
-                    f"{out[-3000:]}\n{err[-3000:]}")
+                    f"{out[-3000:]}\n{err[-3000:]}\nits stacks then:\n{stacks}")
 
 
 @pytest.mark.slow

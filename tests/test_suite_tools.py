@@ -1,19 +1,23 @@
-"""The suite's lock that gives a test of the saturates_the_cores group the machine to itself (tests/conftest.py).
+"""The suite's own tools: the lock that gives a test of the saturates_the_cores group the machine to itself
+(tests/conftest.py), and the stacks a test reports of a command it waited on in vain.
 
 What the suite relies on: while such a test runs, no test of the other worker
 runs, and the other worker, which runs its tests back to back, neither
-starves it nor deadlocks with it.
+starves it nor deadlocks with it; a hang's report says where it hung.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.helpers import python_stacks
 from tests.machine_share import CORES_GROUP, machine_share, saturates_the_cores
 
 HANG_BOUND_S = 60.0  # only stops a hang: each process ends on its condition long before
@@ -77,3 +81,16 @@ class _Item:
 ])
 def test_the_group_is_found_by_its_marker(marker: pytest.Mark | None, alone: bool) -> None:
     assert saturates_the_cores(_Item(marker)) is alone  # type: ignore[arg-type]
+
+
+def test_the_stacks_of_a_waiting_command_say_where_it_waits() -> None:
+    waiting = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
+                                "def waiting_for_godot():\n    print('ready', flush=True)\n    time.sleep(600)\n"
+                                "waiting_for_godot()"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert waiting.stdout is not None and waiting.stdout.readline() == "ready\n"
+        stacks = python_stacks(waiting.pid)
+    finally:
+        waiting.kill()
+        waiting.communicate()
+    assert "waiting_for_godot" in stacks, stacks
