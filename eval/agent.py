@@ -130,3 +130,46 @@ class RandomAgent(Agent):
     def choose(self, boards: Sequence[chess.Board]) -> list[Choice]:
         """Chooses a random legal move on each board."""
         return [Choice(self._rng.choice(list(board.legal_moves))) for board in boards]
+
+
+class RandomMixAgent(Agent):
+    """Plays a uniformly random legal move on a share of its moves and `inner`'s move on the rest.
+
+    Each board draws, with probability `share`, whether this move is random;
+    only the boards that do not are handed to `inner`, so a mix costs the
+    inner agent's time on the other moves only. A random move has no value
+    (the mix never resigns on one). The ladder (eval.ladder) uses mixes of a
+    weak engine and random moves as rungs between `random` and the engine.
+    The same seed draws the same sequence of choices.
+
+    Raises UserError if `share` is outside [0, 1].
+    """
+
+    def __init__(self, inner: Agent, share: float, *, seed: int = 0, name: str | None = None) -> None:
+        if not 0.0 <= share <= 1.0:
+            raise UserError(f"random={share!r} must lie in [0, 1]: the share of moves played at random")
+        super().__init__(name or f"{inner.name},random={share:g}")
+        self.inner, self.share = inner, share
+        self._rng = random.Random(seed)
+
+    plays_on_clock = False
+
+    def new_game(self) -> None:
+        self.inner.new_game()
+
+    def choose(self, boards: Sequence[chess.Board]) -> list[Choice]:
+        """Chooses a random move on each board that draws one, the inner agent's move on the others."""
+        return self._mix(boards, self.inner.choose)
+
+    def choose_fresh(self, boards: Sequence[chess.Board]) -> list[Choice]:
+        return self._mix(boards, self.inner.choose_fresh)
+
+    def _mix(self, boards: Sequence[chess.Board], ask: Any) -> list[Choice]:
+        randomly = [self._rng.random() < self.share for _ in boards]
+        rest = [board for board, drawn in zip(boards, randomly, strict=True) if not drawn]
+        asked = iter(ask(rest) if rest else [])
+        return [Choice(self._rng.choice(list(board.legal_moves)), None, {"random": True}) if drawn else next(asked)
+                for board, drawn in zip(boards, randomly, strict=True)]
+
+    def close(self) -> None:
+        self.inner.close()

@@ -1,7 +1,9 @@
 """Players for matches by name: the registry of player kinds and the specs that build agents.
 
 Players are named on the command line by specs such as `random`,
-`stockfish:elo=1500` or `stockfish:skill=5,movetime=100`; `parse_player` turns
+`stockfish:elo=1500`, `stockfish:skill=5,movetime=100` or `fairy:skill=-5`
+(Fairy-Stockfish below Stockfish's weakest level; `random=0.5` mixes in
+random moves, as the ladder's lowest rungs do); `parse_player` turns
 a spec into an Agent through the registry (`players()`: this module's kinds and
 eval.network_agents' policy, value, av, search and gumbel, loaded on first use),
 which `register_player` extends.
@@ -24,8 +26,15 @@ import chess.engine
 
 from alphazero.errors import UserError
 from alphazero.search import parse_cpuct
-from eval.agent import Agent, Choice, RandomAgent
-from eval.engine_agents import FALLBACK_MOVETIME_MS, FULL_STRENGTH_NODES, StockfishAgent, StockfishStrength, UciAgent
+from eval.agent import Agent, Choice, RandomAgent, RandomMixAgent
+from eval.engine_agents import (
+    FALLBACK_MOVETIME_MS,
+    FULL_STRENGTH_NODES,
+    FairyStockfishAgent,
+    StockfishAgent,
+    StockfishStrength,
+    UciAgent,
+)
 from eval.player_kind import PlayerFactory, PlayerKind, int_option, number_option, player_kind, ptemp_option
 
 # --- player specs ---------------------------------------------------------------
@@ -35,7 +44,7 @@ PLAYERS: dict[str, PlayerKind] = {}
 """The registry: player name -> kind. players() puts the built-in kinds in it on first use; extend it with
 register_player."""
 
-BUILTIN_PLAYERS = ("uci", "random", "stockfish", "policy", "value", "av", "search", "gumbel")
+BUILTIN_PLAYERS = ("uci", "random", "stockfish", "fairy", "policy", "value", "av", "search", "gumbel")
 """The kinds that come with the project: this module's, then eval.network_agents'."""
 
 NAME_OPTION = "name"
@@ -199,15 +208,53 @@ _STOCKFISH_OPTIONS = {
     "threads": "threads per engine, default 1",
     "hash": "hash MB per engine, default 16",
     "processes": "engines searching games in parallel, default 1",
+    "random": "share of moves (0..1) played uniformly at random instead of the engine's, default 0",
+}
+_FAIRY_OPTIONS = {
+    "skill": "Skill Level -20..20 (below 0: weaker than Stockfish's weakest level)",
+    **{key: text for key, text in _STOCKFISH_OPTIONS.items() if key not in ("elo", "skill")},
 }
 
 
+def _parse_share(text: str) -> float:
+    share = float(text)
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"expected a share of moves from 0 to 1, got {text!r}")
+    return share
+
+
+def _random_share(options: Mapping[str, str]) -> float:
+    """Reads the `random` option (checked before the engine starts); 0 when absent."""
+    return number_option(options, "random", _parse_share) or 0.0
+
+
+def _with_random_moves(agent: Agent, share: float, context: Mapping[str, Any]) -> Agent:
+    """Wraps the engine in a RandomMixAgent when `share` is above 0; the name is the engine's spec with it."""
+    if not share:
+        return agent
+    shown = f"{agent.name}{',' if ':' in agent.name else ':'}random={share:g}"
+    return RandomMixAgent(agent, share, seed=int(context.get("seed", 0)), name=shown)
+
+
 def _make_stockfish(options: dict[str, str], context: Mapping[str, Any]) -> Agent:
+    share = _random_share(options)
+    return _with_random_moves(_engine_agent(StockfishAgent, options, context, elo=int_option(options, "elo")),
+                              share, context)
+
+
+def _make_fairy(options: dict[str, str], context: Mapping[str, Any]) -> Agent:
+    share = _random_share(options)
+    return _with_random_moves(_engine_agent(FairyStockfishAgent, options, context), share, context)
+
+
+def _engine_agent(kind: type[StockfishAgent], options: dict[str, str], context: Mapping[str, Any],
+                  elo: int | None = None) -> StockfishAgent:
     def opt(key: str, default: int | None = None) -> int | None:
         return int_option(options, key, default)
 
-    return StockfishAgent(
-        elo=opt("elo"),
+    path_key = "fairy_path" if kind is FairyStockfishAgent else "stockfish_path"
+    return kind(
+        elo=elo,
         skill=opt("skill"),
         depth=opt("depth"),
         nodes=opt("nodes"),
@@ -215,7 +262,7 @@ def _make_stockfish(options: dict[str, str], context: Mapping[str, Any]) -> Agen
         threads=opt("threads", 1) or 0,  # 0 (never None here) fails StockfishAgent's check
         hash_mb=opt("hash", 16) or 0,
         processes=opt("processes", 1) or 0,
-        path=context.get("stockfish_path"),
+        path=context.get(path_key),
     )
 
 
@@ -285,6 +332,12 @@ def _builtin_kinds() -> dict[str, PlayerKind]:
             help="Stockfish; default full strength at 100k nodes a move, elo/skill weaken it",
             options=_STOCKFISH_OPTIONS,
             positional="elo"),
+        "fairy": player_kind(
+            _make_fairy,
+            help="Fairy-Stockfish, weakened by its skill level (down to -20, below Stockfish's weakest); the "
+                 "default limit is the depth where it picks its move",
+            options=_FAIRY_OPTIONS,
+            positional="skill"),
     }
 
 
@@ -293,12 +346,14 @@ __all__ = [
     "BUILTIN_PLAYERS",
     "Choice",
     "FALLBACK_MOVETIME_MS",
+    "FairyStockfishAgent",
     "FULL_STRENGTH_NODES",
     "NAME_OPTION",
     "PLAYERS",
     "PlayerFactory",
     "PlayerKind",
     "RandomAgent",
+    "RandomMixAgent",
     "StockfishAgent",
     "StockfishStrength",
     "UCI_AGENT_OPTIONS",

@@ -1,8 +1,11 @@
-"""Agents that are UCI engines in a subprocess, driven through python-chess: Stockfish and this project's engine.
+"""Agents that are UCI engines in a subprocess, driven through python-chess: Stockfish, Fairy-Stockfish and this
+project's engine.
 
 StockfishAgent plays Stockfish at full strength or weakened (UCI_Elo or a
-skill level); UciAgent plays `alphazero uci` as a GUI drives it. Both can
-play on a game's clock (Agent.choose_on_clock).
+skill level); FairyStockfishAgent plays Fairy-Stockfish, whose skill levels
+go below Stockfish's (down to -20), for the ladder's weakest rungs; UciAgent
+plays `alphazero uci` as a GUI drives it. All can play on a game's clock
+(Agent.choose_on_clock).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 import chess
 import chess.engine
 
-from alphazero.chess.stockfish import require_stockfish
+from alphazero.chess.stockfish import require_fairy_stockfish, require_stockfish
 from alphazero.errors import UserError
 from eval.agent import Agent, Choice
 from eval.scores import score_to_value
@@ -53,14 +56,15 @@ def _knows_elo_formula(engine_name: str) -> bool:
     return match is not None and 12 <= int(match.group(1)) <= 15
 
 
-def _check_range(engine: chess.engine.SimpleEngine, option: str, value: int, flag: str) -> None:
+def _check_range(engine: chess.engine.SimpleEngine, option: str, value: int, flag: str,
+                 label: str = "Stockfish") -> None:
     """Raises UserError if the engine lacks `option` or `value` is outside its range."""
     if option not in engine.options:
-        raise UserError(f"this Stockfish ({engine.id.get('name', '?')}) has no {option!r} option, needed for {flag}")
+        raise UserError(f"this {label} ({engine.id.get('name', '?')}) has no {option!r} option, needed for {flag}")
     spec = engine.options[option]
     if spec.min is not None and spec.max is not None and not spec.min <= value <= spec.max:
         raise UserError(
-            f"{flag}={value} is out of range: {engine.id.get('name', 'Stockfish')} accepts "
+            f"{flag}={value} is out of range: {engine.id.get('name', label)} accepts "
             f"{option} from {spec.min} to {spec.max}"
         )
 
@@ -87,7 +91,9 @@ class StockfishStrength:
                 return chess.engine.Limit(depth=_sf15_pick_depth(self.elo))
             return chess.engine.Limit(time=FALLBACK_MOVETIME_MS / 1000.0)
         if self.skill is not None and self.skill < 20:
-            return chess.engine.Limit(depth=1 + self.skill)  # the depth where it picks its move
+            # The depth where it picks its move: 1 + level (search.cpp, Skill::time_to_pick); Fairy-Stockfish's
+            # levels below 0 pick at depth 1 (1 + max(level, 0)), weaker by a larger weakness term.
+            return chess.engine.Limit(depth=1 + max(self.skill, 0))
         return chess.engine.Limit(nodes=FULL_STRENGTH_NODES)
 
 
@@ -119,6 +125,9 @@ class StockfishAgent(Agent):
     engine cannot be started.
     """
 
+    engine_label = "Stockfish"
+    """The engine's name in messages."""
+
     def __init__(
         self,
         *,
@@ -141,13 +150,13 @@ class StockfishAgent(Agent):
         for flag, value in (("threads", threads), ("hash", hash_mb), ("processes", processes)):
             if value < 1:
                 raise UserError(f"{flag} must be at least 1, got {value}")
-        super().__init__(name or _stockfish_name(elo, skill, depth, nodes, movetime))
+        super().__init__(name or _stockfish_name(elo, skill, depth, nodes, movetime, self._kind))
         self.strength = StockfishStrength(elo, skill)
         self._engines: list[chess.engine.SimpleEngine] = []
         self._pool: ThreadPoolExecutor | None = None
         self._game: object = None
         try:
-            self._start(path or require_stockfish(), processes, threads, hash_mb)
+            self._start(path or self._require_binary(), processes, threads, hash_mb)
             explicit = depth is not None or nodes is not None or movetime is not None
             self.limit = (
                 chess.engine.Limit(depth=depth, nodes=nodes, time=None if movetime is None else movetime / 1000.0)
@@ -158,6 +167,13 @@ class StockfishAgent(Agent):
             self.close()
             raise
 
+    _kind = "stockfish"
+    """The player kind's name, which starts the agent's default name."""
+
+    @staticmethod
+    def _require_binary() -> str:
+        return require_stockfish()
+
     def _start(self, path: str, processes: int, threads: int, hash_mb: int) -> None:
         """Starts the engines, checks the strength against the first one's ranges, configures all."""
         options: dict[str, int | bool] = {"Threads": threads, "Hash": hash_mb, **self.strength.options()}
@@ -165,7 +181,7 @@ class StockfishAgent(Agent):
             try:
                 engine = chess.engine.SimpleEngine.popen_uci(path)
             except (OSError, chess.engine.EngineError) as exc:
-                raise UserError(f"cannot start Stockfish at {path!r}: {exc}") from None
+                raise UserError(f"cannot start {self.engine_label} at {path!r}: {exc}") from None
             self._engines.append(engine)
             if len(self._engines) == 1:
                 self._check_strength(engine)
@@ -173,9 +189,9 @@ class StockfishAgent(Agent):
 
     def _check_strength(self, engine: chess.engine.SimpleEngine) -> None:
         if self.strength.elo is not None:
-            _check_range(engine, "UCI_Elo", self.strength.elo, "elo")
+            _check_range(engine, "UCI_Elo", self.strength.elo, "elo", self.engine_label)
         if self.strength.skill is not None:
-            _check_range(engine, "Skill Level", self.strength.skill, "skill")
+            _check_range(engine, "Skill Level", self.strength.skill, "skill", self.engine_label)
 
     def new_game(self) -> None:
         """Makes the next search send `ucinewgame` (clears Stockfish's hash)."""
@@ -242,6 +258,26 @@ def _play(engine: chess.engine.SimpleEngine, board: chess.Board, limit: chess.en
     if score is not None:
         info["score"] = str(score.relative)
     return Choice(result.move, None if score is None else score_to_value(score.relative), info)
+
+
+class FairyStockfishAgent(StockfishAgent):
+    """Fairy-Stockfish (Debian's `fairy-stockfish`, 11.1) weakened by its Skill Level, -20..20.
+
+    Its levels below 0 are weaker than Stockfish's weakest (skill 0): the move
+    is still picked at depth 1 among the MultiPV 4 best, with a weakness term
+    of 120 - 2 * level that grows as the level falls (Fairy-Stockfish's
+    search.cpp, Skill::pick_best). The default limit is the depth of that
+    pick, 1 + max(level, 0), so the games do not depend on the machine's
+    speed or load. Arguments and errors are StockfishAgent's, the missing
+    engine's message saying how to install Fairy-Stockfish.
+    """
+
+    engine_label = "Fairy-Stockfish"
+    _kind = "fairy"
+
+    @staticmethod
+    def _require_binary() -> str:
+        return require_fairy_stockfish()
 
 
 # --- this project's UCI engine ------------------------------------------------------
@@ -314,10 +350,11 @@ class UciAgent(Agent):
 
 
 def _stockfish_name(
-    elo: int | None, skill: int | None, depth: int | None, nodes: int | None, movetime: int | None
+    elo: int | None, skill: int | None, depth: int | None, nodes: int | None, movetime: int | None,
+    kind: str = "stockfish",
 ) -> str:
-    """Returns a spec-like name, e.g. 'stockfish:elo=1500' or 'stockfish:skill=5,movetime=100'."""
+    """Returns a spec-like name, e.g. 'stockfish:elo=1500', 'stockfish:skill=5,movetime=100' or 'fairy:skill=-5'."""
     parts = [f"{key}={value}" for key, value in
              (("elo", elo), ("skill", skill), ("depth", depth), ("nodes", nodes), ("movetime", movetime))
              if value is not None]
-    return "stockfish" + (":" + ",".join(parts) if parts else "")
+    return kind + (":" + ",".join(parts) if parts else "")
