@@ -22,7 +22,7 @@ from alphazero.errors import UserError
 from alphazero.store.checkpoint import checkpoint_name
 from alphazero.store.rundir import RunDir
 from alphazero.store.sources import Network
-from eval.elo import Rating, Ratings, Summary
+from eval.elo import Bound, Rating, Ratings, Summary
 from eval.eval_settings import EvalSettings
 from eval.match import MatchResult
 
@@ -88,15 +88,19 @@ def versus_start(twin_results: Sequence[MatchResult]) -> dict[str, Summary]:
 
 
 def ratings_table(ratings: Ratings, scores: dict[str, float], anchors: dict[str, float], title: str) -> Table:
-    """Builds the rich table: agent, Elo, 95% interval, games, score; best first, anchors marked."""
+    """Builds the rich table: agent, Elo, 95% interval, games, score; best first, anchors marked. A rating whose
+    games against the anchors were all lost (or all won) shows its bound ('below 1320') and no interval."""
     table = Table(title=title)
     for column, justify in (("Agent", "left"), ("Elo", "right"), ("95% interval", "right"),
                             ("Games", "right"), ("Score", "right")):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     for name, rating in sorted(ratings.items(), key=lambda item: -item[1].elo):
         interval = "anchor" if name in anchors else f"{rating.low:.0f}..{rating.high:.0f}"
+        elo = f"{rating.elo:.0f}"
+        if rating.bound is not None:
+            elo, interval = rating.bound.text(), "-"
         score = f"{100 * scores[name]:.1f}%" if name in scores else "-"
-        table.add_row(name, f"{rating.elo:.0f}", interval, str(rating.games), score)
+        table.add_row(name, elo, interval, str(rating.games), score)
     return table
 
 
@@ -149,11 +153,17 @@ def load_ratings(path: str | os.PathLike[str]) -> dict[str, Rating]:
     """
     try:
         payload = json.loads(Path(path).read_text(encoding="utf-8"))
-        return {name: Rating(r["elo"], r["low"], r["high"], r["games"]) for name, r in payload["ratings"].items()}
+        return {name: Rating(r["elo"], r["low"], r["high"], r["games"], _bound(r.get("bound")))
+                for name, r in payload["ratings"].items()}
     except FileNotFoundError:
         raise UserError(f"{path} does not exist") from None
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise UserError(f"{path} is not a ratings file: {error}") from None
+
+
+def _bound(stored: Any) -> Bound | None:
+    """A rating's bound as ratings_json writes it ({"side": "below", "elo": 1320.0}), None when absent."""
+    return None if stored is None else Bound(str(stored["side"]), float(stored["elo"]))
 
 
 # TensorBoard's Custom Scalars tab: every agent and anchor on one chart, the start's agents
@@ -163,7 +173,8 @@ ELO_LAYOUT = {"eval": {"Elo of every agent, with the anchors and the start": ["M
 
 
 def write_ratings_tensorboard(run: RunDir, step: int, ratings: CheckpointRatings, anchors: dict[str, float]) -> None:
-    """Adds `elo/<agent>` scalars at `step` under run/tb/eval/, anchors and the start's agents included;
+    """Adds `elo/<agent>` scalars at `step` under run/tb/eval/, anchors and the start's agents included (an
+    agent with a bound instead of a rating its games support gets `elo_bound/<agent>` at the bound instead);
     `vs_start/<agent>` (and `_low`, `_high`) for each twin match, `vs_start/fallen` (the number of agents
     fallen below the start); and the layout."""
     from torch.utils.tensorboard import SummaryWriter  # imported here: it is slow and only needed now
@@ -172,7 +183,10 @@ def write_ratings_tensorboard(run: RunDir, step: int, ratings: CheckpointRatings
     try:
         writer.add_custom_scalars(ELO_LAYOUT)
         for name, rating in sorted(ratings.items()):
-            writer.add_scalar(f"elo/{name}", rating.elo, step)
+            if rating.bound is None:
+                writer.add_scalar(f"elo/{name}", rating.elo, step)
+            else:
+                writer.add_scalar(f"elo_bound/{name}", rating.bound.elo, step)
         for agent, summary in ratings.vs_start.items():
             for suffix, value in (("", summary.elo), ("_low", summary.elo_low), ("_high", summary.elo_high)):
                 if value is not None and math.isfinite(value):

@@ -67,16 +67,29 @@ def draw_panels(path: Path, panels: Sequence[Panel], *, ylabel: str = "Elo", wid
 def _draw_panel(axes: Any, panel: Panel) -> None:
     longest = max((point.hours for point in panel.points), default=0.0)
     scale, unit = (60.0, "minutes") if longest < MINUTES_BELOW_HOURS else (1.0, "hours")
-    times = [scale * point.hours for point in panel.points]
-    elos = [point.elo for point in panel.points]
-    errors = [[point.elo - point.low for point in panel.points], [point.high - point.elo for point in panel.points]]
+    rated = [point for point in panel.points if getattr(point, "bound", None) is None]
+    times = [scale * point.hours for point in rated]
+    elos = [point.elo for point in rated]
+    errors = [[point.elo - point.low for point in rated], [point.high - point.elo for point in rated]]
     axes.errorbar(times, elos, yerr=errors, marker="o", capsize=3, label="the run's search")
+    _draw_bounds(axes, [point for point in panel.points if getattr(point, "bound", None) is not None], scale)
     for name, elo in panel.lines.items():
         axes.axhline(elo, linestyle="--", linewidth=0.8, color="grey")
         axes.annotate(name, (0, elo), textcoords="offset points", xytext=(2, 3), fontsize=8, color="grey")
     axes.set_xlabel(f"{unit} of the run")
     axes.set_title(panel.title, fontsize=10)
     axes.grid(alpha=0.3)
+
+
+def _draw_bounds(axes: Any, points: Sequence[Any], scale: float) -> None:
+    """Draws the points whose games support only a bound ('below 1320') as a triangle at the bound, pointing
+    the way the rating lies, with no interval: the games give no number."""
+    for side, marker in (("below", "v"), ("above", "^")):
+        chosen = [point for point in points if point.bound.startswith(side)]
+        if chosen:
+            axes.scatter([scale * point.hours for point in chosen], [float(point.bound.split()[1]) for point in chosen],
+                         marker=marker, color="tab:red", zorder=3, label=f"{side} the anchors it met (all games "
+                                                                        f"{'lost' if side == 'below' else 'won'})")
 
 
 def read_panel(run_root: Path, point_type: type, random_name: str) -> Panel:

@@ -8,7 +8,9 @@ Pure math and numpy; nothing here knows about chess.
   difference with a 95% interval and the likelihood of superiority.
 - `fit_ratings`: many players, many games, some players anchored at known
   ratings (e.g. Stockfish UCI_Elo levels) -> maximum-likelihood ratings with
-  95% intervals, using BayesElo's draw model.
+  95% intervals, using BayesElo's draw model; a player who lost (or won)
+  every game against the anchors it met gets a Bound instead of a number
+  its games support (`rating_text` prints it: "below 1320").
 
 Example::
 
@@ -131,8 +133,26 @@ def match_summary(wins: int, draws: int, losses: int) -> Summary:
 
 
 @dataclass(frozen=True)
+class Bound:
+    """What the games of a player support when it lost every game against the anchors it met (`side`
+    "below" the weakest of them, `elo`) or won every one ("above" the strongest).
+
+    The fit still gives such a player a number (its prior keeps it finite),
+    but that number and its interval come from the prior, not the games.
+    """
+
+    side: str
+    elo: float
+
+    def text(self) -> str:
+        """'below 1320' or 'above 800'."""
+        return f"{self.side} {self.elo:.0f}"
+
+
+@dataclass(frozen=True)
 class Rating:
-    """A fitted rating: `elo` with its 95% interval `low..high`, from `games` games.
+    """A fitted rating: `elo` with its 95% interval `low..high`, from `games` games; `bound` (None when the
+    games support the number) when every game against the anchors was lost, or every one won.
 
     Anchors have low == high == elo (they are held fixed).
     """
@@ -141,6 +161,48 @@ class Rating:
     low: float
     high: float
     games: int
+    bound: Bound | None = None
+
+
+def rating_text(rating: Rating, *, interval: bool = True) -> str:
+    """Writes a rating as its games support it: '1136 (95%: 878..1393)' ('1136' without the interval), or
+    its bound ('below 1320') when every game against the anchors was lost or every one won.
+
+    >>> rating_text(Rating(1136.4, 878.0, 1393.2, 40))
+    '1136 (95%: 878..1393)'
+    >>> rating_text(Rating(900.0, 500.0, 1250.0, 4, Bound("below", 1320)))
+    'below 1320'
+    """
+    if rating.bound is not None:
+        return rating.bound.text()
+    if not interval or rating.low == rating.high:
+        return f"{rating.elo:.0f}"
+    return f"{rating.elo:.0f} (95%: {rating.low:.0f}..{rating.high:.0f})"
+
+
+def anchor_bounds(games: Iterable[tuple[str, str, float]], anchors: Mapping[str, float]) -> dict[str, Bound]:
+    """Finds the players whose games against the anchors were all lost or all won, and their bounds.
+
+    A player who lost every game against the anchors it met is below the
+    weakest of them; one who won every game is above the strongest. Players
+    with no game against an anchor, or with mixed results, get none.
+
+    >>> anchor_bounds([("net", "sf", 0.0), ("net", "sf", 0.0), ("net", "random", 1.0)], {"sf": 1320.0})
+    {'net': Bound(side='below', elo=1320.0)}
+    """
+    met: dict[str, list[tuple[float, float]]] = defaultdict(list)  # player -> (anchor's Elo, player's score)
+    for a, b, score in games:
+        if b in anchors and a not in anchors:
+            met[a].append((anchors[b], score))
+        if a in anchors and b not in anchors:
+            met[b].append((anchors[a], 1.0 - score))
+    bounds = {}
+    for player, results in met.items():
+        if all(score == 0.0 for _, score in results):
+            bounds[player] = Bound("below", min(elo for elo, _ in results))
+        elif all(score == 1.0 for _, score in results):
+            bounds[player] = Bound("above", max(elo for elo, _ in results))
+    return bounds
 
 
 class Ratings(dict[str, Rating]):
@@ -417,7 +479,9 @@ def fit_ratings(
 
     Intervals are +-1.96 standard errors from the observed Fisher information:
     the inverse of the negative Hessian of the log-posterior (draw_elo
-    included) at the optimum. Anchors get a zero-width interval.
+    included) at the optimum. Anchors get a zero-width interval. A player
+    who lost (or won) every game against the anchors it met gets a `bound`
+    (anchor_bounds): its number then comes from the prior, not the games.
 
     Example::
 
@@ -433,6 +497,7 @@ def fit_ratings(
         raise ValueError("fit_ratings needs at least one anchor (a player with a known rating)")
     if draw_elo is not None and not draw_elo > 0.0:
         raise ValueError(f"draw_elo must be positive, got {draw_elo!r}")
+    games = list(games)
     counts, played = _aggregate(games)
     _check_connected(counts, played, anchors)
     players = sorted(set(played) | set(anchors))
@@ -443,10 +508,11 @@ def fit_ratings(
     theta = (100.0 if draw_elo is None else draw_elo) / ELO_PER_NAT
     x, theta = _newton(x, theta, prob, max_iter)
     sd = _standard_errors(x, theta, prob)
+    bounds = anchor_bounds(games, anchors)
     out = {}
     for k, p in enumerate(players):
         elo, half = float(x[k] * ELO_PER_NAT), float(Z95 * sd[k] * ELO_PER_NAT)
-        out[p] = Rating(elo, elo - half, elo + half, played.get(p, 0))
+        out[p] = Rating(elo, elo - half, elo + half, played.get(p, 0), bounds.get(p))
     return Ratings(out, float(theta * ELO_PER_NAT))
 
 
