@@ -102,6 +102,8 @@ class MovePlan:
 
     budget_ms: float
     may_stop_early: bool
+    from_bank_ms: float = 0.0
+    """The part of the budget lent by the bank (time earlier moves saved): spent, it leaves the bank."""
 
 
 def simple_budget_ms(remaining_ms: float, increment_ms: float, *, movestogo: int, overhead_ms: float) -> float:
@@ -149,12 +151,15 @@ class TimeManager:
         share = max(pool, 0.0) / moves_left / max(self.time_use, MIN_TIME_USE)
         if self.moves < OPENING_MOVES:
             share *= OPENING_FACTOR
-        budget = share + min(BANK_SHARE * self.bank_ms, share)
+        lent = min(BANK_SHARE * self.bank_ms, share)
+        budget = share + lent
         # Above the reserve a share of what is above it; at or below it, less than the increment (the clock
         # grows back); never a share of the clock itself past HARD_FRACTION (the increment comes after the move).
         cap = min(max(HARD_FRACTION * (usable - overhead_ms), RESERVE_INCREMENT_SHARE * increment_ms - overhead_ms),
                   HARD_FRACTION * (remaining_ms - overhead_ms))
-        plan = MovePlan(max(min(budget, cap), MIN_BUDGET_MS), may_stop_early=True)
+        final = max(min(budget, cap), MIN_BUDGET_MS)
+        # The loan is what the budget kept of it above the move's own share (a cap takes it off first).
+        plan = MovePlan(final, may_stop_early=True, from_bank_ms=min(max(final - share, 0.0), lent))
         self._last_move, self._last_search_ms = (remaining_ms, increment_ms, plan.budget_ms), None
         return plan
 
@@ -173,13 +178,15 @@ class TimeManager:
         self.worst_overrun_ms = max(self.worst_overrun_ms, lost - last_budget)
 
     def spent(self, plan: MovePlan, seconds: float) -> None:
-        """Books a finished search: what it left of its budget goes to the bank, what it overran comes out, and
-        the share of its budget it used goes into the time use."""
+        """Books a finished search: the bank's loan leaves the bank, what the search left of its budget goes back
+        to it, what it overran comes out, and the share of its budget it used goes into the time use. (Crediting
+        the unspent budget alone, loan included, gave the loan back to the bank on every move: saved time
+        never drained.)"""
         self._last_search_ms = 1000.0 * seconds
         self.moves += 1
         used = min(1000.0 * seconds / plan.budget_ms, 1.0)  # an overrun counts as the whole budget
         self.time_use += TIME_USE_WEIGHT * (used - self.time_use)
-        self.bank_ms = max(self.bank_ms + plan.budget_ms - 1000.0 * seconds, 0.0)
+        self.bank_ms = max(self.bank_ms - plan.from_bank_ms + plan.budget_ms - 1000.0 * seconds, 0.0)
 
 
 def best_is_settled(visits: Sequence[int], nodes_per_second: float, seconds_left: float,

@@ -157,3 +157,28 @@ def test_the_best_move_is_settled_only_when_the_time_left_cannot_overturn_it() -
     assert not best_is_settled([300, 290, 10], nodes_per_second=100, seconds_left=1)
     assert best_is_settled([300, 100, 10], nodes_per_second=100, seconds_left=1)
     assert not best_is_settled([300, 100, 10], nodes_per_second=1000, seconds_left=1)
+
+
+def test_the_bank_drains_when_moves_spend_what_it_lent() -> None:
+    # Regression (EXPERIMENTS.md, "The engine keeps its clock again": "the bank credits its own unspent draw
+    # back"): a move that spends its whole budget, the bank's loan included, must leave the bank smaller by
+    # that loan; once credited back, saved time never drained.
+    manager = _past_the_opening()
+    manager.bank_ms = 4_000.0
+    share = manager.plan(60_000, 0, 20, overhead_ms=0).budget_ms - BANK_SHARE * 4_000.0  # the move's own share
+    banks = []
+    for _ in range(8):
+        plan = manager.plan(60_000, 0, 20, overhead_ms=0)
+        lent = min(BANK_SHARE * manager.bank_ms, share)
+        assert plan.budget_ms == pytest.approx(share + lent)
+        before = manager.bank_ms
+        manager.spent(plan, seconds=plan.budget_ms / 1000)  # the whole budget: the loan spent
+        assert manager.bank_ms == pytest.approx(before - lent)
+        banks.append(manager.bank_ms)
+    assert banks[-1] < 0.15 * 4_000.0  # (1 - BANK_SHARE) ** 8 of it left: drained, a quarter a move
+    # A move that stops at half its own share banks the other half, and its loan, unspent, stays in the bank.
+    plan = manager.plan(60_000, 0, 20, overhead_ms=0)
+    before = manager.bank_ms
+    assert plan.from_bank_ms > 0
+    manager.spent(plan, seconds=0.5 * share / 1000)
+    assert manager.bank_ms == pytest.approx(before + 0.5 * share)
