@@ -9,6 +9,9 @@
 - ``alphazero``: the values of Silver et al. (2018): 20 blocks x 256 filters,
   800 simulations, batch 4096, learning rate 0.2 dropping tenfold at 100k,
   300k and 500k steps.
+- Both PUCT presets (and ``cf-6m``, small's search) keep a move temperature
+  over the whole game in self-play, lc0's and KataGo's schedule where
+  AlphaZero plays the most visited move after 30 plies.
 - ``cf-tiny``: tiny's search and self-play with a 2-layer Chessformer
   (``network.kind = "chessformer"``, embedding 48, 2 heads), trained with NAdam
   and the auxiliary soft-policy and q targets: the transformer on a CPU.
@@ -47,6 +50,23 @@ from alphazero.config import (
 from alphazero.errors import UserError
 
 # --- the presets --------------------------------------------------------------------
+
+# Self-play's move temperature over the whole game, on in every PUCT preset (mcts_ext.params.SearchSettings'
+# defaults are AlphaZero's rule: T = 1 for 30 plies, then the most visited move, with which PUCT self-play from
+# zero fell into repetition draws: EXPERIMENTS.md, "Forced playouts at PUCT from zero"). The opening keeps
+# AlphaZero's 30 plies at T = 1; then the temperature decays with KataGo's half-life, 19
+# (lightvector/KataGo cpp/configs/training/selfplay1.cfg, chosenMoveTemperatureHalflife: counted in turns,
+# one player's move as a ply is; KataGo shrinks it on boards smaller than 19x19, whose games are shorter, but
+# chess games run 80 to 250 plies, as 19x19 Go's do), to 0.6, the endgame temperature of a from-zero lc0 run
+# at up to 800 visits (hans-ekbrand/lczero-training run.sh: --temperature=0.9 --tempdecay-delay-moves=20
+# --tempdecay-moves=60 --temp-cutoff-move=40 --temp-endgame=0.60; that author's runs at 10,000 visits end at
+# 0.30, KataGo's Go runs at 0.15). lc0's value cutoff (TempValueCutoff, src/search/classic/params.cc; off by default
+# there) keeps a sampled move within 10 points of win probability of the best move's, so that the endgame
+# temperature does not throw won games: the 10 is ours, unmeasured, looser than the 1 point of lc0's
+# reproduction of AlphaZero's match sampling (lc0 v0.19.1 notes) because a Q of few visits is noisy.
+_WHOLE_GAME_TEMPERATURE: dict[str, Any] = dict(temperature_endgame=0.6, temperature_halflife=19.0,
+                                               temperature_value_cutoff=0.1)
+
 
 def _tiny() -> Config:
     # Sized for a 2-core laptop: games that end within the first minutes, so that the learner starts early.
@@ -89,7 +109,7 @@ def _small() -> Config:
         network=NetworkConfig(blocks=6, filters=64, policy_filters=64, value_filters=16, value_hidden=128),
         # PUCT: Gumbel's advantage was measured at 16 simulations (see _tiny); at 200 and 800 the two are
         # unmeasured here, and the paper found them close at high budgets.
-        search=SearchConfig(simulations=200),
+        search=SearchConfig(simulations=200, **_WHOLE_GAME_TEMPERATURE),
         # On a GPU: the knee of games in flight, the fewest within 90% of the best evaluations/s (issue 48's
         # rule): 512 games with 4 leaves each make lanes of 1024 as 2048 games with one did, each game moving
         # every 2.4 s instead of 7.6 (EXPERIMENTS.md, "The first network trained on a GPU, one H200").
@@ -112,8 +132,10 @@ def _alphazero() -> Config:
     # Inference 'local' (each actor runs the network), 1024 games per actor and CUDA graphs, not
     # compilation (15 actors compiling their buckets take too long to start), as measured on an H100 and
     # an H200 (EXPERIMENTS.md, "GPU: one H100" and "The GPU path on a GPU").
-    return Config(preset="alphazero", selfplay=SelfPlayConfig(inference="local", games_per_actor=128,
-                                                              gpu_games_per_actor=1024, cuda_forward="graphs"))
+    # Its search is AlphaZero's but for the move temperature, kept over the whole game (_WHOLE_GAME_TEMPERATURE).
+    return Config(preset="alphazero", search=SearchConfig(**_WHOLE_GAME_TEMPERATURE),
+                  selfplay=SelfPlayConfig(inference="local", games_per_actor=128, gpu_games_per_actor=1024,
+                                          cuda_forward="graphs"))
 
 
 # The Chessformer presets train with NAdam (beta 0.9/0.98, epsilon 1e-7, decoupled
@@ -194,12 +216,14 @@ def get_preset(name: str) -> Config:
 
 # --- reading a saved config ---------------------------------------------------------
 
-# Fields a preset set after they were added (tiny's, by issue 79): a saved config that leaves one out was
-# written before the field existed and its run played with the field's default (off), whatever the preset
-# says now. A run of the old tiny thus resumes with its own network, targets and budget.
+# Fields a preset set after they were added (tiny's, by issue 79; the PUCT presets' move temperature): a saved
+# config that leaves one out was written before the field existed and its run played with the field's default
+# (off), whatever the preset says now. A run of the old tiny thus resumes with its own network, targets and
+# budget, and one of the old small with AlphaZero's 30-ply temperature.
 _DEFAULT_WHEN_LEFT_OUT: dict[str, tuple[str, ...]] = {
     "network": ("reply_policy_head",),
-    "search": ("playout_cap_fraction", "playout_cap_simulations"),
+    "search": ("playout_cap_fraction", "playout_cap_simulations", "temperature_endgame", "temperature_halflife",
+               "temperature_value_cutoff"),
     "learner": ("reply_policy_weight", "value_target_short_term_weight"),
 }
 

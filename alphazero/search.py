@@ -10,7 +10,8 @@ run's ``search`` section and what the mode needs:
   which only the 'fixed' mode uses.
 - ``ANALYSIS`` (the search agents of matches and evaluation): the algorithm and
   its constants, no noise of any kind (Dirichlet off, Gumbel scale 0: the
-  search is deterministic), no game-length limit, one leaf per game.
+  search is deterministic), no move temperature (they play the best move; only
+  self-play samples), no game-length limit, one leaf per game.
 - ``UCI`` (the engine): analysis with ``leaves_per_game`` leaves per network
   call and the solver (proven mates are played and reported).
 
@@ -119,7 +120,7 @@ def search_params(config: SearchSettings, mode: SearchMode, *, algorithm: str | 
         fields["resign_threshold"] = resign_threshold
     else:
         fields = {name: getattr(config, name) for name in _ANALYSIS_FIELDS}
-        fields.update(autoplay=False, add_noise=False, gumbel_scale=0.0, ply_limit=0)
+        fields.update(autoplay=False, add_noise=False, gumbel_scale=0.0, ply_limit=0, temperature=0.0)
         if mode == UCI:
             fields["solver"] = True
             fields["visits_per_leaf"] = UCI_VISITS_PER_LEAF

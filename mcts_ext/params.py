@@ -207,11 +207,27 @@ class SearchSettings:
                                              "softmax(logits / this) (lc0's PolicyTemperature; > 1 flattens)",
                                         above=0.0, c="inverse_policy_temperature",
                                         to_c=lambda value, params: 1.0 / value, analysis=True)
-    temperature_plies: int = setting(30, "puct: plies from the game start in which moves are sampled by visit "
-                                         "count (gumbel plays Sequential Halving's choice)",
+    # Self-play's move temperature over the whole game (move_temperature below): AlphaZero's rule by default
+    # (T = 1 for 30 plies, then the most visited move); the PUCT presets keep a temperature to the game's end.
+    temperature_plies: int = setting(30, "puct: plies from the game start whose moves are sampled at "
+                                         "`temperature` (AlphaZero: 30); later ones at temperature_endgame, "
+                                         "reached at once or by temperature_halflife (gumbel plays Sequential "
+                                         "Halving's choice and reads none of the temperature settings)",
                                      minimum=0, c="temperature_plies")
-    temperature: float = setting(1.0, "temperature of that sampling; later moves take the most visited",
-                                 minimum=0.0, c="temperature")
+    temperature: float = setting(1.0, "puct: temperature T of the opening's sampling: moves in proportion to "
+                                      "visits^(1/T); 0 plays the most visited", minimum=0.0, c="temperature")
+    temperature_endgame: float = setting(0.0, "puct: temperature after temperature_plies, to the game's end "
+                                              "(lc0's TempEndgame, KataGo's chosenMoveTemperature); 0: the most "
+                                              "visited move, as AlphaZero", minimum=0.0, c="temperature_endgame")
+    temperature_halflife: float = setting(0.0, "puct: plies in which the temperature's excess over "
+                                               "temperature_endgame halves, from temperature_plies on (KataGo's "
+                                               "chosenMoveTemperatureHalflife); 0: temperature_endgame at once",
+                                          minimum=0.0, c="temperature_halflife")
+    temperature_value_cutoff: float = setting(1.0, "puct: a move whose win probability (1 + Q) / 2 lies more than "
+                                                   "this below the chosen-by-visits best move's is never sampled "
+                                                   "(lc0's TempValueCutoff as a share: its 100 is 1); 1: none "
+                                                   "excluded", minimum=0.0, maximum=1.0,
+                                              c="temperature_value_cutoff")
     leaves_per_game: int = setting(1, "leaves collected per game per network batch (>1 uses virtual loss)",
                                    minimum=1, c="leaves_per_game")
     virtual_loss: float = setting(1.0, "value subtracted from a path while its leaf awaits evaluation",
@@ -251,6 +267,28 @@ class SearchSettings:
                                              "one: else the mixed value)",
                                     choices=GUMBEL_UNVISITED, c="gumbel.unvisited",
                                     to_c=_choice_index("gumbel_unvisited"), analysis=True)
+
+    def move_temperature(self, ply: int) -> float:
+        """Gets the temperature of PUCT self-play's move choice at ``ply`` (0: the game's first move).
+
+        ``temperature`` for the first ``temperature_plies`` plies; after them
+        ``temperature_endgame``, at once (``temperature_halflife`` 0) or by an
+        excess over it that halves every ``temperature_halflife`` plies
+        (KataGo's interpolateEarly, cpp/search/searchhelpers.cpp, counted
+        from the end of the opening instead of the game's start). The search's
+        C twin (mcts_ext/search.pyx, move_temperature) computes the same, in float.
+
+        >>> SearchSettings().move_temperature(29), SearchSettings().move_temperature(30)
+        (1.0, 0.0)
+        >>> SearchSettings(temperature_endgame=0.5, temperature_halflife=10).move_temperature(40)
+        0.75
+        """
+        if ply < self.temperature_plies:
+            return self.temperature
+        if self.temperature_halflife <= 0.0:
+            return self.temperature_endgame
+        excess = self.temperature - self.temperature_endgame
+        return self.temperature_endgame + excess * 0.5 ** ((ply - self.temperature_plies) / self.temperature_halflife)
 
 
 def _noise_on(value: bool | None, params: SearchParams) -> bool:

@@ -56,7 +56,8 @@ from mcts_ext.position cimport (CHECKMATE, MAX_MOVES, ONGOING, WHITE, Board, Gam
                                 stack_push, stack_status)
 from mcts_ext.puct cimport (FPU_ABSOLUTE, FPU_ACTION_VALUE, FPU_ACTION_VALUE_REDUCTION, FPU_REDUCTION, PuctParams,
                             action_values_valid, add_in_flight, backup as backup_value, forced_edge, logits_finite,
-                            proven_value, prune_forced_visits, select_edge, set_action_values, set_priors)
+                            proven_value, prune_forced_visits, select_edge, set_action_values, set_priors,
+                            settled_q)
 from mcts_ext.rng cimport Rng, rng_gamma, rng_seed, rng_uniform
 from mcts_ext.tree cimport (MAX_INDEX, NO_NODE, PROVEN_DRAW, PROVEN_LOSS, PROVEN_WIN, ROOT, SUBTREE_DROPPED,
                             UNEXPANDED, UNPROVEN, Tree, tree_add_edges, tree_add_node, tree_bytes, tree_edge_bytes,
@@ -131,8 +132,11 @@ ctypedef struct Options:
     bint add_noise                   # Dirichlet noise at the root of full searches
     float dirichlet_alpha
     float noise_weight
-    int temperature_plies            # PUCT: plies sampled in proportion to visits^(1/temperature)
-    float temperature
+    int temperature_plies            # PUCT self-play: plies sampled at `temperature` (move_temperature)
+    float temperature                # ... in proportion to visits^(1/temperature); 0: the most visited
+    float temperature_endgame        # the temperature after them, to the game's end
+    float temperature_halflife       # plies in which the excess over temperature_endgame halves; 0: at once
+    float temperature_value_cutoff   # win-probability share below the best move's beyond which no move is sampled
     bint tree_reuse                  # keep the played move's subtree as the next root
     int ply_limit                    # game length (plies) that ends in a draw; 0 for none
     bint autoplay                    # self-play: choose, play and record moves
@@ -481,34 +485,90 @@ cdef int leaf_limit(Slot* s, const Options* o) noexcept nogil:
     return o.leaves_per_game if allowed >= o.leaves_per_game else <int>allowed
 
 
-cdef int32_t choose_edge(Slot* s, const Options* o) noexcept nogil:
-    """The root edge to play: a solved root's best (best_edge); Gumbel's Sequential Halving choice;
-    PUCT's sampled by visits^(1/T) early in the game, else the best (best_edge)."""
-    cdef Tree* tree = &s.tree
-    cdef int32_t first = tree.first_edge[ROOT], count = tree.edge_count[ROOT], i, best = first, child
-    cdef double weight, total = 0.0, target
-    cdef int ply = s.root_length - 1
+cdef enum:
+    SAMPLED = -1                     # move_weights: the move is drawn from the weights (edges are >= 0)
+
+
+cdef double move_temperature(const Options* o, int ply) noexcept nogil:
+    """The temperature of PUCT self-play's move choice at `ply` (0: the first move): `temperature` for the
+    first temperature_plies plies, then temperature_endgame, at once or by an excess that halves every
+    temperature_halflife plies. The twin of mcts_ext.params.SearchSettings.move_temperature."""
+    cdef double excess
+    if ply < o.temperature_plies:
+        return o.temperature
+    if o.temperature_halflife <= 0.0:
+        return o.temperature_endgame
+    excess = <double>o.temperature - o.temperature_endgame
+    return o.temperature_endgame + excess * pow(0.5, (ply - o.temperature_plies) / <double>o.temperature_halflife)
+
+
+cdef double sampling_weights(const Tree* tree, const Options* o, double temperature, double* weights) noexcept nogil:
+    """Fills weights[i] for the root's edge first + i with its unnormalised chance of being played at
+    `temperature` (> 0), and returns their sum (0 when no child was visited).
+
+    A visited move weighs (visits / most visits)^(1/T): dividing by the most
+    visits before the power keeps every weight in [0, 1], where raw visits
+    would overflow a double at small temperatures (800^(1/0.005)). lc0's
+    value cutoff (GetBestRootChildWithTemperature, src/search/classic/
+    search.cc) then weighs 0 any move whose Q lies more than
+    2 * temperature_value_cutoff (a win-probability share, Q's scale halved)
+    below the Q of the move best_edge picks, the one greedy play would make.
+    A cutoff of 1 puts that floor at or below -1, so nothing is excluded.
+    """
+    cdef int32_t first = tree.first_edge[ROOT], count = tree.edge_count[ROOT], i, child
+    cdef int32_t best_child = tree.child[best_edge(tree, ROOT)]
+    cdef double most = 0.0, floor, total = 0.0, exponent = 1.0 / temperature
+    for i in range(count):
+        weights[i] = 0.0
+        child = tree.child[first + i]
+        if child != NO_NODE and tree.visits[child] > most:
+            most = tree.visits[child]
+    if most == 0.0 or best_child == NO_NODE or tree.visits[best_child] == 0:
+        return 0.0
+    floor = settled_q(tree, best_child, o.solver) - 2.0 * o.temperature_value_cutoff
+    for i in range(count):
+        child = tree.child[first + i]
+        if child == NO_NODE or tree.visits[child] == 0 or settled_q(tree, child, o.solver) < floor:
+            continue
+        weights[i] = pow(tree.visits[child] / most, exponent)
+        total += weights[i]
+    return total
+
+
+cdef int32_t move_weights(const Slot* s, const Options* o, double* weights, double* total) noexcept nogil:
+    """The root edge self-play plays when its choice is certain: a solved root's best (best_edge); Gumbel's
+    Sequential Halving choice; PUCT's best at temperature 0. Else SAMPLED, with weights[i] and `total` filled
+    by sampling_weights at the ply's move_temperature."""
+    cdef const Tree* tree = &s.tree
+    cdef double temperature
     if o.solver and tree.proof[ROOT] != UNPROVEN:
         return best_edge(tree, ROOT)  # a solved position: no sampling away from its result
     if o.algorithm == GUMBEL:
         return gumbel_best_edge(tree, &o.gumbel, &s.gumbel)
-    if ply < o.temperature_plies and o.temperature > 0.0:
-        for i in range(first, first + count):
-            child = tree.child[i]
-            if child != NO_NODE and tree.visits[child] > 0:
-                total += pow(tree.visits[child], 1.0 / o.temperature)
-        if total > 0.0:
-            target = rng_uniform(&s.rng) * total
-            for i in range(first, first + count):
-                child = tree.child[i]
-                if child != NO_NODE and tree.visits[child] > 0:
-                    weight = pow(tree.visits[child], 1.0 / o.temperature)
-                    if target < weight:
-                        return i
-                    target -= weight
-                    best = i  # rounding at the end of the range falls back to the last visited edge
-            return best
-    return best_edge(tree, ROOT)
+    temperature = move_temperature(o, s.root_length - 1)
+    if temperature <= 0.0:
+        return best_edge(tree, ROOT)
+    total[0] = sampling_weights(tree, o, temperature, weights)
+    return SAMPLED if total[0] > 0.0 else best_edge(tree, ROOT)
+
+
+cdef int32_t choose_edge(Slot* s, const Options* o) noexcept nogil:
+    """The root edge to play: move_weights' certain choice, else one drawn in proportion to its weights (one
+    uniform number from the slot's generator, drawn only then: self-play at temperature 0 stays
+    deterministic given the seed)."""
+    cdef double weights[MAX_MOVES]
+    cdef double total = 0.0, target
+    cdef int32_t first = s.tree.first_edge[ROOT], edge = move_weights(s, o, weights, &total), i, last = NO_NODE
+    if edge != SAMPLED:
+        return edge
+    target = rng_uniform(&s.rng) * total
+    for i in range(s.tree.edge_count[ROOT]):
+        if weights[i] > 0.0:
+            if target < weights[i]:
+                return first + i
+            target -= weights[i]
+            last = first + i  # rounding at the end of the range falls back to the last weighed edge
+    return last
 
 
 cdef inline int edge_rank(const Tree* tree, int32_t edge) noexcept nogil:
@@ -1633,6 +1693,29 @@ cdef class MultiGameSearch:
         cdef int32_t first = s.tree.first_edge[ROOT], i
         root_target(s, &self.options, target)
         return {move_to_uci(s.tree.move[first + i]): target[i] for i in range(s.tree.edge_count[ROOT])}
+
+    def move_distribution(self, int slot) -> dict:
+        """The chance self-play would play each root move of the slot's search now, as {uci: probability}
+        over the legal moves: at the temperature of the root's ply (move_temperature; a position set with its
+        history counts those plies), the visited moves the value cutoff keeps in proportion to
+        visits^(1/T); 1 for the one move played when the choice is certain (temperature 0, a solved root,
+        Gumbel's Sequential Halving choice).
+        """
+        cdef Slot* s = self._readable(slot)
+        cdef double weights[MAX_MOVES]
+        cdef double total = 0.0
+        cdef int32_t first = s.tree.first_edge[ROOT], count = s.tree.edge_count[ROOT], i
+        cdef int32_t edge = move_weights(s, &self.options, weights, &total)
+        if edge != SAMPLED:
+            return {move_to_uci(s.tree.move[first + i]): float(first + i == edge) for i in range(count)}
+        return {move_to_uci(s.tree.move[first + i]): weights[i] / total for i in range(count)}
+
+    def move_temperature(self, int ply) -> float:
+        """The temperature of self-play's move choice at `ply` (0: the first move) with this search's options,
+        as the search computes it (mcts_ext.params.SearchSettings.move_temperature is its twin)."""
+        if ply < 0:
+            raise ValueError(f"ply must be at least 0, got {ply}")
+        return move_temperature(&self.options, ply)
 
     def gumbel_noise(self, int slot) -> dict:
         """The Gumbel noise g of each root move of the current search, as {uci: g} (for inspection and tests).

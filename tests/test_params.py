@@ -30,6 +30,7 @@ def _flat(options: dict, prefix: str = "") -> dict[str, object]:
 # (the algorithm aside: Gumbel would refuse some of the others).
 CHANGED = dict(algorithm="puct", simulations=77, c_init=2.5, c_base=1000.0, dirichlet_alpha=0.5, noise_weight=0.5,
                fpu_mode="absolute", fpu_value=-0.5, policy_temperature=2.0, temperature_plies=7, temperature=0.5,
+               temperature_endgame=0.25, temperature_halflife=12.0, temperature_value_cutoff=0.2,
                leaves_per_game=3, virtual_loss=0.5, tree_reuse=True, ply_limit=99, resign_consecutive=5,
                resign_disabled_fraction=0.5, playout_cap_fraction=0.5, playout_cap_simulations=9, forced_playouts=2.0,
                gumbel_considered=4, gumbel_scale=0.5, gumbel_c_visit=10.0, gumbel_c_scale=0.5,
@@ -99,6 +100,8 @@ def test_self_play_takes_every_setting_and_analysis_its_constants():
                 assert getattr(analysis, name) == changed[name], name
         assert (analysis.autoplay, analysis.add_noise, analysis.gumbel_scale, analysis.ply_limit) == (False, False,
                                                                                                     0.0, 0)
+        # The agents and the engine play the best move: no temperature, whatever self-play's schedule.
+        assert (analysis.temperature, analysis.temperature_endgame) == (0.0, 0.0)
 
 
 def test_none_is_refused_where_a_setting_needs_a_value():
