@@ -20,19 +20,21 @@ from tests.machine_share import machine_share, saturates_the_cores
 os.environ.setdefault("RAY_worker_niceness", "0")
 
 
-@pytest.fixture(autouse=True)
-def machine_to_itself_when_it_saturates_the_cores(request: pytest.FixtureRequest,
-                                                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     """Runs a test of the saturates_the_cores group with the machine to itself: the other worker waits (issue 92).
 
     Beside another worker's tests, on a 2-core AMD EPYC, the 256 actors' Ctrl-C and the hosts' faults outran
-    their bounds (Ray's health checks, actors starting); alone, each passes. The lock's files are in the run's
-    shared temporary folder (xdist workers' basetemps are its children); one process (``-n 0``) needs none.
+    their bounds; alone, each passes. The wait is outside each test's --timeout (pytest-timeout times this same
+    hook, inside this wrapper): a test that waits for the hosts' minutes is not timed out for it. The lock's files
+    are in the run's folder, which each xdist worker's --basetemp (popen-gwN) is in; one process (``-n 0``)
+    needs none.
     """
-    if "PYTEST_XDIST_WORKER" not in os.environ:
+    basetemp = item.config.option.basetemp
+    if "PYTEST_XDIST_WORKER" not in os.environ or not basetemp:
         yield
         return
-    with machine_share(tmp_path_factory.getbasetemp().parent, alone=saturates_the_cores(request.node)):
+    with machine_share(Path(basetemp).parent, alone=saturates_the_cores(item)):
         yield
 
 
