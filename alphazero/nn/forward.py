@@ -49,6 +49,7 @@ from alphazero.nn.host import (
     stage_events,
     to_device,
 )
+from alphazero.nn.kept_precision import KeptPrecisions
 from alphazero.nn.legal import gather_legal, gather_legal_numpy, safe_legal_indices, safe_legal_indices_numpy
 from alphazero.nn.network import fold_batch_norm, load_weights, model_config
 from alphazero.nn.parity import ParityErrors, ParitySettings, compare_legal
@@ -107,7 +108,9 @@ class Evaluator:
     launches, and one compilation is what a self-play actor can afford at
     start (EXPERIMENTS.md, "bf16 on the CPU"). ``runner_maker``
     replaces the mode's own way to make a bucket's pass (a fake fast pass:
-    tests reach the fast path's code on the CPU with it).
+    tests reach the fast path's code on the CPU with it). ``keep`` keeps a CPU's
+    ``auto`` precision across processes, timed on the folded pass
+    (alphazero.nn.kept_precision: the UCI engine's).
 
     A fast pass (bf16 on any device, graphs or compiled) checks itself against
     float32 eager on the same batch (alphazero.nn.parity; ``parity`` says when: the
@@ -144,7 +147,8 @@ class Evaluator:
     def __init__(self, model: torch.nn.Module, device: torch.device | str | None = None, *,
                  compile: bool = False, precision: str = "auto", forward: str = "eager",
                  max_batch: int | None = None, parity: ParitySettings | None = None,
-                 runner_maker: RunnerMaker | None = None, name: str = "this network") -> None:
+                 runner_maker: RunnerMaker | None = None, name: str = "this network",
+                 keep: KeptPrecisions | None = None) -> None:
         if forward not in FORWARD_MODES:
             raise ValueError(f"forward must be one of {', '.join(FORWARD_MODES)}, got {forward!r}")
         device = torch.device(device) if device is not None else next(model.parameters()).device
@@ -152,9 +156,11 @@ class Evaluator:
         self.device = indexed(device, self.model)  # 'cuda' -> the GPU the weights went to, for device_context
         self.use_cuda = self.device.type == "cuda"
         rows = min(max_batch, MAX_TIMING_ROWS) if max_batch else TIMING_ROWS  # the batches it will run
+        # A kept choice (the UCI engine's) is timed on the folded pass, the one the engine runs.
         self.precision_choice = choose_precision(
             precision, self.device, key=(architecture_hash(model_config(self.model)), "forward", rows),
-            timer=functools.partial(time_forward, self.model, self.device, rows=rows), float16=True)
+            timer=functools.partial(time_forward, self.model, self.device, rows=rows, folded=keep is not None),
+            float16=True, keep=keep)
         self.autocast = self.precision_choice.autocast
         self.autocast_dtype = self.precision_choice.dtype or torch.bfloat16
         if self.use_cuda or self.autocast:

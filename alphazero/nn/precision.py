@@ -47,6 +47,7 @@ import torch
 from alphazero.config import PRECISIONS
 from alphazero.nn.action_values import features_only
 from alphazero.nn.cuda_device import FLOAT16_TENSOR_CORES, NATIVE_BF16, cuda_capability
+from alphazero.nn.kept_precision import KEPT_TIMING_ROUNDS, KeptPrecisions
 
 MIN_SPEEDUP = 1.1  # bf16 is taken on a CPU only when a pass measured at least this much faster than float32
 TIMING_ROUNDS = 3  # each precision is timed this many times, alternating; the fastest of each counts
@@ -118,7 +119,8 @@ def check_precision(setting: str, where: str = "precision", choices: tuple[str, 
 
 def choose_precision(setting: str, device: torch.device, *, key: Hashable, timer: Timer,
                      probe: Probe | None = None, float16: bool = False,
-                     capability: tuple[int, int] | None = None) -> PrecisionChoice:
+                     capability: tuple[int, int] | None = None,
+                     keep: KeptPrecisions | None = None) -> PrecisionChoice:
     """Decides the precision of a network on ``device`` (see the module's docstring).
 
     ``key`` names what is timed (the architecture, the purpose): a CPU
@@ -128,6 +130,10 @@ def choose_precision(setting: str, device: torch.device, *, key: Hashable, timer
     caller may run float16 autocast (inference, which the parity check
     watches; the learner, which scales its loss). On CUDA ``capability`` is the
     device's compute capability (default: asked of the device; tests give it).
+    ``keep`` (the UCI engine's) keeps a CPU's measured choice across processes:
+    one kept for ``key`` on this machine is taken without timing; else the
+    timing runs KEPT_TIMING_ROUNDS rounds and is kept
+    (alphazero.nn.kept_precision).
 
     Raises:
         ValueError: an unknown setting, or float16 for a caller that may not run it.
@@ -144,11 +150,30 @@ def choose_precision(setting: str, device: torch.device, *, key: Hashable, timer
         native = probe()
         why = f"forced; {native} native" if native else "forced; emulated here: no native bf16, slower"
         return _of(setting == "bf16", f"{setting} ({why})" if setting == "bf16" else "float32 (forced)")
+    if keep is not None:
+        return _kept(keep, key, timer, probe)
     cache_key = (key, torch.get_num_threads(), probe)
     chosen = _CHOSEN.get(cache_key)
     if chosen is None:
         chosen = _CHOSEN[cache_key] = _measure(timer, probe)
     return chosen
+
+
+def _kept(keep: KeptPrecisions, key: Hashable, timer: Timer, probe: Probe) -> PrecisionChoice:
+    """The choice kept for ``key`` on this machine, else one measured with KEPT_TIMING_ROUNDS rounds and kept."""
+    native = probe()
+    if native is None:
+        return _of(False, "float32 (this processor has no native bf16: neither AVX512-BF16 nor AMX)")
+    kept = keep.get(key)
+    if kept is not None:
+        return _of(kept.name == "bf16", f"{kept.name} ({native}; {kept.speedup:.2f}x float32, measured "
+                                        f"{kept.measured}, kept in {keep.path})", kept.speedup)
+    measured = _measure(timer, probe, rounds=KEPT_TIMING_ROUNDS, series=1)
+    assert measured.speedup is not None
+    kept = keep.put(key, measured.name, measured.speedup)
+    where = f"kept in {keep.path}" if keep.write_error is None else keep.write_error
+    return _of(measured.bf16, f"{measured.name} ({native}; {measured.speedup:.2f}x float32, measured now over "
+                              f"{KEPT_TIMING_ROUNDS} rounds, {where})", measured.speedup)
 
 
 def cuda_choice(setting: str, device: torch.device, capability: tuple[int, int], *,
@@ -188,7 +213,8 @@ def cuda_choice(setting: str, device: torch.device, capability: tuple[int, int],
     return _of(False, f"float32 ({where}: neither native bf16, from 8.0, nor float16 tensor cores, from 7.0)")
 
 
-def _measure(timer: Timer, probe: Probe) -> PrecisionChoice:
+def _measure(timer: Timer, probe: Probe, *, rounds: int = TIMING_ROUNDS,
+             series: int = TIMING_SERIES) -> PrecisionChoice:
     native = probe()
     if native is None:
         return _of(False, "float32 (this processor has no native bf16: neither AVX512-BF16 nor AMX)")
@@ -196,8 +222,8 @@ def _measure(timer: Timer, probe: Probe) -> PrecisionChoice:
     # win, time both again before settling: the choice holds for the process's life, and a burst at start
     # can cost an actor bf16 for all of it (EXPERIMENTS.md, "Self-play that climbs").
     times: dict[bool, list[float]] = {False: [], True: []}
-    for _series in range(TIMING_SERIES):
-        for _ in range(TIMING_ROUNDS):
+    for _series in range(series):
+        for _ in range(rounds):
             for use_bf16 in (False, True):
                 times[use_bf16].append(timer(use_bf16))
         float32, bf16 = min(times[False]), min(times[True])
@@ -249,11 +275,16 @@ def channels_last(model: torch.nn.Module) -> torch.nn.Module:
     return model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # (stubs)
 
 
-def time_forward(model: torch.nn.Module, device: torch.device, bf16: bool, rows: int = TIMING_ROWS) -> float:
+def time_forward(model: torch.nn.Module, device: torch.device, bf16: bool, rows: int = TIMING_ROWS, *,
+                 folded: bool = False) -> float:
     """Times eval-mode passes of a copy of ``model`` on ``rows`` random positions (seconds_per_call): seconds per
-    pass, in bf16 autocast and channels_last (True) or float32 as it is (False)."""
+    pass, in bf16 autocast and channels_last (True) or float32 as it is (False); ``folded``: each conv-BN pair
+    folded into one convolution first, as the UCI engine runs it (alphazero.nn.network.fold_batch_norm)."""
+    from alphazero.nn.network import fold_batch_norm
+
     planes, scalars = random_positions(rows, device)
-    candidate = features_only(copy.deepcopy(model).eval())
+    copied = fold_batch_norm(model) if folded else copy.deepcopy(model)
+    candidate = features_only(copied.eval())
     if bf16:
         candidate = channels_last(candidate)
     context = pass_autocast(device) if bf16 else contextlib.nullcontext()

@@ -40,6 +40,7 @@ from alphazero.errors import UserError
 from alphazero.nn.action_values import features_only
 from alphazero.nn.builtin import BUILTIN, builtin_path, is_builtin, require_builtin
 from alphazero.nn.forward import Evaluator
+from alphazero.nn.kept_precision import KeptPrecisions
 from alphazero.nn.network import build_network, pick_device
 from alphazero.nn.planes import compact_to_torch
 from alphazero.presets import from_toml, get_preset
@@ -279,12 +280,14 @@ def load_network(
     forward: str = "eager",
     max_batch: int | None = None,
     say_precision: bool = True,
+    keep: KeptPrecisions | None = None,
 ) -> Network:
     """Loads the network a source names onto `device` ('auto' picks CUDA when present), to run in `precision`
     ('auto', 'bf16', 'float32': alphazero.nn.precision); on a CPU, what it runs in is said on `warn` (unless
     ``say_precision`` is false: a caller that loads network after network says it once).
     `forward` and `max_batch` are the Evaluator's: how a CUDA pass runs ('graphs': a CUDA graph per
-    batch-size bucket) and the largest batch the caller sends.
+    batch-size bucket) and the largest batch the caller sends; `keep` (the UCI engine's) keeps a CPU's `auto`
+    precision across processes (alphazero.nn.kept_precision).
 
     A run with no checkpoint yet gives the built-in network (source.fallback
     'builtin', when this installation has one) or freshly initialised weights
@@ -299,7 +302,7 @@ def load_network(
     precision = _checked_precision(precision)
     if resolved.path is None:
         return _fresh_network(source.run, resolved.config, torch_device, warn, precision, forward, max_batch,
-                              say_precision)
+                              say_precision, keep)
     expected = resolved.config.network if resolved.from_run and resolved.config is not None else None
     model, extra = load_model(resolved.path, torch_device, expected=expected)
     step = extra.get("step") if isinstance(extra.get("step"), int) else resolved.step
@@ -315,7 +318,7 @@ def load_network(
     else:
         label, tag = f"weights {resolved.path.name}", resolved.path.stem
     evaluator = Evaluator(model, torch_device, precision=precision, forward=forward, max_batch=max_batch,
-                          name=f"the {label}" if resolved.builtin else str(resolved.path))
+                          name=f"the {label}" if resolved.builtin else str(resolved.path), keep=keep)
     return _said(Network(evaluator, label, tag, step, resolved.path, False, config, notice_of(extra)), warn,
                  say_precision)
 
@@ -341,7 +344,7 @@ def _said(network: Network, warn: TextIO | None, say: bool = True) -> Network:
 
 def _fresh_network(run: Path, config: Config | None, device: torch.device, warn: TextIO | None,
                    precision: str = "auto", forward: str = "eager", max_batch: int | None = None,
-                   say_precision: bool = True) -> Network:
+                   say_precision: bool = True, keep: KeptPrecisions | None = None) -> Network:
     out = warn if warn is not None else sys.stderr
     if config is None:
         config = get_preset(DEFAULT_PRESET)
@@ -354,7 +357,7 @@ def _fresh_network(run: Path, config: Config | None, device: torch.device, warn:
           f"{config.learner.seed}), i.e. about as strong as random", file=out, flush=True)
     model = _fresh_model(config)
     evaluator = Evaluator(model, device, precision=precision, forward=forward, max_batch=max_batch,
-                          name="the fresh weights")
+                          name="the fresh weights", keep=keep)
     return _said(Network(evaluator, "fresh weights", "fresh", 0, None, True, config), warn, say_precision)
 
 
