@@ -10,6 +10,7 @@ plays `alphazero uci` as a GUI drives it. All can play on a game's clock
 
 from __future__ import annotations
 
+import asyncio
 import re
 import sys
 from collections.abc import Mapping, Sequence
@@ -296,7 +297,11 @@ class UciAgent(Agent):
     one game at a time). Choice.value is the engine's score for the side to
     move, info its nodes, nps, depth, time and line.
 
-    Raises UserError if the engine cannot be started or refuses an option.
+    The engine loads its network at an `isready` sent when the agent is made
+    (ready()), so that no game's clock pays for the load; its notes are kept
+    in ``notes``.
+
+    Raises UserError if the engine cannot be started, refuses an option or does not get ready.
     """
 
     def __init__(self, *, flags: Sequence[str] = (), options: Mapping[str, int | bool | str] | None = None,
@@ -314,6 +319,13 @@ class UciAgent(Agent):
         except (chess.engine.EngineError, ValueError) as exc:
             self.close()
             raise UserError(f"the UCI engine refused an option of {name!r}: {exc}") from None
+        try:
+            # Loaded now, before any clock runs (python-chess would send this isready inside the first move).
+            self.notes: list[str] = ready(self._engine)
+            """The engine's `info string`s at its first `isready`: the network it loaded, its threads, precision."""
+        except (chess.engine.EngineError, chess.engine.EngineTerminatedError, TimeoutError) as exc:
+            self.close()
+            raise UserError(f"the UCI engine {name!r} did not get ready: {exc}") from None
 
     def new_game(self) -> None:
         """Makes the next search send `ucinewgame`."""
@@ -347,6 +359,45 @@ class UciAgent(Agent):
                 engine.quit()
             except (chess.engine.EngineError, chess.engine.EngineTerminatedError, TimeoutError):
                 engine.close()
+
+
+READY_TIMEOUT_S = 600.0
+"""The most seconds an engine's first `isready` may take: it loads the network (and may time its precision)."""
+
+
+class _ReadyCommand(chess.engine.BaseCommand[list[str]]):
+    """python-chess's ping (`isready` ... `readyok`) that keeps the engine's `info string`s on the way, which
+    its own ping logs as unexpected output."""
+
+    def __init__(self, engine: chess.engine.Protocol) -> None:
+        super().__init__(engine)
+        self.engine = engine
+        self.notes: list[str] = []
+
+    def start(self) -> None:
+        self.engine.send_line("isready")
+
+    def line_received(self, line: str) -> None:
+        if line.strip() == "readyok":
+            self.result.set_result(self.notes)
+            self.set_finished()
+        elif line.startswith("info string "):
+            self.notes.append(line[len("info string "):].strip())
+        else:
+            chess.engine.LOGGER.warning("%s: unexpected engine output before readyok: %r", self.engine, line)
+
+
+def ready(engine: chess.engine.SimpleEngine, timeout: float = READY_TIMEOUT_S) -> list[str]:
+    """Sends `isready` and waits for `readyok`; returns the `info string`s said meanwhile (this project's engine
+    loads its network there and says what it runs).
+
+    Raises TimeoutError after ``timeout`` seconds, EngineTerminatedError if the engine dies.
+    """
+    async def command() -> list[str]:
+        return await engine.protocol.communicate(_ReadyCommand)
+
+    future = asyncio.run_coroutine_threadsafe(asyncio.wait_for(command(), timeout), engine.protocol.loop)
+    return future.result()
 
 
 def _stockfish_name(

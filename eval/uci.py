@@ -22,7 +22,8 @@ Game ends, repetitions and proven nodes are scored on the spot and never wait
 for the network. Gumbel's search batches too: a leaf in flight counts as a
 visit, and a batch ends with a Sequential Halving phase. `info nps` is the
 nodes of the search over the seconds it has run; Threads sets torch's CPU
-threads (0: torch's default, the machine's cores).
+threads (0: chosen at the network's load, eval.uci_threads: every core, its
+threads waiting passively beside other work).
 
 `go` takes the limits eval.uci_go lists (whichever comes first ends the
 search; with none, the Nodes option's simulations); `mate` and
@@ -87,6 +88,7 @@ from alphazero import __version__
 from alphazero.chess.syzygy import RootProbe, SyzygyPathError, Tables
 from alphazero.errors import UserError
 from alphazero.nn.builtin import BUILTIN
+from alphazero.nn.kept_precision import KeptPrecisions
 from alphazero.nn.network import pick_device
 from alphazero.out_of_memory import out_of_memory_in, out_of_memory_message
 from alphazero.search_action_values import asks_action_values, legal_evaluator
@@ -102,6 +104,7 @@ from eval.uci_params import engine_search_params
 from eval.uci_search import NetworkThread, SearchJob, SearchReport, info_lines
 from eval.uci_searchless import answer_searchless, usable_mode
 from eval.uci_syzygy import chosen_move, open_tables, probe_leaves, root_probe, tablebase_info_line
+from eval.uci_threads import BusyMeter, default_threads, machine_cores, waits_passively
 from mcts_ext import STARTING_FEN, Board, ChessError
 from mcts_ext.driver import run as run_search
 from mcts_ext.params import SearchParams
@@ -120,7 +123,8 @@ eagerly the engine's small batches are bound by kernel launches, which bf16's ca
 CPU the passes run eager whatever this says."""
 
 DEFAULT_THREADS = torch.get_num_threads()
-"""torch's own choice of CPU threads (the machine's cores), which Threads 0 restores."""
+"""torch's own choice of CPU threads (the machine's cores): Threads 0 until the network's load chooses
+(eval.uci_threads.default_threads)."""
 
 INFO_INTERVAL_S = 0.5
 """Seconds between info lines during a search (one more comes with bestmove)."""
@@ -135,8 +139,11 @@ class UciEngine:
     """The engine's state and command handlers; `run()` is the loop over the input stream.
 
     Construct it with the network's source (a run directory and/or a weights
-    file) and streams; the network is loaded at the first `isready` or `go`,
-    so that the `uci` handshake is immediate. A run without checkpoints plays
+    file) and streams; the network is loaded at the first `isready` or `go`
+    (after the options, as lc0 loads its weights), so that the `uci`
+    handshake is immediate and a client that sends `isready` before its
+    first clock pays nothing for the load on it. The load's notes (the
+    network, its threads and precision) are `info string`s before `readyok`. A run without checkpoints plays
     the built-in network (alphazero/weights, saying so); a run that was named
     but does not exist is refused (a typo must not play); freshly initialised
     weights, about as strong as random, take `fresh=True`.
@@ -174,6 +181,10 @@ class UciEngine:
         self.values["Device"] = device
         self._network_thread = NetworkThread()
         self._tables: Tables | None = None  # the SyzygyPath's tables, None without
+        self._busy = BusyMeter()  # the cores other work keeps busy, from now to the network's load (Threads 0)
+        self._busy.start()
+        self._auto_threads = DEFAULT_THREADS  # Threads 0's count, chosen at each load of the network
+        self._fallbacks_said = 0  # the evaluator's parity fallbacks said so far
         given = {"Nodes": nodes, "Threads": threads}
         self._set_from_command_line({name: str(value) for name, value in given.items() if value is not None})
         self._set_from_command_line(options or {})
@@ -331,13 +342,14 @@ class UciEngine:
                 self.info_string(f"ignored {option.name}, kept {quoted(str(old))}: {error}")
 
     def _set_threads(self, threads: int) -> None:
-        """Sets torch's CPU threads for the network; 0 restores torch's default, the machine's cores.
+        """Sets torch's CPU threads for the network; 0: the count the network's last load chose
+        (eval.uci_threads.default_threads; torch's default before the first).
 
         torch keeps the count per thread once a thread has used it, so it is set here (for threads
         to come) and queued on the network thread (after a running search, whose passes keep theirs).
         """
         self.values["Threads"] = threads
-        count = threads if threads > 0 else DEFAULT_THREADS
+        count = threads if threads > 0 else self._auto_threads
         torch.set_num_threads(count)
         self._network_thread.submit(torch.set_num_threads, count)
 
@@ -498,6 +510,7 @@ class UciEngine:
             if leaf_tables is not None:  # the tables' results for the leaves they hold
                 result = (result[0], probe_leaves(leaf_tables, arrays[0], arrays[1], result[1]), *result[2:])
             last_call[0] = self._clock() - started
+            self._say_fallbacks(network)
             return result
 
         first_simulations = search.simulations(0)
@@ -540,6 +553,16 @@ class UciEngine:
         if job.plan is not None and self.values["TimeManager"] == "smart" and job.go.movetime is None:
             self._time.spent(job.plan, self._clock() - job.started)
         return self._answer(search, job, probe, tbhits(), wdl)
+
+    def _say_fallbacks(self, network: Network) -> None:
+        """Says each parity fallback of the network's passes not said yet: the network, what differed and the
+        pass (and precision) it runs from now on (alphazero.nn.forward.Evaluator: a fast pass that differs from
+        float32 eager steps down for good)."""
+        fallbacks = network.evaluator.fallbacks
+        for line in fallbacks[self._fallbacks_said:]:
+            self.info_string(f"warning: {network.label}: parity check failed, precision now "
+                             f"{network.evaluator.precision}: {line}")
+        self._fallbacks_said = len(fallbacks)
 
     def _answer(self, search: MultiGameSearch, job: SearchJob, probe: RootProbe | None, tbhits: int | None,
                 wdl: bool) -> tuple[str, str | None]:
@@ -605,6 +628,24 @@ class UciEngine:
                             f"(--weights builtin: the network that ships), or --fresh to play with freshly "
                             f"initialised (about random) weights")
 
+    def _choose_threads(self) -> str:
+        """Sets torch's threads for the load and the passes (on the network thread, where it runs this); says
+        how many and why. Threads 0 chooses by the wait policy and the load (eval.uci_threads)."""
+        given = int(self.values["Threads"])
+        passive = waits_passively()
+        if given == 0:
+            cores = machine_cores()
+            busy = self._busy.busy(own_threads=0)
+            self._auto_threads = default_threads(cores, busy, passive=passive)
+            why = ("Threads 0: every core, its threads waiting passively" if passive else
+                   f"Threads 0: {cores} cores less {busy:.1f} busy elsewhere, its threads spinning")
+        else:
+            why = "Threads " + str(given)
+        count = given or self._auto_threads
+        torch.set_num_threads(count)
+        self._busy.start()  # the next load measures from here
+        return f"{count} thread{'s' if count != 1 else ''}: {why}"
+
     def _ensure_network(self) -> Network | None:
         """Loads the network when the options changed (or at first use); reports errors as info strings."""
         key = (self._source(), str(self.values["Device"]), str(self.values["Precision"]))
@@ -612,8 +653,12 @@ class UciEngine:
             return self._network
         try:
             self._check_source()
+            threads = self._choose_threads()
+            # The precision is said in the info string below, not on stderr (a client logs stderr as warnings);
+            # an `auto` choice is measured once per machine and kept (alphazero.nn.kept_precision).
             network = load_network(key[0], device=key[1], warn=self._err, precision=key[2], forward=self._forward,
-                                   max_batch=int(self.values["LeavesPerBatch"]))
+                                   max_batch=int(self.values["LeavesPerBatch"]), say_precision=False,
+                                   keep=KeptPrecisions())
             network.evaluator.warm_up()  # a CUDA graph per batch size up to LeavesPerBatch, now and not mid-search
         except UserError as error:
             self.info_string(f"error: {error}")
@@ -632,11 +677,10 @@ class UciEngine:
         elif (note := resolve_source(key[0]).note) is not None:
             self.info_string(f"note: {note}")
         network.evaluator.fold_batch_norm()  # the engine's weights never change: fold once, not every pass
-        self._network, self._loaded_key = network, key
+        self._network, self._loaded_key, self._fallbacks_said = network, key, 0
         device = network.evaluator.device
-        count = torch.get_num_threads()
-        threads = f" ({count} thread{'s' if count != 1 else ''})" if device.type == "cpu" else ""
-        self.info_string(f"network: {network.label} on {device}{threads}, {network.evaluator.precision_text()}")
+        said = f" ({threads})" if device.type == "cpu" else ""
+        self.info_string(f"network: {network.label} on {device}{said}, {network.evaluator.precision_text()}")
         if network.notice:  # the attribution a licence of its data asks for travels with the weights
             self.info_string(f"network notice: {network.notice}")
         return network

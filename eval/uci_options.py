@@ -150,11 +150,13 @@ OPTIONS: tuple[UciOption, ...] = (
     UciOption("Weights", "string", "", "a model file or learner checkpoint; empty: the run's latest checkpoint"),
     UciOption("Device", "string", "auto", "where the network runs: auto, cpu, cuda or cuda:N"),
     UciOption("Precision", "combo", "auto", "the network's precision: auto (on a GPU bf16 from compute capability "
-              "8.0, else float16 from 7.0, else float32; on a CPU bf16 where the processor has native bf16 and a "
-              "pass timed at load is faster), bf16, float16 (a GPU's; a CPU runs float32) or float32",
+              "8.0, else float16 from 7.0, else float32; on a CPU bf16 where the processor has native bf16 and the "
+              "engine's pass measured faster, once per machine, kept in the user's cache), bf16, float16 (a GPU's; "
+              "a CPU runs float32) or float32",
               choices=PRECISIONS),
-    UciOption("Threads", "spin", 0, "torch CPU threads for the network; 0: torch's default, the machine's cores",
-              0, 1024),
+    UciOption("Threads", "spin", 0, "torch CPU threads for the network; 0: chosen when the network loads, every "
+              "core (its threads wait passively, OMP_WAIT_POLICY=PASSIVE unless set), or where they spin (a user's "
+              "OMP_WAIT_POLICY=active) the cores less those other work keeps busy", 0, 1024),
     UciOption("Move Overhead", "spin", DEFAULT_MOVE_OVERHEAD_MS, "milliseconds kept back each move for the GUI "
               "and lag (Stockfish's name; MoveOverhead is taken too)", 0, 60_000),
     UciOption("TimeManager", "combo", "smart", "smart: the clock shared over the moves the game is expected to last, "

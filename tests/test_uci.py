@@ -626,9 +626,9 @@ def test_threads_sets_torchs_threads_and_0_restores_its_default() -> None:
     try:
         assert torch.get_num_threads() == 1
         engine.handle("isready")
-        assert "on cpu (1 thread)" in out.getvalue()
+        assert "on cpu (1 thread: Threads 1)" in out.getvalue()
         engine.handle("setoption name Threads value 0")
-        assert torch.get_num_threads() == DEFAULT_THREADS  # torch's own choice when eval.uci was imported
+        assert torch.get_num_threads() == DEFAULT_THREADS  # no load has chosen yet: torch's own choice
     finally:
         torch.set_num_threads(default)
 
