@@ -22,6 +22,8 @@ BENCHES = {
     "selfplay": "self-play positions/s and the share of time spent in the network",
     "learner": "training samples/s per preset (CPU, and CUDA when present) vs inference-only evals/s at the same batch",
     "uci": "the UCI engine's nodes/s at each LeavesPerBatch beside the network's evals/s at that batch",
+    "beside": "the UCI engine's nodes/s at its defaults alone and beside busy processes, engines of several "
+              "checkouts side by side",
 }
 
 
