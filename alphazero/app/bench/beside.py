@@ -27,9 +27,17 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from alphazero.app.bench import int_list
 from alphazero.errors import UserError
+
+if TYPE_CHECKING:
+    import chess
+    import chess.engine
+
+    from eval.agent import Choice
+    from eval.engine_agents import UciAgent
 
 POSITIONS = (
     "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1",
@@ -94,6 +102,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="milliseconds each position is searched (default 1000)")
     parser.add_argument("--rounds", type=int, default=3, help="measurements of each engine at each point (default 3)")
     parser.add_argument("--weights", default="builtin", help="the network (default: builtin)")
+    parser.add_argument("--match", default=None, metavar="BASE+INC",
+                        help="then play the first engine on this clock (e.g. 10+0.1) as `alphazero match` does: "
+                             "one engine process playing both sides, then two, one a side; each engine's median "
+                             "nodes/s over its moves and the precision each says")
+    parser.add_argument("--match-games", type=int, default=2, metavar="N", help="games of each (default 2)")
     parser.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
                         help="an engine option set on every engine (repeatable), e.g. Threads=1")
 
@@ -129,6 +142,47 @@ def _measure(folder: Path, weights: str, options: dict[str, str], movetime_ms: i
         engine.quit()
 
 
+def _recorded(agent: UciAgent, rates: list[float]) -> None:
+    """Makes ``agent``'s clocked moves note the engine's nodes/s (its last info's nps) in ``rates``."""
+    choose = agent.choose_on_clock
+
+    def recording(board: chess.Board, clock: chess.engine.Limit) -> Choice:
+        choice = choose(board, clock)
+        if choice.info.get("nps"):
+            rates.append(float(choice.info["nps"]))
+        return choice
+
+    setattr(agent, "choose_on_clock", recording)  # noqa: B010  # (an instance's own, over the class's method)
+
+
+def _clock_point(spec: EngineSpec, weights: str, options: dict[str, str], clock_text: str, games: int,
+                 engines: int) -> list[tuple[float, str]]:
+    """Plays ``games`` on the clock between ``engines`` (1: one process both sides, 2: one a side) of ``spec``;
+    returns each engine's median nodes/s over its moves, with the precision part of its network note."""
+    from eval.engine_agents import UciAgent
+    from eval.match import Clock, play_match
+
+    flags = ["--weights", weights, "--device", "cpu"]
+    agents: list[UciAgent] = []
+    try:
+        for _ in range(engines):
+            agents.append(UciAgent(flags=flags, options={**options, **dict(spec.options)}, name=f"uci{len(agents)}"))
+        rates: list[list[float]] = [[] for _ in agents]
+        for agent, noted in zip(agents, rates):
+            _recorded(agent, noted)
+        play_match(agents[0], agents[-1], games=games, concurrency=1, clock=Clock.parse(clock_text), progress=False)
+        return [(statistics.median(noted) if noted else 0.0, _precision_of(agent.notes))
+                for agent, noted in zip(agents, rates)]
+    finally:
+        for agent in agents:
+            agent.close()
+
+
+def _precision_of(notes: list[str]) -> str:
+    line = next((note for note in notes if note.startswith("network:")), "")
+    return line.split("), ", 1)[1] if "), " in line else line
+
+
 def _busy_processes(count: int) -> list[subprocess.Popen[bytes]]:
     return [subprocess.Popen([sys.executable, "-c", BUSY_PROGRAM]) for _ in range(count)]
 
@@ -146,8 +200,9 @@ def _ambient_load(meter: object, seconds: float = AMBIENT_WINDOW_S) -> float:
 def run(args: argparse.Namespace) -> None:
     from eval.uci_threads import BusyMeter, machine_cores
 
-    if args.movetime < 1 or args.rounds < 1:
-        raise UserError("--movetime and --rounds must be at least 1")
+    if args.movetime < 1 or args.rounds < 1 or args.match_games < 1:
+        raise UserError("--movetime, --rounds and --match-games must be at least 1")
+    lone = 0.0
     options = dict(text.split("=", 1) for text in args.option if "=" in text)
     if len(options) != len(args.option):
         raise UserError(f"--option takes NAME=VALUE, got {args.option!r}")
@@ -180,6 +235,14 @@ def run(args: argparse.Namespace) -> None:
             rates = ", ".join(f"{rate:.0f}" for rate in point.rates)
             print(f"beside {busy} busy  {label:>8}: {point.median:8.0f} nodes/s{share}  [{rates}]  "
                   f"load avg {load:.1f}; {ambient:.1f} cores busy before the point", flush=True)
+    if args.match is not None:
+        for count in (1, 2):
+            figures = _clock_point(engines[0], args.weights, options, args.match, args.match_games, count)
+            lone = figures[0][0] if count == 1 else lone
+            for index, (rate, precision) in enumerate(figures):
+                share = f" ({rate / lone:.0%} of the lone engine's)" if count == 2 and lone > 0 else ""
+                print(f"match {args.match}, {count} engine{'s' if count > 1 else ''}: engine {index + 1} "
+                      f"{rate:.0f} nodes/s{share}, {precision}; load avg {os.getloadavg()[0]:.1f}", flush=True)
     for label in (spec.label for spec in engines):
         network = [note for note in results[(label, levels[-1])].notes if note.startswith("network:")]
         print(f"{label}: {network[0] if network else '(no network note)'}")

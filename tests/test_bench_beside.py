@@ -1,0 +1,48 @@
+"""`alphazero bench beside`: its engines' specs and its turns (the measuring itself runs engines for minutes)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from alphazero.app.bench import beside
+from alphazero.app.bench.beside import ROOT, EngineSpec, _engine_spec
+
+
+def test_an_engine_is_a_label_a_checkout_and_options_of_its_own() -> None:
+    assert _engine_spec(f"before={ROOT}") == EngineSpec("before", ROOT)
+    assert _engine_spec(f"one={ROOT},Threads=1,Hash=64").options == (("Threads", "1"), ("Hash", "64"))
+
+
+@pytest.mark.parametrize("text", ["nolabel", f"={ROOT}", "x=/no/such/checkout", f"x={ROOT},Threads"])
+def test_a_malformed_engine_is_refused_with_a_message(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="LABEL=DIR"):
+        _engine_spec(text)
+
+
+def test_engines_take_turns_round_by_round_beside_each_busy_count(monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    calls: list[tuple[str, int, dict[str, str]]] = []
+    started: list[int] = []
+    rates = {"a": 1000.0, "b": 500.0}
+
+    def measure(folder: Path, weights: str, options: dict[str, str], movetime: int) -> tuple[float, list[str]]:
+        label = "a" if "Threads" not in options else "b"
+        calls.append((label, started[-1], options))
+        return rates[label] / (1 + started[-1]), [f"network: x on cpu (2 threads), bf16 ({label})"]
+
+    monkeypatch.setattr(beside, "_measure", measure)
+    monkeypatch.setattr(beside, "_busy_processes", lambda count: started.append(count) or [])
+    monkeypatch.setattr(beside, "_ambient_load", lambda meter: 0.0)
+    parser = argparse.ArgumentParser()
+    beside.add_arguments(parser)
+    beside.run(parser.parse_args(["--engine", f"a={ROOT}", "--engine", f"b={ROOT},Threads=1", "--busy", "2",
+                                  "--rounds", "2", "--option", "Hash=64"]))
+    assert started == [0, 2]
+    assert [(label, busy) for label, busy, _ in calls] == [("a", 0), ("b", 0), ("b", 0), ("a", 0),
+                                                          ("a", 2), ("b", 2), ("b", 2), ("a", 2)]
+    assert calls[1][2] == {"Hash": "64", "Threads": "1"}
+    out = capsys.readouterr().out
+    assert "beside 2 busy         a:      333 nodes/s (33% of alone)" in out
