@@ -34,7 +34,11 @@ def test_engines_take_turns_round_by_round_beside_each_busy_count(monkeypatch: p
         return rates[label] / (1 + started[-1]), [f"network: x on cpu (2 threads), bf16 ({label})"]
 
     monkeypatch.setattr(beside, "_measure", measure)
-    monkeypatch.setattr(beside, "_busy_processes", lambda count: started.append(count) or [])
+    def busy_processes(count: int) -> list[object]:
+        started.append(count)
+        return []
+
+    monkeypatch.setattr(beside, "_busy_processes", busy_processes)
     monkeypatch.setattr(beside, "_ambient_load", lambda meter: 0.0)
     parser = argparse.ArgumentParser()
     beside.add_arguments(parser)
