@@ -11,8 +11,9 @@ with its path: that answer is the acknowledgement. The sender keeps every
 shard until it is acknowledged, and at most ``selfplay.sink_window`` of them:
 at the limit ``put`` blocks, so a slow or restarting sink holds the actor up
 and never costs a finished game. A call that fails because the sink died (or
-was unreachable, or could not write) is sent again, to the restarted sink,
-under the same name: the file is replaced by the same bytes, never doubled.
+was unreachable, or could not write), or that goes unanswered for
+``ANSWER_S``, is sent again, to the restarted sink, under the same name: the
+file is replaced by the same bytes, never doubled.
 A call that fails otherwise (a bug: a bad name) is raised, and its shard is
 held, never dropped: the stop's flush sends it once more (and raises again if
 it fails again), and until it is stored its games count as held.
@@ -36,6 +37,11 @@ SINK_THREADS = 4
 # Waits between sends of a shard whose write failed: doubling from the first to the last.
 RETRY_FIRST_S = 0.5
 RETRY_LAST_S = 8.0
+ANSWER_S = 60.0
+"""The longest a write waits for its answer before its shard is sent again (same name: stored once). A write sent
+as a worker's link came back from 30 s down went unanswered for the 5 minutes its node lived on, neither stored nor
+failed, and held its actor's play() (EXPERIMENTS.md, "The suite green on a fresh clone, the tests that saturate
+the cores alone"); a store takes milliseconds, seconds on a loaded machine."""
 
 
 def sink_name(run: RunDir) -> str:
@@ -132,13 +138,15 @@ class SinkSender:
     stored from each (ShardSink.games_stored).
     """
 
-    def __init__(self, sink: str, window: int, sender: str = "") -> None:
+    def __init__(self, sink: str, window: int, sender: str = "", answer_s: float = ANSWER_S) -> None:
         if window < 1:
             raise ValueError(f"the sink window must be at least 1, got {window}")
         self.sink_name = sink
         self._sink: Any = None
         self.window = window
+        self.answer_s = answer_s
         self.in_flight: dict[Any, ShardFile] = {}  # the write call's ObjectRef -> its shard
+        self.sent_at: dict[Any, float] = {}  # the write call's ObjectRef -> when it was sent (time.monotonic)
         self.rejected: list[ShardFile] = []  # shards whose write raised what no resend cures: sent again at the stop
         self.stored: list[str] = []
         self.wait_seconds = 0.0  # time put() and settle(wait=True) spent waiting for the sink
@@ -193,7 +201,8 @@ class SinkSender:
             except ValueError:  # not (or no longer) there: the driver that runs it is starting or gone
                 log.warning("no shard sink %r yet; looking again in %.1f s", self.sink_name, self._retry_s)
                 self._back_off()
-        self.in_flight[self._sink.write.remote(shard, self.sender)] = shard
+        ref = self._sink.write.remote(shard, self.sender)
+        self.in_flight[ref], self.sent_at[ref] = shard, time.monotonic()
 
     def _back_off(self) -> None:
         time.sleep(self._retry_s)
@@ -210,15 +219,32 @@ class SinkSender:
 
         if not self.in_flight:
             return
+        wait = timeout if timeout is not None else \
+            max(0.0, min(self.sent_at.values()) + self.answer_s - time.monotonic())
         ready, _ = ray.wait(list(self.in_flight), num_returns=1 if timeout is None else len(self.in_flight),
-                            timeout=timeout)
+                            timeout=wait)
+        if timeout is None and not ready:
+            self._send_unanswered_again()
         for ref in ready:
             shard = self.in_flight.pop(ref)
+            del self.sent_at[ref]
             try:
                 self._answered(ref, shard)
             except BaseException:
                 self.rejected.append(shard)  # not stored, not sent again: kept for the stop's flush
                 raise
+
+    def _send_unanswered_again(self) -> None:
+        """Sends again, through a fresh look-up of the sink, each shard whose write has gone unanswered for
+        ``answer_s``; the late answer of the first send, if one ever comes, is not waited for."""
+        now = time.monotonic()
+        for ref in [ref for ref, sent in self.sent_at.items() if now - sent >= self.answer_s]:
+            shard = self.in_flight.pop(ref)
+            del self.sent_at[ref]
+            log.warning("shard %s: no answer from the sink in %.0f s; sending it again", shard.name, self.answer_s)
+            self._sink = None
+            self.resent += 1
+            self._send(shard)
 
     def _answered(self, ref: Any, shard: ShardFile) -> None:
         """Takes one write's answer: an acknowledgement, or a failure a resend cures (sent again, after a wait).

@@ -206,6 +206,38 @@ def test_a_sink_write_that_fails_with_a_bug_keeps_its_shard_for_the_stops_flush(
     assert target.sent == [shard.name] * 3
 
 
+def test_a_sink_write_left_unanswered_is_sent_again_through_a_fresh_look_up_and_stored_once(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # After a worker's link was down, a write could go unanswered for good (neither stored nor failed), and the
+    # actor's play() waited on it for the window's room until the driver gave up on the actor.
+    from selfplay.sink import SinkSender
+
+    _fake_ray(monkeypatch)
+    unanswered = _Ref(value="never")
+    monkeypatch.setattr(ray, "wait", lambda refs, num_returns, timeout: (
+        [ref for ref in refs if ref is not unanswered][:num_returns], [ref for ref in refs if ref is unanswered]))
+    target = _Sink([])
+    first_write = target._write
+    calls = iter([unanswered])
+
+    def write(shard: ShardFile, sender: str) -> _Ref:
+        first_write(shard, sender)
+        return next(calls, None) or _Ref(value=f"{FOLDER}/{shard.name}")
+
+    target.write = types.SimpleNamespace(remote=write)
+    looked_up: list[str] = []
+    monkeypatch.setattr(ray, "get_actor", lambda name, namespace: looked_up.append(name) or target)
+    sender = SinkSender("shardsink:x", window=1, answer_s=0.0)  # unanswered at once: the test's clock
+    one, two = ShardFile("1-w-a.npz", b"a", None, 2), ShardFile("2-w-a.npz", b"b", None, 3)
+    with caplog.at_level(logging.WARNING, logger="selfplay.sink"):
+        sender.put(one)
+        sender.put(two)  # waits for room: the first write goes unanswered, is sent again, and is stored
+    assert target.sent == [one.name, one.name, two.name] and len(looked_up) == 2
+    assert "shard 1-w-a.npz: no answer from the sink in 0 s; sending it again" in caplog.text
+    assert sender.settle(wait=True) == [f"{FOLDER}/{one.name}", f"{FOLDER}/{two.name}"]
+    assert (sender.unacknowledged, sender.games_stored, sender.resent) == (0, 5, 1)
+
+
 # --- weight pushes ---------------------------------------------------------------------------------------------------
 
 
