@@ -152,8 +152,22 @@ def _wait_for(condition: Callable[[], bool], what: str, *processes: subprocess.P
     while not condition():
         for process in processes:
             assert process.poll() is None or process.returncode == 0, f"{process.args} ended ({process.returncode})"
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        assert time.monotonic() < deadline, f"gave up waiting for {what}; the actors' stacks then:\n{_actor_stacks()}"
         time.sleep(0.2)
+
+
+def _actor_stacks() -> str:
+    """The Python stacks of every self-play actor on the hosts (where a wait on their games ends in vain)."""
+    actors = [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
+              if _cmdline(pid).startswith("ray::SelfPlayWorker")]
+    return "\n".join(f"process {pid} ({_cmdline(pid)}):\n{python_stacks(pid)}" for pid in actors) or "(no actors)"
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
 
 
 def _active_nodes(status: str) -> int:
