@@ -198,6 +198,11 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
                         help="search depth of the Stockfish levels (default: Elo-calibrated)")
     parser.add_argument("--ply-limit", type=int, default=None, help="plies after which a game is drawn")
     add_concurrency_option(parser, "games of a match played at once")
+    parser.add_argument("--rungs", type=int, default=2, metavar="N",
+                        help="play the N rungs of the shipped ladder nearest the network's last rating (the run's "
+                             "latest ratings file; none yet: spread from random to Stockfish's weakest level), "
+                             "anchored at their calibrated Elo (default 2; 0: none). With --quick they replace "
+                             "the lowest Stockfish level")
     parser.add_argument("--no-random", action="store_true", help="leave the random agent out")
     parser.add_argument("--seed", type=int, default=0, help="first opening of the book (or the shuffle's seed)")
     add_openings_arguments(parser)
@@ -230,7 +235,9 @@ def run_eval(args: argparse.Namespace) -> None:
 
     run, config = RunDir.open(args.run, args.overrides)
     size = args.size or ("full" if pick_device(args.device).type == "cuda" else "quick")
-    settings = EvalSettings.full(config.eval) if size == "full" else EvalSettings.quick(config.eval)
+    rungs = _eval_rungs(run, args.checkpoint, args.rungs, args.no_random)
+    settings = (dataclasses.replace(EvalSettings.full(config.eval), rungs=rungs) if size == "full"
+                else EvalSettings.quick(config.eval, rungs=rungs))
     changes: dict[str, Any] = {"include_random": not args.no_random, "concurrency": args.concurrency,
                                "seed": args.seed, "openings": args.openings, "openings_order": args.openings_order}
     given = {"ply_limit": args.ply_limit, "games_per_pair": args.games, "simulations": args.simulations,
@@ -239,6 +246,30 @@ def run_eval(args: argparse.Namespace) -> None:
     settings = dataclasses.replace(settings, **changes)
     evaluate_checkpoint(run, config, args.checkpoint, settings=settings, device=args.device,
                         progress=not args.no_progress)
+
+
+def _eval_rungs(run: Any, checkpoint: int | None, count: int, no_random: bool) -> tuple[str, ...]:
+    """The ladder rungs nearest the network's last rating (eval.evaluate.nearest_rungs; the random rung left
+    out with --no-random); each missing engine said in one line on stderr.
+
+    Raises UserError for a negative count.
+    """
+    from alphazero.errors import UserError
+    from eval.evaluate import last_search_rating, nearest_rungs
+    from eval.ladder import estimate_of
+
+    if count < 0:
+        raise UserError(f"--rungs takes 0 or more, got {count}")
+    if count == 0:
+        return ()
+    try:
+        rungs, missing = nearest_rungs(estimate_of(last_search_rating(run, checkpoint)), count,
+                                       ("random",) if no_random else ())
+    except UserError as error:  # no ladder file: the evaluation goes on without rungs
+        rungs, missing = (), [f"the ladder is off: {error}"]
+    for line in missing:
+        print(line, file=sys.stderr)
+    return rungs
 
 
 # --- alphazero puzzles and alphazero epd: the papers' yardsticks --------------------------------------
@@ -433,9 +464,13 @@ def add_curve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--simulations", type=int, default=64,
                         help="simulations of the checkpoints' search (default 64, the quick evaluation's, "
                              "whose games then join the fit)")
+    parser.add_argument("--rungs", type=int, default=2, metavar="N",
+                        help="each checkpoint plays the N rungs of the shipped ladder nearest it, anchored at their "
+                             "calibrated Elo (default 2; 0: none, the lowest Stockfish level anchors instead)")
     parser.add_argument("--stockfish-elos", default=None, metavar="E1,E2,...",
-                        help="Stockfish UCI_Elo levels as anchors (default: the lowest of eval.stockfish_elos "
-                             "when Stockfish is installed; '' for none: the start is then 0)")
+                        help="Stockfish UCI_Elo levels as anchors at their UCI_Elo (default: none with --rungs, else "
+                             "the lowest of eval.stockfish_elos when Stockfish is installed; '' for none: without "
+                             "rungs the start is then 0)")
     parser.add_argument("--stockfish-depth", type=int, default=None,
                         help="search depth of the Stockfish levels (default: Elo-calibrated)")
     parser.add_argument("--no-random", action="store_true", help="leave the random agent out")
@@ -451,6 +486,16 @@ def add_curve_arguments(parser: argparse.ArgumentParser) -> None:
                              "plays it in order, going on where its last games ended")
     parser.add_argument("--device", default="auto", help="network device: auto, cpu, cuda or cuda:N")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+# --- alphazero ladder --------------------------------------------------------------------------
+
+
+def add_ladder_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds the arguments of `alphazero ladder [show | calibrate] ...` (eval.ladder's)."""
+    from eval.ladder import add_ladder_arguments as add
+
+    add(parser)
 
 
 # --- alphazero probe ---------------------------------------------------------------------------
@@ -538,6 +583,7 @@ def run_uci_command(args: argparse.Namespace) -> None:
 
 __all__ = [
     "add_eval_arguments",
+    "add_ladder_arguments",
     "add_match_arguments",
     "add_uci_arguments",
     "parse_versus",

@@ -7,12 +7,19 @@ each other and against fixed anchors:
 
 - each checkpoint against the one chosen before it, and against the run's
   start (its step-0 checkpoint: the ``--init`` weights or fresh ones);
-- each checkpoint, the start included, against ``random`` and against
-  Stockfish at fixed UCI_Elo levels (``stockfish:elo=E``).
+- each checkpoint, the start included, against ``random``, against the
+  ladder's rungs nearest it (``--rungs``, eval.ladder: its estimate is the
+  fit of the games on disk, else the periodic evaluation's rating of that
+  step, else none, and the rungs are spread from the bottom to Stockfish's
+  weakest level; after each round of games the estimates are refitted and
+  rungs that came nearer are played, for up to RUNG_ROUNDS rounds), and
+  against Stockfish at fixed UCI_Elo levels (``stockfish:elo=E``) when asked.
 
-All games go into one fit (eval.elo.fit_ratings): with Stockfish levels the
-scale is theirs (each level anchored at its UCI_Elo), else the start is
-anchored at 0. Checkpoints are chosen by the run's wall time (``run_seconds``
+All games go into one fit (eval.elo.fit_ratings): the rungs anchored at
+their calibrated Elo and the Stockfish levels at their UCI_Elo, else the
+start at 0. A checkpoint that lost (or won) every game against the anchors
+it met is shown as its bound ("below 1320"), not as a number. Checkpoints
+are chosen by the run's wall time (``run_seconds``
 in each checkpoint: every sitting's time, from its learner's start), one per
 hour by default (the nearest to each hour; the learner keeps one checkpoint
 per ``learner.keep_every_minutes`` of the run for this), the start and the
@@ -60,7 +67,7 @@ from alphazero.store.rundir import RunDir, atomic_write_text, check_writable_dir
 from alphazero.store.sources import Network, NetworkSource, load_network
 from eval.agents import Agent, RandomAgent, StockfishAgent
 from eval.curve_picture import CURVE_JSON, Panel, draw_curve, draw_panels, fixed_lines, read_panel
-from eval.elo import Ratings, Summary, fit_ratings, match_summary
+from eval.elo import Rating, Ratings, Summary, fit_ratings, match_summary
 from eval.eval_settings import QUICK_PLY_LIMIT, QUICK_SIMULATIONS, SETTINGS_FILE
 from eval.evaluate import stockfish_name
 from eval.match import match_id_of, play_match
@@ -71,6 +78,8 @@ CURVE_SIMULATIONS = QUICK_SIMULATIONS  # the quick evaluation's settings, so tha
 CURVE_PLY_LIMIT = QUICK_PLY_LIMIT
 CURVE_FORMAT = "alphazero-curve"
 RANDOM = "random"
+RUNG_ROUNDS = 3
+"""Rounds of choosing each checkpoint's nearest rungs from the fit of the games so far, then playing them."""
 
 
 @dataclass(frozen=True)
@@ -78,7 +87,8 @@ class CurveSettings:
     """How the curve's games are played: ``games`` per pairing (rounded up to even), the search agents'
     ``simulations``, the anchors (``stockfish_elos``, ``include_random``), ``ply_limit`` and
     ``concurrency``; ``stockfish_depth`` replaces the Elo-calibrated limit (tests); ``openings`` names a
-    book (eval.openings: the suite's 46 lines allow 92 distinct games a pairing, a book more)."""
+    book (eval.openings: the suite's 46 lines allow 92 distinct games a pairing, a book more); ``rungs`` is
+    how many of the ladder's rungs each checkpoint plays, those nearest it (0: none)."""
 
     games: int = 20
     simulations: int = CURVE_SIMULATIONS
@@ -88,11 +98,14 @@ class CurveSettings:
     concurrency: int = 16
     stockfish_depth: int | None = None
     openings: str | None = None  # an opening book (EPD, PGN or the suite's format); None: the suite
+    rungs: int = 0
 
     def check(self) -> None:
         """Raises UserError on a value out of range."""
         if self.games < 1 or self.simulations < 1 or self.ply_limit < 1 or self.concurrency < 1:
             raise UserError("games, simulations, the ply limit and concurrency must each be at least 1")
+        if self.rungs < 0:
+            raise UserError(f"--rungs takes 0 or more, got {self.rungs}")
         if len(set(self.stockfish_elos)) != len(self.stockfish_elos):
             raise UserError(f"Stockfish levels repeat: {list(self.stockfish_elos)}")
 
@@ -195,8 +208,10 @@ class Pairing:
     games: int
 
 
-def pairings(chosen: Sequence[Checkpoint], settings: CurveSettings) -> list[Pairing]:
-    """Gets every pairing the curve needs (see the module docstring)."""
+def pairings(chosen: Sequence[Checkpoint], settings: CurveSettings,
+             rungs: dict[int, tuple[str, ...]] | None = None) -> list[Pairing]:
+    """Gets every pairing the curve needs (see the module docstring); `rungs` maps a checkpoint's step to the
+    ladder rungs it plays."""
     names = [checkpoint_name_of(point.step, settings.simulations) for point in chosen]
     games = settings.games + settings.games % 2
     pairs = []
@@ -207,7 +222,19 @@ def pairings(chosen: Sequence[Checkpoint], settings: CurveSettings) -> list[Pair
     anchors = [RANDOM] if settings.include_random else []
     anchors += [stockfish_name(elo) for elo in settings.stockfish_elos]
     pairs += [Pairing(name, anchor, games) for name in names for anchor in anchors]
+    for point, name in zip(chosen, names, strict=True):
+        pairs += [Pairing(name, rung, games) for rung in (rungs or {}).get(point.step, ())
+                  if rung not in anchors]
     return pairs
+
+
+def _ladder_anchors(settings: CurveSettings) -> dict[str, float]:
+    """The shipped ladder's rungs at their calibrated Elo when the curve plays rungs, else none."""
+    if settings.rungs == 0:
+        return {}
+    from eval.ladder import load_ladder
+
+    return load_ladder().anchors()
 
 
 def _eval_games(run: RunDir, settings: CurveSettings) -> list[tuple[str, str, float]]:
@@ -226,6 +253,7 @@ def _eval_games(run: RunDir, settings: CurveSettings) -> list[tuple[str, str, fl
         names = {search: checkpoint_name_of(step, settings.simulations),
                  f"start:{search}": checkpoint_name_of(0, settings.simulations), RANDOM: RANDOM}
         names.update({stockfish_name(elo): stockfish_name(elo) for elo in settings.stockfish_elos})
+        names.update({spec: spec for spec in _ladder_anchors(settings)})
         for path in sorted(folder.glob("*.jsonl")):
             for record in read_game_records(path):
                 a, b = names.get(record["agent_a"]), names.get(record["agent_b"])
@@ -270,6 +298,10 @@ class _Players:
             return RandomAgent(0, name=RANDOM)
         if name.startswith("stockfish:elo="):
             return StockfishAgent(elo=int(name.split("=", 1)[1]), depth=self.settings.stockfish_depth, name=name)
+        if not name.startswith("step"):  # a rung of the ladder
+            from eval.agents import parse_player
+
+            return parse_player(name)
         step = int(name.removeprefix("step").split(":", 1)[0])
         if step not in self.networks:
             self.networks[step] = load_network(NetworkSource(self.run.root, str(step)), device=self.device)
@@ -278,6 +310,46 @@ class _Players:
     def close(self) -> None:
         for agent in self.agents.values():
             agent.close()
+
+
+def choose_rungs(run: RunDir, chosen: Sequence[Checkpoint], settings: CurveSettings) -> dict[int, tuple[str, ...]]:
+    """Chooses each checkpoint's ladder rungs: the settings.rungs nearest its estimate (eval.ladder.estimate_of
+    of its rating in the fit of the games on disk, else in the periodic evaluation's ratings of that step, else
+    none: spread over the ladder), among the rungs whose engine is installed."""
+    if settings.rungs == 0:
+        return {}
+    from eval.ladder import estimate_of, playable_ladder
+
+    ladder, _ = playable_ladder()
+    if not ladder.rungs:
+        return {}
+    estimates = _estimates(run, chosen, settings)
+    return {point.step: tuple(rung.spec for rung in ladder.nearest(estimate_of(estimates.get(point.step)),
+                                                                    settings.rungs))
+            for point in chosen}
+
+
+def _estimates(run: RunDir, chosen: Sequence[Checkpoint], settings: CurveSettings) -> dict[int, Rating]:
+    """Each checkpoint's rating in the fit of the games on disk, else in its periodic evaluation's file."""
+    from eval.checkpoint_ratings import load_ratings, ratings_path
+
+    fitted: Ratings | dict[str, Rating] = {}
+    try:
+        _, fitted, _ = fit_curve(curve_games(run, settings), chosen, settings)
+    except UserError:
+        pass  # no game links the checkpoints to an anchor yet
+    estimates = {}
+    for point in chosen:
+        rating = fitted.get(checkpoint_name_of(point.step, settings.simulations))
+        path = ratings_path(run, point.step)
+        if rating is None and path.is_file():
+            try:
+                rating = load_ratings(path).get(f"search:{settings.simulations}")
+            except UserError:
+                rating = None
+        if rating is not None:
+            estimates[point.step] = rating
+    return estimates
 
 
 def play_curve_games(run: RunDir, pairs: Sequence[Pairing], settings: CurveSettings, *, device: str = "auto",
@@ -342,6 +414,9 @@ class CurvePoint:
     gain_low: float | None = None
     gain_high: float | None = None
     gain_games: int = 0
+    # 'below 1320' when every game against the anchors was lost ('above ...' all won): elo, low and high then
+    # come from the fit's prior, not the games, and are not shown.
+    bound: str | None = None
 
 
 def head_to_head(games: Iterable[tuple[str, str, float]], a: str, b: str) -> Summary:
@@ -367,10 +442,12 @@ def fit_curve(games: Sequence[tuple[str, str, float]], chosen: Sequence[Checkpoi
     """
     names = {checkpoint_name_of(point.step, settings.simulations) for point in chosen}
     anchors: dict[str, float] = {stockfish_name(elo): float(elo) for elo in settings.stockfish_elos}
+    anchors.update(_ladder_anchors(settings))  # the ladder's Stockfish rung keeps its calibrated Elo
     if not anchors:
         anchors = {checkpoint_name_of(chosen[0].step, settings.simulations): 0.0}
     wanted = names | set(anchors) | ({RANDOM} if settings.include_random else set())
     used = [(a, b, score) for a, b, score in games if a in wanted and b in wanted]
+    anchors = {name: elo for name, elo in anchors.items() if any(name in (a, b) for a, b, _ in used)} or anchors
     try:
         ratings = fit_ratings(used, anchors)
     except ValueError as error:
@@ -388,8 +465,9 @@ def fit_curve(games: Sequence[tuple[str, str, float]], chosen: Sequence[Checkpoi
             gain = {"before": before, "gain_games": summary.games}
             if summary.games:
                 gain |= {"gain": summary.elo, "gain_low": summary.elo_low, "gain_high": summary.elo_high}
+        bound = rating.bound.text() if rating.bound is not None else None
         points.append(CurvePoint(point.step, point.hours, point.exact, rating.games, rating.elo, rating.low,
-                                 rating.high, **gain))
+                                 rating.high, **gain, bound=bound))
     return points, ratings, anchors
 
 
@@ -404,12 +482,15 @@ def curve_table(points: Sequence[CurvePoint], ratings: Ratings, anchors: dict[st
     for point in points:
         hours = f"{point.hours:.2f}" + ("" if point.exact_hours else " ~")
         anchored = point.low == point.high and any(name.startswith(f"step{point.step}:") for name in anchors)
-        table.add_row(f"step {point.step:,}", hours, str(point.games), f"{point.elo:.0f}",
-                      "anchor" if anchored else f"{point.low:.0f}..{point.high:.0f}", *_gain_text(point))
+        elo, interval = f"{point.elo:.0f}", "anchor" if anchored else f"{point.low:.0f}..{point.high:.0f}"
+        if point.bound is not None:
+            elo, interval = point.bound, "-"
+        table.add_row(f"step {point.step:,}", hours, str(point.games), elo, interval, *_gain_text(point))
     for name, rating in sorted(ratings.items(), key=lambda item: -item[1].elo):
         if name == RANDOM or name in anchors and not name.startswith("step"):
             interval = "anchor" if name in anchors else f"{rating.low:.0f}..{rating.high:.0f}"
-            table.add_row(name, "", str(rating.games), f"{rating.elo:.0f}", interval, "", "")
+            elo = rating.bound.text() if rating.bound is not None else f"{rating.elo:.0f}"
+            table.add_row(name, "", str(rating.games), elo, "-" if rating.bound is not None else interval, "", "")
     return table
 
 
@@ -443,12 +524,17 @@ def curve_title(run: RunDir, simulations: int) -> str:
 
 
 def write_curve_tensorboard(run: RunDir, points: Sequence[CurvePoint]) -> None:
-    """Writes curve/elo (and _low, _high) at each point's step, its wall time the run's seconds."""
+    """Writes curve/elo (and _low, _high) at each point's step, its wall time the run's seconds; a point with a
+    bound writes curve/elo_bound at the bound instead."""
     from torch.utils.tensorboard import SummaryWriter
 
     writer = SummaryWriter(log_dir=str(run.tb / "curve"))
     try:
         for point in points:
+            if point.bound is not None:
+                writer.add_scalar("curve/elo_bound", float(point.bound.split()[1]), point.step,
+                                  walltime=point.hours * 3600.0)
+                continue
             for suffix, value in (("", point.elo), ("_low", point.low), ("_high", point.high)):
                 if math.isfinite(value):
                     writer.add_scalar(f"curve/elo{suffix}", value, point.step, walltime=point.hours * 3600.0)
@@ -478,13 +564,15 @@ def run_curve_command(args: argparse.Namespace) -> None:
     for other in args.beside:
         if not (Path(other) / CURVE_JSON).is_file():
             raise UserError(f"--beside {other}: no {CURVE_JSON} there; run `alphazero curve --run {other}` first")
+    rungs = _ladder_rungs(args.rungs)
     elos = _number_list(args.stockfish_elos, int, "--stockfish-elos")
-    if elos is None:
-        elos = [min(config.eval.stockfish_elos)] if config.eval.stockfish_elos and find_stockfish() else []
+    if elos is None:  # the ladder's rungs replace the lowest Stockfish level as the default anchors
+        elos = [min(config.eval.stockfish_elos)] if config.eval.stockfish_elos and find_stockfish() \
+            and rungs == 0 else []
     settings = CurveSettings(games=args.games, simulations=args.simulations, stockfish_elos=tuple(elos),
                              include_random=not args.no_random, ply_limit=args.ply_limit,
                              concurrency=args.concurrency, stockfish_depth=args.stockfish_depth,
-                             openings=args.openings)
+                             openings=args.openings, rungs=rungs)
     settings.check()
     chosen = choose_checkpoints(run_checkpoints(run), every=args.every, per_hour=args.per_hour,
                                 hours=_number_list(args.hours, float, "--hours"),
@@ -492,8 +580,11 @@ def run_curve_command(args: argparse.Namespace) -> None:
     interrupted = False
     try:
         if not args.no_play:
-            play_curve_games(run, pairings(chosen, settings), settings, device=args.device,
-                             progress=not args.no_progress)
+            _say_missing_rung_engines(settings)
+            for _ in range(RUNG_ROUNDS if settings.rungs else 1):  # rungs follow the estimates as games come in
+                pairs = pairings(chosen, settings, choose_rungs(run, chosen, settings))
+                if not play_curve_games(run, pairs, settings, device=args.device, progress=not args.no_progress):
+                    break
     except KeyboardInterrupt:
         interrupted = True
         print("curve: interrupted; the finished games are kept, and a rerun plays the rest", file=sys.stderr)
@@ -506,6 +597,28 @@ def run_curve_command(args: argparse.Namespace) -> None:
         print(f"curve: {path} draws {', '.join(panel.title for panel in panels)} side by side")
     if interrupted:
         raise KeyboardInterrupt
+
+
+def _ladder_rungs(count: int) -> int:
+    """The rungs each checkpoint plays: `count`, or 0 (said on stderr) when the shipped ladder cannot be read."""
+    from eval.ladder import load_ladder
+
+    if count > 0:
+        try:
+            load_ladder()
+        except UserError as error:
+            print(f"curve: the ladder is off: {error}", file=sys.stderr)
+            return 0
+    return count
+
+
+def _say_missing_rung_engines(settings: CurveSettings) -> None:
+    """Says on stderr, one line each, which rung engines are missing here (and how to install them)."""
+    if settings.rungs:
+        from eval.ladder import playable_ladder
+
+        for line in playable_ladder()[1]:
+            print(f"curve: {line}", file=sys.stderr)
 
 
 def report_curve(run: RunDir, chosen: Sequence[Checkpoint], settings: CurveSettings,
@@ -532,6 +645,6 @@ def report_curve(run: RunDir, chosen: Sequence[Checkpoint], settings: CurveSetti
 
 
 __all__ = [
-    "Checkpoint", "CurvePoint", "CurveSettings", "choose_checkpoints", "curve_games", "curve_title", "fit_curve",
-    "head_to_head", "pairings", "play_curve_games", "report_curve", "run_checkpoints", "run_curve_command",
+    "Checkpoint", "CurvePoint", "CurveSettings", "choose_checkpoints", "choose_rungs", "curve_games", "curve_title",
+    "fit_curve", "head_to_head", "pairings", "play_curve_games", "report_curve", "run_checkpoints", "run_curve_command",
 ]

@@ -31,7 +31,9 @@ class EvalSettings:
     of the Stockfish levels (for tests; the anchors keep their UCI_Elo).
     `start_*_games` size each agent's twin match against the run's step-0
     network (0: that twin does not play); `fall_margin` is the Elo below the
-    start at which an agent has fallen.
+    start at which an agent has fallen. `rungs` are ladder rungs (player specs
+    of eval.ladder) that play as anchors at their calibrated Elo, usually the
+    ones nearest the network (eval.ladder.Ladder.nearest).
     """
 
     games_per_pair: int
@@ -48,6 +50,7 @@ class EvalSettings:
     fall_margin: float = 100.0
     openings: str | None = None  # an opening book (EPD, PGN or the suite's format); None: the suite
     openings_order: str = "sequential"
+    rungs: tuple[str, ...] = ()
 
     @classmethod
     def full(cls, config: EvalConfig) -> EvalSettings:
@@ -58,14 +61,15 @@ class EvalSettings:
                    start_value_games=games, start_search_games=games, fall_margin=config.fall_margin)
 
     @classmethod
-    def quick(cls, config: EvalConfig) -> EvalSettings:
-        """Returns settings for a CPU: 4 games per pair, 64 simulations, the lowest Stockfish level, 200 plies;
-        the policy's twin match over config.eval.start_games, the search's over QUICK_START_SEARCH_GAMES."""
-        elos = (min(config.stockfish_elos),) if config.stockfish_elos else ()
+    def quick(cls, config: EvalConfig, rungs: tuple[str, ...] = ()) -> EvalSettings:
+        """Returns settings for a CPU: 4 games per pair, 64 simulations, 200 plies, and as anchors the ladder's
+        `rungs` when given, else the lowest Stockfish level; the policy's twin match over
+        config.eval.start_games, the search's over QUICK_START_SEARCH_GAMES."""
+        elos = (min(config.stockfish_elos),) if config.stockfish_elos and not rungs else ()
         return cls(QUICK_GAMES_PER_PAIR, QUICK_SIMULATIONS, elos, ply_limit=QUICK_PLY_LIMIT,
                    start_policy_games=config.start_games,
                    start_search_games=min(QUICK_START_SEARCH_GAMES, config.start_games),
-                   fall_margin=config.fall_margin)
+                   fall_margin=config.fall_margin, rungs=rungs)
 
     def check(self) -> None:
         """Raises UserError on a value out of range."""
@@ -77,5 +81,7 @@ class EvalSettings:
             raise UserError(f"ply limit and concurrency must be at least 1, got {self.ply_limit}, {self.concurrency}")
         if len(set(self.stockfish_elos)) != len(self.stockfish_elos):
             raise UserError(f"Stockfish levels repeat: {list(self.stockfish_elos)}")
+        if len(set(self.rungs)) != len(self.rungs):
+            raise UserError(f"ladder rungs repeat: {list(self.rungs)}")
         if min(self.start_policy_games, self.start_value_games, self.start_search_games) < 0:
             raise UserError("games against the start must be 0 or more")

@@ -85,7 +85,7 @@ from eval.checkpoint_ratings import (
     versus_start,
     write_ratings_tensorboard,
 )
-from eval.elo import fit_ratings
+from eval.elo import Rating, fit_ratings, rating_text
 from eval.eval_settings import QUICK_PLY_LIMIT, QUICK_SIMULATIONS, SETTINGS_FILE, EvalSettings
 from eval.match import MatchResult, match_id_of, play_match
 from eval.network_agents import ActionValueAgent, PolicyAgent, SearchAgent, ValueAgent
@@ -177,8 +177,9 @@ def _start_network(run: RunDir, step: int, device: str, say_precision: bool = Tr
 
 
 def _build_agents(network: Network, settings: EvalSettings, start: Network | None = None) -> _Pairing:
-    """Makes the network agents (av where the network has the head), random, the Stockfish levels and the
-    start's twins (raises UserError without Stockfish)."""
+    """Makes the network agents (av where the network has the head), random, the Stockfish levels, the
+    ladder's rungs (anchored at their calibrated Elo) and the start's twins (raises UserError without
+    Stockfish, or for a rung that is not on the ladder or whose engine is missing)."""
     agents = _network_agents(network, settings)
     pairing = _Pairing(list(agents), [], {}, settings.games_per_pair)
     if has_action_values(network):
@@ -199,6 +200,7 @@ def _build_agents(network: Network, settings: EvalSettings, start: Network | Non
             name = stockfish_name(elo)
             pairing.others.append(StockfishAgent(elo=elo, depth=settings.stockfish_depth, name=name))
             pairing.anchors[name] = float(elo)
+        _add_rungs(pairing, settings)
     except BaseException:
         pairing.close()
         raise
@@ -207,6 +209,54 @@ def _build_agents(network: Network, settings: EvalSettings, start: Network | Non
             raise UserError("nothing to anchor the ratings: give Stockfish levels or keep the random agent")
         pairing.anchors["random"] = RANDOM_ANCHOR_ELO
     return pairing
+
+
+def _add_rungs(pairing: _Pairing, settings: EvalSettings) -> None:
+    """Adds the settings' ladder rungs as anchors at their calibrated Elo; `random`, when it plays anyway, is
+    anchored rather than added twice."""
+    if not settings.rungs:
+        return
+    from eval.agents import parse_player
+    from eval.ladder import load_ladder
+
+    ladder = load_ladder()
+    for spec in settings.rungs:
+        elo = ladder.elo(spec)
+        if spec not in {agent.name for agent in pairing.others}:
+            pairing.others.append(parse_player(spec, seed=settings.seed))
+        pairing.anchors[spec] = elo
+
+
+def nearest_rungs(estimate: float | None, count: int = 2,
+                  leave_out: tuple[str, ...] = ()) -> tuple[tuple[str, ...], list[str]]:
+    """Chooses the `count` ladder rungs nearest a network's estimated Elo (None: spread over the ladder) among
+    those whose engine is installed, less `leave_out`; returns them and one line for each engine missing."""
+    from eval.ladder import Ladder, playable_ladder
+
+    ladder, missing = playable_ladder()
+    ladder = Ladder(tuple(rung for rung in ladder.rungs if rung.spec not in leave_out), ladder.anchor,
+                    ladder.anchor_elo, ladder.ply_limit)
+    if not ladder.rungs or count < 1:
+        return (), missing
+    return tuple(rung.spec for rung in ladder.nearest(estimate, count)), missing
+
+
+def last_search_rating(run: RunDir, up_to: int | None = None) -> Rating | None:
+    """The search agent's rating in the run's latest ratings file (of step `up_to` or earlier, when given);
+    None when the run has none yet. It guesses where the next evaluation's network stands."""
+    files = sorted(run.eval.glob("ratings_step_*.json")) if run.eval.is_dir() else []
+    for path in reversed(files):
+        try:
+            step = int(path.stem.removeprefix("ratings_step_"))
+            ratings = load_ratings(path)
+        except (ValueError, UserError):
+            continue
+        if up_to is not None and step > up_to:
+            continue
+        searches = [rating for name, rating in ratings.items() if name.startswith("search:")]
+        if searches:
+            return searches[0]
+    return None
 
 
 def _play_pair(a: Agent, b: Agent, games: int, run: RunDir, step: int, settings: EvalSettings,
@@ -403,8 +453,11 @@ class PeriodicEvaluation:
 
     Called with (step, checkpoint path) after each checkpoint (the learner's
     on_checkpoint hook). One quick evaluation (EvalSettings.quick: the
-    network's agents against `random`, the lowest Stockfish level and the
-    start's policy and search agents) runs at a time, on its own thread, from the checkpoint file. A checkpoint that
+    network's agents against `random`, the two ladder rungs nearest the last
+    rating of its search agent (eval.ladder; the first evaluation plays the
+    bottom rung and Stockfish's weakest level; without the shipped ladder,
+    the lowest Stockfish level) and the start's policy and search agents)
+    runs at a time, on its own thread, from the checkpoint file. A checkpoint that
     comes due while one runs, or before the evaluations' share of the wall
     time has fallen to `time_share` (config.eval.time_share: the next starts
     no sooner than the last one's duration / time_share after it started), is
@@ -432,6 +485,7 @@ class PeriodicEvaluation:
         self.stopping = threading.Event()  # set by close(): the evaluation in progress ends after its move
         self._probe_set: ProbeSet | None = None
         self._precision_said = False  # what the networks run in is said at the first evaluation only
+        self._ladder_said = False  # a missing ladder or rung engine is said once
         self.off_reason = self._off_reason()
         if self.off_reason is not None and every_steps > 0:
             print(f"Elo curve off: {self.off_reason}", file=sys.stderr, flush=True)
@@ -453,15 +507,18 @@ class PeriodicEvaluation:
             return
         self.last_due = step // self.every_steps
         self.running_step = step
-        self.thread = threading.Thread(target=self._evaluate, args=(step,), name=f"eval-{step}", daemon=True)
+        # The rungs are chosen here, from the last evaluation's ratings, before the next one's thread starts.
+        rungs = self._rungs()
+        self.thread = threading.Thread(target=self._evaluate, args=(step, rungs), name=f"eval-{step}", daemon=True)
         self.thread.start()
 
-    def _evaluate(self, step: int) -> None:
+    def _evaluate(self, step: int, rungs: tuple[str, ...] = ()) -> None:
         started = self.clock()
         try:
             self._probe(step)
             say, self._precision_said = not self._precision_said, True
-            ratings = evaluate_checkpoint(self.run, self.config, step, settings=EvalSettings.quick(self.config.eval),
+            settings = EvalSettings.quick(self.config.eval, rungs=rungs)
+            ratings = evaluate_checkpoint(self.run, self.config, step, settings=settings,
                                           device=self.device, progress=False, report=False, stop=self.stopping,
                                           say_precision=say)
             if ratings is not None:
@@ -478,6 +535,21 @@ class PeriodicEvaluation:
         finally:
             self.next_start = started + (self.clock() - started) / self.time_share
             self.running_step = None
+
+    def _rungs(self) -> tuple[str, ...]:
+        """The ladder rungs nearest the last rating of the search agent (none without the ladder)."""
+        from eval.ladder import RUNGS_PLAYED, estimate_of
+
+        last = self.last[1].get(f"search:{QUICK_SIMULATIONS}") if self.last is not None else None
+        try:
+            rungs, missing = nearest_rungs(estimate_of(last), RUNGS_PLAYED)
+        except UserError as error:
+            rungs, missing = (), [f"the ladder is off: {error}"]
+        if missing and not self._ladder_said:
+            self._ladder_said = True
+            for line in missing:
+                print(line, file=sys.stderr, flush=True)
+        return rungs
 
     def _probe(self, step: int) -> None:
         """Probes checkpoint ``step`` on eval.probe_data (when set) and writes its TensorBoard figures."""
@@ -509,7 +581,7 @@ class PeriodicEvaluation:
         if self.last is None:
             return f"elo: {next_text}{probe}"
         step, ratings = self.last
-        agents = ", ".join(f"{name} {rating.elo:.0f}" for name, rating in
+        agents = ", ".join(f"{name} {rating_text(rating, interval=False)}" for name, rating in
                            sorted(ratings.items(), key=lambda item: -item[1].elo)
                            if not name.startswith(START_PREFIX))
         start = f"; {ratings.start_text()}" if ratings.vs_start else ""

@@ -19,8 +19,10 @@ from eval.curve import Checkpoint, CurveSettings, choose_checkpoints, curve_game
 from eval.evaluate import SETTINGS_FILE
 
 TINY = get_preset("tiny")
-# A curve small enough for a CPU test: 2 games a pairing, 2 simulations, games cut at 12 plies.
-FAST = ["--games", "2", "--simulations", "2", "--ply-limit", "12", "--stockfish-elos", "", "--no-progress"]
+# A curve small enough for a CPU test: 2 games a pairing, 2 simulations, games cut at 12 plies, no anchor but the
+# start (no Stockfish level, no ladder rung).
+FAST = ["--games", "2", "--simulations", "2", "--ply-limit", "12", "--stockfish-elos", "", "--rungs", "0",
+        "--no-progress"]
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -165,6 +165,9 @@ _EVAL_COMMANDS = (
      "add_match_arguments", "eval.cli", "run_match"),
     ("curve", "the run's Elo over its training: checkpoints against each other, the start, random and "
               "Stockfish, one fit, a table and curve.png", "add_curve_arguments", "eval.curve", "run_curve_command"),
+    ("ladder", "the ladder of rungs below Stockfish's weakest level and their calibrated Elo: show it, or "
+               "calibrate: play the rungs against each other and fit", "add_ladder_arguments", "eval.ladder",
+     "run_ladder_command"),
     ("probe", "what a run's checkpoints know: policy agreement, regret, value error and entropy on "
               "Stockfish-labelled positions", "add_probe_arguments", "eval.probe", "run_probe"),
     ("book", "make a balanced opening book (PGN) with Stockfish, reproducibly, for --openings",
