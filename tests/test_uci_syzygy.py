@@ -78,7 +78,7 @@ def test_the_bots_options_are_honoured_as_the_engine_says(bot: chess.engine.Simp
     bot.play(chess.Board(), chess.engine.Limit(nodes=8), game="options")
     said = _said(heard)
     assert f"tablebases: Syzygy tables up to 3 pieces from {TABLES}" in said
-    assert any(text.startswith("network: built-in network on cpu (1 thread)") for text in said), said
+    assert any(text.startswith("network: built-in network on cpu (1 thread: Threads 1)") for text in said), said
     assert any(text.startswith("tree memory 64 MiB (Hash 64): about ") for text in said), said
 
 
