@@ -1,5 +1,9 @@
 """`alphazero curve --run R`: the run's Elo over its training, as in the AlphaZero paper's Figure 1.
 
+Over 600 lines: the choice of checkpoints and opponents, the rounds as the
+ladder's estimates come in, and the fit and its table read together. The
+rounds (the ladder's part) are to move into a module of their own.
+
 Chosen checkpoints of the run play as search agents (``search:N`` with the
 run's own search settings, its policy temperature included: the start plays
 exactly as the trained networks do, so a gain is the training's) against

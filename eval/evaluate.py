@@ -1,5 +1,9 @@
 """`alphazero eval`: rates one checkpoint's agents against each other, random and Stockfish.
 
+Over 600 lines: the agents, their pairings (the ladder's rungs among them),
+the fit and the reports read together. The rung choice is to move into
+eval.ladder.
+
 The checkpoint plays as three agents, `policy`, `value` and `search:N` (see
 eval.network_agents), and a fourth, `av`, where its network has an
 action-value head (without one, av is left out and the evaluation says why

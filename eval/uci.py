@@ -5,6 +5,12 @@ run without checkpoints, i.e. freshly initialised weights). Commands: uci,
 isready, ucinewgame, setoption, position startpos|fen ... [moves ...], go,
 stop, ponderhit, quit (debug and register are accepted and ignored).
 
+Over 600 lines: the engine's command loop and the state it keeps between
+commands (options, position, the search thread, the network's load at
+isready, tablebases at the root) read together; its pieces that stand alone
+are already modules of their own (eval.uci_go, uci_options, uci_output,
+uci_search, uci_syzygy, uci_threads). To be split further.
+
 The search runs on a background thread, so `stop`, `ponderhit` and
 `isready` are answered while it runs (one thread, for the engine's life, runs
 every network call: see NetworkThread); the search hears `stop` and its

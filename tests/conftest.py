@@ -22,7 +22,7 @@ os.environ.setdefault("RAY_worker_niceness", "0")
 
 @pytest.fixture(scope="session", autouse=True)
 def cache_of_the_tests(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Keeps the user's cache (the engine's kept precision, alphazero.store.user_cache) out of the tests' way:
+    """Keeps the user's cache (the engine's kept precision, alphazero.user_cache) out of the tests' way:
     this process and the commands the tests start use a folder of the run's, unless one is set already."""
     os.environ.setdefault("ALPHAZERO_CACHE_DIR", str(tmp_path_factory.mktemp("user-cache")))
 

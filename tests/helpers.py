@@ -40,6 +40,13 @@ from mcts_ext.search import MultiGameSearch
 ROOT = Path(__file__).resolve().parent.parent
 """The repository's root."""
 
+SYZYGY_TABLES = ROOT / "tests" / "data" / "syzygy"
+"""The few Syzygy tables the tests use (their source and terms: its README)."""
+KQVK = "8/8/8/3k4/8/8/8/KQ6 w - - 0 1"
+KRVK = "8/8/8/3k4/8/8/8/KR6 w - - 0 1"
+KVKP_ONLY_KC2_HOLDS = "8/8/8/8/2p5/8/4k3/1K6 w - - 0 1"
+"""White to move draws only by Kc2 (the king reaches the pawn's path); every other move loses."""
+
 
 def repo_env() -> dict[str, str]:
     """Gets this process's environment with the repository first on PYTHONPATH, for a subprocess."""

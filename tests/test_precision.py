@@ -185,7 +185,8 @@ def _model() -> AlphaZeroNet:
 def test_the_evaluator_follows_the_probe(monkeypatch: pytest.MonkeyPatch, native: str | None) -> None:
     # Both answers of the capability probe, with a timing that favours bf16 (no real timing in a test).
     monkeypatch.setattr(precision_module, "native_bf16", lambda: native)
-    monkeypatch.setattr(forward_module, "time_forward", lambda model, device, bf16, rows: 1.0 if bf16 else 2.0)
+    monkeypatch.setattr(forward_module, "time_forward",
+                        lambda model, device, bf16, rows, folded=False: 1.0 if bf16 else 2.0)
     evaluator = Evaluator(_model(), CPU, precision="auto")
     assert evaluator.autocast is (native is not None)
     assert evaluator.describe_pass() == ("eager, bf16" if native else "eager, float32")

@@ -20,37 +20,31 @@ from eval.openings import Opening
 from eval.uci_syzygy import leaf_board, open_tables, probe_leaves
 from mcts_ext import Board
 from mcts_ext.encode import encode_board, new_batch
-from tests.helpers import ROOT, repo_env
+from tests.helpers import KQVK, KRVK, KVKP_ONLY_KC2_HOLDS, ROOT, SYZYGY_TABLES, repo_env
 
-TABLES = ROOT / "tests" / "data" / "syzygy"
-
-KQVK = "8/8/8/3k4/8/8/8/KQ6 w - - 0 1"
-KRVK = "8/8/8/3k4/8/8/8/KR6 w - - 0 1"
 KPVK_WIN = "4k3/8/8/4K3/4P3/8/8/8 w - - 0 1"
-KVKP_ONLY_KC2_HOLDS = "8/8/8/8/2p5/8/4k3/1K6 w - - 0 1"
-"""White to move draws only by Kc2 (the king reaches the pawn's path); every other move loses."""
 
 
 @pytest.fixture(scope="module")
 def tables() -> Tables:
-    return Tables.open(TABLES)
+    return Tables.open(SYZYGY_TABLES)
 
 
 def test_the_shipped_tables_are_few_and_small() -> None:
-    files = [path for path in TABLES.iterdir() if path.suffix in (".rtbw", ".rtbz")]
+    files = [path for path in SYZYGY_TABLES.iterdir() if path.suffix in (".rtbw", ".rtbz")]
     assert len(files) == 10 and sum(path.stat().st_size for path in files) < 64 * 1024
-    assert (TABLES / "README.md").read_text().count("python-chess") >= 2
+    assert (SYZYGY_TABLES / "README.md").read_text().count("python-chess") >= 2
 
 
 def test_open_says_what_it_holds(tables: Tables) -> None:
     assert tables.max_pieces == 3
-    assert tables.describe() == f"Syzygy tables up to 3 pieces from {TABLES}"
+    assert tables.describe() == f"Syzygy tables up to 3 pieces from {SYZYGY_TABLES}"
 
 
 @pytest.mark.parametrize(("path", "said"), [
     ("", "the Syzygy path is empty"),
     ("/no/such/folder", "no such folder: '/no/such/folder'"),
-    (str(TABLES / "README.md"), "not a folder"),
+    (str(SYZYGY_TABLES / "README.md"), "not a folder"),
 ])
 def test_a_path_that_cannot_be_used_is_refused_with_what_is_wrong(path: str, said: str) -> None:
     with pytest.raises(SyzygyPathError, match=said):
@@ -63,13 +57,13 @@ def test_a_folder_without_tables_is_refused(tmp_path: Path) -> None:
 
 
 def test_several_folders_are_joined_as_stockfish_joins_them(tmp_path: Path) -> None:
-    tables = Tables.open(f"{tmp_path}{os.pathsep}{TABLES}")
-    assert tables.max_pieces == 3 and tables.folders == [str(tmp_path), str(TABLES)]
+    tables = Tables.open(f"{tmp_path}{os.pathsep}{SYZYGY_TABLES}")
+    assert tables.max_pieces == 3 and tables.folders == [str(tmp_path), str(SYZYGY_TABLES)]
 
 
 def test_the_engine_opens_a_path_or_says_why_not() -> None:
-    opened, said = open_tables(str(TABLES))
-    assert opened is not None and said == f"tablebases: Syzygy tables up to 3 pieces from {TABLES}"
+    opened, said = open_tables(str(SYZYGY_TABLES))
+    assert opened is not None and said == f"tablebases: Syzygy tables up to 3 pieces from {SYZYGY_TABLES}"
     missing, said = open_tables("/no/such/folder")
     assert missing is None
     assert said == ("SyzygyPath '/no/such/folder' not used: no such folder: '/no/such/folder'; "

@@ -17,7 +17,7 @@ import pytest
 
 import eval.uci as uci_module
 from alphazero.nn.parity import ParitySettings
-from alphazero.store.user_cache import CACHE_ENV
+from alphazero.user_cache import CACHE_ENV
 from eval.engine_agents import UciAgent
 from eval.uci import UciEngine
 

@@ -20,10 +20,9 @@ from alphazero.chess.syzygy import Tables
 from alphazero.errors import UserError
 from eval.uci import UciEngine
 from eval.uci_options import ALIASES, OPTIONS, OPTIONS_BY_NAME, options_markdown
-from tests.helpers import ROOT, repo_env
-from tests.test_syzygy import KQVK, KRVK, KVKP_ONLY_KC2_HOLDS, TABLES
+from tests.helpers import KQVK, KRVK, KVKP_ONLY_KC2_HOLDS, ROOT, SYZYGY_TABLES, repo_env
 
-LICHESS_BOT_OPTIONS = {"Hash": 64, "SyzygyPath": str(TABLES), "Threads": 1, "Move Overhead": 100}
+LICHESS_BOT_OPTIONS = {"Hash": 64, "SyzygyPath": str(SYZYGY_TABLES), "Threads": 1, "Move Overhead": 100}
 """What a lichess-bot config.yml's engine options typically hold (by Stockfish's names)."""
 
 
@@ -77,7 +76,7 @@ def _said(heard: _Heard) -> list[str]:
 def test_the_bots_options_are_honoured_as_the_engine_says(bot: chess.engine.SimpleEngine, heard: _Heard) -> None:
     bot.play(chess.Board(), chess.engine.Limit(nodes=8), game="options")
     said = _said(heard)
-    assert f"tablebases: Syzygy tables up to 3 pieces from {TABLES}" in said
+    assert f"tablebases: Syzygy tables up to 3 pieces from {SYZYGY_TABLES}" in said
     assert any(text.startswith("network: built-in network on cpu (1 thread: Threads 1)") for text in said), said
     assert any(text.startswith("tree memory 64 MiB (Hash 64): about ") for text in said), said
 
@@ -111,7 +110,7 @@ def test_move_overhead_is_kept_back(bot: chess.engine.SimpleEngine) -> None:
 
 
 def test_a_won_ending_is_converted_by_moves_that_keep_the_win(bot: chess.engine.SimpleEngine) -> None:
-    tables = Tables.open(TABLES)
+    tables = Tables.open(SYZYGY_TABLES)
     for fen in (KQVK, KRVK):
         board = chess.Board(fen)
         for _ in range(4):  # the engine's moves, against the tables' best defence
@@ -154,7 +153,7 @@ def test_a_bad_path_from_the_bot_is_said_once_and_the_bot_plays_on(bot: chess.en
     try:
         result = bot.play(chess.Board(KQVK), chess.engine.Limit(nodes=8), info=chess.engine.INFO_ALL)
     finally:
-        bot.configure({"SyzygyPath": str(TABLES)})
+        bot.configure({"SyzygyPath": str(SYZYGY_TABLES)})
     assert result.move is not None and "tbhits" not in result.info
     bad = [text for text in _said(heard) if text.startswith("SyzygyPath '/no/such/folder'")]
     assert bad == ["SyzygyPath '/no/such/folder' not used: no such folder: '/no/such/folder'; playing without "
@@ -175,10 +174,10 @@ def test_a_path_that_cannot_be_used_gets_one_info_string_and_the_engine_plays_on
 
 def test_setting_a_path_says_what_it_holds_and_an_empty_one_turns_the_tables_off(weights: Path) -> None:
     engine, out = _engine(weights)
-    engine.handle(f"setoption name SyzygyPath value {TABLES}")
+    engine.handle(f"setoption name SyzygyPath value {SYZYGY_TABLES}")
     engine.handle("setoption name SyzygyPath value <empty>")
     said = [line for line in out.getvalue().splitlines() if line.startswith("info string")]
-    assert said == [f"info string tablebases: Syzygy tables up to 3 pieces from {TABLES}",
+    assert said == [f"info string tablebases: Syzygy tables up to 3 pieces from {SYZYGY_TABLES}",
                     "info string SyzygyPath empty: no tablebases"]
 
 
@@ -194,7 +193,7 @@ def test_the_old_names_set_the_same_options(weights: Path) -> None:
 
 
 def test_options_on_the_command_line_are_set_before_the_engine_starts(weights: Path) -> None:
-    engine, out = _engine(weights, Hash="2", **{"Move Overhead": "40", "SyzygyPath": str(TABLES)})
+    engine, out = _engine(weights, Hash="2", **{"Move Overhead": "40", "SyzygyPath": str(SYZYGY_TABLES)})
     assert engine.values["Hash"] == 2 and engine.values["Move Overhead"] == 40
     engine.handle(f"position fen {KQVK}")
     engine.handle("go nodes 8")
@@ -217,7 +216,7 @@ def test_a_bad_option_on_the_command_line_stops_the_engine_with_what_is_wrong(
 
 def test_the_flags_reach_the_engine_and_a_bad_one_is_one_line(weights: Path, tmp_path: Path) -> None:
     command = [sys.executable, "-m", "alphazero", "uci", "--weights", str(weights), "--device", "cpu"]
-    run = subprocess.run([*command, "--hash", "2", "--syzygy-path", str(TABLES)], cwd=tmp_path, env=repo_env(),
+    run = subprocess.run([*command, "--hash", "2", "--syzygy-path", str(SYZYGY_TABLES)], cwd=tmp_path, env=repo_env(),
                          input=f"position fen {KQVK}\ngo nodes 8\nisready\nquit\n", capture_output=True, text=True,
                          timeout=120)
     assert run.returncode == 0, run.stderr

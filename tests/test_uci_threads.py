@@ -12,7 +12,7 @@ import torch
 from alphazero.nn import precision as precision_module
 from alphazero.nn.kept_precision import KEPT_TIMING_ROUNDS, KeptPrecisions
 from alphazero.nn.precision import choose_precision
-from alphazero.store.user_cache import CACHE_ENV, user_cache_dir, write_atomic
+from alphazero.user_cache import CACHE_ENV, user_cache_dir, write_atomic
 from eval import uci_threads
 from eval.uci_threads import BusyMeter, default_threads, prepare_process, waits_passively
 

@@ -9,7 +9,7 @@ apart at a fast clock (EXPERIMENTS.md, "bf16 on the CPU"). The UCI engine
 therefore measures once, with KEPT_TIMING_ROUNDS rounds alternating (the
 fastest of each counts, so a burst of load elsewhere is left out), on the
 pass it runs (batch norm folded), and keeps the answer in
-``precision.json`` in the user's cache (alphazero.store.user_cache), keyed
+``precision.json`` in the user's cache (alphazero.user_cache), keyed
 by the processor, torch's version, the network's architecture and the
 batch: every later engine on the machine runs the same. Delete the file to
 measure again; the Precision option (bf16 or float32) overrides it.
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from alphazero.store.user_cache import user_cache_dir, write_atomic
+from alphazero.user_cache import user_cache_dir, write_atomic
 
 KEPT_TIMING_ROUNDS = 8
 """Rounds of each precision, alternating, in the measurement that is kept: a choice that holds for every later
