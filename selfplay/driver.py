@@ -24,16 +24,19 @@ ActorLosses) is selfplay.totals'. Both are importable from here too.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import math
 import os
 import re
+import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 from alphazero.config import Config
@@ -183,18 +186,47 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
     fleet.resign_threshold = resign.calibrator.threshold  # what transport 'ray' actors start with
     # A local Ray has the machine's cores, whatever was asked: Ray starts a process for every actor it can place,
     # and hundreds of them exhaust a laptop's memory.
-    started_ray = connect_ray(address, num_cpus=os.cpu_count() or 1, num_gpus=gpus or None)
+    with _stops_remembered() as signalled:
+        started_ray = connect_ray(address, num_cpus=os.cpu_count() or 1, num_gpus=gpus or None)
+        try:
+            _fit_actors(fleet, games, grows=address is not None and not gpus)
+            with fleet:
+                return _play(fleet, resign, Totals(start_step=step if step is not None else -1),
+                             _Reporter(run, progress, extra_scalars=resign.calibrator.scalars,
+                                       starting=_starting_text(config)),
+                             _Until(games, time.monotonic() + minutes * 60 if minutes else None, stop),
+                             chunk_seconds=chunk_seconds, on_update=on_update, status_suffix=status_suffix,
+                             signal_seen=signalled)
+        finally:
+            if started_ray:
+                ray.shutdown()
+
+
+@contextlib.contextmanager
+def _stops_remembered() -> Iterator[threading.Event]:
+    """Makes Ctrl-C and SIGTERM raise KeyboardInterrupt in the main thread, as before, and sets the event it gives.
+
+    The play loop raises it again while the event is set: a KeyboardInterrupt raised inside Ray's code while
+    the actors started was lost under load, and the command played on for the 90 s a service manager waits
+    (its stacks showed it in the play loop; EXPERIMENTS.md, "The suite green on a fresh clone, the tests that
+    saturate the cores alone"). Off the main thread, where no handler can be set, the event stays clear.
+    """
+    signalled = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield signalled
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        signalled.set()
+        raise KeyboardInterrupt
+
+    previous = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        _fit_actors(fleet, games, grows=address is not None and not gpus)
-        with fleet:
-            return _play(fleet, resign, Totals(start_step=step if step is not None else -1),
-                         _Reporter(run, progress, extra_scalars=resign.calibrator.scalars,
-                                   starting=_starting_text(config)),
-                         _Until(games, time.monotonic() + minutes * 60 if minutes else None, stop),
-                         chunk_seconds=chunk_seconds, on_update=on_update, status_suffix=status_suffix)
+        yield signalled
     finally:
-        if started_ray:
-            ray.shutdown()
+        for signum, handler in previous.items():
+            if handler is not None:  # None: set outside Python; nothing of ours to put back
+                signal.signal(signum, handler)
 
 
 def _fit_actors(fleet: SelfPlayFleet, games: int | None, grows: bool) -> None:
@@ -255,7 +287,7 @@ class _Until:
 
 def _play(fleet: SelfPlayFleet, resign: _ResignFollower, totals: Totals, reporter: _Reporter, until: _Until, *,
           chunk_seconds: float, on_update: Callable[[Totals], None] | None,
-          status_suffix: Callable[[int | None], str] | None) -> Totals:
+          status_suffix: Callable[[int | None], str] | None, signal_seen: threading.Event | None = None) -> Totals:
     """Keeps every actor playing `chunk_seconds` calls until `until`; then flushes their games and reports."""
     import ray
 
@@ -276,6 +308,8 @@ def _play(fleet: SelfPlayFleet, resign: _ResignFollower, totals: Totals, reporte
     precisions: set[str] = set()  # what the actors' networks run in (bf16, float32), each said once
     try:
         while pending:
+            if signal_seen is not None and signal_seen.is_set():
+                raise KeyboardInterrupt  # a signal whose own KeyboardInterrupt was lost (_stops_remembered)
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
             for ref in ready:
                 index = pending.pop(ref)
