@@ -23,46 +23,47 @@ from tests.machine_share import CORES_GROUP, machine_share, saturates_the_cores
 HANG_BOUND_S = 60.0  # only stops a hang: each process ends on its condition long before
 
 
-def _worker_of_short_tests(folder: Path, spans: Any, first_done: Any, stop: Any) -> None:
-    """The other worker: tests of 20 ms each, back to back, each in its share of the machine."""
+def _worker_of_short_tests(folder: Path, alone_inside: Any, beside: Any, done: Any, asked: Any, stop: Any) -> None:
+    """The other worker: tests back to back, each in its share of the machine; one that finds the test alone
+    inside counts itself in ``beside``."""
     while not stop.is_set():
+        asked.value = 1  # asking for its share
         with machine_share(folder, alone=False):
-            began = time.monotonic()
-            time.sleep(0.02)  # the test's work
-            spans.put(("shared", began, time.monotonic()))
-        first_done.set()
+            asked.value = 0
+            if alone_inside.value:
+                beside.value += 1
+            done.value += 1
 
 
-def _test_alone(folder: Path, spans: Any) -> None:
+def _test_alone(folder: Path, alone_inside: Any, asked: Any, done: Any, finished: Any) -> None:
     with machine_share(folder, alone=True):
-        began = time.monotonic()
-        time.sleep(0.5)  # the test's work
-        spans.put(("alone", began, time.monotonic()))
+        alone_inside.value = 1
+        finished.value = done.value
+        deadline = time.monotonic() + HANG_BOUND_S
+        while not asked.value:  # until the other worker asks for its share while this test holds the machine
+            assert time.monotonic() < deadline
+        alone_inside.value = 0
 
 
 def test_a_test_alone_runs_while_no_other_test_does_and_gets_its_turn(tmp_path: Path) -> None:
     context = multiprocessing.get_context("fork")
-    spans, first_done, stop = context.Queue(), context.Event(), context.Event()
-    other = context.Process(target=_worker_of_short_tests, args=(tmp_path, spans, first_done, stop))
+    alone_inside, beside, done, finished, asked = (context.Value("i", 0) for _ in range(5))
+    stop = context.Event()
+    other = context.Process(target=_worker_of_short_tests, args=(tmp_path, alone_inside, beside, done, asked, stop))
     other.start()
-    seen: list[tuple[str, float, float]] = []
     try:
-        assert first_done.wait(HANG_BOUND_S)
-        alone = context.Process(target=_test_alone, args=(tmp_path, spans))
+        alone = context.Process(target=_test_alone, args=(tmp_path, alone_inside, asked, done, finished))
         alone.start()
         alone.join(HANG_BOUND_S)
         assert alone.exitcode == 0, "the test alone never got the machine"
-        while not [span for span in seen if span[0] == "alone"]:
-            seen.append(spans.get(timeout=HANG_BOUND_S))
-        (_, began, ended) = seen[-1]
-        while seen[-1][1] < ended:  # the other worker goes on after it
-            seen.append(spans.get(timeout=HANG_BOUND_S))
+        held_at = finished.value
+        deadline = time.monotonic() + HANG_BOUND_S
+        while done.value <= held_at + 1:  # the other worker goes on after it
+            assert time.monotonic() < deadline, "the other worker never went on"
     finally:
         stop.set()
         other.join(HANG_BOUND_S)
-    beside = [span for span in seen if span[0] == "shared" and span[1] < ended and span[2] > began]
-    assert not beside, f"{len(beside)} tests ran beside it"
-    assert len(seen) > 2
+    assert beside.value == 0, f"{beside.value} tests ran beside it"
 
 
 class _Item:
@@ -84,9 +85,9 @@ def test_the_group_is_found_by_its_marker(marker: pytest.Mark | None, alone: boo
 
 
 def test_the_stacks_of_a_waiting_command_say_where_it_waits() -> None:
-    waiting = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
-                                "def waiting_for_godot():\n    print('ready', flush=True)\n    time.sleep(600)\n"
-                                "waiting_for_godot()"], stdout=subprocess.PIPE, text=True)
+    waiting = subprocess.Popen([sys.executable, "-c", "import sys\n"
+                                "def waiting_for_godot():\n    print('ready', flush=True)\n    sys.stdin.read()\n"
+                                "waiting_for_godot()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert waiting.stdout is not None and waiting.stdout.readline() == "ready\n"
         stacks = python_stacks(waiting.pid)
