@@ -118,7 +118,7 @@ class NetworkConfig(_Section):
     # Networks without a head or SE blocks hash as they did before those fields existed (checkpoints carry the hash).
     CANONICAL_AT_DEFAULT: ClassVar[tuple[tuple[str, ...], ...]] = (ACTION_VALUE_FIELDS, ("reply_policy_head",),
                                                                     ("se_ratio",), ("moves_left_head",),
-                                                                    ("global_pool_channels",))
+                                                                    ("global_pool_channels",), ("soft_policy_head",))
 
     kind: str = _field("resnet", "'resnet': AlphaZero's residual tower; 'chessformer': a transformer over the 64 "
                                  "squares with relative square positions (Monroe & Chalmers)")
@@ -163,8 +163,15 @@ class NetworkConfig(_Section):
                                           "hidden units and one non-negative output), trained by "
                                           "learner.moves_left_weight; only training runs it: search does not read "
                                           "it (a later change may, to prefer shorter wins)")
+    soft_policy_head: bool = _field(False, "(resnet) KataGo's auxiliary soft policy head, of the policy head's "
+                                           "shape, trained (learner.soft_policy_loss_weight) on the search's policy "
+                                           "at temperature learner.soft_policy_temperature; only training runs it "
+                                           "(the chessformer always has one)")
 
     def _check(self) -> None:
+        if self.soft_policy_head and self.kind != "resnet":
+            raise UserError("network.soft_policy_head is the resnet's: the chessformer always has a soft policy "
+                            "head (learner.soft_policy_loss_weight trains it); set network.soft_policy_head=false")
         if self.policy_kernel not in (1, 3):
             raise UserError(f"network.policy_kernel must be 1 or 3, got {self.policy_kernel}")
         if self.action_value_shape == "policy" and self.action_value_head == "hl_gauss":
@@ -342,7 +349,7 @@ class LearnerConfig(_Section):
         "start_anchor_weight": 0.0, "mix_share": 0.0, "mix_decay_steps": 0, "clip_grad_norm": 0.0,
         "action_value_loss_weight": 0.0, "action_value_rank_weight": 0.0, "action_value_rank_temperature": 1e-3,
         "reply_policy_weight": 0.0, "value_target_short_term_weight": 0.0, "value_target_short_term_plies": 1,
-        "moves_left_weight": 0.0,
+        "moves_left_weight": 0.0, "policy_surprise_weight": 0.0,
     }
 
     batch_size: int = _field(4096, "positions per training step")
@@ -377,8 +384,16 @@ class LearnerConfig(_Section):
                                            "loss of the predicted and the actual plies to the game's end, both "
                                            "over 20, delta 10 plies (to the resignation or the ply limit where "
                                            "the game ended so); 0 = off")
-    soft_policy_loss_weight: float = _field(0.0, "weight of the auxiliary soft-policy loss (chessformer only): "
-                                                 "its second policy head learns the targets at a temperature")
+    soft_policy_loss_weight: float = _field(0.0, "weight of the auxiliary soft-policy loss: a second policy head "
+                                                 "(the chessformer's, or the resnet's network.soft_policy_head) "
+                                                 "learns the search's policy at soft_policy_temperature (KataGo "
+                                                 "weighs it 8); 0 = off")
+    policy_surprise_weight: float = _field(0.0, "KataGo's policy surprise weighting: the share of each self-play "
+                                                "game's training samples given to its positions in proportion to "
+                                                "how far the search's policy lay from the network's prior (KL), "
+                                                "the rest evenly; a position is trained on as often as its weight "
+                                                "says, the game's count kept (KataGo: 0.5); 0 = every position "
+                                                "once")
     soft_policy_temperature: float = _field(4.0, "temperature T of the soft-policy targets: pi^(1/T), "
                                                  "renormalised over the legal moves")
     q_loss_weight: float = _field(0.0, "weight of the auxiliary q loss (chessformer only): its second value "
@@ -450,7 +465,8 @@ class LearnerConfig(_Section):
         # 0 is allowed: a run whose weights must not move (what checks the training loop's invariants).
         if any(rate < 0 for rate in self.learning_rates):
             raise UserError(f"learner.learning_rates must be 0 or more, got {list(self.learning_rates)}")
-        for name in ("value_target_q_weight", "value_target_short_term_weight", "validation_share", "mix_share"):
+        for name in ("value_target_q_weight", "value_target_short_term_weight", "validation_share", "mix_share",
+                     "policy_surprise_weight"):
             if getattr(self, name) > 1.0:
                 raise UserError(f"learner.{name} must lie in [0, 1], got {getattr(self, name)}")
         if self.value_target_q_weight + self.value_target_short_term_weight > 1.0:

@@ -147,7 +147,8 @@ class Learner:
                                    window_size=self.settings.window_size if grows else None, seed=self.settings.seed,
                                    validation_share=self.settings.validation_share,
                                    validation_positions=self.settings.validation_positions,
-                                   action_values=self.action_values, targets=GameTargets.of(self.settings))
+                                   action_values=self.action_values, targets=GameTargets.of(self.settings),
+                                   surprise_share=self.settings.policy_surprise_weight)
         self.step = 0
         # The run's wall time at the sitting's start (from the resumed checkpoint) and when this sitting
         # began: each checkpoint stores their sum as run_seconds, the x axis of `alphazero curve`.

@@ -26,7 +26,7 @@ from learner.batch_device import ReplyTargets
 __all__ = [
     "DRAW", "LOSS", "StepStats", "VALIDATION_FIGURES", "WIN", "anchor_loss", "auxiliary_losses", "compute_losses",
     "masked_log_softmax", "moves_left_loss", "policy_kl", "reply_policy_loss", "result_classes",
-    "soft_policy_targets",
+    "soft_policy_loss", "soft_policy_targets",
     "validation_sums", "value_classes", "value_target",
 ]
 
@@ -211,6 +211,15 @@ def soft_policy_targets(policy: torch.Tensor, legal: torch.Tensor, temperature: 
     return soft / soft.sum(dim=1, keepdim=True).clamp_min(1e-30)  # a row without targets stays zero
 
 
+def soft_policy_loss(logits: torch.Tensor, policy: torch.Tensor, legal: torch.Tensor,
+                     temperature: float) -> torch.Tensor:
+    """Gets the soft policy head's cross-entropy against soft_policy_targets, the batch's mean (KataGo's
+    auxiliary soft policy target: the flattened target makes the body learn which moves the search found
+    nearly as good, not only the best)."""
+    log_p = masked_log_softmax(logits, legal)
+    return -_legal_sum(soft_policy_targets(policy, legal, temperature) * log_p, legal).mean()
+
+
 def auxiliary_losses(aux: Any, policy: torch.Tensor, legal: torch.Tensor, root_values: torch.Tensor | None,
                      *, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Computes the auxiliary heads' losses: (soft-policy cross-entropy, q squared error).
@@ -222,8 +231,7 @@ def auxiliary_losses(aux: Any, policy: torch.Tensor, legal: torch.Tensor, root_v
             left out); None gives a q loss of 0.
         temperature: T of the soft targets pi^(1/T).
     """
-    log_p = masked_log_softmax(aux.soft_policy_logits, legal)
-    soft = -_legal_sum(soft_policy_targets(policy, legal, temperature) * log_p, legal).mean()
+    soft = soft_policy_loss(aux.soft_policy_logits, policy, legal, temperature)
     if root_values is None:
         return soft, torch.zeros((), device=soft.device)
     valued = torch.isfinite(root_values)

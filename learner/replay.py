@@ -73,6 +73,7 @@ from alphazero.store.shards import SHARD_SUFFIX, Shard, ShardError, game_ids, re
 from learner.batch import Batch, concatenate_batches
 from learner.game_targets import NO_GAME_TARGETS, GameTargets
 from learner.replay_store import Block, Store, arrays_outside_the_heap
+from learner.surprise import copies, frequency_weights, shard_rng
 
 __all__ = [
     "Batch", "GameTargets", "ReplayWindow", "SamplerState", "WAIT_POSITIONS", "WAIT_REUSE", "concatenate_batches",
@@ -150,6 +151,11 @@ class ReplayWindow:
         targets: the targets built from each position's game
             (learner.game_targets; none by default); held-out positions get
             the short-term value alone (validation's value target).
+        surprise_share: policy surprise weighting (learner.surprise): each
+            training position of a shard with ``policy_surprise`` enters the
+            window as many times as its frequency weight draws (this share of
+            each game's weight by surprise); 0 (default): once. A position
+            drawn 0 times is no reply target either.
 
     Raises:
         ValueError: window_positions or validation_positions < 1.
@@ -159,7 +165,7 @@ class ReplayWindow:
                  min_positions: int = 1, window_size: Callable[[int], int] | None = None, seed: int = 0,
                  scan_interval_s: float = 1.0, validation_share: float = 0.0,
                  validation_positions: int = 50_000, action_values: bool = True,
-                 targets: GameTargets = NO_GAME_TARGETS) -> None:
+                 targets: GameTargets = NO_GAME_TARGETS, surprise_share: float = 0.0) -> None:
         if window_positions < 1 or validation_positions < 1:
             raise ValueError(f"window_positions and validation_positions must be at least 1, "
                              f"got {window_positions} and {validation_positions}")
@@ -173,6 +179,7 @@ class ReplayWindow:
         self.validation_share = validation_share
         self.action_values = action_values
         self.targets = targets
+        self.surprise_share = surprise_share
         self._rng = np.random.default_rng(seed)
         self._train = Store(self._capacity(0))
         self._held_out = Store(validation_positions)
@@ -375,6 +382,9 @@ class ReplayWindow:
         """Takes from a shard what the stores keep: its held-out games' samples and (``train``) the others."""
         held_out, ids = self._held_out_rows(name, shard)
         held_out_rows, train_rows = np.flatnonzero(held_out), np.flatnonzero(~held_out)
+        if train and self.surprise_share > 0 and shard.policy_surprise is not None:
+            weights = frequency_weights(shard.game, shard.policy_surprise, self.surprise_share)
+            train_rows = np.repeat(train_rows, copies(weights, shard_rng(name))[train_rows])
         wins, targets = self.action_values, self.targets
         held_out_targets = dataclasses.replace(targets, reply=False, moves_left=False)
         return _Read(name, train,

@@ -92,13 +92,14 @@ class Block:
            wins: bool = True, targets: GameTargets = NO_GAME_TARGETS) -> Block:
         """Takes the samples ``rows`` (sorted indices) of ``shard``; with ``ids``, notes each one's game; with
         ``wins``, the win probability after each move where the shard has it; the game's ``targets``
-        (learner.game_targets) of each: ``rows`` holds whole games, so a next position is among them.
+        (learner.game_targets) of each: ``rows`` holds whole games, so a next position is among them. A row
+        may repeat (policy surprise weighting, learner.surprise): each copy is a position of the block.
 
         Keeps only these arrays (the shard's others are freed with it); all
         rows take the shard's arrays as they are, a subset copies.
         """
         next_row, short_term, moves_left = _game_targets(shard, rows, targets)
-        if len(rows) == len(shard):
+        if len(rows) == len(shard) and np.array_equal(rows, np.arange(len(shard))):
             take: np.ndarray | slice = slice(None)
             offsets, entries = shard.policy_offsets, take
         else:

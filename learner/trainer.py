@@ -82,7 +82,9 @@ second policy and value heads, see alphazero.nn.chessformer; with both weights
   head's legal-move softmax against pi^(1/T) renormalised over the legal
   moves (T = ``soft_policy_temperature``, 4 as in KataGo and the Chessformer
   paper): the flattened target makes the body learn which moves the search
-  found nearly as good, not only the best.
+  found nearly as good, not only the best. The resnet trains it on its
+  training-only soft policy head (``network.soft_policy_head``, KataGo's
+  auxiliary soft policy target; KataGo weighs it 8), run with the reply head.
 - **q** (``q_loss_weight``): squared error of the q head against the
   search's root value of the position (shards store it per sample): a less
   noisy value signal than the game's result, which the value head keeps.
@@ -152,6 +154,7 @@ from learner.losses import (
     policy_kl,
     reply_policy_loss,
     result_classes,
+    soft_policy_loss,
     soft_policy_targets,
     validation_sums,
     value_classes,
@@ -171,8 +174,8 @@ from learner.trainer_setup import (
 __all__ = [
     "AnyBatch", "StepStats", "Trainer", "VALIDATION_FIGURES", "anchor_loss", "auxiliary_losses", "build_optimizer",
     "compute_losses", "eval_mode", "masked_log_softmax", "moves_left_loss", "policy_kl", "reply_policy_loss",
-    "result_classes", "soft_policy_targets", "time_training_step", "training_mode", "training_precision",
-    "validation_sums", "value_classes", "value_target", "weight_decay_term",
+    "result_classes", "soft_policy_loss", "soft_policy_targets", "time_training_step", "training_mode",
+    "training_precision", "validation_sums", "value_classes", "value_target", "weight_decay_term",
 ]
 
 log = logging.getLogger(__name__)
@@ -180,7 +183,8 @@ log = logging.getLogger(__name__)
 AnyBatch = Batch | StagedBatch | DeviceBatch  # a batch of numpy arrays, staged on the host, or on the device
 # The training-only heads: (the learner's weight, the network's setting, the head's name in messages).
 _TRAINING_HEADS = (("reply_policy_weight", "reply_policy_head", "the reply-policy head"),
-                   ("moves_left_weight", "moves_left_head", "the moves-left head"))
+                   ("moves_left_weight", "moves_left_head", "the moves-left head"),
+                   ("soft_policy_loss_weight", "soft_policy_head", "the soft policy head"))
 
 
 class Trainer:
@@ -235,24 +239,28 @@ class Trainer:
         self._pass = features_only(self.model)
         self.action_value_head = action_value_head(self.model)
         self._forward: nn.Module = torch.compile(self._pass) if compile else self._pass  # type: ignore[assignment]
-        self.auxiliary = config.soft_policy_loss_weight > 0 or config.q_loss_weight > 0
-        if self.auxiliary and not hasattr(self.model, "forward_with_aux"):
+        # The chessformer's auxiliary heads (soft policy, q) run in its forward_with_aux; the resnet's soft policy
+        # head is a training-only head (network.soft_policy_head), run with the others below.
+        has_aux = hasattr(self.model, "forward_with_aux")
+        if config.q_loss_weight > 0 and not has_aux:
             kind = model_config(self.model).kind
-            raise UserError("learner.soft_policy_loss_weight and learner.q_loss_weight train auxiliary heads, which "
-                            f"only network.kind = 'chessformer' has (this network is {kind!r}); set both to 0")
+            raise UserError("learner.q_loss_weight trains the auxiliary q head, which only network.kind = "
+                            f"'chessformer' has (this network is {kind!r}); set it to 0")
+        self.auxiliary = has_aux and (config.soft_policy_loss_weight > 0 or config.q_loss_weight > 0)
         # The training-only heads that train (their pass runs them): each needs its head.
         self.reply = config.reply_policy_weight > 0
         self.moves_left = config.moves_left_weight > 0
+        self.soft_policy = config.soft_policy_loss_weight > 0 and not has_aux
         self._check_training_heads()
         asked = {"reply_policy": self.reply, "moves_left": self.moves_left}
         forward_with_aux = getattr(self.model, "forward_with_aux", None)
         if forward_with_aux is not None:
             forward_with_aux = functools.partial(forward_with_aux, **asked)
         self._forward_aux: Any = torch.compile(forward_with_aux) if compile and self.auxiliary else forward_with_aux
-        self.training_heads = self.reply or self.moves_left  # without auxiliary heads, their own pass runs them
-        forward_heads = getattr(self.model, "forward_with_training_heads", None)
+        self.training_heads = self.reply or self.moves_left or self.soft_policy  # without auxiliary heads, their
+        forward_heads = getattr(self.model, "forward_with_training_heads", None)  # own pass runs them
         if forward_heads is not None:
-            forward_heads = functools.partial(forward_heads, **asked)
+            forward_heads = functools.partial(forward_heads, **asked, soft_policy=self.soft_policy)
         self._forward_heads: Any = torch.compile(forward_heads) if compile and self.training_heads else forward_heads
         self.anchor: nn.Module | None = None  # the start network (set_anchor), when learner.start_anchor_weight > 0
 
@@ -264,6 +272,8 @@ class Trainer:
         """
         network = model_config(self.model)
         for weight, head, what in _TRAINING_HEADS:
+            if weight == "soft_policy_loss_weight" and not self.soft_policy:
+                continue  # the chessformer's auxiliary head, always there
             if getattr(self.config, weight) > 0 and not getattr(network, head):
                 raise UserError(f"learner.{weight} trains {what}, which this network has not (network.{head} = "
                                 f"false): set learner.{weight}=0, or start a run with network.{head}=true")
@@ -376,6 +386,11 @@ class Trainer:
             stats = self._add_reply_loss(stats, heads.reply_policy_logits, tensors)
         if heads.moves_left is not None:
             stats = self._add_moves_left_loss(stats, heads.moves_left, tensors)
+        if heads.soft_policy_logits is not None:
+            soft = soft_policy_loss(heads.soft_policy_logits, tensors.policy, tensors.legal,
+                                    self.config.soft_policy_temperature)
+            stats = replace(stats, total=stats.total + self.config.soft_policy_loss_weight * soft,
+                            soft_policy=soft.detach())
         stats = self._add_action_value_loss(stats, out, tensors)
         if self.anchor is not None and self.config.start_anchor_weight > 0:
             stats = self._add_anchor_loss(stats, out, tensors)

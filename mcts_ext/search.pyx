@@ -40,7 +40,7 @@ import weakref
 
 import numpy as np
 
-from libc.math cimport NAN, fabs, isfinite, isnan, pow
+from libc.math cimport NAN, fabs, isfinite, isnan, log, pow
 from libc.stdint cimport int8_t, int16_t, int32_t, uint8_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
@@ -159,6 +159,7 @@ ctypedef struct Record:
     float* scalars                   # [samples * NUM_SCALARS]
     int16_t* ply                     # [samples] ply of the position in the game
     float* root_value                # [samples] the search's value for the side to move
+    float* surprise                  # [samples] KL(target || the root's prior, noised as searched), in nats
     int32_t* policy_start            # [samples + 1] offsets into policy_index / policy_prob
     int16_t* policy_index            # [policy_total] visited legal moves' indices
     float* policy_prob               # [policy_total] their share of the root's visits (root_target)
@@ -208,6 +209,7 @@ cdef void record_free(Record* r) noexcept nogil:
     free(r.scalars)
     free(r.ply)
     free(r.root_value)
+    free(r.surprise)
     free(r.policy_start)
     free(r.policy_index)
     free(r.policy_prob)
@@ -225,6 +227,7 @@ cdef int record_reserve(Record* r, int samples, int policy, int moves) noexcept 
                 or grow(<void**>&r.scalars, capacity, NUM_SCALARS * sizeof(float)) < 0
                 or grow(<void**>&r.ply, capacity, sizeof(int16_t)) < 0
                 or grow(<void**>&r.root_value, capacity, sizeof(float)) < 0
+                or grow(<void**>&r.surprise, capacity, sizeof(float)) < 0
                 or grow(<void**>&r.policy_start, capacity + 1, sizeof(int32_t)) < 0):
             return -1
         r.sample_capacity = capacity
@@ -631,6 +634,18 @@ cdef void root_target(const Slot* s, const Options* o, float* target) noexcept n
         target[i] = <float>visits[i] / total if total > 0 else 0.0
 
 
+cdef float policy_surprise(const Tree* tree, const float* target) noexcept nogil:
+    """KL(target || prior) over the root's edges, in nats: how much the search's training target differs from the
+    prior it started from (the prior with the root's noise, as KataGo's policy surprise weighting reads it)."""
+    cdef int32_t first = tree.first_edge[ROOT], count = tree.edge_count[ROOT], i
+    cdef double kl = 0.0, prior
+    for i in range(count):
+        if target[i] > 0.0:
+            prior = tree.prior[first + i] if tree.prior[first + i] > 1e-30 else 1e-30
+            kl += target[i] * (log(target[i]) - log(prior))
+    return <float>kl if kl > 0.0 else 0.0
+
+
 cdef int record_sample(Slot* s, const Options* o) noexcept nogil:
     """Appends the root's compact input and its training target over the legal moves to the record."""
     cdef Record* r = &s.record
@@ -646,6 +661,7 @@ cdef int record_sample(Slot* s, const Options* o) noexcept nogil:
     encode_stack(&s.stack, &r.planes[k * COMPACT_PLANES], &r.scalars[k * NUM_SCALARS])
     r.ply[k] = <int16_t>(s.root_length - 1)
     r.root_value[k] = root_value(tree)
+    r.surprise[k] = policy_surprise(tree, target)
     if k == 0:
         r.policy_start[0] = 0
     # Every legal move is listed (PUCT's unvisited ones with 0): the learner
@@ -1763,7 +1779,8 @@ cdef class MultiGameSearch:
         move_values (float32 [plies, +1 when the game ended by resignation]:
         every move's root value for its mover, in order) and the training samples:
         planes uint64 [S, 112], scalars float32 [S, 7], plies_of_samples int16 [S],
-        root_values float32 [S], policy_offsets int32 [S + 1], policy_indices
+        root_values float32 [S], policy_surprise float32 [S] (KL(target || the
+        root's prior, noised as searched), in nats), policy_offsets int32 [S + 1], policy_indices
         int16 [P] (every legal move of each sample), policy_probs float32 [P]
         (its share of the root's visits, 0 when unvisited; pruned with forced playouts,
         see improved_policy()), policy_wins float32 [P]
@@ -1780,6 +1797,7 @@ cdef class MultiGameSearch:
         scalars = np.empty((k, NUM_SCALARS), dtype=np.float32)
         sample_plies = np.empty(k, dtype=np.int16)
         root_values = np.empty(k, dtype=np.float32)
+        surprise = np.empty(k, dtype=np.float32)
         offsets = np.zeros(k + 1, dtype=np.int32)
         indices = np.empty(p, dtype=np.int16)
         probs = np.empty(p, dtype=np.float32)
@@ -1791,6 +1809,7 @@ cdef class MultiGameSearch:
         _copy_into(scalars, r.scalars, k * NUM_SCALARS * sizeof(float))
         _copy_into(sample_plies, r.ply, k * sizeof(int16_t))
         _copy_into(root_values, r.root_value, k * sizeof(float))
+        _copy_into(surprise, r.surprise, k * sizeof(float))
         if k:
             _copy_into(offsets, r.policy_start, (k + 1) * sizeof(int32_t))
         _copy_into(indices, r.policy_index, p * sizeof(int16_t))
@@ -1826,6 +1845,7 @@ cdef class MultiGameSearch:
             "scalars": scalars,
             "plies_of_samples": sample_plies,
             "root_values": root_values,
+            "policy_surprise": surprise,
             "policy_offsets": offsets,
             "policy_indices": indices,
             "policy_probs": probs,

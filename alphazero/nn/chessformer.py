@@ -401,9 +401,11 @@ class Chessformer(nn.Module):
         return self._outputs(tokens, policy_tokens, False), self._reply(policy_tokens)
 
     def forward_with_training_heads(self, planes: torch.Tensor, scalars: torch.Tensor, *, reply_policy: bool = False,
-                                    moves_left: bool = False) -> tuple[NetOutput, TrainingHeads]:
+                                    moves_left: bool = False, soft_policy: bool = False
+                                    ) -> tuple[NetOutput, TrainingHeads]:
         """Evaluates positions as ``forward(..., action_values=False)`` does, plus the training-only heads asked
-        for (one pass through the body): the reply policy's logits, the plies left.
+        for (one pass through the body): the reply policy's logits, the plies left, the soft policy's logits
+        (the auxiliary head's, which forward_with_aux runs too).
 
         Raises:
             ValueError: a head asked for that the network has not, or wrong inputs.
@@ -411,7 +413,8 @@ class Chessformer(nn.Module):
         tokens = self.body(planes, scalars)
         policy_tokens = F.mish(self.policy_embedding(tokens))
         heads = TrainingHeads(self._reply(policy_tokens) if reply_policy else None,
-                              self._moves_left(tokens) if moves_left else None)
+                              self._moves_left(tokens) if moves_left else None,
+                              self.soft_policy(policy_tokens) if soft_policy else None)
         return self._outputs(tokens, policy_tokens, False), heads
 
     def _reply(self, policy_tokens: torch.Tensor) -> torch.Tensor:

@@ -34,6 +34,10 @@ MOVES_LEFT_PREFIX = "moves_left"
 """Parameter names of the moves-left head (``network.moves_left_head``) start with it: lc0's head predicting the
 plies left in the game. Both networks run it only in ``forward_with_training_heads`` (training); search does not
 read it."""
+SOFT_POLICY_PREFIX = "soft_policy"
+"""Parameter names of the soft policy head start with it (the resnet's ``network.soft_policy_head``, the
+chessformer's auxiliary head): KataGo's auxiliary soft policy target, the search's policy at a temperature. The
+resnet runs it only in ``forward_with_training_heads`` (training)."""
 MOVES_LEFT_FILTERS = 8  # lc0's: the head's channels per square (the resnet's 1x1 conv, the chessformer's embedding)
 MOVES_LEFT_HIDDEN = 128  # lc0's: the head's hidden units
 MOVES_LEFT_UNIT = 20.0
@@ -64,6 +68,7 @@ class TrainingHeads(NamedTuple):
 
     reply_policy_logits: torch.Tensor | None = None  # float32 [N, 4672]: the next position's policy, its frame
     moves_left: torch.Tensor | None = None  # float32 [N] >= 0: the plies left in the game (moves_left_plies)
+    soft_policy_logits: torch.Tensor | None = None  # float32 [N, 4672]: the soft policy head's (the resnet's)
 
 
 def moves_left_plies(last: torch.Tensor) -> torch.Tensor:
@@ -94,5 +99,6 @@ def float32_head(layer: Callable[[torch.Tensor], _T], x: torch.Tensor) -> _T:
 
 __all__ = [
     "MOVES_LEFT_FILTERS", "MOVES_LEFT_HIDDEN", "MOVES_LEFT_PREFIX", "MOVES_LEFT_UNIT", "REPLY_POLICY_PREFIX",
+    "SOFT_POLICY_PREFIX",
     "NetOutput", "TrainingHeads", "float32_head", "moves_left_plies",
 ]

@@ -28,6 +28,12 @@ weights ``moves_left.*``) predicts the plies left in the game, float32 [N]
 >= 0; ``forward_with_training_heads`` runs it (and the reply head) for the
 learner, ``forward`` never does: search does not read it.
 
+With ``network.soft_policy_head`` KataGo's auxiliary soft policy head, of the
+policy head's shape (``soft_policy_conv``, ``soft_policy_out``), gives
+logits [N, 4672] that the learner trains on the search's policy at a
+temperature (learner.soft_policy_loss_weight); only
+``forward_with_training_heads`` runs it.
+
 With ``network.se_ratio`` > 0 each residual block ends its branch with lc0's
 squeeze-and-excitation (SqueezeExcitation, weights ``tower.K.se.*``); at 0,
 the default, the blocks and their weights' names are as before it existed.
@@ -62,6 +68,7 @@ from alphazero.nn.heads import (
     MOVES_LEFT_HIDDEN,
     MOVES_LEFT_PREFIX,
     REPLY_POLICY_PREFIX,
+    SOFT_POLICY_PREFIX,
     NetOutput,
     TrainingHeads,
     float32_head,
@@ -246,6 +253,12 @@ class AlphaZeroNet(nn.Module):
             self.reply_policy_out = nn.Conv2d(config.policy_filters, NUM_PLANES, kernel, padding=kernel // 2)
         # After the reply head, for the same reason.
         self.moves_left = MovesLeftHead(config.filters) if config.moves_left_head else None
+        # Last, for the same reason: KataGo's auxiliary soft policy head, the policy head's shape.
+        self.soft_policy_conv: nn.Module | None = None
+        self.soft_policy_out: nn.Conv2d | None = None
+        if config.soft_policy_head:
+            self.soft_policy_conv = _conv_bn(config.filters, config.policy_filters, 3)
+            self.soft_policy_out = nn.Conv2d(config.policy_filters, NUM_PLANES, kernel, padding=kernel // 2)
 
     def start_action_values_from_policy(self) -> bool:
         """Starts a 'policy'-shaped action-value head from the policy and value heads (a network loaded from
@@ -282,15 +295,17 @@ class AlphaZeroNet(nn.Module):
         return out, heads.reply_policy_logits
 
     def forward_with_training_heads(self, planes: torch.Tensor, scalars: torch.Tensor, *, reply_policy: bool = False,
-                                    moves_left: bool = False) -> tuple[NetOutput, TrainingHeads]:
+                                    moves_left: bool = False, soft_policy: bool = False
+                                    ) -> tuple[NetOutput, TrainingHeads]:
         """Evaluates positions as ``forward(..., action_values=False)`` does, plus the training-only heads asked
-        for (one pass through the tower): the reply policy's logits, the plies left.
+        for (one pass through the tower): the reply policy's logits, the plies left, the soft policy's logits.
 
         Raises:
             ValueError: a head asked for that the network has not, or wrong inputs.
         """
         x = self._body(planes, scalars)
-        heads = TrainingHeads(self._reply(x) if reply_policy else None, self._moves_left(x) if moves_left else None)
+        heads = TrainingHeads(self._reply(x) if reply_policy else None, self._moves_left(x) if moves_left else None,
+                              self._soft_policy(x) if soft_policy else None)
         return self._heads(x, False), heads
 
     def _reply(self, x: torch.Tensor) -> torch.Tensor:
@@ -302,6 +317,11 @@ class AlphaZeroNet(nn.Module):
         if self.moves_left is None:
             raise ValueError("this network has no moves-left head (network.moves_left_head = false)")
         return self.moves_left(x)
+
+    def _soft_policy(self, x: torch.Tensor) -> torch.Tensor:
+        if self.soft_policy_conv is None or self.soft_policy_out is None:
+            raise ValueError("this network has no soft policy head (network.soft_policy_head = false)")
+        return float32_head(self.soft_policy_out, F.relu(self.soft_policy_conv(x))).flatten(1).float()
 
     def _body(self, planes: torch.Tensor, scalars: torch.Tensor) -> torch.Tensor:
         """Gets the tower's output [N, filters, 8, 8] for compact positions."""
@@ -413,10 +433,11 @@ def check_architecture(saved: NetworkConfig, expected: NetworkConfig, source: st
 def load_weights(model: nn.Module, state_dict: dict[str, torch.Tensor], source: str | os.PathLike[str]) -> None:
     """Copies ``state_dict`` into ``model`` in place (keeping its device and memory format).
 
-    Weights without an action-value head (or a reply-policy or moves-left
-    head) load into a model with one (``train --init`` from a network trained
-    before the head, with ``network.action_value_head``,
-    ``network.reply_policy_head`` or ``network.moves_left_head`` set):
+    Weights without an action-value head (or a reply-policy, moves-left or
+    soft policy head) load into a model with one (``train --init`` from a
+    network trained before the head, with ``network.action_value_head``,
+    ``network.reply_policy_head``, ``network.moves_left_head`` or
+    ``network.soft_policy_head`` set):
     everything else loads, the head keeps the weights it was built with (an
     action-value head of the 'policy' shape starts from the policy head's), and
     one warning says so.
@@ -427,7 +448,7 @@ def load_weights(model: nn.Module, state_dict: dict[str, torch.Tensor], source: 
     target, state = _unwrap(model), clean_state_dict(state_dict)
     names = set(target.state_dict())
     heads = {prefix: {name for name in names if name.startswith(prefix)}
-             for prefix in (ACTION_VALUE_PREFIX, REPLY_POLICY_PREFIX, MOVES_LEFT_PREFIX)}
+             for prefix in (ACTION_VALUE_PREFIX, REPLY_POLICY_PREFIX, MOVES_LEFT_PREFIX, SOFT_POLICY_PREFIX)}
     fresh = [prefix for prefix, head in heads.items() if head and not head & set(state)]
     if set().union(*(heads[prefix] for prefix in fresh)) != names - set(state) or not set(state) <= names:
         fresh = []  # something else is missing, or left over: the strict load says what
@@ -447,6 +468,9 @@ def load_weights(model: nn.Module, state_dict: dict[str, torch.Tensor], source: 
     if MOVES_LEFT_PREFIX in fresh:
         log.warning("%s has no moves-left head: the rest of the network loaded, and its head "
                     "(network.moves_left_head) starts from fresh weights", source)
+    if SOFT_POLICY_PREFIX in fresh:
+        log.warning("%s has no soft policy head: the rest of the network loaded, and its head starts from fresh "
+                    "weights", source)
     if ACTION_VALUE_PREFIX in fresh:
         start = getattr(target, "start_action_values_from_policy", None)
         with torch.no_grad():

@@ -21,6 +21,7 @@ games              uint8     [bytes]     JSON list, one object per game (see GAM
 meta               uint8     [bytes]     JSON object: writer, created_at, ...
 policy_wins        float32   [P]         optional: the mover's win probability after each move
 weights_steps      int32     [S]         optional: the network step that searched each sample
+policy_surprise    float32   [S]         optional: KL(policy target || the search's prior), nats
 =================  ========  ==========  ==============================================
 
 ``policy_wins`` (added within version 1) is written by Stockfish labels
@@ -34,6 +35,12 @@ where it visited none; other self-play shards and older labels lack it.
 learner step of the weights the actor searched each sample with (-1: fresh
 weights). Actors take new weights between moves, so a game's samples may
 name several steps, never decreasing; older shards and labels lack it.
+
+``policy_surprise`` (added within version 1) is written by self-play: how
+far each sample's policy target lies from the prior its search started from
+(the root's, with its noise), KL in nats; the learner's policy surprise
+weighting (learner.policy_surprise_weight) reads it. Older shards and labels
+lack it.
 
 Each game's JSON object holds GAME_KEYS. Added within version 1 (older
 shards lack them, and readers take that): ``game_id`` (a uuid stamped by the
@@ -104,9 +111,11 @@ GAME_KEYS = ("start_fen", "moves", "result", "winner", "termination", "plies", "
 # Record keys that are not game metadata: the sample arrays, and per-move
 # arrays the metadata summarises (move_values -> resign_values).
 _RECORD_ARRAYS = {"planes", "scalars", "plies_of_samples", "root_values", "policy_offsets", "policy_indices",
-                  "policy_probs", "policy_wins", "weights_steps", "results", "full_search", "move_values"}
+                  "policy_probs", "policy_wins", "weights_steps", "policy_surprise", "results", "full_search",
+                  "move_values"}
 POLICY_WINS = "policy_wins"
 WEIGHTS_STEPS = "weights_steps"
+POLICY_SURPRISE = "policy_surprise"
 
 
 class ShardError(ValueError):
@@ -130,6 +139,7 @@ class Shard:
     meta: dict[str, Any] = field(default_factory=dict)
     policy_wins: np.ndarray | None = None  # float32 [P], see the module docstring
     weights_steps: np.ndarray | None = None  # int32 [S], see the module docstring
+    policy_surprise: np.ndarray | None = None  # float32 [S], see the module docstring
 
     def __len__(self) -> int:
         return len(self.results)
@@ -201,6 +211,8 @@ def shard_from_records(records: Sequence[Mapping[str, Any]], meta: Mapping[str, 
         if records and all("policy_wins" in r for r in records) else None,
         weights_steps=join(WEIGHTS_STEPS, np.dtype(np.int32))
         if records and all(WEIGHTS_STEPS in r for r in records) else None,
+        policy_surprise=join(POLICY_SURPRISE, np.dtype(np.float32))
+        if records and all(POLICY_SURPRISE in r for r in records) else None,
     )
 
 
@@ -225,6 +237,8 @@ def encode_shard(shard: Shard) -> bytes:
         arrays[POLICY_WINS] = shard.policy_wins
     if shard.weights_steps is not None:
         arrays[WEIGHTS_STEPS] = shard.weights_steps
+    if shard.policy_surprise is not None:
+        arrays[POLICY_SURPRISE] = shard.policy_surprise
     buffer = io.BytesIO()
     np.savez_compressed(buffer, **arrays)
     return buffer.getvalue()
@@ -280,7 +294,7 @@ def read_shard(path: str | os.PathLike[str]) -> Shard:
         raise ShardError(f"{path}: unreadable metadata ({error})") from None
     shard = Shard(**{name: arrays[name] for name in (*SAMPLE_ARRAYS, *POLICY_ARRAYS, "policy_offsets")},
                   games=games, meta=meta, policy_wins=arrays.get(POLICY_WINS),
-                  weights_steps=arrays.get(WEIGHTS_STEPS))
+                  weights_steps=arrays.get(WEIGHTS_STEPS), policy_surprise=arrays.get(POLICY_SURPRISE))
     validate(shard, str(path))
     return shard
 
@@ -375,6 +389,11 @@ def validate(shard: Shard, source: str = "shard") -> None:
     steps = shard.weights_steps
     if steps is not None and (steps.dtype != np.int32 or steps.shape != (samples,)):
         raise ShardError(f"{source}: {WEIGHTS_STEPS} is {steps.dtype}{list(steps.shape)}, expected int32[{samples}]")
+    surprise = shard.policy_surprise
+    if surprise is not None and (surprise.dtype != np.float32 or surprise.shape != (samples,)
+                                 or not np.all(surprise >= 0)):  # (NaN fails too)
+        raise ShardError(f"{source}: {POLICY_SURPRISE} must be float32[{samples}] of values >= 0, got "
+                         f"{surprise.dtype}{list(surprise.shape)}")
     if entries and (shard.policy_indices.min() < 0 or shard.policy_indices.max() >= NUM_MOVES):
         raise ShardError(f"{source}: a policy index lies outside 0..{NUM_MOVES - 1}")
     if samples:
@@ -414,6 +433,7 @@ def concatenate(shards: Iterable[Shard]) -> Shard:
     arrays: dict[str, Any] = {name: join(name) for name in (*SAMPLE_ARRAYS, *POLICY_ARRAYS) if name != "game"}
     wins = [s.policy_wins for s in shards if s.policy_wins is not None]
     steps = [s.weights_steps for s in shards if s.weights_steps is not None]
+    surprise = [s.policy_surprise for s in shards if s.policy_surprise is not None]
     targets = {s.meta.get("value_target") for s in shards}
     if len(targets) > 1:
         raise ShardError(f"cannot join shards with different value targets: {sorted(map(str, targets))}")
@@ -425,5 +445,6 @@ def concatenate(shards: Iterable[Shard]) -> Shard:
         games=games,
         policy_wins=np.concatenate(wins) if wins and len(wins) == len(shards) else None,
         weights_steps=np.concatenate(steps) if steps and len(steps) == len(shards) else None,
+        policy_surprise=np.concatenate(surprise) if surprise and len(surprise) == len(shards) else None,
         meta=meta,
     )
