@@ -16,8 +16,10 @@ machine::
    curve` plays it) from an opening book with colours swapped, and every arm
    plays Stockfish at each ``--stockfish`` level (a UCI_Elo, or a skill level
    for the anchors below Stockfish 15.1's lowest UCI_Elo, 1350).
-3. ``DIR/summary.md``: the arms (minutes, learner steps) and each pairing's
-   result with its Elo difference and 95% interval.
+3. ``DIR/summary.md``: the arms (minutes, learner steps), how each arm's
+   self-play games ended (draws and repetition draws over the whole run, its
+   first tenth and its last: a search collapsing into repetitions shows
+   there), and each pairing's result with its Elo difference and 95% interval.
 
 Resumable as train is: ``DIR/arms.json`` holds the arms as given (a rerun
 may add arms after them, and is refused other changes, so that every arm of a
@@ -40,14 +42,16 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from alphazero.chess.pgn import DETAIL_TAG
 from alphazero.errors import UserError
 from alphazero.presets import PRESET_NAMES
 from alphazero.store.rundir import atomic_write_text, check_writable_directory
 from eval.match_records import read_game_records
+from selfplay.totals import REPETITIONS
 
 ARMS_FILE = "arms.json"
 SITTINGS_FILE = "sittings.jsonl"
@@ -361,6 +365,13 @@ def summary_text(root: Path, arms: Sequence[Arm], levels: Sequence[str], minutes
         steps = checkpoint_steps(root / arm.name) if (root / arm.name / "checkpoints").is_dir() else []
         lines.append(f"| {arm.name} | {' '.join(arm.overrides) or '(the preset)'} | "
                      f"{trained_minutes(root, arm.name):.1f} | {steps[-1] if steps else 0:,} |")
+    lines += ["", "Self-play's games, in the order they were written: the share drawn and drawn by repetition, over "
+              "the whole run; its first tenth; its last tenth.", "",
+              "| arm | games | drawn | by repetition |", "|---|---|---|---|"]
+    for arm in arms:
+        endings = selfplay_endings(root / arm.name / "games")
+        lines.append(f"| {arm.name} | {len(endings):,} | {_shares(endings, _is_draw)} | "
+                     f"{_shares(endings, _is_repetition)} |")
     lines += ["", "| pairing | games | +W =D -L | score | Elo | 95% |", "|---|---|---|---|---|---|"]
     for pairing in _pairings(arms, levels, 1, 1):
         wins, draws, losses = pairing_counts(root, pairing)
@@ -371,6 +382,40 @@ def summary_text(root: Path, arms: Sequence[Arm], levels: Sequence[str], minutes
         lines.append(f"| {pairing.a} vs {pairing.b} | {s.games} | +{wins} ={draws} -{losses} | {s.score:.1%} | "
                      f"{_elo(s.elo)} | {_elo(s.elo_low)}..{_elo(s.elo_high)} |")
     return "\n".join(lines) + "\n"
+
+
+def selfplay_endings(games: Path) -> list[tuple[str, str]]:
+    """Gets (Result, TerminationDetail) of every self-play game in a run's PGN folder, oldest first (the files'
+    names start with their write time), read from the headers alone."""
+    endings: list[tuple[str, str]] = []
+    for path in sorted(games.glob("*.pgn")) if games.is_dir() else []:
+        result = detail = ""
+        for line in path.read_text(errors="replace").splitlines():
+            if line.startswith('[Result "'):
+                result = line[9:].split('"')[0]
+            elif line.startswith(f'[{DETAIL_TAG} "'):
+                detail = line[len(DETAIL_TAG) + 3:].split('"')[0]
+            elif line and not line.startswith("[") and result:  # the movetext ends the game's headers
+                endings.append((result, detail))
+                result = detail = ""
+    return endings
+
+
+def _is_draw(ending: tuple[str, str]) -> bool:
+    return ending[0] == "1/2-1/2"
+
+
+def _is_repetition(ending: tuple[str, str]) -> bool:
+    return ending[1] in REPETITIONS
+
+
+def _shares(endings: Sequence[tuple[str, str]], kind: Callable[[tuple[str, str]], bool]) -> str:
+    """Gets 'whole; first tenth; last tenth' shares of the endings of that kind."""
+    if not endings:
+        return "-"
+    tenth = max(1, len(endings) // 10)
+    parts = (endings, endings[:tenth], endings[-tenth:])
+    return "; ".join(f"{sum(map(kind, part)) / len(part):.0%}" for part in parts)
 
 
 def _elo(value: float | None) -> str:
