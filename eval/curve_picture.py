@@ -16,6 +16,9 @@ from alphazero.store.rundir import atomic_write_bytes
 CURVE_JSON = Path("curve") / "curve.json"
 MINUTES_BELOW_HOURS = 1.5
 """A run shorter than this many hours is drawn against its minutes."""
+LOG_TIME_SPAN = 9.0
+"""Checkpoints whose times (after the start) span this factor or more, two triplings, are drawn on a log-scaled
+time axis: a run that triples its time gains about as much each time, which a log axis shows as a line."""
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,8 @@ def fixed_lines(ratings: dict[str, Any], anchors: dict[str, float], random_name:
 
 def draw_curve(path: Path, panel: Panel, *, relative: bool) -> None:
     """Draws Elo against the run's hours, 95% intervals as error bars, the anchors and random as lines
-    (``relative``: no anchor, the start is 0). The title is kept in the PNG's ``Title`` text too."""
+    (``relative``: no anchor, the start is 0); on a log-scaled time axis where the checkpoints' times span two
+    triplings or more (time_axis). The title is kept in the PNG's ``Title`` text too."""
     draw_panels(path, [panel], ylabel="Elo" + (" (the start = 0)" if relative else ""), width=7.0)
 
 
@@ -64,19 +68,49 @@ def draw_panels(path: Path, panels: Sequence[Panel], *, ylabel: str = "Elo", wid
     atomic_write_bytes(path, buffer.getvalue())
 
 
+def time_axis(hours: Sequence[float]) -> str:
+    """Gets the time axis's scale for points at these hours: 'log' where the times after the start span
+    LOG_TIME_SPAN or more, else 'linear'.
+
+    >>> time_axis([0.0, 0.17, 0.5, 1.5, 3.0]), time_axis([0.0, 0.5, 1.0, 1.5])
+    ('log', 'linear')
+    """
+    after_start = [h for h in hours if h > 0]
+    return "log" if after_start and max(after_start) >= LOG_TIME_SPAN * min(after_start) else "linear"
+
+
 def _draw_panel(axes: Any, panel: Panel) -> None:
     longest = max((point.hours for point in panel.points), default=0.0)
     scale, unit = (60.0, "minutes") if longest < MINUTES_BELOW_HOURS else (1.0, "hours")
-    rated = [point for point in panel.points if getattr(point, "bound", None) is None]
+    points = panel.points
+    if time_axis([point.hours for point in points]) == "log":
+        # The start (time 0) has no place on a log axis: a line at its rating stands for it.
+        for point in points:
+            if point.hours <= 0 and getattr(point, "bound", None) is None:
+                axes.axhline(point.elo, linestyle=":", linewidth=0.8, color="tab:blue")
+                axes.annotate("the start", (0, point.elo), xycoords=("axes fraction", "data"),
+                              textcoords="offset points", xytext=(2, 3), fontsize=8, color="tab:blue")
+        points = [point for point in points if point.hours > 0]
+        axes.set_xscale("log")
+    rated = [point for point in points if getattr(point, "bound", None) is None]
     times = [scale * point.hours for point in rated]
     elos = [point.elo for point in rated]
     errors = [[point.elo - point.low for point in rated], [point.high - point.elo for point in rated]]
     axes.errorbar(times, elos, yerr=errors, marker="o", capsize=3, label="the run's search")
-    _draw_bounds(axes, [point for point in panel.points if getattr(point, "bound", None) is not None], scale)
+    _draw_bounds(axes, [point for point in points if getattr(point, "bound", None) is not None], scale)
     for name, elo in panel.lines.items():
         axes.axhline(elo, linestyle="--", linewidth=0.8, color="grey")
-        axes.annotate(name, (0, elo), textcoords="offset points", xytext=(2, 3), fontsize=8, color="grey")
-    axes.set_xlabel(f"{unit} of the run")
+        axes.annotate(name, (0, elo), xycoords=("axes fraction", "data"), textcoords="offset points", xytext=(2, 3),
+                      fontsize=8, color="grey")
+    if axes.get_xscale() == "log":  # ticks at the checkpoints' own times, plainly written
+        from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
+
+        ticks = sorted(set(times))
+        axes.xaxis.set_major_locator(FixedLocator(ticks[::-(-len(ticks) // 8)]))  # at most 8, the first kept
+        axes.xaxis.set_major_formatter(lambda value, _: f"{value:.2g}" if value < 10 else f"{value:.0f}")
+        axes.xaxis.set_minor_locator(NullLocator())
+        axes.xaxis.set_minor_formatter(NullFormatter())
+    axes.set_xlabel(f"{unit} of the run" + (" (log scale)" if axes.get_xscale() == "log" else ""))
     axes.set_title(panel.title, fontsize=10)
     axes.grid(alpha=0.3)
 

@@ -183,3 +183,28 @@ def test_the_picture_is_titled_with_the_runs_name_not_its_path(tmp_path: Path, m
     assert Image.open(run.root / "curve" / "curve.png").text["Title"] == title  # the PNG says it too
     monkeypatch.chdir(run.root)
     assert curve_module.curve_title(RunDir("."), 2) == title  # "." is named by the folder it stands for
+
+
+def test_a_run_whose_times_triple_is_drawn_on_a_log_time_axis_the_start_as_a_line(tmp_path: Path,
+                                                                                    monkeypatch) -> None:
+    import matplotlib
+    from matplotlib import pyplot
+
+    from eval.curve import CurvePoint
+    from eval.curve_picture import Panel, draw_curve
+
+    drawn: list[tuple[str, list[str]]] = []
+    close = pyplot.close
+
+    def read_the_axis_then_close(figure: matplotlib.figure.Figure) -> None:
+        drawn.extend((axes.get_xscale(), [text.get_text() for text in axes.texts]) for axes in figure.axes)
+        close(figure)
+
+    monkeypatch.setattr(pyplot, "close", read_the_axis_then_close)
+    for name, hours in (("tripling", (0.0, 1 / 6, 0.5, 1.5)), ("even", (0.0, 0.5, 1.0))):
+        points = [CurvePoint(10 * k, h, True, 20, 100.0 * k, 100.0 * k - 50, 100.0 * k + 50)
+                  for k, h in enumerate(hours)]
+        draw_curve(tmp_path / f"{name}.png", Panel(name, points, {"random": -200.0}), relative=False)
+    (log_scale, log_texts), (linear_scale, linear_texts) = drawn
+    assert log_scale == "log" and "the start" in log_texts and "random" in log_texts
+    assert linear_scale == "linear" and "the start" not in linear_texts
