@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from alphazero.chess.pgn import REPETITIONS
 from alphazero.console import compact_number, fit_line
 from selfplay.fleet import SelfPlayFleet
 from selfplay.worker import PlayStats
@@ -139,7 +140,6 @@ class Totals:
 COLLAPSE_GAMES = 1_000
 COLLAPSE_DRAW_SHARE = 0.95
 COLLAPSE_REPETITION_SHARE = 0.8
-REPETITIONS = ("threefold_repetition", "fivefold_repetition")
 
 
 class RepetitionWatch:

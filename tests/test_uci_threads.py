@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -135,3 +137,12 @@ def test_a_broken_cache_is_measured_again_and_an_unwritable_one_said(tmp_path: P
     stuck = KeptPrecisions(blocked / "precision.json")  # its folder is a file: it cannot be written
     choice = choose_precision("auto", torch.device("cpu"), key="k", timer=_timer([]), probe=lambda: "AMX", keep=stuck)
     assert choice.bf16 and "cannot keep it in" in choice.reason
+
+
+def test_the_command_line_parses_without_torch_so_the_engine_sets_its_wait_policy_in_time() -> None:
+    """OpenMP reads its wait policy once, when torch loads: a module the parser imports that pulls torch in
+    (the comparison's summary once did, through self-play) leaves the engine's threads spinning."""
+    program = ("import sys\nfrom alphazero.app.cli import build_parser\nbuild_parser().parse_args(['uci'])\n"
+               "print('torch' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "False", result.stderr

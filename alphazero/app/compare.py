@@ -46,12 +46,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from alphazero.chess.pgn import DETAIL_TAG
+from alphazero.chess.pgn import DETAIL_TAG, REPETITIONS
 from alphazero.errors import UserError
 from alphazero.presets import PRESET_NAMES
 from alphazero.store.rundir import atomic_write_text, check_writable_directory
 from eval.match_records import read_game_records
-from selfplay.totals import REPETITIONS
 
 ARMS_FILE = "arms.json"
 SITTINGS_FILE = "sittings.jsonl"

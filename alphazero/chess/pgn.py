@@ -17,6 +17,8 @@ Example::
 from __future__ import annotations
 
 DETAIL_TAG = "TerminationDetail"
+REPETITIONS = ("threefold_repetition", "fivefold_repetition")
+"""The TerminationDetail values of a game drawn by repetition."""
 
 STANDARD_TERMINATIONS = (
     "abandoned", "adjudication", "death", "emergency", "normal", "rules infraction", "time forfeit", "unterminated",
