@@ -28,8 +28,8 @@ Game ends, repetitions and proven nodes are scored on the spot and never wait
 for the network. Gumbel's search batches too: a leaf in flight counts as a
 visit, and a batch ends with a Sequential Halving phase. `info nps` is the
 nodes of the search over the seconds it has run; Threads sets torch's CPU
-threads (0: chosen at the network's load, eval.uci_threads: the cores other
-work leaves free, its threads waiting passively).
+threads (0: chosen at the network's load, eval.uci_threads: every core, its
+threads waiting passively beside other work).
 
 `go` takes the limits eval.uci_go lists (whichever comes first ends the
 search; with none, the Nodes option's simulations); `mate` and
@@ -636,14 +636,15 @@ class UciEngine:
 
     def _choose_threads(self) -> str:
         """Sets torch's threads for the load and the passes (on the network thread, where it runs this); says
-        how many and why. Threads 0 chooses by the load (eval.uci_threads)."""
+        how many and why. Threads 0 chooses by the wait policy and the load (eval.uci_threads)."""
         given = int(self.values["Threads"])
+        passive = waits_passively()
         if given == 0:
             cores = machine_cores()
             busy = self._busy.busy(own_threads=0)
-            self._auto_threads = default_threads(cores, busy)
-            waiting = "passively" if waits_passively() else "spinning"
-            why = f"Threads 0: {cores} cores less {busy:.1f} busy elsewhere, its threads waiting {waiting}"
+            self._auto_threads = default_threads(cores, busy, passive=passive)
+            why = ("Threads 0: every core, its threads waiting passively" if passive else
+                   f"Threads 0: {cores} cores less {busy:.1f} busy elsewhere, its threads spinning")
         else:
             why = "Threads " + str(given)
         count = given or self._auto_threads

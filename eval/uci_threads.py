@@ -11,15 +11,13 @@ asks OpenMP to wait passively (``OMP_WAIT_POLICY=PASSIVE``: a waiting thread
 sleeps at once), unless the user set a policy; OpenMP reads it once, when
 torch loads, so ``prepare_process`` runs before torch is imported.
 
-Threads 0 takes the cores less those other work keeps busy, measured from
-the engine's start to the network's load at ``isready`` (``BusyMeter``: the
-machine's non-idle CPU time from /proc/stat, less the engine's own and less
-niced work, which yields to the engine), at least one (``default_threads``),
-whatever the wait policy: on a quiet 2-core machine, two passive threads
-beside one busy process searched at 9% of their lone speed and beside two at
-1 node/s, where each barrier waits for the scheduler to wake the other
-thread (EXPERIMENTS.md, "The engine beside busy processes on a quiet
-machine"). A Threads the user gives is taken as given.
+Threads 0 takes the machine's cores where the threads wait passively; where
+they spin (the user's policy, or torch loaded before the engine set it), the
+cores less those other work keeps busy, measured from the engine's start to
+the network's load at ``isready`` (``BusyMeter``: the machine's non-idle CPU
+time from /proc/stat, less the engine's own and less niced work, which
+yields to the engine), at least one (``default_threads``). A Threads the
+user gives is taken as given.
 """
 
 from __future__ import annotations
@@ -59,16 +57,21 @@ def waits_passively(environ: Mapping[str, str] | None = None) -> bool:
     return environ.get("OMP_WAIT_POLICY", "").strip().lower() == "passive" and not _late
 
 
-def default_threads(cores: int, busy_elsewhere: float) -> int:
-    """The threads of Threads 0 on ``cores`` cores while other work keeps ``busy_elsewhere`` of them busy: the
-    cores less the busy ones, rounded to the nearest, at least 1. A pass's threads meet at a barrier after
-    each small operation, so one whose partner waits for a core holds the pass: spinning threads beside other
-    work searched at a hundredth of their lone speed, passive ones at a tenth or less, one thread at most of
-    its own (the module docstring).
+def default_threads(cores: int, busy_elsewhere: float, *, passive: bool) -> int:
+    """The threads of Threads 0 on ``cores`` cores while other work keeps ``busy_elsewhere`` of them busy.
 
-    >>> default_threads(2, 0.4), default_threads(2, 1.0), default_threads(2, 3.5)
-    (2, 1, 1)
-    >>> default_threads(16, 2.6)
+    Waiting passively, every core: beside one or two busy processes the
+    pool's threads took more of the machine's time than one thread did, and
+    searched faster (EXPERIMENTS.md, "The engine beside other work").
+    Spinning (a user's OMP_WAIT_POLICY=active), the cores less the busy
+    ones, rounded to the nearest, at least 1: spinning threads beside other
+    work searched at a hundredth of their lone speed, one thread at a part.
+
+    >>> default_threads(2, 1.0, passive=True), default_threads(2, 0.4, passive=False)
+    (2, 2)
+    >>> default_threads(2, 1.0, passive=False), default_threads(2, 3.5, passive=False)
+    (1, 1)
+    >>> default_threads(16, 2.6, passive=False)
     13
 
     Raises ValueError for fewer than one core or a negative load.
@@ -77,6 +80,8 @@ def default_threads(cores: int, busy_elsewhere: float) -> int:
         raise ValueError(f"cores must be at least 1, got {cores}")
     if busy_elsewhere < 0 or math.isnan(busy_elsewhere):
         raise ValueError(f"busy_elsewhere must be at least 0 cores, got {busy_elsewhere}")
+    if passive:
+        return cores
     return max(1, min(cores, math.floor(cores - busy_elsewhere + 0.5)))
 
 

@@ -23,14 +23,16 @@ from eval.uci_threads import BusyMeter, default_threads, prepare_process, waits_
 
 @pytest.mark.parametrize(("cores", "busy", "spinning"), [(2, 0.0, 2), (2, 0.4, 2), (2, 0.6, 1), (2, 1.0, 1),
                                                          (2, 2.0, 1), (2, 7.5, 1), (16, 2.6, 13), (1, 0.0, 1)])
-def test_threads_0_takes_the_cores_other_work_leaves_free(cores: int, busy: float, spinning: int) -> None:
-    assert default_threads(cores, busy) == spinning
+def test_threads_0_takes_every_core_waiting_passively_and_the_free_ones_spinning(cores: int, busy: float,
+                                                                                 spinning: int) -> None:
+    assert default_threads(cores, busy, passive=True) == cores
+    assert default_threads(cores, busy, passive=False) == spinning
 
 
 @pytest.mark.parametrize(("cores", "busy"), [(0, 0.0), (2, -0.5), (2, float("nan"))])
 def test_threads_0_refuses_a_bad_machine_reading(cores: int, busy: float) -> None:
     with pytest.raises(ValueError, match="must be at least"):
-        default_threads(cores, busy)
+        default_threads(cores, busy, passive=False)
 
 
 def test_the_busy_meter_counts_other_work_and_leaves_the_engines_own_out(monkeypatch: pytest.MonkeyPatch) -> None:
