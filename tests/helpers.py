@@ -35,6 +35,7 @@ from learner.game_targets import GameTargets
 from learner.replay import Batch
 from learner.replay_store import Block, Store
 from mcts_ext.driver import run, uniform_evaluator
+from mcts_ext.params import SearchParams
 from mcts_ext.search import MultiGameSearch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -517,3 +518,15 @@ def assert_a_tower_setting_hashes_apart(name: str, values: tuple[int, ...]) -> N
     old_text = "\n".join(line for line in to_toml(tiny).splitlines() if name not in line)
     assert name in to_toml(tiny) and from_toml(old_text) == tiny
 
+
+def real_games(*, playout_cap_fraction: float = 0.0, seed: int = 3) -> Shard:
+    """Two short self-play games of the real search (12 plies each); with playout_cap_fraction, cheap moves
+    write no sample."""
+    params = SearchParams(simulations=8, ply_limit=12, playout_cap_fraction=playout_cap_fraction,
+                          playout_cap_simulations=2)
+    search = MultiGameSearch(2, params, seed=seed)
+    for slot in range(2):
+        search.start_game(slot)
+    records: list[dict] = []
+    run(search, uniform_evaluator, on_step=lambda rows: records.extend(r for _, r in search.take_finished()))
+    return shard_from_records(records)

@@ -22,7 +22,7 @@ from alphazero.nn.network import build_network, load_weights
 from alphazero.presets import get_preset
 from alphazero.store.checkpoint import load_model, payload_checksums, save_checkpoint, save_model
 from alphazero.store.rundir import RunDir
-from alphazero.store.shards import Shard, shard_from_records, shard_name, write_shard
+from alphazero.store.shards import shard_name, write_shard
 from alphazero.store.sources import read_weights
 from learner.batch import Batch
 from learner.batch_device import ReplyTargets, scattered, stage
@@ -30,10 +30,7 @@ from learner.game_targets import NO_GAME_TARGETS, GameTargets, next_rows
 from learner.loop import run_learner
 from learner.replay import ReplayWindow
 from learner.trainer import Trainer, reply_policy_loss
-from mcts_ext.driver import run, uniform_evaluator
-from mcts_ext.params import SearchParams
-from mcts_ext.search import MultiGameSearch
-from tests.helpers import OLD_TINY_HASH, every_position, old_tiny, random_compact
+from tests.helpers import OLD_TINY_HASH, every_position, old_tiny, random_compact, real_games
 
 RESNET = NetworkConfig(blocks=1, filters=8, policy_filters=8, value_filters=2, value_hidden=16,
                        reply_policy_head=True)
@@ -45,19 +42,6 @@ REPLY = GameTargets(reply=True)
 @pytest.fixture(autouse=True)
 def _threads() -> None:
     torch.set_num_threads(min(2, torch.get_num_threads()))
-
-
-def real_games(*, playout_cap_fraction: float = 0.0, seed: int = 3) -> Shard:
-    """Two short self-play games of the real search (12 plies each); with playout_cap_fraction, cheap moves
-    write no sample."""
-    params = SearchParams(simulations=8, ply_limit=12, playout_cap_fraction=playout_cap_fraction,
-                          playout_cap_simulations=2)
-    search = MultiGameSearch(2, params, seed=seed)
-    for slot in range(2):
-        search.start_game(slot)
-    records: list[dict] = []
-    run(search, uniform_evaluator, on_step=lambda rows: records.extend(r for _, r in search.take_finished()))
-    return shard_from_records(records)
 
 
 def board_at(game: dict, ply: int) -> chess.Board:

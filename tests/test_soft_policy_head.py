@@ -24,8 +24,7 @@ from alphazero.nn.network import build_network, load_weights
 from learner.game_targets import NO_GAME_TARGETS
 from learner.losses import masked_log_softmax, soft_policy_loss, soft_policy_targets
 from learner.trainer import Trainer
-from tests.helpers import every_position, old_tiny, random_compact
-from tests.test_reply_policy import real_games
+from tests.helpers import every_position, old_tiny, random_compact, real_games
 
 RESNET = NetworkConfig(blocks=1, filters=8, policy_filters=8, value_filters=2, value_hidden=16,
                        soft_policy_head=True)
