@@ -183,8 +183,9 @@ log = logging.getLogger(__name__)
 AnyBatch = Batch | StagedBatch | DeviceBatch  # a batch of numpy arrays, staged on the host, or on the device
 # The training-only heads: (the learner's weight, the network's setting, the head's name in messages).
 _TRAINING_HEADS = (("reply_policy_weight", "reply_policy_head", "the reply-policy head"),
-                   ("moves_left_weight", "moves_left_head", "the moves-left head"),
-                   ("soft_policy_loss_weight", "soft_policy_head", "the soft policy head"))
+                   ("moves_left_weight", "moves_left_head", "the moves-left head"))
+# The resnet's soft policy head is one too (the chessformer's is an auxiliary head it always has).
+_SOFT_POLICY_HEAD = ("soft_policy_loss_weight", "soft_policy_head", "the soft policy head")
 
 
 class Trainer:
@@ -271,9 +272,7 @@ class Trainer:
             UserError: a weight > 0 for a head the network has not.
         """
         network = model_config(self.model)
-        for weight, head, what in _TRAINING_HEADS:
-            if weight == "soft_policy_loss_weight" and not self.soft_policy:
-                continue  # the chessformer's auxiliary head, always there
+        for weight, head, what in (*_TRAINING_HEADS, *([_SOFT_POLICY_HEAD] if self.soft_policy else [])):
             if getattr(self.config, weight) > 0 and not getattr(network, head):
                 raise UserError(f"learner.{weight} trains {what}, which this network has not (network.{head} = "
                                 f"false): set learner.{weight}=0, or start a run with network.{head}=true")
@@ -387,10 +386,7 @@ class Trainer:
         if heads.moves_left is not None:
             stats = self._add_moves_left_loss(stats, heads.moves_left, tensors)
         if heads.soft_policy_logits is not None:
-            soft = soft_policy_loss(heads.soft_policy_logits, tensors.policy, tensors.legal,
-                                    self.config.soft_policy_temperature)
-            stats = replace(stats, total=stats.total + self.config.soft_policy_loss_weight * soft,
-                            soft_policy=soft.detach())
+            stats = self._add_soft_policy_loss(stats, heads.soft_policy_logits, tensors)
         stats = self._add_action_value_loss(stats, out, tensors)
         if self.anchor is not None and self.config.start_anchor_weight > 0:
             stats = self._add_anchor_loss(stats, out, tensors)
@@ -441,6 +437,11 @@ class Trainer:
                                    temperature=config.soft_policy_temperature)
         total = stats.total + config.soft_policy_loss_weight * soft + config.q_loss_weight * q
         return replace(stats, total=total, soft_policy=soft.detach(), q=q.detach())
+
+    def _add_soft_policy_loss(self, stats: StepStats, logits: torch.Tensor, tensors: DeviceBatch) -> StepStats:
+        """Adds soft_policy_loss_weight x the resnet's soft policy head's loss against the flattened targets."""
+        loss = soft_policy_loss(logits, tensors.policy, tensors.legal, self.config.soft_policy_temperature)
+        return replace(stats, total=stats.total + self.config.soft_policy_loss_weight * loss, soft_policy=loss.detach())
 
     def _add_reply_loss(self, stats: StepStats, logits: torch.Tensor, tensors: DeviceBatch) -> StepStats:
         """Adds reply_policy_weight x the reply-policy head's loss against the next positions' policies.

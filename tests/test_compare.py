@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
 
-import chess
 import pytest
 import torch
 
@@ -27,8 +27,8 @@ from alphazero.nn.network import AlphaZeroNet
 from alphazero.presets import get_preset
 from alphazero.store.checkpoint import save_checkpoint
 from alphazero.store.rundir import RunDir
-from selfplay.records import game_to_pgn
-from tests.helpers import stockfish_or_skip
+from alphazero.store.shards import write_shard
+from tests.helpers import real_games, stockfish_or_skip
 
 TINY = get_preset("tiny")
 
@@ -164,27 +164,20 @@ def test_arms_play_the_baseline_and_stockfish_in_chunks_and_a_rerun_plays_nothin
                                                                      "overrides": ["search.simulations=8"]}
 
 
-def _record(termination: str, result: str) -> dict[str, object]:
-    moves = ["g1f3", "g8f6", "f3g1", "f6g8", "g1f3", "g8f6", "f3g1", "f6g8"]  # a real threefold repetition
-    return {"start_fen": chess.STARTING_FEN, "moves": moves, "result": result, "termination": termination,
-            "plies": len(moves)}
-
-
 def test_the_summary_counts_how_self_play_games_ended_oldest_first(tmp_path: Path) -> None:
     root = tmp_path / "cmp"
     run = _arm_run(root, "base", minutes=1.0, seed=0)
-    games = run / "games"
-    # 20 games in two files named by write time: the first tenth (2 games) decisive, the last tenth repetitions.
-    first = [_record("checkmate", "1-0"), _record("checkmate", "0-1")] + [_record("ply_limit", "1/2-1/2")] * 8
-    last = [_record("ply_limit", "1/2-1/2")] * 8 + [_record("threefold_repetition", "1/2-1/2")] * 2
-    for name, records in (("0002-a.pgn", last), ("0001-a.pgn", first)):
-        (games / name).write_text("\n\n".join(game_to_pgn(r) for r in records) + "\n")
-    endings = selfplay_endings(games)
+    games = real_games()  # two games of the real search, their ends set below
+    # 20 games in ten shards named by write time: the first tenth (2 games) decisive, the last tenth repetitions.
+    ends = [[("1-0", "checkmate"), ("0-1", "checkmate")]] + [[("1/2-1/2", "ply_limit")] * 2] * 8 \
+        + [[("1/2-1/2", "threefold_repetition")] * 2]
+    for index in reversed(range(10)):  # written newest first: the names order them
+        metadata = [{**game, "result": result, "termination": termination}
+                    for game, (result, termination) in zip(games.games, ends[index], strict=True)]
+        write_shard(run / "selfplay" / f"{index:020d}-test-00000000.npz", dataclasses.replace(games, games=metadata))
+    (run / "selfplay" / f"{99:020d}-test-broken.npz").write_bytes(b"not a shard")  # skipped
+    endings = selfplay_endings(run / "selfplay")
     assert len(endings) == 20 and endings[0] == ("1-0", "checkmate") and endings[-1][1] == "threefold_repetition"
-    replayed = chess.Board()
-    for uci in _record("threefold_repetition", "")["moves"]:
-        replayed.push_uci(str(uci))
-    assert replayed.can_claim_threefold_repetition()  # python-chess agrees the fixture's game could end so
     summary = summary_text(root, [Arm("base", ())], [], 1.0, 8)
     assert "| base | 20 | 90%; 0%; 100% | 10%; 0%; 100% |" in summary
     assert selfplay_endings(tmp_path / "nowhere") == []

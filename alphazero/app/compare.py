@@ -17,7 +17,7 @@ machine::
    plays Stockfish at each ``--stockfish`` level (a UCI_Elo, or a skill level
    for the anchors below Stockfish 15.1's lowest UCI_Elo, 1350).
 3. ``DIR/summary.md``: the arms (minutes, learner steps), how each arm's
-   self-play games ended (draws and repetition draws over the whole run, its
+   self-play games ended (from its shards: draws and repetition draws over the whole run, its
    first tenth and its last: a search collapsing into repetitions shows
    there), and each pairing's result with its Elo difference and 95% interval.
 
@@ -46,7 +46,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from alphazero.chess.pgn import DETAIL_TAG, REPETITIONS
+from alphazero.chess.pgn import REPETITIONS
 from alphazero.errors import UserError
 from alphazero.presets import PRESET_NAMES
 from alphazero.store.rundir import atomic_write_text, check_writable_directory
@@ -368,7 +368,7 @@ def summary_text(root: Path, arms: Sequence[Arm], levels: Sequence[str], minutes
               "the whole run; its first tenth; its last tenth.", "",
               "| arm | games | drawn | by repetition |", "|---|---|---|---|"]
     for arm in arms:
-        endings = selfplay_endings(root / arm.name / "games")
+        endings = selfplay_endings(root / arm.name / "selfplay")
         lines.append(f"| {arm.name} | {len(endings):,} | {_shares(endings, _is_draw)} | "
                      f"{_shares(endings, _is_repetition)} |")
     lines += ["", "| pairing | games | +W =D -L | score | Elo | 95% |", "|---|---|---|---|---|---|"]
@@ -383,20 +383,18 @@ def summary_text(root: Path, arms: Sequence[Arm], levels: Sequence[str], minutes
     return "\n".join(lines) + "\n"
 
 
-def selfplay_endings(games: Path) -> list[tuple[str, str]]:
-    """Gets (Result, TerminationDetail) of every self-play game in a run's PGN folder, oldest first (the files'
-    names start with their write time), read from the headers alone."""
+def selfplay_endings(selfplay: Path) -> list[tuple[str, str]]:
+    """Gets (result, termination) of every self-play game in a run's shard folder, oldest first (the shards'
+    names start with their write time), from each shard's game list alone; an unreadable shard is skipped."""
+    from alphazero.store.shards import ShardError, list_shards, read_shard_games  # (loads torch: not at parse)
+
     endings: list[tuple[str, str]] = []
-    for path in sorted(games.glob("*.pgn")) if games.is_dir() else []:
-        result = detail = ""
-        for line in path.read_text(errors="replace").splitlines():
-            if line.startswith('[Result "'):
-                result = line[9:].split('"')[0]
-            elif line.startswith(f'[{DETAIL_TAG} "'):
-                detail = line[len(DETAIL_TAG) + 3:].split('"')[0]
-            elif line and not line.startswith("[") and result:  # the movetext ends the game's headers
-                endings.append((result, detail))
-                result = detail = ""
+    for path in list_shards(selfplay):
+        try:
+            games = read_shard_games(path)
+        except ShardError:
+            continue
+        endings.extend((str(game.get("result", "")), str(game.get("termination", ""))) for game in games)
     return endings
 
 
