@@ -567,9 +567,6 @@ def run_uci_command(args: argparse.Namespace) -> None:
     Raises UserError for an unusable network source: a missing or unusable
     weights file or run, or a run without checkpoints unless --fresh.
     """
-    from eval.uci_threads import prepare_process
-
-    prepare_process()  # OpenMP's wait policy, read once when torch loads: before eval.uci imports it
     from alphazero.errors import UserError
     from eval.uci import run_uci
 

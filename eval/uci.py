@@ -28,8 +28,8 @@ Game ends, repetitions and proven nodes are scored on the spot and never wait
 for the network. Gumbel's search batches too: a leaf in flight counts as a
 visit, and a batch ends with a Sequential Halving phase. `info nps` is the
 nodes of the search over the seconds it has run; Threads sets torch's CPU
-threads (0: chosen at the network's load, eval.uci_threads: every core, its
-threads waiting passively beside other work).
+threads (0: the cores less those other work keeps busy, chosen at the
+network's load and followed through each search, eval.uci_threads).
 
 `go` takes the limits eval.uci_go lists (whichever comes first ends the
 search; with none, the Nodes option's simulations); `mate` and
@@ -110,7 +110,7 @@ from eval.uci_params import engine_search_params
 from eval.uci_search import NetworkThread, SearchJob, SearchReport, info_lines
 from eval.uci_searchless import answer_searchless, usable_mode
 from eval.uci_syzygy import chosen_move, open_tables, probe_leaves, root_probe, tablebase_info_line
-from eval.uci_threads import BusyMeter, default_threads, machine_cores, waits_passively
+from eval.uci_threads import BusyMeter, ThreadsFollowingLoad, default_threads, machine_cores, waits_passively
 from mcts_ext import STARTING_FEN, Board, ChessError
 from mcts_ext.driver import run as run_search
 from mcts_ext.params import SearchParams
@@ -507,10 +507,15 @@ class UciEngine:
         calls = [0, 0]  # network calls, leaves evaluated
         last_call = [0.0]  # seconds the last network call took
         evaluate = legal_evaluator(network.evaluator.evaluate_legal, self._action_values)
+        follower = self._threads_follower(network)
 
         def evaluate_legal(*arrays: Any) -> tuple[Any, ...]:
             calls[0] += 1
             calls[1] += len(arrays[0])
+            if follower is not None and follower.look():  # on this thread, the one whose passes use them
+                self._auto_threads = follower.threads
+                self.info_string(f"threads: {follower.threads} (Threads 0: {follower.cores} cores less "
+                                 f"{follower.busy:.1f} busy elsewhere)")
             started = self._clock()
             result = evaluate(*arrays)
             if leaf_tables is not None:  # the tables' results for the leaves they hold
@@ -559,6 +564,13 @@ class UciEngine:
         if job.plan is not None and self.values["TimeManager"] == "smart" and job.go.movetime is None:
             self._time.spent(job.plan, self._clock() - job.started)
         return self._answer(search, job, probe, tbhits(), wdl)
+
+    def _threads_follower(self, network: Network) -> ThreadsFollowingLoad | None:
+        """Threads 0's count following the load through this search (eval.uci_threads), where the network runs
+        on the CPU and its threads spin; None where the count stays as it is."""
+        if int(self.values["Threads"]) != 0 or waits_passively() or network.evaluator.device.type != "cpu":
+            return None
+        return ThreadsFollowingLoad(machine_cores(), self._auto_threads)
 
     def _say_fallbacks(self, network: Network) -> None:
         """Says each parity fallback of the network's passes not said yet: the network, what differed and the
@@ -644,7 +656,7 @@ class UciEngine:
             busy = self._busy.busy(own_threads=0)
             self._auto_threads = default_threads(cores, busy, passive=passive)
             why = ("Threads 0: every core, its threads waiting passively" if passive else
-                   f"Threads 0: {cores} cores less {busy:.1f} busy elsewhere, its threads spinning")
+                   f"Threads 0: {cores} cores less {busy:.1f} busy elsewhere, following the load")
         else:
             why = "Threads " + str(given)
         count = given or self._auto_threads

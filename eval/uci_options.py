@@ -154,9 +154,9 @@ OPTIONS: tuple[UciOption, ...] = (
               "engine's pass measured faster, once per machine, kept in the user's cache), bf16, float16 (a GPU's; "
               "a CPU runs float32) or float32",
               choices=PRECISIONS),
-    UciOption("Threads", "spin", 0, "torch CPU threads for the network; 0: chosen when the network loads, every "
-              "core (its threads wait passively, OMP_WAIT_POLICY=PASSIVE unless set), or where they spin (a user's "
-              "OMP_WAIT_POLICY=active) the cores less those other work keeps busy", 0, 1024),
+    UciOption("Threads", "spin", 0, "torch CPU threads for the network; 0: the cores less those other work keeps "
+              "busy, chosen when the network loads and followed through each search (every core where a user's "
+              "OMP_WAIT_POLICY=passive makes them wait passively)", 0, 1024),
     UciOption("Move Overhead", "spin", DEFAULT_MOVE_OVERHEAD_MS, "milliseconds kept back each move for the GUI "
               "and lag (Stockfish's name; MoveOverhead is taken too)", 0, 60_000),
     UciOption("TimeManager", "combo", "smart", "smart: the clock shared over the moves the game is expected to last, "

@@ -2,74 +2,61 @@
 
 torch runs a CPU pass on an OpenMP pool (libgomp in its Linux wheels). Each
 of a pass's many small operations ends at a barrier where the pool's threads
-wait for the slowest; by default they spin there before sleeping. Alone on
-the machine that costs nothing; beside other work a spinning thread burns
-the time slice its straggling partner needs, and a 2-core machine with one
-busy process beside the engine searched at a fraction of its lone speed
-(EXPERIMENTS.md, "The engine beside other work"). So the engine's process
-asks OpenMP to wait passively (``OMP_WAIT_POLICY=PASSIVE``: a waiting thread
-sleeps at once), unless the user set a policy; OpenMP reads it once, when
-torch loads, so ``prepare_process`` runs before torch is imported.
+wait for the slowest; libgomp's threads spin there for a few milliseconds
+before sleeping. Alone on the machine the spin is what makes two threads
+fast (a thread that sleeps at once pays a wake-up at every barrier: a
+quarter to a third of the lone speed); beside other work a spinning thread
+burns the time slice its straggling partner needs, and two spinning threads
+beside one busy process searched at a tenth of their lone speed, while one
+thread, which has no partner to wait for, kept most of its own
+(EXPERIMENTS.md, "The engine's threads follow the load").
 
-Threads 0 takes the machine's cores where the threads wait passively; where
-they spin (the user's policy, or torch loaded before the engine set it), the
-cores less those other work keeps busy, measured from the engine's start to
-the network's load at ``isready`` (``BusyMeter``: the machine's non-idle CPU
-time from /proc/stat, less the engine's own and less niced work, which
-yields to the engine), at least one (``default_threads``). A Threads the
-user gives is taken as given.
+So Threads 0 keeps OpenMP's spin and follows the load: the cores less those
+other work keeps busy, measured from the engine's start to the network's
+load at ``isready`` and then again every ``LOOK_S`` of each search
+(``BusyMeter``: the machine's non-idle CPU time from /proc/stat, less the
+engine's own and less niced work, which yields to the engine), at least one
+(``default_threads``, ``ThreadsFollowingLoad``). Where the user asks OpenMP
+to wait passively (``OMP_WAIT_POLICY=passive``, which libgomp reads when
+torch loads), every core, since passive threads lose little beside other
+work. A Threads the user gives is taken as given.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import sys
 import time
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-WAIT_POLICY = "PASSIVE"
-"""OpenMP's wait policy in the engine's process, unless OMP_WAIT_POLICY is set (see the module docstring)."""
+LOOK_S = 0.25
+"""Seconds between two looks at the load while Threads 0 follows it during a search."""
 
 PROC_STAT = Path("/proc/stat")
 
 
-_late = False  # prepare_process set the policy after torch was imported: OpenMP spins regardless
-
-
-def prepare_process(environ: MutableMapping[str, str] | None = None) -> bool:
-    """Sets OMP_WAIT_POLICY to WAIT_POLICY in ``environ`` (default os.environ) unless it is set; returns whether
-    the policy will hold: False when torch was imported already (OpenMP has read its environment then)."""
-    global _late
-    environ = os.environ if environ is None else environ
-    held = "torch" not in sys.modules
-    if "OMP_WAIT_POLICY" not in environ:
-        environ["OMP_WAIT_POLICY"] = WAIT_POLICY
-        _late = _late or not held
-    return held
-
-
 def waits_passively(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether torch's OpenMP threads in this process wait passively (OMP_WAIT_POLICY passive, set in time)."""
+    """Whether torch's OpenMP threads in this process wait passively: the user's OMP_WAIT_POLICY=passive or
+    GOMP_SPINCOUNT=0 (libgomp reads them when torch loads; the engine sets neither)."""
     environ = os.environ if environ is None else environ
-    return environ.get("OMP_WAIT_POLICY", "").strip().lower() == "passive" and not _late
+    return (environ.get("OMP_WAIT_POLICY", "").strip().lower() == "passive"
+            or environ.get("GOMP_SPINCOUNT", "").strip() == "0")
 
 
 def default_threads(cores: int, busy_elsewhere: float, *, passive: bool) -> int:
     """The threads of Threads 0 on ``cores`` cores while other work keeps ``busy_elsewhere`` of them busy.
 
-    Waiting passively, every core: beside one or two busy processes the
-    pool's threads took more of the machine's time than one thread did, and
-    searched faster (EXPERIMENTS.md, "The engine beside other work").
-    Spinning (a user's OMP_WAIT_POLICY=active), the cores less the busy
-    ones, rounded to the nearest, at least 1: spinning threads beside other
-    work searched at a hundredth of their lone speed, one thread at a part.
+    Spinning (OpenMP's default), the cores less the busy ones, rounded to
+    the nearest, at least 1: two spinning threads beside a busy process
+    search at a tenth of their lone speed, one thread at most of its own.
+    Waiting passively (a user's OMP_WAIT_POLICY=passive), every core:
+    passive threads lose little beside other work.
 
     >>> default_threads(2, 1.0, passive=True), default_threads(2, 0.4, passive=False)
     (2, 2)
-    >>> default_threads(2, 1.0, passive=False), default_threads(2, 3.5, passive=False)
+    >>> default_threads(2, 0.7, passive=False), default_threads(2, 3.5, passive=False)
     (1, 1)
     >>> default_threads(16, 2.6, passive=False)
     13
@@ -143,6 +130,50 @@ class BusyMeter:
         return max(others / wall, 0.0)
 
 
+class ThreadsFollowingLoad:
+    """Threads 0 during a search: every ``LOOK_S`` it measures the cores other work kept busy since its last
+    look and sets torch's threads to ``default_threads`` of them (on the calling thread, the one that runs the
+    passes: torch keeps the count per thread).
+
+    A spinning pair beside a new busy process slows to a tenth, so the count must follow within a search, not
+    at the next load; what the engine's own threads burn is its own CPU time, which the meter leaves out.
+    """
+
+    def __init__(self, cores: int, threads: int, *, meter: BusyMeter | None = None,
+                 set_threads: Callable[[int], None] | None = None, look_s: float = LOOK_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.cores = cores
+        self.threads = threads
+        self.busy = 0.0
+        self._meter = meter or BusyMeter()
+        self._set_threads = set_threads or _torch_set_num_threads
+        self._look_s = look_s
+        self._clock = clock
+        self._last = clock()
+        self._meter.start()
+
+    def look(self) -> bool:
+        """Measures the load and sets the threads where a look is due; returns whether the count changed."""
+        now = self._clock()
+        if now - self._last < self._look_s:
+            return False
+        self.busy = self._meter.busy()
+        self._meter.start()
+        self._last = now
+        wanted = default_threads(self.cores, self.busy, passive=False)
+        if wanted == self.threads:
+            return False
+        self._set_threads(wanted)
+        self.threads = wanted
+        return True
+
+
+def _torch_set_num_threads(count: int) -> None:
+    import torch
+
+    torch.set_num_threads(count)
+
+
 def _load_average() -> float:
     try:
         return os.getloadavg()[0]
@@ -158,5 +189,5 @@ def machine_cores() -> int:
     return max(os.cpu_count() or 1, 1)
 
 
-__all__ = ["BusyMeter", "CpuSample", "WAIT_POLICY", "default_threads", "machine_cores", "prepare_process",
+__all__ = ["LOOK_S", "BusyMeter", "CpuSample", "ThreadsFollowingLoad", "default_threads", "machine_cores",
            "waits_passively"]

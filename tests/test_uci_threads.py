@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from alphazero.nn.kept_precision import KEPT_TIMING_ROUNDS, KeptPrecisions
 from alphazero.nn.precision import choose_precision
 from alphazero.user_cache import CACHE_ENV, user_cache_dir, write_atomic
 from eval import uci_threads
-from eval.uci_threads import BusyMeter, default_threads, prepare_process, waits_passively
+from eval.uci_threads import BusyMeter, ThreadsFollowingLoad, default_threads, waits_passively
 
 # --- Threads 0 ---------------------------------------------------------------------------------
 
@@ -62,17 +63,72 @@ def test_proc_stat_leaves_niced_and_idle_time_out(tmp_path: Path) -> None:
     assert uci_threads._read_proc_stat(tmp_path / "missing") is None
 
 
-def test_the_wait_policy_is_set_unless_the_user_set_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(uci_threads, "_late", False)
-    environ: dict[str, str] = {}
-    assert not prepare_process(environ)  # torch is imported in this process: too late for OpenMP to read it
-    assert environ == {"OMP_WAIT_POLICY": "PASSIVE"}
-    assert not waits_passively(environ)  # so its threads still spin, and Threads 0 counts the load
-    monkeypatch.setattr(uci_threads, "_late", False)
-    assert waits_passively({"OMP_WAIT_POLICY": "passive"})
-    given = {"OMP_WAIT_POLICY": "ACTIVE"}
-    prepare_process(given)
-    assert given == {"OMP_WAIT_POLICY": "ACTIVE"} and not waits_passively(given)
+def test_the_threads_wait_passively_only_where_the_user_says() -> None:
+    assert not waits_passively({})  # the engine sets no policy: libgomp's short spin
+    assert waits_passively({"OMP_WAIT_POLICY": "passive"}) and waits_passively({"GOMP_SPINCOUNT": "0"})
+    assert not waits_passively({"OMP_WAIT_POLICY": "ACTIVE"}) and not waits_passively({"GOMP_SPINCOUNT": "1000"})
+
+
+class _GivenLoad(BusyMeter):
+    """A meter whose readings of the cores busy elsewhere the test gives, one per look."""
+
+    def __init__(self, readings: list[float]) -> None:
+        super().__init__(read=lambda: None)
+        self.readings = iter(readings)
+
+    def busy(self, own_threads: int = 0) -> float:
+        return next(self.readings)
+
+
+def test_threads_0_follows_the_load_through_a_search() -> None:
+    now = [0.0]
+    set_to: list[int] = []
+    follower = ThreadsFollowingLoad(2, 2, meter=_GivenLoad([1.0, 0.9, 0.2]), set_threads=set_to.append,
+                                    look_s=0.25, clock=lambda: now[0])
+    assert not follower.look() and set_to == []  # no look due yet
+    now[0] = 0.3  # a busy process came: one thread, which has no partner to spin for
+    assert follower.look() and follower.threads == 1 and set_to == [1] and follower.busy == pytest.approx(1.0)
+    now[0] = 0.4
+    assert not follower.look()  # the next look is a quarter of a second after the last
+    now[0] = 0.6
+    assert not follower.look() and set_to == [1]  # still busy: nothing to change
+    now[0] = 0.9  # it left: both cores again
+    assert follower.look() and follower.threads == 2 and set_to == [1, 2]
+
+
+def _searched(weights: Path, *options: str) -> tuple[str, int]:
+    """Runs `go nodes 48` in an in-process engine with ``options``; returns its output and the threads its
+    network thread kept."""
+    from eval.uci import UciEngine
+
+    out = io.StringIO()
+    engine = UciEngine(None, weights, "cpu", stdin=io.StringIO(""), stdout=out)
+    try:
+        for option in options:
+            engine.handle(f"setoption name {option}")
+        engine.handle("position startpos")
+        engine.handle("go nodes 48")
+        engine.wait()
+        return out.getvalue(), engine.on_network_thread(torch.get_num_threads)
+    finally:
+        engine.handle("quit")
+
+
+def test_the_engine_drops_a_thread_when_other_work_takes_a_core(weights: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import eval.uci as uci_module
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    monkeypatch.setattr(uci_module, "machine_cores", lambda: 2)
+    monkeypatch.setattr(uci_module, "ThreadsFollowingLoad",
+                        lambda cores, threads: ThreadsFollowingLoad(cores, threads, meter=_GivenLoad([1.0] * 1000),
+                                                                    look_s=0.0))
+    out, threads = _searched(weights, "Threads value 0")
+    assert "info string threads: 1 (Threads 0: 2 cores less 1.0 busy elsewhere)" in out
+    assert threads == 1 and "bestmove " in out
+    out, threads = _searched(weights, "Threads value 2")  # a count the user gives stays as given
+    assert "info string threads:" not in out and threads == 2
 
 
 # --- the precision kept per machine ------------------------------------------------------------
@@ -141,9 +197,10 @@ def test_a_broken_cache_is_measured_again_and_an_unwritable_one_said(tmp_path: P
     assert choice.bf16 and "cannot keep it in" in choice.reason
 
 
-def test_the_command_line_parses_without_torch_so_the_engine_sets_its_wait_policy_in_time() -> None:
-    """OpenMP reads its wait policy once, when torch loads: a module the parser imports that pulls torch in
-    (the comparison's summary once did, through self-play) leaves the engine's threads spinning."""
+def test_the_command_line_parses_without_torch() -> None:
+    """A module the parser imports that pulls torch in (the comparison's summary once did, through self-play)
+    costs every command, `--help` included, seconds of torch's import, and would load OpenMP before a command
+    could set its environment."""
     program = ("import sys\nfrom alphazero.app.cli import build_parser\nbuild_parser().parse_args(['uci'])\n"
                "print('torch' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)

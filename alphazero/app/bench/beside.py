@@ -67,34 +67,40 @@ class Point:
 
 @dataclass(frozen=True)
 class EngineSpec:
-    """An engine measured: its label, the checkout whose `python -m alphazero uci` runs, its own options."""
+    """An engine measured: its label, the checkout whose `python -m alphazero uci` runs, its own options and the
+    environment variables its process starts with (``env:NAME=VALUE``, e.g. OpenMP's, read before any option)."""
 
     label: str
     folder: Path
     options: tuple[tuple[str, str], ...] = ()
+    environment: tuple[tuple[str, str], ...] = ()
 
 
 def _engine_spec(text: str) -> EngineSpec:
-    """Parses --engine LABEL=DIR[,NAME=VALUE...] (argparse type).
+    """Parses --engine LABEL=DIR[,NAME=VALUE...][,env:NAME=VALUE...] (argparse type).
 
-    >>> _engine_spec(f"one={ROOT},Threads=1").options
-    (('Threads', '1'),)
+    >>> spec = _engine_spec(f"one={ROOT},Threads=1,env:GOMP_SPINCOUNT=10000")
+    >>> spec.options, spec.environment
+    ((('Threads', '1'),), (('GOMP_SPINCOUNT', '10000'),))
     """
     label, sep, rest = text.partition("=")
     folder, *pairs = rest.split(",")
     path = Path(folder).expanduser()
-    options = tuple(tuple(pair.split("=", 1)) for pair in pairs if "=" in pair)
-    if not sep or not label or len(options) != len(pairs) or not (path / "alphazero" / "__main__.py").is_file():
-        raise argparse.ArgumentTypeError(f"--engine takes LABEL=DIR[,NAME=VALUE...], DIR a checkout of this "
-                                         f"project, got {text!r}")
-    return EngineSpec(label, path, options)  # type: ignore[arg-type]  # (pairs of two, checked above)
+    named = [tuple(pair.split("=", 1)) for pair in pairs if "=" in pair]
+    options = tuple(pair for pair in named if not pair[0].startswith("env:"))
+    environment = tuple((name.removeprefix("env:"), value) for name, value in named if name.startswith("env:"))
+    if not sep or not label or len(named) != len(pairs) or not (path / "alphazero" / "__main__.py").is_file():
+        raise argparse.ArgumentTypeError(f"--engine takes LABEL=DIR[,NAME=VALUE...][,env:NAME=VALUE...], DIR a "
+                                         f"checkout of this project, got {text!r}")
+    return EngineSpec(label, path, options, environment)  # type: ignore[arg-type]  # (pairs of two, checked above)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", type=_engine_spec, action="append", default=None, metavar="LABEL=DIR",
-                        help="an engine to measure: a label, a checkout of this project and options of its own, "
-                             "e.g. before=/tmp/before or one=.,Threads=1 (repeatable; default: this checkout, "
-                             "labelled 'this')")
+                        help="an engine to measure: a label, a checkout of this project, options of its own and "
+                             "environment variables its process starts with, e.g. before=/tmp/before, "
+                             "one=.,Threads=1 or spin=.,env:GOMP_SPINCOUNT=10000 (repeatable; default: this "
+                             "checkout, labelled 'this')")
     parser.add_argument("--busy", type=functools.partial(int_list, what="busy process counts"), default=[1, 2],
                         metavar="N,...", help="numbers of busy processes beside the engine, besides none "
                                               "(default 1,2)")
@@ -125,15 +131,15 @@ def _search_rate(engine: object, movetime_ms: int) -> float:
     return nodes / seconds if seconds > 0 else 0.0
 
 
-def _measure(folder: Path, weights: str, options: dict[str, str], movetime_ms: int) -> tuple[float, list[str]]:
+def _measure(spec: EngineSpec, weights: str, options: dict[str, str], movetime_ms: int) -> tuple[float, list[str]]:
     """Starts the checkout's engine, makes it ready and measures its nodes/s; returns it with its notes."""
     import chess.engine
 
     from eval.engine_agents import ready
 
-    env = {**os.environ, "PYTHONPATH": str(folder)}
+    env = {**os.environ, **dict(spec.environment), "PYTHONPATH": str(spec.folder)}
     command = [sys.executable, "-m", "alphazero", "uci", "--weights", weights, "--device", "cpu"]
-    engine = chess.engine.SimpleEngine.popen_uci(command, cwd=folder, env=env, timeout=300)
+    engine = chess.engine.SimpleEngine.popen_uci(command, cwd=spec.folder, env=env, timeout=300)
     try:
         engine.configure(options)
         notes = ready(engine)
@@ -165,8 +171,18 @@ def _clock_point(spec: EngineSpec, weights: str, options: dict[str, str], clock_
     flags = ["--weights", weights, "--device", "cpu"]
     agents: list[UciAgent] = []
     try:
-        for _ in range(engines):
-            agents.append(UciAgent(flags=flags, options={**options, **dict(spec.options)}, name=f"uci{len(agents)}"))
+        saved = {name: os.environ.get(name) for name, _ in spec.environment}
+        os.environ.update(dict(spec.environment))  # the engines' processes start with the spec's variables
+        try:
+            for _ in range(engines):
+                agents.append(UciAgent(flags=flags, options={**options, **dict(spec.options)},
+                                       name=f"uci{len(agents)}"))
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
         rates: list[list[float]] = [[] for _ in agents]
         for agent, noted in zip(agents, rates):
             _recorded(agent, noted)
@@ -218,7 +234,7 @@ def run(args: argparse.Namespace) -> None:
             for round_ in range(args.rounds):
                 order = engines if round_ % 2 == 0 else engines[::-1]
                 for spec in order:
-                    rate, notes = _measure(spec.folder, args.weights, {**options, **dict(spec.options)},
+                    rate, notes = _measure(spec, args.weights, {**options, **dict(spec.options)},
                                            args.movetime)
                     point = results.setdefault((spec.label, busy), Point())
                     point.rates.append(rate)
