@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+import chess.engine
 import pytest
 
 from alphazero.app.bench import beside
@@ -14,6 +14,24 @@ from alphazero.app.bench.beside import ROOT, EngineSpec, _engine_spec
 def test_an_engine_is_a_label_a_checkout_and_options_of_its_own() -> None:
     assert _engine_spec(f"before={ROOT}") == EngineSpec("before", ROOT)
     assert _engine_spec(f"one={ROOT},Threads=1,Hash=64").options == (("Threads", "1"), ("Hash", "64"))
+
+
+def test_an_engines_environment_variables_reach_its_process_and_no_other(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[dict[str, str]] = []
+
+    def popen_uci(command: list[str], **kwargs: object) -> object:
+        seen.append(dict(kwargs["env"]))  # type: ignore[call-overload]  # (a mapping, as the engine gets it)
+        raise RuntimeError("no engine started in this test")
+
+    monkeypatch.setattr(chess.engine.SimpleEngine, "popen_uci", popen_uci)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    spec = _engine_spec(f"spin={ROOT},Threads=1,env:GOMP_SPINCOUNT=10000")
+    assert spec.options == (("Threads", "1"),) and spec.environment == (("GOMP_SPINCOUNT", "10000"),)
+    for engine in (spec, _engine_spec(f"plain={ROOT}")):
+        with pytest.raises(RuntimeError, match="no engine"):
+            beside._measure(engine, "builtin", {}, 10)
+    assert seen[0]["GOMP_SPINCOUNT"] == "10000" and seen[0]["PYTHONPATH"] == str(ROOT)
+    assert "GOMP_SPINCOUNT" not in seen[1]
 
 
 @pytest.mark.parametrize("text", ["nolabel", f"={ROOT}", "x=/no/such/checkout", f"x={ROOT},Threads"])
@@ -28,7 +46,7 @@ def test_engines_take_turns_round_by_round_beside_each_busy_count(monkeypatch: p
     started: list[int] = []
     rates = {"a": 1000.0, "b": 500.0}
 
-    def measure(folder: Path, weights: str, options: dict[str, str], movetime: int) -> tuple[float, list[str]]:
+    def measure(spec: EngineSpec, weights: str, options: dict[str, str], movetime: int) -> tuple[float, list[str]]:
         label = "a" if "Threads" not in options else "b"
         calls.append((label, started[-1], options))
         return rates[label] / (1 + started[-1]), [f"network: x on cpu (2 threads), bf16 ({label})"]
