@@ -11,6 +11,7 @@ plays `alphazero uci` as a GUI drives it. All can play on a game's clock
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import sys
 from collections.abc import Mapping, Sequence
@@ -288,6 +289,7 @@ class UciAgent(Agent):
     """This project's UCI engine (`alphazero uci`) in a subprocess, driven through python-chess as a GUI drives it.
 
     `flags` are the engine's command-line flags (--weights, --run, --device),
+    `environment` variables its process starts with besides this one's,
     `options` its UCI options (set once, e.g. {"LeavesPerBatch": 32}), `limit`
     the search of each move in choose() (default: an empty `go`, which
     searches the engine's Nodes option). choose_on_clock() sends the game's
@@ -305,13 +307,16 @@ class UciAgent(Agent):
     """
 
     def __init__(self, *, flags: Sequence[str] = (), options: Mapping[str, int | bool | str] | None = None,
-                 limit: chess.engine.Limit | None = None, name: str = "uci") -> None:
+                 limit: chess.engine.Limit | None = None, name: str = "uci",
+                 environment: Mapping[str, str] | None = None) -> None:
         super().__init__(name)
         self.limit = limit or chess.engine.Limit()
         self._game: object = None
         command = [sys.executable, "-m", "alphazero", "uci", *flags]
+        env = {**os.environ, **environment} if environment else None  # None: this process's own
         try:
-            self._engine: chess.engine.SimpleEngine | None = chess.engine.SimpleEngine.popen_uci(command, timeout=120)
+            self._engine: chess.engine.SimpleEngine | None = chess.engine.SimpleEngine.popen_uci(command, timeout=120,
+                                                                                               env=env)
         except (OSError, chess.engine.EngineError, chess.engine.EngineTerminatedError, TimeoutError) as exc:
             raise UserError(f"cannot start the UCI engine ({' '.join(command)}): {exc}") from None
         try:

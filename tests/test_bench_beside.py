@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 import chess.engine
 import pytest
 
 from alphazero.app.bench import beside
 from alphazero.app.bench.beside import ROOT, EngineSpec, _engine_spec
+from alphazero.errors import UserError
+from eval.engine_agents import UciAgent
 
 
 def test_an_engine_is_a_label_a_checkout_and_options_of_its_own() -> None:
@@ -20,18 +23,24 @@ def test_an_engines_environment_variables_reach_its_process_and_no_other(monkeyp
     seen: list[dict[str, str]] = []
 
     def popen_uci(command: list[str], **kwargs: object) -> object:
-        seen.append(dict(kwargs["env"]))  # type: ignore[call-overload]  # (a mapping, as the engine gets it)
-        raise RuntimeError("no engine started in this test")
+        seen.append(dict(kwargs["env"] or os.environ))  # type: ignore[call-overload]  # (None: this process's)
+        raise OSError("no engine started in this test")
 
     monkeypatch.setattr(chess.engine.SimpleEngine, "popen_uci", popen_uci)
     monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
     spec = _engine_spec(f"spin={ROOT},Threads=1,env:GOMP_SPINCOUNT=10000")
     assert spec.options == (("Threads", "1"),) and spec.environment == (("GOMP_SPINCOUNT", "10000"),)
     for engine in (spec, _engine_spec(f"plain={ROOT}")):
-        with pytest.raises(RuntimeError, match="no engine"):
+        with pytest.raises(OSError, match="no engine"):
             beside._measure(engine, "builtin", {}, 10)
     assert seen[0]["GOMP_SPINCOUNT"] == "10000" and seen[0]["PYTHONPATH"] == str(ROOT)
     assert "GOMP_SPINCOUNT" not in seen[1]
+    # The match's engines (--match) start the same way, through the match's UCI player.
+    for environment in ({"GOMP_SPINCOUNT": "10000"}, None):
+        with pytest.raises(UserError, match="cannot start the UCI engine"):
+            UciAgent(environment=environment)
+    assert seen[2]["GOMP_SPINCOUNT"] == "10000" and "GOMP_SPINCOUNT" not in seen[3]
+    assert "GOMP_SPINCOUNT" not in os.environ
 
 
 @pytest.mark.parametrize("text", ["nolabel", f"={ROOT}", "x=/no/such/checkout", f"x={ROOT},Threads"])

@@ -171,18 +171,9 @@ def _clock_point(spec: EngineSpec, weights: str, options: dict[str, str], clock_
     flags = ["--weights", weights, "--device", "cpu"]
     agents: list[UciAgent] = []
     try:
-        saved = {name: os.environ.get(name) for name, _ in spec.environment}
-        os.environ.update(dict(spec.environment))  # the engines' processes start with the spec's variables
-        try:
-            for _ in range(engines):
-                agents.append(UciAgent(flags=flags, options={**options, **dict(spec.options)},
-                                       name=f"uci{len(agents)}"))
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+        for _ in range(engines):
+            agents.append(UciAgent(flags=flags, options={**options, **dict(spec.options)}, name=f"uci{len(agents)}",
+                                   environment=dict(spec.environment)))
         rates: list[list[float]] = [[] for _ in agents]
         for agent, noted in zip(agents, rates):
             _recorded(agent, noted)
