@@ -71,6 +71,10 @@ tables take the tables' result as their value; info lines add `tbhits`
 (eval.uci_syzygy). A path that cannot be used is said in
 one `info string`, and the engine plays on without tables.
 
+Debug Log File names a file the engine appends what it hears and says to,
+with each search's start and end, all timed to the microsecond
+(eval.uci_log): where a move's time went.
+
 Every option may also be given on the command line, as lc0 takes them
 (`alphazero uci --hash 256 --syzygy-path /tb`: UciOption.flag), checked
 before the engine starts.
@@ -103,6 +107,7 @@ from alphazero.store.sources import FRESH, Network, NetworkSource, load_network,
 from eval.action_values import has_action_values
 from eval.timeman import TimeManager, best_is_settled
 from eval.uci_go import GoCommand, parse_go, plan_search_time, unsupported
+from eval.uci_log import HEARD, NOTE, SAID, DebugLog
 from eval.uci_memory import memory_line, out_of_memory_line, tree_full_line
 from eval.uci_options import INFINITE_NODES, OPTIONS, OPTIONS_BY_NAME, SEARCH, UciOption, quoted
 from eval.uci_output import Output, info_string_line, lenient
@@ -176,7 +181,9 @@ class UciEngine:
     ) -> None:
         self._clock = clock  # every deadline and reported time reads it (tests give a clock they advance)
         self._in = stdin if stdin is not None else lenient(sys.stdin)
-        self._out = Output(stdout if stdout is not None else sys.stdout)
+        self._log = DebugLog()  # Debug Log File: what was heard and said, and when (eval.uci_log)
+        self._out = Output(stdout if stdout is not None else sys.stdout,
+                           listener=lambda text: self._log.write(SAID, text))
         self._err = stderr if stderr is not None else sys.stderr
         self._run = Path(run_dir) if run_dir is not None else DEFAULT_RUN_DIR
         self._run_named = run_dir is not None  # a run the user named must exist (a typo must not play)
@@ -233,6 +240,13 @@ class UciEngine:
                 except SyzygyPathError as error:
                     raise UserError(f"{option.flag}: {error}") from None
                 self.values[option.name] = value
+            elif option.name == "Debug Log File":
+                try:
+                    self._log.open(str(value))
+                except OSError as error:
+                    raise UserError(f"{option.flag}: cannot append to {quoted(str(value))}: "
+                                    f"{error.strerror or error}") from None
+                self.values[option.name] = value
             elif option.name == "Threads":
                 self._set_threads(int(value))
             else:
@@ -250,6 +264,7 @@ class UciEngine:
         finally:
             self.stop_search()
             self._network_thread.close()
+            self._log.close()
 
     def on_network_thread(self, function: Callable[..., _Result], *args: Any) -> _Result:
         """Runs ``function(*args)`` on the thread that runs the engine's network, and returns its result
@@ -258,6 +273,7 @@ class UciEngine:
 
     def handle(self, line: str) -> bool:
         """Handles one input line; returns False after `quit`. Never raises for bad input."""
+        self._log.write(HEARD, line)
         tokens = line.split()
         if not tokens:
             return True
@@ -339,6 +355,13 @@ class UciEngine:
         if option.name == "SyzygyPath":
             self._tables, said = open_tables(str(value))
             self.info_string(said)
+        if option.name == "Debug Log File":
+            try:
+                self._log.open(str(value))
+            except OSError as error:
+                self.values[option.name] = ""
+                self.info_string(f"Debug Log File {quoted(str(value))} not used: cannot append to it: "
+                                 f"{error.strerror or error}; no log")
         if option.name in ("Weights", "Device"):
             try:
                 self._check_source()
@@ -463,6 +486,9 @@ class UciEngine:
             self.info_string(memory_line(search, megabytes))
 
     def _search_job(self, job: SearchJob, network: Network) -> None:
+        if self._log.on:
+            budget = f", budget {job.budget_ms:.0f} ms" if job.budget_ms is not None else ""
+            self._log.write(NOTE, f"search starts {1000 * (self._clock() - job.started):.1f} ms after go{budget}")
         best, ponder = "0000", None
         so_far: list[str] = []  # the search's best move after its last finished batch
         try:
@@ -560,6 +586,8 @@ class UciEngine:
             self.info_string(tree_full_line(search, job))
         self.last_report = SearchReport(search.simulations(0), self._clock() - job.searching_since,
                                         calls[0], calls[1], budget_ms=job.budget_ms)
+        self._log.write(NOTE, f"search ends {1000 * (self._clock() - job.started):.1f} ms after go: "
+                              f"{self.last_report.nodes} nodes, {self.last_report.batches} network calls")
         job.wait_to_answer()
         if job.plan is not None and self.values["TimeManager"] == "smart" and job.go.movetime is None:
             self._time.spent(job.plan, self._clock() - job.started)

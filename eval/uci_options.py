@@ -188,6 +188,9 @@ OPTIONS: tuple[UciOption, ...] = (
               f"'{os.pathsep}': at a position they hold, only the moves that keep its result are played (among "
               "winning ones the fastest to zero the fifty-move counter, as Stockfish ranks them); elsewhere the "
               "search's leaves they hold take their win, draw or loss; empty: none"),
+    UciOption("Debug Log File", "string", "", "a file the engine appends every line it hears (>>) and says (<<) "
+              "to, and each search's start and end (--), each with the time to the microsecond (Stockfish's name): "
+              "where a move's time went; empty: no log"),
     UciOption("FpuMode", "combo", AUTO, "PUCT's value of an unvisited move: reduction (the parent's minus "
               "fpu_value), absolute (fpu_value), action_value (the action-value head's value of the move, for a "
               "network with the head) or action_value_reduction (that value minus the reduction); auto: the "

@@ -1,14 +1,16 @@
 """The UCI engine's output to the GUI: whole lines from any thread, and its input made lenient.
 
 Output.line writes one line and flushes it, under a lock (the search's
-thread and the command loop both write); a GUI that went away is not an
-error. ``info_string_line`` makes the one-line `info string` that the
-engine answers bad input and notes with, cut to INFO_STRING_LIMIT.
+thread and the command loop both write), and hands it to a listener (the
+debug log, eval.uci_log); a GUI that went away is not an error.
+``info_string_line`` makes the one-line `info string` that the engine
+answers bad input and notes with, cut to INFO_STRING_LIMIT.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import TextIO
 
 INFO_STRING_LIMIT = 400
@@ -16,11 +18,13 @@ INFO_STRING_LIMIT = 400
 
 
 class Output:
-    """Writes whole lines to the GUI from any thread, flushing each one."""
+    """Writes whole lines to the GUI from any thread, flushing each one; ``listener`` hears each line after it
+    is written."""
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, listener: Callable[[str], None] | None = None) -> None:
         self._stream = stream
         self._lock = threading.Lock()
+        self._listener = listener
 
     def line(self, text: str) -> None:
         with self._lock:
@@ -29,6 +33,8 @@ class Output:
                 self._stream.flush()
             except (BrokenPipeError, ValueError):
                 pass  # the GUI went away (or closed our stream); nothing to tell it
+            if self._listener is not None:
+                self._listener(text)
 
 
 def info_string_line(text: str) -> str:
