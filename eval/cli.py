@@ -481,6 +481,9 @@ def add_curve_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also draw RUN/curve/beside.png: this run's curve and each RUN's (from its "
                              "curve/curve.json) side by side on one Elo axis, each against its own minutes or "
                              "hours (runs on different machines, anchored at the same Stockfish levels)")
+    parser.add_argument("--time-axis", choices=("auto", "log", "linear"), default="auto",
+                        help="the pictures' time axis: log, linear, or auto (default: log where the checkpoints' "
+                             "times after the start span two triplings, 9x, or more)")
     parser.add_argument("--openings", default=None, metavar="FILE",
                         help="opening book (EPD or PGN) for the curve's games (default: the suite); each pairing "
                              "plays it in order, going on where its last games ended")

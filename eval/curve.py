@@ -42,7 +42,8 @@ the gain over the checkpoint before from their own games: the fit's
 intervals measure the distance from the anchors, loose when those are far
 below or above the run, the head-to-head one the gain itself), the
 points in ``RUN/curve/curve.json``, the picture ``RUN/curve/curve.png`` (Elo
-against hours, intervals drawn, anchors as lines) and TensorBoard scalars
+against hours, intervals drawn, anchors as lines; a log time axis where the
+times triple twice, or as --time-axis says) and TensorBoard scalars
 ``curve/elo`` (``_low``, ``_high``) at each checkpoint's step under
 ``RUN/tb/curve/`` (their wall time is the run's time, so TensorBoard's
 "relative" axis reads the run's hours).
@@ -592,12 +593,12 @@ def run_curve_command(args: argparse.Namespace) -> None:
     except KeyboardInterrupt:
         interrupted = True
         print("curve: interrupted; the finished games are kept, and a rerun plays the rest", file=sys.stderr)
-    report_curve(run, chosen, settings, Console())
+    report_curve(run, chosen, settings, Console(), axis=args.time_axis)
     if args.beside:
         # Each panel from its run's curve.json, this one's just written: one reader for all.
         panels = [read_panel(root, CurvePoint, RANDOM) for root in (run.root, *map(Path, args.beside))]
         path = run.root / "curve" / "beside.png"
-        draw_panels(path, panels)
+        draw_panels(path, panels, axis=args.time_axis)
         print(f"curve: {path} draws {', '.join(panel.title for panel in panels)} side by side")
     if interrupted:
         raise KeyboardInterrupt
@@ -626,8 +627,9 @@ def _say_missing_rung_engines(settings: CurveSettings) -> None:
 
 
 def report_curve(run: RunDir, chosen: Sequence[Checkpoint], settings: CurveSettings,
-                 console: Any) -> list[CurvePoint]:
-    """Fits the games on disk and writes the table, curve.json, curve.png and TensorBoard; returns the points."""
+                 console: Any, *, axis: str = "auto") -> list[CurvePoint]:
+    """Fits the games on disk and writes the table, curve.json, curve.png (its time axis as ``axis`` says:
+    eval.curve_picture.time_axis) and TensorBoard; returns the points."""
     points, ratings, anchors = fit_curve(curve_games(run, settings), chosen, settings)
     title = curve_title(run, settings.simulations)
     console.print(curve_table(points, ratings, anchors, title))
@@ -635,7 +637,8 @@ def report_curve(run: RunDir, chosen: Sequence[Checkpoint], settings: CurveSetti
     check_writable_directory(folder, "the curve")
     write_curve_json(folder / "curve.json", points, ratings, anchors, settings)
     relative = all(name.startswith("step") for name in anchors)
-    draw_curve(folder / "curve.png", Panel(title, points, fixed_lines(ratings, anchors, RANDOM)), relative=relative)
+    draw_curve(folder / "curve.png", Panel(title, points, fixed_lines(ratings, anchors, RANDOM)), relative=relative,
+               axis=axis)
     try:
         write_curve_tensorboard(run, points)
     except OSError as error:

@@ -19,6 +19,11 @@ MINUTES_BELOW_HOURS = 1.5
 LOG_TIME_SPAN = 9.0
 """Checkpoints whose times (after the start) span this factor or more, two triplings, are drawn on a log-scaled
 time axis: a run that triples its time gains about as much each time, which a log axis shows as a line."""
+START_HOURS = 1.0 / 3600.0
+"""A checkpoint written within the run's first second is its start (step 0, written before any game): a log axis
+draws it as a line, not at a time of its own."""
+TIME_AXES = ("auto", "log", "linear")
+"""The time axis a curve may ask for: auto (log where the times span LOG_TIME_SPAN), or either scale."""
 
 
 @dataclass(frozen=True)
@@ -40,15 +45,17 @@ def fixed_lines(ratings: dict[str, Any], anchors: dict[str, float], random_name:
     return {name: rating.elo for name, rating in ratings.items() if _is_line(name, anchors, random_name)}
 
 
-def draw_curve(path: Path, panel: Panel, *, relative: bool) -> None:
+def draw_curve(path: Path, panel: Panel, *, relative: bool, axis: str = "auto") -> None:
     """Draws Elo against the run's hours, 95% intervals as error bars, the anchors and random as lines
     (``relative``: no anchor, the start is 0); on a log-scaled time axis where the checkpoints' times span two
-    triplings or more (time_axis). The title is kept in the PNG's ``Title`` text too."""
-    draw_panels(path, [panel], ylabel="Elo" + (" (the start = 0)" if relative else ""), width=7.0)
+    triplings or more, or as ``axis`` says (time_axis). The title is kept in the PNG's ``Title`` text too."""
+    draw_panels(path, [panel], ylabel="Elo" + (" (the start = 0)" if relative else ""), width=7.0, axis=axis)
 
 
-def draw_panels(path: Path, panels: Sequence[Panel], *, ylabel: str = "Elo", width: float | None = None) -> None:
-    """Draws the panels side by side on one Elo axis (shared: the same anchors line up across them)."""
+def draw_panels(path: Path, panels: Sequence[Panel], *, ylabel: str = "Elo", width: float | None = None,
+                axis: str = "auto") -> None:
+    """Draws the panels side by side on one Elo axis (shared: the same anchors line up across them), each on the
+    time axis ``axis`` chooses (time_axis)."""
     import matplotlib
 
     matplotlib.use("Agg")  # no screen: render to a file
@@ -58,7 +65,7 @@ def draw_panels(path: Path, panels: Sequence[Panel], *, ylabel: str = "Elo", wid
                                     squeeze=False)
     try:
         for axes, panel in zip(axes_row[0], panels):
-            _draw_panel(axes, panel)
+            _draw_panel(axes, panel, axis)
         axes_row[0][0].set_ylabel(ylabel)
         buffer = io.BytesIO()
         title = " | ".join(panel.title for panel in panels)
@@ -68,29 +75,35 @@ def draw_panels(path: Path, panels: Sequence[Panel], *, ylabel: str = "Elo", wid
     atomic_write_bytes(path, buffer.getvalue())
 
 
-def time_axis(hours: Sequence[float]) -> str:
-    """Gets the time axis's scale for points at these hours: 'log' where the times after the start span
-    LOG_TIME_SPAN or more, else 'linear'.
+def time_axis(hours: Sequence[float], axis: str = "auto") -> str:
+    """Gets the time axis's scale for points at these hours: ``axis`` where it names one, else 'log' where the
+    times after the start (START_HOURS) span LOG_TIME_SPAN or more, else 'linear'.
 
-    >>> time_axis([0.0, 0.17, 0.5, 1.5, 3.0]), time_axis([0.0, 0.5, 1.0, 1.5])
-    ('log', 'linear')
+    >>> time_axis([0.0, 0.17, 0.5, 1.5, 3.0]), time_axis([0.0, 0.5, 1.0, 1.5]), time_axis([1e-6, 0.36, 1, 3])
+    ('log', 'linear', 'linear')
+    >>> time_axis([0.0, 0.36, 1.0, 3.0], "log")
+    'log'
     """
-    after_start = [h for h in hours if h > 0]
+    if axis not in TIME_AXES:
+        raise UserError(f"the time axis is one of {', '.join(TIME_AXES)}, got {axis!r}")
+    if axis != "auto":
+        return axis
+    after_start = [h for h in hours if h > START_HOURS]
     return "log" if after_start and max(after_start) >= LOG_TIME_SPAN * min(after_start) else "linear"
 
 
-def _draw_panel(axes: Any, panel: Panel) -> None:
+def _draw_panel(axes: Any, panel: Panel, axis: str) -> None:
     longest = max((point.hours for point in panel.points), default=0.0)
     scale, unit = (60.0, "minutes") if longest < MINUTES_BELOW_HOURS else (1.0, "hours")
     points = panel.points
-    if time_axis([point.hours for point in points]) == "log":
-        # The start (time 0) has no place on a log axis: a line at its rating stands for it.
+    if time_axis([point.hours for point in points], axis) == "log":
+        # The start has no place on a log axis: a line at its rating stands for it.
         for point in points:
-            if point.hours <= 0 and getattr(point, "bound", None) is None:
+            if point.hours <= START_HOURS and getattr(point, "bound", None) is None:
                 axes.axhline(point.elo, linestyle=":", linewidth=0.8, color="tab:blue")
                 axes.annotate("the start", (0, point.elo), xycoords=("axes fraction", "data"),
                               textcoords="offset points", xytext=(2, 3), fontsize=8, color="tab:blue")
-        points = [point for point in points if point.hours > 0]
+        points = [point for point in points if point.hours > START_HOURS]
         axes.set_xscale("log")
     rated = [point for point in points if getattr(point, "bound", None) is None]
     times = [scale * point.hours for point in rated]

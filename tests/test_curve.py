@@ -208,3 +208,33 @@ def test_a_run_whose_times_triple_is_drawn_on_a_log_time_axis_the_start_as_a_lin
     (log_scale, log_texts), (linear_scale, linear_texts) = drawn
     assert log_scale == "log" and "the start" in log_texts and "random" in log_texts
     assert linear_scale == "linear" and "the start" not in linear_texts
+
+
+def test_a_start_written_in_the_runs_first_second_is_the_start_and_the_time_axis_can_be_chosen(
+        tmp_path: Path, monkeypatch) -> None:
+    import matplotlib
+    from matplotlib import pyplot
+
+    from eval.curve import CurvePoint
+    from eval.curve_picture import Panel, draw_curve
+
+    drawn: list[tuple[str, list[str], list[float]]] = []
+    close = pyplot.close
+
+    def read_the_axis_then_close(figure: matplotlib.figure.Figure) -> None:
+        for axes in figure.axes:
+            plotted = [float(x) for line in axes.lines for x in line.get_xdata()
+                       if line.get_linestyle() not in ("--", ":")]  # not the lines across (axes fractions)
+            drawn.append((axes.get_xscale(), [text.get_text() for text in axes.texts], plotted))
+        close(figure)
+
+    monkeypatch.setattr(pyplot, "close", read_the_axis_then_close)
+    hours = (6.7e-7, 0.36, 1.0, 3.0)  # step 0's checkpoint, written a moment after the run began; not two triplings
+    points = [CurvePoint(10 * k, h, True, 20, 100.0 * k, 100.0 * k - 50, 100.0 * k + 50) for k, h in enumerate(hours)]
+    for axis in ("auto", "log", "linear"):
+        draw_curve(tmp_path / f"{axis}.png", Panel(axis, points, {}), relative=False, axis=axis)
+    (auto_scale, _, _), (log_scale, log_texts, log_times), (linear_scale, _, _) = drawn
+    assert (auto_scale, log_scale, linear_scale) == ("linear", "log", "linear")
+    assert "the start" in log_texts and min(log_times) == pytest.approx(0.36)  # the start is a line, not a point
+    with pytest.raises(UserError, match="the time axis is one of auto, log, linear"):
+        draw_curve(tmp_path / "bad.png", Panel("bad", points, {}), relative=False, axis="square")
