@@ -244,7 +244,7 @@ class UciEngine:
                 try:
                     self._log.open(str(value))
                 except OSError as error:
-                    raise UserError(f"{option.flag}: cannot append to {quoted(str(value))}: "
+                    raise UserError(f"{option.flag}: cannot append to {str(value)!r}: "
                                     f"{error.strerror or error}") from None
                 self.values[option.name] = value
             elif option.name == "Threads":
@@ -360,7 +360,7 @@ class UciEngine:
                 self._log.open(str(value))
             except OSError as error:
                 self.values[option.name] = ""
-                self.info_string(f"Debug Log File {quoted(str(value))} not used: cannot append to it: "
+                self.info_string(f"Debug Log File {str(value)!r} not used: cannot append to it: "
                                  f"{error.strerror or error}; no log")
         if option.name in ("Weights", "Device"):
             try:
