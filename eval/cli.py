@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from alphazero.store.rundir import DEFAULT_RUN_DIR, add_run_option
+from eval.curve_picture import TIME_AXES
 from eval.match import DEFAULT_CONCURRENCY
 from eval.probe_defaults import DEFAULT_PROBE_POSITIONS
 from eval.uci_options import OPTIONS, options_table
@@ -481,7 +482,7 @@ def add_curve_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also draw RUN/curve/beside.png: this run's curve and each RUN's (from its "
                              "curve/curve.json) side by side on one Elo axis, each against its own minutes or "
                              "hours (runs on different machines, anchored at the same Stockfish levels)")
-    parser.add_argument("--time-axis", choices=("auto", "log", "linear"), default="auto",
+    parser.add_argument("--time-axis", choices=TIME_AXES, default="auto",
                         help="the pictures' time axis: log, linear, or auto (default: log where the checkpoints' "
                              "times after the start span two triplings, 9x, or more)")
     parser.add_argument("--openings", default=None, metavar="FILE",

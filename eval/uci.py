@@ -241,11 +241,8 @@ class UciEngine:
                     raise UserError(f"{option.flag}: {error}") from None
                 self.values[option.name] = value
             elif option.name == "Debug Log File":
-                try:
-                    self._log.open(str(value))
-                except OSError as error:
-                    raise UserError(f"{option.flag}: cannot append to {str(value)!r}: "
-                                    f"{error.strerror or error}") from None
+                if (why := self._open_log(str(value))) is not None:
+                    raise UserError(f"{option.flag}: cannot append to {str(value)!r}: {why}")
                 self.values[option.name] = value
             elif option.name == "Threads":
                 self._set_threads(int(value))
@@ -355,13 +352,9 @@ class UciEngine:
         if option.name == "SyzygyPath":
             self._tables, said = open_tables(str(value))
             self.info_string(said)
-        if option.name == "Debug Log File":
-            try:
-                self._log.open(str(value))
-            except OSError as error:
-                self.values[option.name] = ""
-                self.info_string(f"Debug Log File {str(value)!r} not used: cannot append to it: "
-                                 f"{error.strerror or error}; no log")
+        if option.name == "Debug Log File" and (why := self._open_log(str(value))) is not None:
+            self.values[option.name] = ""
+            self.info_string(f"Debug Log File {str(value)!r} not used: cannot append to it: {why}; no log")
         if option.name in ("Weights", "Device"):
             try:
                 self._check_source()
@@ -369,6 +362,14 @@ class UciEngine:
             except UserError as error:
                 self.values[option.name] = old
                 self.info_string(f"ignored {option.name}, kept {quoted(str(old))}: {error}")
+
+    def _open_log(self, path: str) -> str | None:
+        """Logs to ``path`` from now (empty: no log); gets why it cannot, or None."""
+        try:
+            self._log.open(path)
+        except OSError as error:
+            return error.strerror or str(error)
+        return None
 
     def _set_threads(self, threads: int) -> None:
         """Sets torch's CPU threads for the network; 0: the count the network's last load chose
@@ -486,9 +487,8 @@ class UciEngine:
             self.info_string(memory_line(search, megabytes))
 
     def _search_job(self, job: SearchJob, network: Network) -> None:
-        if self._log.on:
-            budget = f", budget {job.budget_ms:.0f} ms" if job.budget_ms is not None else ""
-            self._log.write(NOTE, f"search starts {1000 * (self._clock() - job.started):.1f} ms after go{budget}")
+        budget = f", budget {job.budget_ms:.0f} ms" if job.budget_ms is not None else ""
+        self._log.write(NOTE, f"search starts {1000 * (self._clock() - job.started):.1f} ms after go{budget}")
         best, ponder = "0000", None
         so_far: list[str] = []  # the search's best move after its last finished batch
         try:

@@ -33,10 +33,6 @@ class DebugLog:
         self._file: TextIO | None = None
         self._lock = threading.Lock()
 
-    @property
-    def on(self) -> bool:
-        return self._file is not None
-
     def open(self, path: str) -> None:
         """Starts logging to ``path`` (appended to), or stops for an empty path; the file logged to before is
         closed either way.
