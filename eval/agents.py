@@ -289,9 +289,11 @@ UCI_AGENT_OPTIONS = {
     "treemb": "Hash",
     "hash": "Hash",
     "syzygy": "SyzygyPath",
+    "log": "Debug Log File",
 }
 """The `uci` player's options that set the engine's UCI options: spec key -> UCI name (eval.uci.OPTIONS)."""
-_UCI_TEXT_OPTIONS = ("algorithm", "ptemp", "cpuct", "precision", "timeman", "mode", "fpu", "unvisited", "syzygy")
+_UCI_TEXT_OPTIONS = ("algorithm", "ptemp", "cpuct", "precision", "timeman", "mode", "fpu", "unvisited", "syzygy",
+                     "log")
 """Those passed on as text (the rest are integers)."""
 
 

@@ -17,7 +17,6 @@ from alphazero.app.compare import (
     SITTINGS_FILE,
     SUMMARY_FILE,
     Arm,
-    selfplay_endings,
     stockfish_levels,
     summary_text,
     trained_minutes,
@@ -176,8 +175,5 @@ def test_the_summary_counts_how_self_play_games_ended_oldest_first(tmp_path: Pat
                     for game, (result, termination) in zip(games.games, ends[index], strict=True)]
         write_shard(run / "selfplay" / f"{index:020d}-test-00000000.npz", dataclasses.replace(games, games=metadata))
     (run / "selfplay" / f"{99:020d}-test-broken.npz").write_bytes(b"not a shard")  # skipped
-    endings = selfplay_endings(run / "selfplay")
-    assert len(endings) == 20 and endings[0] == ("1-0", "checkmate") and endings[-1][1] == "threefold_repetition"
     summary = summary_text(root, [Arm("base", ())], [], 1.0, 8)
     assert "| base | 20 | 90%; 0%; 100% | 10%; 0%; 100% |" in summary
-    assert selfplay_endings(tmp_path / "nowhere") == []

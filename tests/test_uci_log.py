@@ -122,3 +122,17 @@ def test_a_client_on_a_clock_finds_its_exchange_in_the_log(weights: Path, tmp_pa
     assert result.move is not None
     assert [text.split()[:2] for _, mark, text in entries if text.startswith("bestmove")] == \
         [["bestmove", result.move.uci()]]
+
+
+def test_the_uci_player_keeps_the_engines_log(weights: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `match "uci:...,log=FILE" vs ...` is how a match's engine-side timing is kept: the key must reach the
+    # engine's Debug Log File.
+    from eval.agents import parse_player
+
+    monkeypatch.setenv("PYTHONPATH", repo_env()["PYTHONPATH"])
+    log = tmp_path / "player.log"
+    with parse_player(f"uci:weights={weights},threads=1,nodes=8,log={log}", run=tmp_path, device="cpu") as agent:
+        agent.new_game()
+        assert chess.Board().is_legal(agent.choose([chess.Board()])[0].move)
+    said = [text for _, mark, text in _entries(log) if mark == "<<"]
+    assert any(text.startswith("bestmove ") for text in said)

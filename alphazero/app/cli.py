@@ -131,6 +131,15 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_lazy("alphazero.app.compare", "run"))
 
 
+def _add_games(sub: argparse._SubParsersAction) -> None:
+    from selfplay.endings import add_arguments
+
+    p = sub.add_parser("games", help="how the run's self-play games ended, from its first games to its last: "
+                                     "results, repetition draws, ply limits, lengths")
+    add_arguments(p)
+    p.set_defaults(func=_lazy("selfplay.endings", "run"))
+
+
 def _puzzle_yardstick() -> Path:
     """The shipped puzzle yardstick (eval/data), found without importing eval: labelling leaves its puzzles out."""
     spec = importlib.util.find_spec("eval")
@@ -190,8 +199,8 @@ def _add_eval_commands(sub: argparse._SubParsersAction) -> None:
 
 
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
-    _add_train, _add_selfplay, _add_learn, _add_pretrain, _add_compare, _add_eval_commands, _add_perft, _add_bench,
-    _add_doctor,
+    _add_train, _add_selfplay, _add_learn, _add_pretrain, _add_compare, _add_games, _add_eval_commands, _add_perft,
+    _add_bench, _add_doctor,
 ]
 
 

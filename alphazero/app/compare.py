@@ -46,11 +46,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from alphazero.chess.pgn import REPETITIONS
 from alphazero.errors import UserError
 from alphazero.presets import PRESET_NAMES
 from alphazero.store.rundir import atomic_write_text, check_writable_directory
 from eval.match_records import read_game_records
+from selfplay.endings import Ending, is_draw, is_repetition, read_endings, share
 
 ARMS_FILE = "arms.json"
 SITTINGS_FILE = "sittings.jsonl"
@@ -368,9 +368,9 @@ def summary_text(root: Path, arms: Sequence[Arm], levels: Sequence[str], minutes
               "the whole run; its first tenth; its last tenth.", "",
               "| arm | games | drawn | by repetition |", "|---|---|---|---|"]
     for arm in arms:
-        endings = selfplay_endings(root / arm.name / "selfplay")
-        lines.append(f"| {arm.name} | {len(endings):,} | {_shares(endings, _is_draw)} | "
-                     f"{_shares(endings, _is_repetition)} |")
+        endings, _ = read_endings(root / arm.name / "selfplay")
+        lines.append(f"| {arm.name} | {len(endings):,} | {_shares(endings, is_draw)} | "
+                     f"{_shares(endings, is_repetition)} |")
     lines += ["", "| pairing | games | +W =D -L | score | Elo | 95% |", "|---|---|---|---|---|---|"]
     for pairing in _pairings(arms, levels, 1, 1):
         wins, draws, losses = pairing_counts(root, pairing)
@@ -383,36 +383,12 @@ def summary_text(root: Path, arms: Sequence[Arm], levels: Sequence[str], minutes
     return "\n".join(lines) + "\n"
 
 
-def selfplay_endings(selfplay: Path) -> list[tuple[str, str]]:
-    """Gets (result, termination) of every self-play game in a run's shard folder, oldest first (the shards'
-    names start with their write time), from each shard's game list alone; an unreadable shard is skipped."""
-    from alphazero.store.shards import ShardError, list_shards, read_shard_games  # (loads torch: not at parse)
-
-    endings: list[tuple[str, str]] = []
-    for path in list_shards(selfplay):
-        try:
-            games = read_shard_games(path)
-        except ShardError:
-            continue
-        endings.extend((str(game.get("result", "")), str(game.get("termination", ""))) for game in games)
-    return endings
-
-
-def _is_draw(ending: tuple[str, str]) -> bool:
-    return ending[0] == "1/2-1/2"
-
-
-def _is_repetition(ending: tuple[str, str]) -> bool:
-    return ending[1] in REPETITIONS
-
-
-def _shares(endings: Sequence[tuple[str, str]], kind: Callable[[tuple[str, str]], bool]) -> str:
+def _shares(endings: Sequence[Ending], kind: Callable[[Ending], bool]) -> str:
     """Gets 'whole; first tenth; last tenth' shares of the endings of that kind."""
     if not endings:
         return "-"
     tenth = max(1, len(endings) // 10)
-    parts = (endings, endings[:tenth], endings[-tenth:])
-    return "; ".join(f"{sum(map(kind, part)) / len(part):.0%}" for part in parts)
+    return "; ".join(f"{share(part, kind):.0%}" for part in (endings, endings[:tenth], endings[-tenth:]))
 
 
 def _elo(value: float | None) -> str:
