@@ -51,12 +51,11 @@ def read_endings(selfplay: Path) -> tuple[list[Ending], int]:
     unreadable = 0
     for path in list_shards(selfplay):
         try:
-            games = read_shard_games(path)
-        except ShardError:
+            endings.extend([Ending(str(game.get("result", "")), str(game.get("termination", "")),
+                                   int(game.get("plies", 0)), int(game.get("weights_step", 0)))
+                            for game in read_shard_games(path)])
+        except (ShardError, TypeError, ValueError):  # unreadable, or a game list of another program's making
             unreadable += 1
-            continue
-        endings.extend(Ending(str(game.get("result", "")), str(game.get("termination", "")),
-                              int(game.get("plies", 0)), int(game.get("weights_step", 0))) for game in games)
     return endings, unreadable
 
 
@@ -74,8 +73,8 @@ def share(endings: Sequence[Ending], kind: Callable[[Ending], bool]) -> float:
 
 
 def split(endings: Sequence[T], parts: int) -> list[Sequence[T]]:
-    """Splits the games (or anything), in order, into ``parts`` runs of equal count (the first ones one longer where the
-    count does not divide); fewer parts when there are fewer games."""
+    """Splits the games (or anything), in order, into ``parts`` runs of equal count (the first ones one longer
+    where the count does not divide); fewer parts when there are fewer games."""
     parts = min(parts, len(endings))
     size, extra = divmod(len(endings), parts) if parts else (0, 0)
     pieces: list[Sequence[T]] = []
@@ -156,7 +155,10 @@ class EndingsReport:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--run", required=True, help="the run directory (its selfplay/ folder holds the games)")
+    from alphazero.store.rundir import DEFAULT_RUN_DIR
+
+    parser.add_argument("--run", type=Path, default=DEFAULT_RUN_DIR,
+                        help=f"the run directory, whose selfplay/ folder holds the games (default {DEFAULT_RUN_DIR})")
     parser.add_argument("--parts", type=int, default=10,
                         help="split the games, in the order they were written, into this many parts of equal "
                              "count (default 10: the first tenth to the last)")

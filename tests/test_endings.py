@@ -29,12 +29,14 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
                     for game, (result, termination) in zip(games.games, ENDS[index], strict=True)]
         write_shard(run / "selfplay" / f"{index:020d}-test-00000000.npz", dataclasses.replace(games, games=metadata))
     (run / "selfplay" / f"{99:020d}-test-broken.npz").write_bytes(b"not a shard")
+    odd = [{**game, "plies": "many"} for game in games.games]  # a game list no actor of ours writes
+    write_shard(run / "selfplay" / f"{98:020d}-test-00000000.npz", dataclasses.replace(games, games=odd))
     return run
 
 
 def test_the_games_are_read_oldest_first_and_a_broken_shard_is_counted(run: Path) -> None:
     endings, unreadable = read_endings(run / "selfplay")
-    assert unreadable == 1
+    assert unreadable == 2
     assert [(e.result, e.termination) for e in endings] == [end for shard in ENDS for end in shard]
     assert [e.weights_step for e in endings[::2]] == list(range(0, 1000, 100))
     assert all(e.plies == 12 for e in endings)  # real_games' ply limit
@@ -50,14 +52,14 @@ def test_the_command_prints_each_part_and_writes_json(run: Path, capsys: pytest.
     report_path = run.parent / "endings.json"
     assert main(["games", "--run", str(run), "--parts", "5", "--json", str(report_path)]) == 0
     out = capsys.readouterr().out
-    assert "20 self-play games, oldest first (1 unreadable shards skipped)" in out
+    assert "20 self-play games, oldest first (2 unreadable shards skipped)" in out
     rows = {line.split("|")[1].strip(): line for line in out.splitlines() if line.startswith("| ")}
     assert rows["1 of 5"] == "| 1 of 5 | 4 | 0..100 | 12 | 25% / 50% / 25% | 0% | 50% | 25% | 25% |"
     assert rows["5 of 5"] == "| 5 of 5 | 4 | 800..900 | 12 | 0% / 100% / 0% | 100% | 0% | 0% | 0% |"
     assert rows["whole run"] == "| whole run | 20 | 0..900 | 12 | 5% / 90% / 5% | 20% | 70% | 5% | 5% |"
     assert "Ended by: ply_limit 14 (70.0%), threefold_repetition 4 (20.0%)" in out
     report = json.loads(report_path.read_text())
-    assert report["games"] == 20 and report["unreadable_shards"] == 1 and len(report["parts"]) == 5
+    assert report["games"] == 20 and report["unreadable_shards"] == 2 and len(report["parts"]) == 5
     assert report["parts"][4]["repetition_draws"] == 1.0 and report["terminations"]["checkmate"] == 1
 
 
