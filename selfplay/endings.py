@@ -118,7 +118,7 @@ class PartSummary:
         )
 
     def row(self, name: str) -> str:
-        """Gets the part as a row of endings_table's table."""
+        """Gets the part as a row of EndingsReport.table's table."""
         low, high = self.weights_steps
         return (f"| {name} | {self.games:,} | {low:,}..{high:,} | {self.mean_plies:.0f} | "
                 f"{self.white_wins:.0%} / {self.draws:.0%} / {self.black_wins:.0%} | {self.repetition_draws:.0%} | "
