@@ -169,7 +169,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     from alphazero.store.rundir import atomic_write_text
 
-    run_dir = Path(args.run)
+    run_dir: Path = args.run
     if args.parts < 1:
         raise UserError(f"--parts must be at least 1, got {args.parts}")
     if not run_dir.is_dir():

@@ -50,7 +50,7 @@ from alphazero.errors import UserError
 from alphazero.presets import PRESET_NAMES
 from alphazero.store.rundir import atomic_write_text, check_writable_directory
 from eval.match_records import read_game_records
-from selfplay.endings import Ending, is_draw, is_repetition, read_endings, share
+from selfplay.endings import Ending, is_draw, is_repetition, read_endings, share, split
 
 ARMS_FILE = "arms.json"
 SITTINGS_FILE = "sittings.jsonl"
@@ -387,8 +387,8 @@ def _shares(endings: Sequence[Ending], kind: Callable[[Ending], bool]) -> str:
     """Gets 'whole; first tenth; last tenth' shares of the endings of that kind."""
     if not endings:
         return "-"
-    tenth = max(1, len(endings) // 10)
-    return "; ".join(f"{share(part, kind):.0%}" for part in (endings, endings[:tenth], endings[-tenth:]))
+    tenths = split(endings, 10)  # as `alphazero games` cuts them
+    return "; ".join(f"{share(part, kind):.0%}" for part in (endings, tenths[0], tenths[-1]))
 
 
 def _elo(value: float | None) -> str:
