@@ -11,9 +11,13 @@ from pathlib import Path
 import pytest
 
 from alphazero.app.cli import build_parser
+from alphazero.nn.builtin import shipped_networks
+from alphazero.store.sources import read_weights
 
 ROOT = Path(__file__).resolve().parent.parent
-USER_DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# README, docs/ and the pages the package ships (the built-in network's card, the evaluation data's sources).
+USER_DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "alphazero" / "weights" / "README.md",
+             ROOT / "eval" / "data" / "README.md"]
 
 # The rule: user documents cite EXPERIMENTS.md's entries by title and name no issue of this project; the history
 # is CHANGELOG.md's and EXPERIMENTS.md's. Caught: "issue 22", "Issues 79 and 81", "issue #22", "PR 12", a bare
@@ -37,6 +41,27 @@ def test_the_rule_catches_issue_numbers_and_leaves_upstream_references_and_mate_
 @pytest.mark.parametrize("page", USER_DOCS, ids=lambda page: str(page.relative_to(ROOT)))
 def test_user_documents_name_no_issue_numbers(page: Path) -> None:
     assert issue_numbers(page.read_text()) == []
+
+
+@pytest.mark.parametrize("name", sorted(shipped_networks()))
+def test_the_shipped_networks_describe_themselves_without_issue_numbers(name: str) -> None:
+    # The description `doctor`, `train --init` and `pretrain --init` print of the weights they start from.
+    described = read_weights(name).summary
+    assert described.startswith("the built-in network") and issue_numbers(described) == []
+
+
+def _help_pages(parser: argparse.ArgumentParser, command: str) -> Iterator[tuple[str, str]]:
+    yield command, parser.format_help()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _help_pages(sub, f"{command} {name}")
+
+
+def test_every_commands_help_names_no_issue_numbers() -> None:
+    pages = dict(_help_pages(build_parser(), "alphazero"))
+    assert {"alphazero train", "alphazero doctor", "alphazero uci"} <= set(pages)
+    assert {command: issue_numbers(text) for command, text in pages.items() if issue_numbers(text)} == {}
 
 
 def readme_command_lines() -> Iterator[list[str]]:
