@@ -60,6 +60,15 @@ def precision_list(text: str) -> list[str]:
     return names
 
 
+def add_threads_and_precision_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds --threads and --precision, which the network's and the learner's benchmarks take alike."""
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--precision", type=precision_list, default=precision_list("auto"), metavar="LIST",
+                        help="comma-separated precisions to measure each in: auto (on CUDA bf16 from compute "
+                             "capability 8.0, float16 from 7.0; on a CPU bf16 where native and faster), bf16, "
+                             "float16 (CUDA), float32; e.g. float32,auto (default: auto)")
+
+
 def int_list(text: str, *, what: str, most: int | None = None) -> list[int]:
     """Parses comma-separated positive integers (at most ``most``), sorted and each once; ``what`` names them in
     the error (an argparse type, through functools.partial).

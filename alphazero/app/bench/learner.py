@@ -42,7 +42,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from alphazero.app.bench import bench_devices, precision_list, preset_list, rate, ratio
+from alphazero.app.bench import (
+    add_threads_and_precision_arguments,
+    bench_devices,
+    preset_list,
+    rate,
+    ratio,
+)
 from alphazero.chess.moves import NUM_MOVES
 from alphazero.config import apply_overrides
 from alphazero.errors import UserError
@@ -92,11 +98,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{', '.join(f'{k} {v}' for k, v in CPU_BATCH.items())})")
     parser.add_argument("--seconds", type=float, default=2.0, help="timed seconds per figure (default: 2.0)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the network (slow first steps)")
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
-    parser.add_argument("--precision", type=precision_list, default=precision_list("auto"), metavar="LIST",
-                        help="comma-separated precisions to measure each in: auto (on CUDA bf16 from compute "
-                             "capability 8.0, float16 from 7.0; on a CPU bf16 where native and faster), bf16, "
-                             "float16 (CUDA), float32; e.g. float32,auto (default: auto)")
+    add_threads_and_precision_arguments(parser)
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config field of every measured preset, e.g. --set network.blocks=8 "
                              "--set network.filters=96 (repeatable)")

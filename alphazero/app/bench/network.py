@@ -52,7 +52,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from alphazero.app.bench import bench_devices, int_list, precision_list, preset_list, rate, ratio
+from alphazero.app.bench import (
+    add_threads_and_precision_arguments,
+    bench_devices,
+    int_list,
+    preset_list,
+    rate,
+    ratio,
+)
 from alphazero.config import FORWARD_MODES, Config, apply_overrides
 from alphazero.errors import UserError
 from alphazero.presets import PRESET_NAMES, get_preset
@@ -146,11 +153,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compile", action="store_true", help="torch.compile the network (slow first passes)")
     parser.add_argument("--forward", choices=FORWARD_MODES, default=None,
                         help="how a CUDA pass runs (default: the preset's selfplay.cuda_forward; the CPU runs eager)")
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
-    parser.add_argument("--precision", type=precision_list, default=precision_list("auto"), metavar="LIST",
-                        help="comma-separated precisions to measure each in: auto (on CUDA bf16 from compute "
-                             "capability 8.0, float16 from 7.0; on a CPU bf16 where native and faster), bf16, "
-                             "float16 (CUDA), float32; e.g. float32,auto (default: auto)")
+    add_threads_and_precision_arguments(parser)
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config field of every measured preset, e.g. --set network.filters=64 "
                              "(repeatable)")
