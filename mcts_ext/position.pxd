@@ -75,7 +75,7 @@ cdef int generate_legal(const Position* pos, Move* moves) noexcept nogil
 cdef void make_move(const Position* pos, Move move, Position* out) noexcept nogil
 cdef uint64_t compute_key(const Position* pos) noexcept nogil
 cdef bint insufficient_material(const Position* pos) noexcept nogil
-cdef uint64_t perft(const Position* pos, int depth, bint bulk) noexcept nogil
+cdef uint64_t perft(const Position* pos, int depth, bint bulk, const unsigned char* stop) noexcept nogil
 cdef str format_fen(const Position* pos)
 
 # Game stacks. Functions returning int give -1 when memory runs out.

@@ -600,20 +600,33 @@ cdef int stack_status(const GameStack* stack, int legal_move_count, int ply_limi
 # ---------------------------------------------------------------------------
 # Perft
 
-cdef uint64_t perft(const Position* pos, int depth, bint bulk) noexcept nogil:
-    """Counts leaf nodes; `bulk` counts the last ply's moves without making them."""
+cdef extern from *:
+    """
+    /* Another thread sets the flag while the count runs: read it from memory at every look. */
+    static inline int perft_stop_set(const unsigned char* stop) {
+        return stop != NULL && *(const volatile unsigned char*)stop != 0;
+    }
+    """
+    bint perft_stop_set(const unsigned char* stop) noexcept nogil
+
+
+cdef uint64_t perft(const Position* pos, int depth, bint bulk, const unsigned char* stop) noexcept nogil:
+    """Counts leaf nodes; `bulk` counts the last ply's moves without making them. A non-zero `*stop` (NULL: none)
+    ends the count at the next inner node, the count then partial."""
     cdef Move moves[MAX_MOVES]
     cdef Position child
     cdef uint64_t nodes = 0
     cdef int n, i
     if depth <= 0:
         return 1
+    if perft_stop_set(stop):
+        return 0
     n = generate_legal(pos, moves)
     if bulk and depth == 1:
         return n
     for i in range(n):
         make_move(pos, moves[i], &child)
-        nodes += perft(&child, depth - 1, bulk)
+        nodes += perft(&child, depth - 1, bulk, stop)
     return nodes
 
 # ---------------------------------------------------------------------------
@@ -1036,20 +1049,36 @@ cdef class Board:
             return "0-1" if self.current().turn == WHITE else "1-0"
         return "1/2-1/2"
 
-    def perft(self, int depth, *, bint bulk=True) -> int:
-        """Leaf nodes at `depth`; bulk=False also makes every last-ply move."""
+    def perft(self, int depth, *, bint bulk=True, stop: bytearray | None = None) -> int:
+        """Leaf nodes at `depth`; bulk=False also makes every last-ply move.
+
+        The count runs without the GIL. `stop`, one byte that another thread may set to non-zero, ends it early
+        (a command's Ctrl-C, which only the main thread sees); a count so ended raises InterruptedError, since a
+        partial count is no count.
+        """
         if depth < 0:
             raise ValueError(f"perft depth must be at least 0, got {depth}")
+        cdef const unsigned char[::1] flag
+        cdef const unsigned char* stop_at = NULL
+        if stop is not None:
+            flag = _stop_flag(stop)
+            stop_at = &flag[0]
         cdef Position* pos = self.current()
         cdef uint64_t nodes
         with nogil:
-            nodes = perft(pos, depth, bulk)
+            nodes = perft(pos, depth, bulk, stop_at)
+        _raise_if_stopped(stop)
         return nodes
 
-    def perft_divide(self, int depth) -> list[tuple[str, int]]:
-        """(UCI move, leaf count below it) for each legal move, as Stockfish's `go perft`."""
+    def perft_divide(self, int depth, *, stop: bytearray | None = None) -> list[tuple[str, int]]:
+        """(UCI move, leaf count below it) for each legal move, as Stockfish's `go perft`; `stop` as perft's."""
         if depth < 1:
             raise ValueError(f"perft --divide needs a depth of at least 1, got {depth}")
+        cdef const unsigned char[::1] flag
+        cdef const unsigned char* stop_at = NULL
+        if stop is not None:
+            flag = _stop_flag(stop)
+            stop_at = &flag[0]
         cdef Move moves[MAX_MOVES]
         cdef Position child
         cdef int n = generate_legal(self.current(), moves), i
@@ -1058,9 +1087,21 @@ cdef class Board:
         for i in range(n):
             make_move(self.current(), moves[i], &child)
             with nogil:
-                nodes = perft(&child, depth - 1, True)
+                nodes = perft(&child, depth - 1, True, stop_at)
+            _raise_if_stopped(stop)
             result.append((move_to_uci(moves[i]), nodes))
         return result
+
+
+def _stop_flag(stop: object) -> bytearray:
+    if not isinstance(stop, bytearray) or len(stop) != 1:
+        raise TypeError(f"stop must be a bytearray of one byte, got {stop!r}")
+    return stop
+
+
+def _raise_if_stopped(stop: bytearray | None) -> None:
+    if stop is not None and stop[0]:
+        raise InterruptedError("perft was stopped before its count ended")
 
 
 def _board_from_moves(fen: str, moves: list, ply_limit: int) -> Board:

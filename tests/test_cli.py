@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -44,6 +47,56 @@ def test_bad_input_is_one_line_and_exit_2(capsys, args, message):
     assert cli.main(args) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def _signal_once_perft_counts(signum: int) -> threading.Thread:
+    """Sends ``signum`` to this process once the command's count runs in its thread (named 'perft')."""
+    def send() -> None:
+        while not any(thread.name == "perft" and thread.is_alive() for thread in threading.enumerate()):
+            pass
+        os.kill(os.getpid(), signum)
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    return sender
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+@pytest.mark.parametrize("divide", [[], ["--divide"]], ids=["count", "divide"])
+def test_ctrl_c_and_sigterm_stop_a_deep_perft(capsys, signum, divide):
+    # Depth 30 from the start is years of counting without the GIL: before, neither signal reached the command.
+    assert threading.current_thread() is threading.main_thread()  # where Python runs signal handlers
+    sender = _signal_once_perft_counts(signum)
+    assert cli.main(["perft", "startpos", "30", *divide]) == 130
+    sender.join()
+    captured = capsys.readouterr()
+    assert captured.err.strip() == "alphazero perft: interrupted" and captured.out == ""
+    counting = [thread for thread in threading.enumerate() if thread.name == "perft"]
+    for thread in counting:  # it has set its end; it leaves at once, unless it still counts (for years)
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in counting)
+
+
+def test_ctrl_c_while_the_command_line_loads_is_one_line_and_exit_130(capsys, monkeypatch):
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert cli.main(["perft", "startpos", "1"]) == 130
+    assert capsys.readouterr().err.strip() == "alphazero: interrupted"
+
+
+def test_a_stopped_count_is_no_count():
+    from mcts_ext import STARTING_FEN, Board
+
+    board = Board(STARTING_FEN)
+    assert board.perft(3, stop=bytearray(1)) == 8902  # a flag never set changes nothing
+    with pytest.raises(InterruptedError):
+        board.perft(3, stop=bytearray(b"\x01"))
+    with pytest.raises(InterruptedError):
+        board.perft_divide(3, stop=bytearray(b"\x01"))
+    with pytest.raises(TypeError, match="bytearray of one byte"):
+        board.perft(3, stop=bytearray(2))
 
 
 def test_no_command_prints_help_and_fails(capsys):

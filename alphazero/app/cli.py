@@ -15,6 +15,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from alphazero import __version__
 from alphazero.errors import UserError
@@ -27,12 +28,48 @@ def _cmd_perft(args: argparse.Namespace) -> None:
     board = Board(args.fen)
     if args.divide:
         total = 0
-        for uci, nodes in sorted(board.perft_divide(args.depth)):
+        for uci, nodes in sorted(_stoppable(lambda stop: board.perft_divide(args.depth, stop=stop))):
             print(f"{uci}: {nodes}")
             total += nodes
         print(f"\nNodes searched: {total}")
     else:
-        print(board.perft(args.depth))
+        print(_stoppable(lambda stop: board.perft(args.depth, stop=stop)))
+
+
+def _stoppable(count: Callable[[bytearray], object]) -> Any:
+    """Runs ``count(stop)`` (a count without the GIL that ends when ``stop[0]`` is set) in a thread of its own.
+
+    Only the main thread runs Python's signal handlers, and not while it is inside the count: so the count runs
+    beside it, and Ctrl-C or SIGTERM (a KeyboardInterrupt here) sets the flag, waits for the count to end and is
+    raised again. A deep perft is minutes or years; it stops at once either way.
+    """
+    stop = bytearray(1)
+    outcome: list[Any] = []
+    # An event, not Thread.join: on Python 3.11 a join that Ctrl-C interrupts while the thread still runs marks
+    # it ended (threading's _wait_for_tstate_lock, bpo-45274's handler, releases the thread's lock), and the join
+    # after it would return at once.
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome.append(count(stop))
+        except BaseException as error:  # raised in the main thread, where main() reports it
+            outcome.append(error)
+        finally:
+            done.set()
+
+    worker = threading.Thread(target=run, name="perft", daemon=True)
+    try:
+        worker.start()
+        done.wait()
+    except KeyboardInterrupt:
+        stop[0] = 1
+        if worker.is_alive():  # else it never ran, or it runs next and finds the flag set at its first look
+            done.wait()
+        raise
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return outcome[0]
 
 
 def _cmd_bench(args: argparse.Namespace) -> None:
@@ -243,8 +280,12 @@ def _interrupt_on_sigterm() -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:  # Ctrl-C while the subcommands' modules load (numpy's, say): a line, no traceback
+        print("alphazero: interrupted", file=sys.stderr)
+        return 130
     if args.command is None:
         parser.print_help()
         return 2
