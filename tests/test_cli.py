@@ -47,11 +47,15 @@ def test_bad_input_is_one_line_and_exit_2(capsys, args, message):
     assert message in err and "Traceback" not in err
 
 
-# The command in a process of its own, as a user starts it (the suite's workers carry signal handlers that earlier
-# tests' Ray left behind), saying "counting" once its count has begun, so that the signal is sent at that event.
+# The command in a process of its own, as a terminal starts it (the suite's workers carry the SIGTERM handler earlier
+# tests' ray.init left behind, and a suite started in the background ignores SIGINT, which its children inherit),
+# saying "counting" once its count has begun, so that the signal is sent at that event.
 ANNOUNCED_PERFT = """
+import signal
 import sys
 from alphazero.app import cli
+
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 count_beside = cli._stoppable
 
