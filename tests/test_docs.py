@@ -50,16 +50,18 @@ def test_the_shipped_networks_describe_themselves_without_issue_numbers(name: st
     assert described.startswith("the built-in network") and issue_numbers(described) == []
 
 
-def _help_pages(parser: argparse.ArgumentParser, command: str) -> Iterator[tuple[str, str]]:
-    yield command, parser.format_help()
+def _commands(parser: argparse.ArgumentParser, command: str = "alphazero") -> Iterator[
+        tuple[str, argparse.ArgumentParser]]:
+    """Gets ``parser`` and every subcommand's parser below it, each with its command line ('alphazero bench uci')."""
+    yield command, parser
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
-                yield from _help_pages(sub, f"{command} {name}")
+                yield from _commands(sub, f"{command} {name}")
 
 
 def test_every_commands_help_names_no_issue_numbers() -> None:
-    pages = dict(_help_pages(build_parser(), "alphazero"))
+    pages = {command: parser.format_help() for command, parser in _commands(build_parser())}
     assert {"alphazero train", "alphazero doctor", "alphazero uci"} <= set(pages)
     assert {command: issue_numbers(text) for command, text in pages.items() if issue_numbers(text)} == {}
 
@@ -81,11 +83,8 @@ def readme_command_lines() -> Iterator[list[str]]:
 def _strict(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Gets ``parser`` with its subcommands' parsers refusing abbreviated flags (`--minute` for `--minutes`),
     so that a README line is checked as written."""
-    parser.allow_abbrev = False
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                _strict(sub)
+    for _, each in _commands(parser):
+        each.allow_abbrev = False
     return parser
 
 

@@ -15,11 +15,13 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 from alphazero import __version__
 from alphazero.errors import UserError
 from alphazero.out_of_memory import OUT_OF_MEMORY_STATUS, out_of_memory_in, out_of_memory_message
+
+Counted = TypeVar("Counted")
 
 
 def _cmd_perft(args: argparse.Namespace) -> None:
@@ -36,7 +38,7 @@ def _cmd_perft(args: argparse.Namespace) -> None:
         print(_stoppable(lambda stop: board.perft(args.depth, stop=stop)))
 
 
-def _stoppable(count: Callable[[bytearray], object]) -> Any:
+def _stoppable(count: Callable[[bytearray], Counted]) -> Counted:
     """Runs ``count(stop)`` (a count without the GIL that ends when ``stop[0]`` is set) in a thread of its own.
 
     Only the main thread runs Python's signal handlers, and not while it is inside the count: so the count runs
@@ -44,7 +46,7 @@ def _stoppable(count: Callable[[bytearray], object]) -> Any:
     raised again. A deep perft is minutes or years; it stops at once either way.
     """
     stop = bytearray(1)
-    outcome: list[Any] = []
+    outcome: list[Counted | BaseException] = []
     # An event, not Thread.join: on Python 3.11 a join that Ctrl-C interrupts while the thread still runs marks
     # it ended (threading's _wait_for_tstate_lock, bpo-45274's handler, releases the thread's lock), and the join
     # after it would return at once.
@@ -67,9 +69,10 @@ def _stoppable(count: Callable[[bytearray], object]) -> Any:
         if worker.is_alive():  # else it never ran, or it runs next and finds the flag set at its first look
             done.wait()
         raise
-    if isinstance(outcome[0], BaseException):
-        raise outcome[0]
-    return outcome[0]
+    counted = outcome[0]
+    if isinstance(counted, BaseException):
+        raise counted
+    return counted
 
 
 def _cmd_bench(args: argparse.Namespace) -> None:
