@@ -189,6 +189,12 @@ class NetworkConfig(_Section):
         if self.global_pool_channels >= self.filters:
             raise UserError(f"network.global_pool_channels ({self.global_pool_channels}) must be below "
                             f"network.filters ({self.filters}): the pooled channels bias the block's others")
+        if self.global_pool_channels and self.kind == "resnet" and self.blocks < 2:
+            # Pooling sits in every third block from the second: a one-block tower would take the setting and
+            # build no pooling at all.
+            raise UserError(f"network.global_pool_channels = {self.global_pool_channels} pools in every third "
+                            f"residual block from the second; a tower of {self.blocks} block has none: set "
+                            f"network.blocks to 2 or more, or leave it at 0")
         if self.kind == "chessformer" and self.embedding % self.heads:
             raise UserError(f"network.embedding ({self.embedding}) must be a multiple of network.heads "
                             f"({self.heads})")

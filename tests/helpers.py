@@ -153,10 +153,11 @@ TRAIN_FAST = ["search.simulations=8", "search.playout_cap_fraction=0", "search.p
 
 
 def old_tiny() -> Config:
-    """The tiny preset as it was before issue 79's defaults (2026-12-05): no reply head, short-term value
-    target or playout cap, 16 simulations. Its network hashes as every checkpoint of such a run carries."""
+    """The tiny preset as it was before issue 79's defaults (2026-12-05): 2 blocks, no reply head, short-term
+    value target or playout cap, 16 simulations. Its network hashes as every checkpoint of such a run carries."""
     return apply_overrides(get_preset("tiny"), [
-        "network.reply_policy_head=false", "learner.reply_policy_weight=0", "learner.value_target_short_term_weight=0",
+        "network.blocks=2", "network.reply_policy_head=false", "learner.reply_policy_weight=0",
+        "learner.value_target_short_term_weight=0",
         "search.simulations=16", "search.playout_cap_fraction=0", "search.playout_cap_simulations=100"])
 
 

@@ -25,7 +25,7 @@ def test_presets_exist_and_differ_as_documented() -> None:
     assert PRESET_NAMES == ("tiny", "small", "alphazero", "cf-tiny", "cf-6m")
     tiny, small, alphazero = (get_preset(name) for name in ("tiny", "small", "alphazero"))
     assert all(config.network.kind == "resnet" for config in (tiny, small, alphazero))
-    assert (tiny.network.blocks, tiny.network.filters) == (2, 32)
+    assert (tiny.network.blocks, tiny.network.filters) == (1, 32)
     assert (small.network.blocks, small.network.filters) == (6, 64)
     assert (alphazero.network.blocks, alphazero.network.filters) == (20, 256)
     assert tiny.search.simulations < small.search.simulations < alphazero.search.simulations == 800

@@ -144,6 +144,9 @@ def test_bad_settings_are_refused() -> None:
         dataclasses.replace(PLAIN, global_pool_channels=8)
     with pytest.raises(UserError, match=r"network\.global_pool_channels = 4 .*network\.kind = 'chessformer' has none"):
         apply_overrides(get_preset("cf-tiny"), ["network.global_pool_channels=4"])
+    with pytest.raises(UserError, match=r"network\.global_pool_channels = 8 .*a tower of 1 block has none"):
+        apply_overrides(get_preset("tiny"), ["network.global_pool_channels=8"])  # tiny is one block
+    assert apply_overrides(get_preset("tiny"), ["network.blocks=2", "network.global_pool_channels=8"])
 
 
 def test_the_setting_changes_the_architecture_hash_and_none_keeps_the_old_one() -> None:

@@ -138,7 +138,7 @@ def test_a_small_temperature_samples_without_overflow() -> None:
 # --- games ----------------------------------------------------------------------------------------------------
 
 def _fixed_network() -> Evaluator:
-    """tiny's network (2 x 32) with fixed random weights, in float32: the same every call."""
+    """tiny's network (1 x 32) with fixed random weights, in float32: the same every call."""
     torch.manual_seed(93)
     return Evaluator(build_network(get_preset("tiny").network), "cpu", precision="float32")
 

@@ -942,7 +942,7 @@ def test_pretrain_init_trains_a_fresh_action_value_head_alone_on_the_given_weigh
     from alphazero.store.checkpoint import checkpoint_name, load_checkpoint
 
     start = _init_file(tmp_path / "init.pt")
-    run, _ = RunDir.create_or_open(tmp_path / "run", get_preset("tiny"))  # as --data-only leaves it: 2x32
+    run, _ = RunDir.create_or_open(tmp_path / "run", get_preset("tiny"))  # as --data-only leaves it: 1x32
     _write_labelled(run.pretrain)
     args = ["pretrain", "--run", str(run.root), "--init", str(tmp_path / "init.pt"), *HEAD_ONLY, "--steps", "3",
             "--quiet"]

@@ -46,7 +46,7 @@ def test_reopen_keeps_the_saved_config_and_applies_overrides_in_memory(tmp_path:
 
 def test_reopen_with_an_incompatible_config_names_the_fields(tmp_path: Path) -> None:
     RunDir.create_or_open(tmp_path, get_preset("tiny"))
-    with pytest.raises(UserError, match=r"network\.blocks: run has 2, requested 6") as error:
+    with pytest.raises(UserError, match=r"network\.blocks: run has 1, requested 6") as error:
         RunDir.create_or_open(tmp_path, get_preset("small"))
     assert "network.filters" in str(error.value)
     with pytest.raises(UserError, match=r"network\.value_head.*learner\.optimizer"):

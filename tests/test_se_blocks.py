@@ -120,7 +120,7 @@ def test_a_network_with_se_evaluates_real_positions() -> None:
 
 
 def test_the_se_adds_two_small_layers_a_block() -> None:
-    tiny = get_preset("tiny").network  # 2 blocks of 32 channels
+    tiny = dataclasses.replace(get_preset("tiny").network, blocks=2)  # 2 blocks of 32 channels
     plain = AlphaZeroNet(tiny)
     with_se = AlphaZeroNet(dataclasses.replace(tiny, se_ratio=4))  # a hidden layer of 8
     extra = sum(p.numel() for p in with_se.parameters()) - sum(p.numel() for p in plain.parameters())

@@ -176,7 +176,7 @@ class ResidualBlock(nn.Module):
 
 def global_pooling_blocks(blocks: int) -> list[int]:
     """Gets the indices of the tower's blocks that pool (network.global_pool_channels > 0): every third from the
-    second, 1, 4, 7, ..., as KataGo spreads them through its towers (one of tiny's two, two of small's six)."""
+    second, 1, 4, 7, ..., as KataGo spreads them through its towers (one of 2 blocks, two of small's six)."""
     return list(range(1, blocks, 3))
 
 
