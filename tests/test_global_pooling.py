@@ -146,7 +146,8 @@ def test_bad_settings_are_refused() -> None:
         apply_overrides(get_preset("cf-tiny"), ["network.global_pool_channels=4"])
     with pytest.raises(UserError, match=r"network\.global_pool_channels = 8 .*a tower of 1 block has none"):
         apply_overrides(get_preset("tiny"), ["network.global_pool_channels=8"])  # tiny is one block
-    assert apply_overrides(get_preset("tiny"), ["network.blocks=2", "network.global_pool_channels=8"])
+    two_blocks = apply_overrides(get_preset("tiny"), ["network.blocks=2", "network.global_pool_channels=8"])
+    assert global_pooling_blocks(two_blocks.network.blocks) == [1]  # the second block pools
 
 
 def test_the_setting_changes_the_architecture_hash_and_none_keeps_the_old_one() -> None:
