@@ -302,8 +302,11 @@ def test_selfplay_and_learn_on_hosts_started_as_the_docs_say_through_faults(clus
 
     # A worker host dies: every process on it at once. Its actor starts again on the new host's free CPU.
     since, before = time.monotonic(), (scene.games(), scene.step())
-    killed_ns = time.time_ns()
+    # A game the old actor names while the kill takes hold (its host's init must first be scheduled) is neither
+    # before the kill nor the restart's: only shards named before it began and after it ended are compared.
+    kill_began_ns = time.time_ns()
     cluster.network.kill("w1")
+    killed_ns = time.time_ns()  # every process of w1 gone: the actor's later shards are its restarted process's
     prefix = cluster.network.prefix
     on_w1 = rf"lost actor (\d+) on {prefix}-w1 .*?: (\d+) games lost \((\d+) finished"
     _wait_for(lambda: _said("selfplay", logs, on_w1) is not None, "the driver to say what it lost", selfplay, learn)
@@ -317,10 +320,12 @@ def test_selfplay_and_learn_on_hosts_started_as_the_docs_say_through_faults(clus
     # The restart plays the newest weights from its first game (the driver pushes them before its first move):
     # none older than any game finished before the kill played. (Not the learner's newest checkpoint on disk then:
     # the driver may not have been sent it yet.)
-    finished_before = set(scene.shards()) - set(scene.shards(after_ns=killed_ns))
+    finished_before = set(scene.shards()) - set(scene.shards(after_ns=kill_began_ns))
     pushed = max(game["weights_step"] for path in finished_before for game in read_shard(path).games)
-    assert min(game["weights_step"] for path in scene.shards(moved, after_ns=killed_ns)
-               for game in read_shard(path).games) >= pushed
+    restarted = {path.name: [game["weights_step"] for game in read_shard(path).games]
+                 for path in scene.shards(moved, after_ns=killed_ns)}
+    assert min(min(steps) for steps in restarted.values()) >= pushed, \
+        f"newest before the kill: {pushed}; the restart's shards (weights steps): {restarted}"
     scene.figure("worker host killed", since, before, f"{lost.group(2)} games ({lost.group(3)} finished)")
 
     # A worker's link is down for 30 s. Whether Ray declares its node dead in that time or not, its actor plays
