@@ -250,13 +250,22 @@ def test_the_calibration_plays_fits_and_writes_a_table_on_a_tiny_scale(tmp_path:
             "--out", str(out), "--no-progress"]
     assert main(argv) == 0
     printed = capsys.readouterr().out
-    assert "random" in printed and "anchor" in printed and "below 1320" in printed  # lost both to the anchor
     ladder = load_ladder(out)
     assert ladder.specs() == ["random", ANCHOR] and ladder.elo(ANCHOR) == 1320.0
-    assert ladder.rung("random").bound == "below 1320"
     payload = json.loads(out.read_text())
-    assert payload["pairings"] == [{"a": "random", "b": ANCHOR, "wins": 0, "draws": 0, "losses": 2,
-                                    "results": "00"}]
+    [pairing] = payload["pairings"]
+    assert (pairing["a"], pairing["b"]) == ("random", ANCHOR) and len(pairing["results"]) == 2
+    counts = [pairing["results"].count(result) for result in "1=0"]
+    assert [pairing["wins"], pairing["draws"], pairing["losses"]] == counts
+    # Nearly always lost both (Stockfish's skill 0 is seeded by its clock and draws now and then, as in a CI run):
+    # the table then shows the bound, else the fit's number and its interval.
+    random_rung = ladder.rung("random")
+    if counts[2] == 2:
+        assert random_rung.bound == "below 1320" and "below 1320" in printed
+    else:
+        assert random_rung.bound is None and random_rung.elo < 1320.0
+        assert f"{random_rung.elo:.0f}" in printed and f"{random_rung.low:.0f}..{random_rung.high:.0f}" in printed
+    assert "random" in printed and "anchor" in printed
     assert payload["games_per_pairing"] == 2 and payload["ply_limit"] == 512
     # A rerun plays nothing new: the games on disk count.
     assert main(argv) == 0 and len(stored_results(out)[0].results) == 2
