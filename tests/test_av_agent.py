@@ -262,6 +262,9 @@ def _engine_command(weights: Path, *, stand_in: bool = False) -> list[str]:
 def engine(weights: Path) -> Iterator[chess.engine.SimpleEngine]:
     uci = chess.engine.SimpleEngine.popen_uci(_engine_command(weights), cwd=ROOT, env=repo_env(), timeout=60)
     try:
+        # As this process's float32 references (tests/conftest.py): 'auto' takes bf16 where the processor has it
+        # and it times faster, whose values (and now and then moves) differ.
+        uci.configure({"Precision": "float32"})
         yield uci
     finally:
         uci.quit()

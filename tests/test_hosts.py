@@ -313,10 +313,13 @@ def test_selfplay_and_learn_on_hosts_started_as_the_docs_say_through_faults(clus
     lost = _said("selfplay", logs, on_w1)
     assert lost is not None
     moved = int(lost.group(1))
-    _wait_for(lambda: scene.games(moved, after_ns=killed_ns) > 0 and scene.step() > before[1],
-              f"a game of actor {moved}, restarted, and the learner's next steps", selfplay, learn)
-    assert _said("selfplay", logs, rf"actor {moved} .*restarted (it )?on {prefix}-w3 "), \
-        (logs / "selfplay.out").read_text()
+    # The driver says where the actor restarted: in the line of its loss, or once the restart's first play() call
+    # answers (a shard of that call's games may be on disk before it does).
+    restarted_on_w3 = rf"actor {moved} .*restarted (it )?on {prefix}-w3 "
+    _wait_for(lambda: scene.games(moved, after_ns=killed_ns) > 0 and scene.step() > before[1]
+              and _said("selfplay", logs, restarted_on_w3) is not None,
+              f"a game of actor {moved}, restarted on w3 as the driver says, and the learner's next steps",
+              selfplay, learn)
     # The restart plays the newest weights from its first game (the driver pushes them before its first move):
     # none older than any game finished before the kill played. (Not the learner's newest checkpoint on disk then:
     # the driver may not have been sent it yet.)
@@ -336,9 +339,9 @@ def test_selfplay_and_learn_on_hosts_started_as_the_docs_say_through_faults(clus
     time.sleep(LINK_DOWN_S)  # the fault's length, not a wait for an event
     cluster.network.set_link("w2", up=True)
     up_ns = time.time_ns()
-    # The learner stepped on the other hosts' games while the link was down (its pushes to the unreachable
-    # actor wait for nothing).
-    assert scene.step() > before[1], (logs / "learn.out").read_text()[-2000:]
+    # The learner steps on the other hosts' games while the link is down (its pushes to the unreachable actor wait
+    # for nothing): a checkpoint newer than before the fault, whether it came during the outage or just after.
+    _wait_for(lambda: scene.step() > before[1], "the learner's next checkpoint", selfplay, learn)
 
     (stayed,) = {0, 1} - {moved}  # the actor on w2
 
