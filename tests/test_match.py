@@ -511,8 +511,9 @@ def test_a_clocked_match_sends_the_clocks_adds_the_increment_and_records_the_tim
 
 
 def test_running_out_of_time_loses_and_is_a_draw_when_the_opponent_cannot_mate() -> None:
-    slow, fast = ClockedAgent("slow", seconds=0.3), ClockedAgent("fast")
-    result = play_match(slow, fast, games=2, concurrency=1, progress=False, clock=Clock(0.2, 0.0))
+    # The fast side's first move must also come within the clock: a second leaves room for a busy machine.
+    slow, fast = ClockedAgent("slow", seconds=1.5), ClockedAgent("fast")
+    result = play_match(slow, fast, games=2, concurrency=1, progress=False, clock=Clock(1.0, 0.0))
     assert [g.termination for g in result.games] == ["time_forfeit", "time_forfeit"]
     assert result.losses == 2
     # A flag against a lone king is a draw; against mating material, a loss.
