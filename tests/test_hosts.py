@@ -321,8 +321,8 @@ def test_selfplay_and_learn_on_hosts_started_as_the_docs_say_through_faults(clus
               f"a game of actor {moved}, restarted on w3 as the driver says, and the learner's next steps",
               selfplay, learn)
     # The restart plays the newest weights from its first game (the driver pushes them before its first move):
-    # none older than any game finished before the kill played. (Not the learner's newest checkpoint on disk then:
-    # the driver may not have been sent it yet.)
+    # none older than any game finished before the kill played. (The driver pushes the checkpoint LATEST names when
+    # it sees the loss, at least as new as any weights the actors were sent before the kill.)
     finished_before = set(scene.shards()) - set(scene.shards(after_ns=kill_began_ns))
     pushed = max(game["weights_step"] for path in finished_before for game in read_shard(path).games)
     restarted = {path.name: [game["weights_step"] for game in read_shard(path).games]
