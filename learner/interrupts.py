@@ -10,11 +10,11 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import signal
 import threading
 from collections.abc import Iterator
 from types import FrameType
 
+from alphazero.stop_signals import handling_stop_signals
 from learner.reporting import Progress
 
 __all__ = ["stop_on_interrupt"]
@@ -26,11 +26,9 @@ def stop_on_interrupt(stop: threading.Event, interrupted: threading.Event, progr
 
     SIGTERM (systemd, `docker stop`, Kubernetes, `timeout`) stops as Ctrl-C
     does: the step in flight is finished and saved. Only the main thread can
-    handle signals; elsewhere this does nothing.
+    handle signals; elsewhere this does nothing, as it does for a signal the
+    process was started ignoring (alphazero.stop_signals).
     """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
 
     def handle(signum: int, frame: FrameType | None) -> None:
         if interrupted.is_set():
@@ -39,9 +37,5 @@ def stop_on_interrupt(stop: threading.Event, interrupted: threading.Event, progr
         stop.set()
         progress.message("stopping after this step and saving a checkpoint (Ctrl-C again to quit without saving)")
 
-    previous = {signum: signal.signal(signum, handle) for signum in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with handling_stop_signals(handle):
         yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)

@@ -30,7 +30,6 @@ import logging
 import math
 import os
 import re
-import signal
 import sys
 import threading
 import time
@@ -44,6 +43,7 @@ from alphazero.console import LiveDisplay, clock_text, fit_line
 from alphazero.errors import UserError
 from alphazero.out_of_memory import is_out_of_memory
 from alphazero.selfplay_devices import for_gpus
+from alphazero.stop_signals import handling_stop_signals
 from alphazero.store.checkpoint import latest_checkpoint, load_checkpoint
 from alphazero.store.resign import ResignCalibrator
 from alphazero.store.rundir import RunDir, remove_stale_temporaries
@@ -209,24 +209,17 @@ def _stops_remembered() -> Iterator[threading.Event]:
     The play loop raises it again while the event is set: a KeyboardInterrupt raised inside Ray's code while
     the actors started was lost under load, and the command played on for the 90 s a service manager waits
     (its stacks showed it in the play loop; EXPERIMENTS.md, "The suite green on a fresh clone, the tests that
-    saturate the cores alone"). Off the main thread, where no handler can be set, the event stays clear.
+    saturate the cores alone"). Off the main thread, where no handler can be set, the event stays clear, as it does
+    for a signal the process was started ignoring (alphazero.stop_signals).
     """
     signalled = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        yield signalled
-        return
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
         signalled.set()
         raise KeyboardInterrupt
 
-    previous = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with handling_stop_signals(interrupt):
         yield signalled
-    finally:
-        for signum, handler in previous.items():
-            if handler is not None:  # None: set outside Python; nothing of ours to put back
-                signal.signal(signum, handler)
 
 
 def _fit_actors(fleet: SelfPlayFleet, games: int | None, grows: bool) -> None:

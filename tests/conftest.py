@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -61,6 +62,19 @@ def float32_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     import alphazero.nn.precision as precision
 
     monkeypatch.setattr(precision, "native_bf16", lambda: None)
+
+
+@pytest.fixture
+def ctrl_c_heard() -> Iterator[None]:
+    """Ctrl-C's SIGINT handled in this process while the test runs, as a terminal's foreground command has it.
+
+    A suite started in the background ignores SIGINT, and so would the commands it starts (a child keeps an
+    ignored signal): the commands then keep ignoring it, as they should (alphazero.stop_signals), and a test
+    that sends it would wait in vain. A handled signal is reset to its default in a child.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture(scope="module")

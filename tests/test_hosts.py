@@ -260,7 +260,8 @@ def _join(cluster: Cluster, worker: Host, token: str, cpus: int) -> None:
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("saturates_the_cores")  # alone on the machine (tests/conftest.py)
-def test_selfplay_and_learn_on_hosts_started_as_the_docs_say_through_faults(cluster: Cluster) -> None:
+def test_selfplay_and_learn_on_hosts_started_as_the_docs_say_through_faults(cluster: Cluster,
+                                                                        ctrl_c_heard: None) -> None:
     head, (w1, w2) = cluster.head, cluster.workers
     run = "/tmp/runs/x"  # on the head: no worker sees it
     scene = Scenario(cluster, run)

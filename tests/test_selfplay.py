@@ -155,7 +155,7 @@ def test_a_killed_actor_costs_no_partial_shard(local_ray, tmp_path, monkeypatch)
 
 
 def test_a_ctrl_c_whose_interrupt_is_swallowed_on_the_way_still_stops_selfplay(local_ray, tmp_path, monkeypatch,
-                                                                              capsys):
+                                                                              capsys, ctrl_c_heard):
     # Under load, Ctrl-C's KeyboardInterrupt raised inside Ray's code while the actors started was lost, and the
     # command played on (its stacks: the play loop, 90 s after the signal). The driver remembers the signal and
     # stops at its next look, as on Ctrl-C.

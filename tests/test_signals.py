@@ -113,7 +113,8 @@ def test_selfplay_stops_on_sigterm_as_on_ctrl_c(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("saturates_the_cores")  # alone on the machine (tests/conftest.py)
-def test_more_actors_than_fit_start_as_many_as_fit_and_ctrl_c_stops_them_while_they_start(tmp_path: Path) -> None:
+def test_more_actors_than_fit_start_as_many_as_fit_and_ctrl_c_stops_them_while_they_start(tmp_path: Path,
+                                                                                       ctrl_c_heard: None) -> None:
     # Issue 50: 256 actors asked on a 2-CPU machine started Python processes until memory ran out, and Ctrl-C
     # waited for every one of them. Now the command says what fits before it starts them, starts that many,
     # and a signal while they start stops it.
@@ -246,6 +247,66 @@ def test_learn_stops_within_dockers_grace_with_its_last_step_saved(tmp_path: Pat
     last_step = int(stopped[1].replace(",", ""))
     assert max(step_of(path) for path in (run / "checkpoints").glob("step_*.pt")) == last_step, said
     assert f"the stop cuts the final validation at step {stopped[1]}" in said
+    assert not [dump for dump in DUMPS if dump in err], err
+
+
+def test_a_signal_the_process_ignores_stays_ignored_and_the_others_are_handled_then_put_back() -> None:
+    from alphazero.stop_signals import handling_stop_signals
+
+    def handler(signum: int, frame: object) -> None:
+        raise AssertionError("not sent")
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a shell starts a script's background job
+    term_before = signal.getsignal(signal.SIGTERM)
+    try:
+        with handling_stop_signals(handler) as handled:
+            assert handled == (signal.SIGTERM,)
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) is handler
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) is term_before
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored in this process, so that a command started meanwhile starts with it ignored, as a shell
+    starts a script's background job (`alphazero learn ... &`: Ctrl-C is for the script's foreground command)."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.slow
+def test_learn_started_as_a_background_job_plays_on_through_ctrl_c_and_stops_on_sigterm(tmp_path: Path) -> None:
+    from alphazero.presets import get_preset
+    from alphazero.store.rundir import RunDir
+    from tests.helpers import add_games
+
+    run = tmp_path / "run"
+    rundir, _ = RunDir.create_or_open(run, get_preset("tiny"), TRAIN_FAST)
+    for first_game in range(0, 40, 8):
+        add_games(rundir.selfplay, first_game, 8)
+
+    def last_step() -> int:
+        return max((step_of(path) for path in (run / "checkpoints").glob("step_*.pt")), default=0)
+
+    with _sigint_ignored():
+        process = _start("learn", "--run", str(run), "--threads", "1")
+    _wait_for(lambda: last_step() > 0, process, "a checkpoint after a learner step")
+    process.send_signal(signal.SIGINT)
+    stepped_at_ctrl_c = last_step()
+    # Had it heard Ctrl-C, its last checkpoint would be the step in flight, a few steps on (TRAIN_FAST checkpoints
+    # every 5): two checkpoints on, it learns on.
+    _wait_for(lambda: last_step() >= stepped_at_ctrl_c + 10, process, "two checkpoints after Ctrl-C")
+    assert process.poll() is None
+    out, err = _stop(process, signal.SIGTERM)
+    said = out + err
+    assert process.returncode == 130, said  # stopped by a signal, its step saved
+    assert said.count("stopping after this step") == 1, said  # SIGTERM's, not Ctrl-C's
     assert not [dump for dump in DUMPS if dump in err], err
 
 

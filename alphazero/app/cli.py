@@ -20,6 +20,7 @@ from typing import TypeVar
 from alphazero import __version__
 from alphazero.errors import UserError
 from alphazero.out_of_memory import OUT_OF_MEMORY_STATUS, out_of_memory_in, out_of_memory_message
+from alphazero.stop_signals import handling_stop_signals
 
 Counted = TypeVar("Counted")
 
@@ -272,14 +273,8 @@ def _interrupt_on_sigterm() -> Iterator[None]:
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    if threading.current_thread() is not threading.main_thread():
+    with handling_stop_signals(interrupt, (signal.SIGTERM,)):
         yield
-        return
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
