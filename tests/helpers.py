@@ -12,8 +12,8 @@ import io
 import os
 import signal
 import subprocess
+import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from alphazero.nn.network import build_network
 from alphazero.nn.planes import COMPACT_PLANES, NUM_SCALARS, compact_to_torch
 from alphazero.presets import get_preset
 from alphazero.store.rundir import RunDir
-from alphazero.store.shards import Shard, list_shards, read_shard, shard_from_records, shard_name, write_shard
+from alphazero.store.shards import Shard, read_shard, shard_from_records, shard_name, write_shard
 from learner.game_targets import GameTargets
 from learner.replay import Batch
 from learner.replay_store import Block, Store
@@ -72,24 +72,40 @@ def python_stacks(pid: int) -> str:
     return dump.stdout if dump.returncode == 0 else f"(no stacks of process {pid}: {dump.stderr.strip()})"
 
 
-def kill_once_shards_exist(command: list[str], folder: Path, *, bound_s: float = 300.0) -> None:
-    """Starts ``command`` (from the repository root) and SIGKILLs it as soon as ``folder`` holds a shard.
+# The command in a process of its own that SIGKILLs itself as the first shard lands in a folder: the kill comes
+# at that event however busy the machine is (a test that polled for the shard could be starved until the command
+# had finished the folder, or the whole run).
+_KILLED_AT_FIRST_SHARD = """
+import os
+import signal
+import sys
+from pathlib import Path
 
-    The bound only stops a hang: the kill follows the shard's appearance, whenever that is.
+import alphazero.store.shards as shards
+
+folder = Path(sys.argv[1]).resolve()
+write = shards.write_shard
+
+def write_then_die(path, shard):
+    write(path, shard)
+    if Path(path).resolve().parent == folder:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+shards.write_shard = write_then_die  # before the commands' modules import it
+from alphazero.app import cli
+sys.exit(cli.main(sys.argv[2:]))
+"""
+
+
+def kill_at_first_shard(args: list[str], folder: Path, *, bound_s: float = 300.0) -> None:
+    """Runs ``alphazero ARGS`` in a process of its own, SIGKILLed as soon as its first shard in ``folder`` is
+    written (renamed into place): a kill mid-run, with the command's other work in flight.
+
+    The bound only stops a hang. Fails if the command ends otherwise.
     """
-    process = subprocess.Popen(command, cwd=ROOT, env=repo_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + bound_s
-        while not list_shards(folder):
-            assert process.poll() is None, process.stderr.read().decode() if process.stderr else ""
-            assert time.monotonic() < deadline, f"no shard was written in {folder}"
-            time.sleep(0.01)  # polling for the file
-        process.send_signal(signal.SIGKILL)
-        process.wait()
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+    process = subprocess.run([sys.executable, "-c", _KILLED_AT_FIRST_SHARD, str(folder), *args], cwd=ROOT,
+                             env=repo_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=bound_s)
+    assert process.returncode == -signal.SIGKILL, process.stderr.decode()
 
 
 def stockfish_or_skip(find: Callable[[], str | None] = find_stockfish) -> str:

@@ -66,7 +66,7 @@ from learner.position_files import file_positions as _file_positions
 from learner.replay import ReplayWindow, is_validation_game
 from learner.trainer import Trainer
 from mcts_ext import Board
-from tests.helpers import kill_once_shards_exist, old_tiny, stockfish_or_skip
+from tests.helpers import kill_at_first_shard, old_tiny, stockfish_or_skip
 from tests.reference_encoder import reference_compact
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -865,13 +865,13 @@ def test_a_killed_labeller_loses_no_written_shard_and_a_restart_completes(tmp_pa
     stockfish_or_skip()
     run = tmp_path / "run"
     chunks, size = 40, 8
-    command = [sys.executable, "-m", "alphazero", "pretrain", "--run", str(run), "--stockfish", "60",
+    command = ["pretrain", "--run", str(run), "--stockfish", "60",
                "--positions", str(chunks * size), "--set", f"pretrain.shard_positions={size}", "--workers", "1",
                "--data-only", "--quiet"]
-    kill_once_shards_exist(command, run / "pretrain", bound_s=120)
+    kill_at_first_shard(command, run / "pretrain", bound_s=120)
     before = {path.name: path.read_bytes() for path in list_shards(run / "pretrain")}
     assert 1 <= len(before) < chunks  # killed after the first shard, with most chunks still to label
-    assert cli.main(command[3:]) == 0
+    assert cli.main(command) == 0
     after = list_shards(run / "pretrain")
     assert all(before[name] == (run / "pretrain" / name).read_bytes() for name in before)  # kept as written
     metas = [read_shard_meta(path) for path in after]

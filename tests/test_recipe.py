@@ -12,7 +12,6 @@ import random
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import chess
@@ -27,7 +26,7 @@ from alphazero.store.shards import list_shards, read_shard, read_shard_meta
 from alphazero.store.sources import read_weights
 from learner.recipe import MIX_DIR, load_recipe, read_recipe
 from learner.recipe_run import STATE_NAME, filter_puzzles
-from tests.helpers import ROOT, kill_once_shards_exist, stockfish_or_skip
+from tests.helpers import ROOT, kill_at_first_shard, stockfish_or_skip
 
 GAMES = ROOT / "tests" / "data" / "pretrain_games.pgn"
 POSITIONS = ROOT / "tests" / "data" / "pretrain_positions.epd"
@@ -264,15 +263,15 @@ def test_a_killed_recipe_resumes_without_repeating_or_losing_a_shard(tmp_path: P
     common = ["pretrain", "--recipe", str(recipe), "--data", str(data), "--workers", "1", "--data-only", "--quiet"]
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     assert cli.main([*common, "--run", str(whole)]) == 0  # the uninterrupted run
-    command = [sys.executable, "-m", "alphazero", *common, "--run", str(killed)]
-    kill_once_shards_exist(command, killed / "sources" / "games")  # while converting the games
+    command = [*common, "--run", str(killed)]
+    kill_at_first_shard(command, killed / "sources" / "games")  # while converting the games
     assert not _state(killed, "games")["done"] and not (killed / "sources" / "sf").exists()
     kept = {path.name: path.read_bytes() for path in list_shards(killed / "sources" / "games")}
     capsys.readouterr()
     assert cli.main([*common, "--run", str(killed), "--dry-run"]) == 0  # the plan says how far each source is
     states = [line.rsplit("; ", 1)[1] for line in capsys.readouterr().out.splitlines() if line.startswith("source ")]
     assert states == [f"started: {len(kept):,} shards so far", "not started"]
-    kill_once_shards_exist(command, killed / "sources" / "sf")  # while labelling
+    kill_at_first_shard(command, killed / "sources" / "sf")  # while labelling
     assert _state(killed, "games")["done"] and not _state(killed, "sf")["done"]
     assert all((killed / "sources" / "games" / name).read_bytes() == data for name, data in kept.items())
     assert cli.main([*common, "--run", str(killed)]) == 0
