@@ -74,7 +74,8 @@ def ctrl_c_heard() -> Iterator[None]:
     """
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
-    signal.signal(signal.SIGINT, previous)
+    if previous is not None:  # None: set outside Python; nothing to put back
+        signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture(scope="module")
