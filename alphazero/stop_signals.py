@@ -4,8 +4,7 @@ Ctrl-C sends SIGINT; a service manager, `docker stop` or `timeout` SIGTERM.
 A process started with one of them ignored keeps it ignored, as Python itself
 does for SIGINT: a shell starts a script's background job (`alphazero train
 ... &`) with SIGINT ignored, so that Ctrl-C stops the script's foreground
-command and not the job, and `nohup`-like wrappers ignore what they should
-not pass on.
+command and not the job.
 
 Example::
 
