@@ -8,7 +8,6 @@ import random
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -468,20 +467,41 @@ def test_no_games_is_refused_and_an_odd_number_is_said(tmp_path: Path, capsys: p
 # --- on a clock ------------------------------------------------------------------------------
 
 
+class Stopwatch:
+    """Stands in for eval.match's `time` module: its time moves only as a ClockedAgent thinks, so that the
+    clocks' arithmetic is checked exactly, whatever else the machine is doing."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def stopwatch(monkeypatch: pytest.MonkeyPatch) -> Stopwatch:
+    import eval.match as match_module
+
+    watch = Stopwatch()
+    monkeypatch.setattr(match_module, "time", watch)
+    return watch
+
+
 class ClockedAgent(ScriptedAgent):
-    """A ScriptedAgent that plays on a clock, taking `seconds` a move; keeps the clocks it was given."""
+    """A ScriptedAgent that plays on a clock, taking `seconds` of the stopwatch's time a move; keeps the clocks it
+    was given."""
 
     plays_on_clock = True
 
-    def __init__(self, name: str, seconds: float = 0.0, seed: int = 0) -> None:
+    def __init__(self, name: str, stopwatch: Stopwatch | None = None, seconds: float = 0.0, seed: int = 0) -> None:
         super().__init__(name, None, None, seed)
-        self.seconds = seconds
+        self.stopwatch, self.seconds = stopwatch, seconds
         self.limits: list[chess.engine.Limit] = []
 
     def choose_on_clock(self, board: chess.Board, clock: chess.engine.Limit) -> Choice:
         self.limits.append(clock)
-        if self.seconds:
-            time.sleep(self.seconds)
+        if self.stopwatch is not None:
+            self.stopwatch.now += self.seconds
         return self.choose([board])[0]
 
 
@@ -492,27 +512,33 @@ def test_clock_parse() -> None:
             Clock.parse(bad)
 
 
-def test_a_clocked_match_sends_the_clocks_adds_the_increment_and_records_the_times(tmp_path: Path) -> None:
-    a, b = ClockedAgent("a"), ClockedAgent("b", seed=1)
+def test_a_clocked_match_sends_the_clocks_adds_the_increment_and_records_the_times(
+        tmp_path: Path, stopwatch: Stopwatch) -> None:
+    a, b = ClockedAgent("a", stopwatch, seconds=0.125), ClockedAgent("b", stopwatch, seconds=0.25, seed=1)
     result = play_match(a, b, games=2, concurrency=1, ply_limit=30, out_dir=tmp_path, progress=False,
                         clock=Clock(60.0, 0.5))
     assert len(result.games) == 2 and all(g.time_control == "60+0.5" for g in result.games)
     first = a.limits[0]
     assert first.white_clock == first.black_clock == 60.0 and first.white_inc == first.black_inc == 0.5
-    # Each side gains the increment after its move and loses the (tiny) time it took.
-    assert a.limits[1].white_clock is not None and 60.0 < a.limits[1].white_clock <= 60.5
+    # Each side loses the time it took and gains the increment after its move: a plays white in the first game.
+    assert a.limits[1].white_clock == 60.0 - 0.125 + 0.5 and a.limits[1].black_clock == 60.0 - 0.25 + 0.5
     record = json.loads(result.jsonl_path.read_text().splitlines()[0]) if result.jsonl_path else {}
     opening = record["opening_plies"]
     assert record["seconds"][:opening] == [None] * opening and len(record["seconds"]) == record["plies"]
-    assert all(0.0 <= s < 1.0 for s in record["seconds"][opening:])
-    assert all(60.0 < c <= 60.5 * 30 for c in record["clocks"][opening:])
+
+    def spent(ply: int) -> float:  # a makes the first timed move
+        return 0.125 if (ply - opening) % 2 == 0 else 0.25
+
+    timed = range(opening, record["plies"])
+    assert record["seconds"][opening:] == [spent(ply) for ply in timed]
+    # After its k-th timed move (from 0) the mover's clock holds 60 + (k + 1) * (increment - time a move).
+    assert record["clocks"][opening:] == [60.0 + ((ply - opening) // 2 + 1) * (0.5 - spent(ply)) for ply in timed]
     assert result.pgn_path is not None and "[%clk 0:01:00" in result.pgn_path.read_text()
     assert '[TimeControl "60+0.5"]' in result.pgn_path.read_text()
 
 
-def test_running_out_of_time_loses_and_is_a_draw_when_the_opponent_cannot_mate() -> None:
-    # The fast side's first move must also come within the clock: a second leaves room for a busy machine.
-    slow, fast = ClockedAgent("slow", seconds=1.5), ClockedAgent("fast")
+def test_running_out_of_time_loses_and_is_a_draw_when_the_opponent_cannot_mate(stopwatch: Stopwatch) -> None:
+    slow, fast = ClockedAgent("slow", stopwatch, seconds=1.5), ClockedAgent("fast", stopwatch, seconds=0.5)
     result = play_match(slow, fast, games=2, concurrency=1, progress=False, clock=Clock(1.0, 0.0))
     assert [g.termination for g in result.games] == ["time_forfeit", "time_forfeit"]
     assert result.losses == 2
@@ -522,7 +548,7 @@ def test_running_out_of_time_loses_and_is_a_draw_when_the_opponent_cannot_mate()
             ("4k3/8/8/8/8/8/8/3QK3 b - - 0 1", "1-0", "time_forfeit")):
         game = _Game(1, load_openings()[0], True, chess.Board(fen))
         game.clock = {chess.WHITE: 0.1, chess.BLACK: 0.1}
-        game.play_on_clock(ClockedAgent("slow", seconds=0.3), Clock(0.1), _Rules(None, None, 3))
+        game.play_on_clock(ClockedAgent("slow", stopwatch, seconds=0.3), Clock(0.1), _Rules(None, None, 3))
         assert (game.result, game.termination) == (result_, termination)
 
 

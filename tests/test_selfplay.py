@@ -95,16 +95,22 @@ def test_new_checkpoint_is_picked_up_mid_run(local_ray, tmp_path):
     from selfplay.driver import run_selfplay
 
     run, config = fast_run(tmp_path / "run")
-    written = []
+    written, stop = [], threading.Event()
+
+    def steps_on_disk():
+        return [game["weights_step"] for path in list_shards(run.selfplay) for game in read_shard(path).games]
 
     def publish(totals):
         if totals.games >= 2 and not written:
             model = AlphaZeroNet(config.network)
             save_checkpoint(run, model, torch.optim.SGD(model.parameters(), lr=0.1), 77, config)
             written.append(totals.games)
+        elif written and 77 in steps_on_disk():
+            stop.set()  # the event this test waits for, however fast the machine plays
 
-    run_selfplay(run, config, actors=1, games=10, progress=False, chunk_seconds=0.5, on_update=publish)
-    steps = [game["weights_step"] for path in list_shards(run.selfplay) for game in read_shard(path).games]
+    # The game bound only stops a run whose actor never picks the checkpoint up.
+    run_selfplay(run, config, actors=1, games=200, progress=False, chunk_seconds=0.5, on_update=publish, stop=stop)
+    steps = steps_on_disk()
     assert written and -1 in steps and 77 in steps
     assert steps.index(77) > steps.index(-1)  # the newer weights came later
 

@@ -15,6 +15,11 @@ from tests.helpers import TRAIN_FAST
 
 pytest.importorskip("ray")
 
+CAP_MINUTES = 15
+"""The tests' runs end at their learner.training_steps: the minutes are only a bound against a hang, generous so
+that a slow or busy machine never meets it (a run that did would end short of its steps and fail)."""
+
+
 def train(run_path, minutes: float, *more: str) -> int:
     overrides = [item for override in [*TRAIN_FAST, *more] for item in ("--set", override)]
     return cli.main(["train", "--run", str(run_path), "--minutes", str(minutes), "--actors", "1", "--quiet",
@@ -24,8 +29,7 @@ def train(run_path, minutes: float, *more: str) -> int:
 @pytest.mark.slow
 def test_train_writes_games_checkpoints_and_curves_then_resumes(tmp_path, capsys):
     run = RunDir(tmp_path / "run")
-    # Ends when the learner reaches its training_steps (the minutes are a cap the test does not reach).
-    assert train(run.root, 3, "learner.training_steps=12") == 0
+    assert train(run.root, CAP_MINUTES, "learner.training_steps=12") == 0
     out = capsys.readouterr().out
     assert "train: training is finished: step 12 reached learner.training_steps" in out
     assert "train: no checkpoint yet: the learner starts at step 0" in out and "learner at step" in out
@@ -50,7 +54,8 @@ def test_train_writes_games_checkpoints_and_curves_then_resumes(tmp_path, capsys
     assert (run.root / "resign.json").is_file()  # the threshold in force, for the actors and a restart
 
     shards_before = set(list_shards(run.selfplay))
-    assert train(run.root, 3, "learner.training_steps=15") == 0  # a rerun resumes: nothing is lost, the step goes on
+    # A rerun resumes: nothing is lost, the step goes on.
+    assert train(run.root, CAP_MINUTES, "learner.training_steps=15") == 0
     # Said without a terminal too (capsys is none), as `alphazero learn` says it.
     assert f"train: learner resumed from {first} (step {step_of(first):,})" in capsys.readouterr().out
     assert shards_before <= set(list_shards(run.selfplay))
@@ -74,8 +79,8 @@ def test_at_learning_rate_zero_self_play_and_learning_leave_every_parameter_bit_
     overrides = [item for override in [*TRAIN_FAST, "learner.learning_rates=0,0,0,0", "learner.training_steps=10"]
                  for item in ("--set", override)]
     run = RunDir(tmp_path / "run")
-    assert cli.main(["train", "--run", str(run.root), "--init", str(tmp_path / "start.pt"), "--minutes", "3",
-                     "--actors", "1", "--quiet", *overrides]) == 0
+    assert cli.main(["train", "--run", str(run.root), "--init", str(tmp_path / "start.pt"),
+                     "--minutes", str(CAP_MINUTES), "--actors", "1", "--quiet", *overrides]) == 0
     assert run.read_config().learner.freeze_batch_norm
     final = latest_checkpoint(run)
     assert final is not None and step_of(final) == 10 and list_shards(run.selfplay)
@@ -102,8 +107,8 @@ def test_a_run_from_weights_without_the_head_learns_one_from_its_own_games(tmp_p
     overrides = [item for override in [*TRAIN_FAST, "network.action_value_head=logit", "learner.training_steps=8"]
                  for item in ("--set", override)]
     run = RunDir(tmp_path / "run")
-    assert cli.main(["train", "--run", str(run.root), "--init", str(tmp_path / "start.pt"), "--minutes", "3",
-                     "--actors", "1", "--quiet", *overrides]) == 0
+    assert cli.main(["train", "--run", str(run.root), "--init", str(tmp_path / "start.pt"),
+                     "--minutes", str(CAP_MINUTES), "--actors", "1", "--quiet", *overrides]) == 0
     assert "train: the action-value head learns the search's value of every move self-play visits" in \
         capsys.readouterr().out
     shards = list_shards(run.selfplay)

@@ -100,13 +100,16 @@ def test_the_bot_plays_a_game_on_a_clock(bot: chess.engine.SimpleEngine) -> None
         board.push(result.move)
 
 
-def test_move_overhead_is_kept_back(bot: chess.engine.SimpleEngine) -> None:
-    bot.configure({"Move Overhead": 900})
+def test_move_overhead_is_kept_back(bot: chess.engine.SimpleEngine, tmp_path: Path) -> None:
+    # The engine's Debug Log File says the budget it planned: the overhead's effect without timing the search.
+    log = tmp_path / "engine.log"
+    bot.configure({"Move Overhead": 900, "Debug Log File": str(log)})
     try:
-        info = bot.analyse(chess.Board(), chess.engine.Limit(time=1.0))
+        bot.analyse(chess.Board(), chess.engine.Limit(time=1.0))
     finally:
-        bot.configure({"Move Overhead": 100})
-    assert info["time"] < 0.7  # a movetime of 1000 ms less 900 kept back (without: about 1.0)
+        bot.configure({"Move Overhead": 100, "Debug Log File": "<empty>"})
+    budgets = [line.split("budget ")[1] for line in log.read_text().splitlines() if "search starts" in line]
+    assert budgets == ["100 ms"]  # a movetime of 1000 ms less 900 kept back
 
 
 def test_a_won_ending_is_converted_by_moves_that_keep_the_win(bot: chess.engine.SimpleEngine) -> None:
