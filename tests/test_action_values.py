@@ -201,6 +201,8 @@ def test_the_head_gives_every_move_a_win_probability_and_the_legal_path_the_same
 
     evaluator = Evaluator(model, "cpu", precision="float32")
     assert evaluator.has_action_values
+    with torch.no_grad():  # again, in the layout the evaluator put the model in (channels_last: sums in another order)
+        out = model(*compact_to_torch(planes, scalars, "cpu"))
     full = evaluator.evaluate_action_values(planes, scalars)
     np.testing.assert_allclose(full, out.action_values.numpy(), atol=1e-6)
     indices, counts = _legal(6)

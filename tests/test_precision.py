@@ -190,9 +190,8 @@ def test_the_evaluator_follows_the_probe(monkeypatch: pytest.MonkeyPatch, native
     evaluator = Evaluator(_model(), CPU, precision="auto")
     assert evaluator.autocast is (native is not None)
     assert evaluator.describe_pass() == ("eager, bf16" if native else "eager, float32")
-    # channels_last only where it runs bf16
-    stem = evaluator.model.stem[0].weight
-    assert stem.is_contiguous(memory_format=torch.channels_last) is (native is not None)
+    # channels_last either way: float32 passes on a CPU run faster in it too
+    assert evaluator.model.stem[0].weight.is_contiguous(memory_format=torch.channels_last)
 
 
 def test_a_bf16_pass_on_the_cpu_agrees_with_float32_within_the_tolerances() -> None:

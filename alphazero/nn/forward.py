@@ -87,8 +87,10 @@ class Evaluator:
     """Runs a model for search: numpy in, float32 numpy out, no gradients.
 
     The model itself is moved to ``device`` (default: where its weights are),
-    put in eval mode and into channels_last memory format where it runs on
-    CUDA or under autocast; ``precision`` ('auto', 'bf16', 'float16', 'float32':
+    put in eval mode and into channels_last memory format (on a CPU in float32
+    too, where it runs 1.2x the default layout's passes: EXPERIMENTS.md,
+    "channels_last for the network's passes on the CPU in float32");
+    ``precision`` ('auto', 'bf16', 'float16', 'float32':
     alphazero.nn.precision) says whether it runs under autocast and to which
     type: on CUDA 'auto' is bf16 where the GPU has native bf16 (compute
     capability 8.0 and up), else float16 where it has float16 tensor cores,
@@ -163,8 +165,7 @@ class Evaluator:
             float16=True, keep=keep)
         self.autocast = self.precision_choice.autocast
         self.autocast_dtype = self.precision_choice.dtype or torch.bfloat16
-        if self.use_cuda or self.autocast:
-            self.model = channels_last(self.model)
+        self.model = channels_last(self.model)
         self.name = name
         self._search = features_only(self.model)
         self._head: ActionValueHead | None = action_value_head(self.model)
@@ -573,7 +574,7 @@ class Evaluator:
 
     def _folded(self) -> torch.nn.Module:
         folded = fold_batch_norm(self.model)
-        return features_only(channels_last(folded) if self.autocast else folded)
+        return features_only(channels_last(folded))
 
     def set_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Replaces the model's weights in place (no rebuild, no recompile, captured graphs stay valid); the

@@ -271,22 +271,20 @@ def pass_autocast(device: torch.device, dtype: torch.dtype = torch.bfloat16) -> 
 
 
 def channels_last(model: torch.nn.Module) -> torch.nn.Module:
-    """Puts ``model`` in channels_last memory format (in place), as a pass on CUDA or under autocast runs it."""
+    """Puts ``model`` in channels_last memory format (in place), as the evaluator's passes run it."""
     return model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # (stubs)
 
 
 def time_forward(model: torch.nn.Module, device: torch.device, bf16: bool, rows: int = TIMING_ROWS, *,
                  folded: bool = False) -> float:
     """Times eval-mode passes of a copy of ``model`` on ``rows`` random positions (seconds_per_call): seconds per
-    pass, in bf16 autocast and channels_last (True) or float32 as it is (False); ``folded``: each conv-BN pair
+    pass, in channels_last, in bf16 autocast (True) or float32 (False); ``folded``: each conv-BN pair
     folded into one convolution first, as the UCI engine runs it (alphazero.nn.network.fold_batch_norm)."""
     from alphazero.nn.network import fold_batch_norm
 
     planes, scalars = random_positions(rows, device)
     copied = fold_batch_norm(model) if folded else copy.deepcopy(model)
-    candidate = features_only(copied.eval())
-    if bf16:
-        candidate = channels_last(candidate)
+    candidate = channels_last(features_only(copied.eval()))
     context = pass_autocast(device) if bf16 else contextlib.nullcontext()
     with torch.inference_mode(), context:
         return seconds_per_call(lambda: candidate(planes, scalars))
