@@ -88,7 +88,7 @@ class Evaluator:
 
     The model itself is moved to ``device`` (default: where its weights are),
     put in eval mode and into channels_last memory format (on a CPU in float32
-    too, where it runs 1.2x the default layout's passes: EXPERIMENTS.md,
+    too, where its passes beat the default layout's: EXPERIMENTS.md,
     "channels_last for the network's passes on the CPU in float32");
     ``precision`` ('auto', 'bf16', 'float16', 'float32':
     alphazero.nn.precision) says whether it runs under autocast and to which
