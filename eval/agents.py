@@ -272,6 +272,7 @@ _UCI_FLAGS = {
     "device": "auto, cpu, cuda or cuda:N (default: the match's --device)",
 }
 _UCI_LIMITS = {"movetime": "milliseconds a move (go movetime)", "nodes": "simulations a move (go nodes)"}
+_UCI_PROCESSES = {"processes": "engines searching games (or puzzles, positions) in parallel, default 1"}
 UCI_AGENT_OPTIONS = {
     "leaves": "LeavesPerBatch",
     "threads": "Threads",
@@ -316,7 +317,8 @@ def _make_uci(options: dict[str, str], context: Mapping[str, Any]) -> Agent:
             raise UserError(f"{key} must be at least 1, got {limit_value}")
     limit = chess.engine.Limit(time=None if movetime is None else movetime / 1000.0, nodes=nodes)
     shown = ",".join(f"{key}={value}" for key, value in options.items())
-    return UciAgent(flags=flags, options=uci_options, limit=limit, name="uci" + (f":{shown}" if shown else ""))
+    return UciAgent(flags=flags, options=uci_options, limit=limit, name="uci" + (f":{shown}" if shown else ""),
+                    processes=int_option(options, "processes", 1) or 0)  # 0 (never None) fails UciAgent's check
 
 
 def _builtin_kinds() -> dict[str, PlayerKind]:
@@ -326,7 +328,7 @@ def _builtin_kinds() -> dict[str, PlayerKind]:
             _make_uci,
             help="this project's UCI engine (alphazero uci) in a subprocess, through python-chess as a GUI drives "
                  "it; default: the engine's Nodes a move, or the match's --clock",
-            options={**_UCI_FLAGS, **_UCI_LIMITS,
+            options={**_UCI_FLAGS, **_UCI_LIMITS, **_UCI_PROCESSES,
                      **{key: f"the engine's {name} option" for key, name in UCI_AGENT_OPTIONS.items()}}),
         "random": player_kind(_make_random, help="uniformly random legal moves", options={"seed": "random seed"}),
         "stockfish": player_kind(

@@ -5,7 +5,8 @@ StockfishAgent plays Stockfish at full strength or weakened (UCI_Elo or a
 skill level); FairyStockfishAgent plays Fairy-Stockfish, whose skill levels
 go below Stockfish's (down to -20), for the ladder's weakest rungs; UciAgent
 plays `alphazero uci` as a GUI drives it. All can play on a game's clock
-(Agent.choose_on_clock).
+(Agent.choose_on_clock), and all can run several engine processes that
+search the boards of one `choose` in parallel.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ import asyncio
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import chess
 import chess.engine
@@ -27,11 +28,66 @@ from alphazero.errors import UserError
 from eval.agent import Agent, Choice
 from eval.scores import score_to_value
 
+_T = TypeVar("_T")
+
 FULL_STRENGTH_NODES = 100_000
 """Stockfish's default limit at full strength: about 0.1 s a move on one core."""
 
 FALLBACK_MOVETIME_MS = 1000
 """Stockfish's default limit in Elo mode for versions whose Elo formula we do not know."""
+
+
+# --- engines in subprocesses ------------------------------------------------------
+
+
+class _EngineProcesses(Agent):
+    """An agent of UCI engines in subprocesses: the boards of one `choose` spread over them, one thread each.
+
+    Engine k searches boards k, k + n, k + 2n, ... one after another, so
+    that each engine process is driven by one thread at a time.
+    """
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self._engines: list[chess.engine.SimpleEngine] = []
+        self._pool: ThreadPoolExecutor | None = None
+
+    def _spread(self, boards: Sequence[chess.Board],
+                search: Callable[[chess.engine.SimpleEngine, chess.Board], Choice]) -> list[Choice]:
+        """Searches the boards over the engines, in parallel where there are several; choices in board order."""
+        if not self._engines:
+            raise RuntimeError(f"{self.name} is closed")
+        n = min(len(self._engines), len(boards))
+        if n <= 1:
+            return [search(self._engines[0], board) for board in boards]
+        parts = list(self._threads().map(lambda k: [search(self._engines[k], b) for b in boards[k::n]], range(n)))
+        return [parts[i % n][i // n] for i in range(len(boards))]
+
+    def _on_each(self, call: Callable[[chess.engine.SimpleEngine], _T]) -> list[_T]:
+        """Calls `call` on every engine, in parallel where there are several; results in engine order."""
+        if len(self._engines) <= 1:
+            return [call(engine) for engine in self._engines]
+        return list(self._threads().map(call, self._engines))
+
+    def _threads(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(len(self._engines), thread_name_prefix=self._kind)
+        return self._pool
+
+    _kind = "engine"
+    """The player kind's name (threads' names; Stockfish's default agent name)."""
+
+    def close(self) -> None:
+        """Quits every engine process (killing one that does not answer)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        engines, self._engines = self._engines, []
+        for engine in engines:
+            try:
+                engine.quit()
+            except (chess.engine.EngineError, chess.engine.EngineTerminatedError, TimeoutError):
+                engine.close()
 
 
 # --- Stockfish -------------------------------------------------------------------
@@ -99,7 +155,7 @@ class StockfishStrength:
         return chess.engine.Limit(nodes=FULL_STRENGTH_NODES)
 
 
-class StockfishAgent(Agent):
+class StockfishAgent(_EngineProcesses):
     """Stockfish through python-chess, optionally weakened; one engine process per `processes`.
 
     Strength: `elo` sets UCI_LimitStrength and UCI_Elo (Debian's 15.1 accepts
@@ -154,8 +210,6 @@ class StockfishAgent(Agent):
                 raise UserError(f"{flag} must be at least 1, got {value}")
         super().__init__(name or _stockfish_name(elo, skill, depth, nodes, movetime, self._kind))
         self.strength = StockfishStrength(elo, skill)
-        self._engines: list[chess.engine.SimpleEngine] = []
-        self._pool: ThreadPoolExecutor | None = None
         self._game: object = None
         try:
             self._start(path or self._require_binary(), processes, threads, hash_mb)
@@ -209,41 +263,17 @@ class StockfishAgent(Agent):
         return self._choose(boards, fresh=True)
 
     def _choose(self, boards: Sequence[chess.Board], *, fresh: bool) -> list[Choice]:
-        if not self._engines:
-            raise RuntimeError(f"{self.name} is closed")
-
         def search(engine: chess.engine.SimpleEngine, board: chess.Board) -> Choice:
             # python-chess sends ucinewgame when `game` differs from the engine's last one.
             return _play(engine, board, self.limit, object() if fresh else self._game, self.name)
 
-        n = min(len(self._engines), len(boards))
-        if n <= 1:
-            return [search(self._engines[0], board) for board in boards]
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(len(self._engines), thread_name_prefix="stockfish")
-        # Engine k takes boards k, k + n, k + 2n, ...; each engine runs in one thread.
-        parts = list(self._pool.map(lambda k: [search(self._engines[k], b) for b in boards[k::n]], range(n)))
-        return [parts[i % n][i // n] for i in range(len(boards))]
+        return self._spread(boards, search)
 
     plays_on_clock = True
 
     def choose_on_clock(self, board: chess.Board, clock: chess.engine.Limit) -> Choice:
         """Searches the board on the game's clock (Stockfish manages its time; its strength settings hold)."""
-        if not self._engines:
-            raise RuntimeError(f"{self.name} is closed")
-        return _play(self._engines[0], board, clock, self._game, self.name)
-
-    def close(self) -> None:
-        """Quits every engine process (killing one that does not answer)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
-        engines, self._engines = self._engines, []
-        for engine in engines:
-            try:
-                engine.quit()
-            except (chess.engine.EngineError, chess.engine.EngineTerminatedError, TimeoutError):
-                engine.close()
+        return self._spread([board], lambda engine, board: _play(engine, board, clock, self._game, self.name))[0]
 
 
 def _play(engine: chess.engine.SimpleEngine, board: chess.Board, limit: chess.engine.Limit, game: object,
@@ -285,7 +315,7 @@ class FairyStockfishAgent(StockfishAgent):
 # --- this project's UCI engine ------------------------------------------------------
 
 
-class UciAgent(Agent):
+class UciAgent(_EngineProcesses):
     """This project's UCI engine (`alphazero uci`) in a subprocess, driven through python-chess as a GUI drives it.
 
     `flags` are the engine's command-line flags (--weights, --run, --device),
@@ -299,71 +329,80 @@ class UciAgent(Agent):
     one game at a time). Choice.value is the engine's score for the side to
     move, info its nodes, nps, depth, time and line.
 
-    The engine loads its network at an `isready` sent when the agent is made
-    (ready()), so that no game's clock pays for the load; its notes are kept
-    in ``notes``.
+    With `processes` > 1 that many engines run, each with the same flags and
+    options, and the boards of one choose() are spread over them and
+    searched in parallel (as StockfishAgent's processes); choose_on_clock()
+    plays on the first.
 
-    Raises UserError if the engine cannot be started, refuses an option or does not get ready.
+    Each engine loads its network at an `isready` sent when the agent is
+    made (ready(); the engines in parallel), so that no game's clock pays
+    for the load; the first engine's notes are kept in ``notes``.
+
+    Raises UserError if `processes` is below 1, or an engine cannot be started, refuses an option or does not get
+    ready.
     """
+
+    _kind = "uci"
 
     def __init__(self, *, flags: Sequence[str] = (), options: Mapping[str, int | bool | str] | None = None,
                  limit: chess.engine.Limit | None = None, name: str = "uci",
-                 environment: Mapping[str, str] | None = None) -> None:
+                 environment: Mapping[str, str] | None = None, processes: int = 1) -> None:
         super().__init__(name)
+        if processes < 1:
+            raise UserError(f"processes must be at least 1, got {processes}")
         self.limit = limit or chess.engine.Limit()
         self._game: object = None
         command = [sys.executable, "-m", "alphazero", "uci", *flags]
         env = {**os.environ, **environment} if environment else None  # None: this process's own
         try:
-            self._engine: chess.engine.SimpleEngine | None = chess.engine.SimpleEngine.popen_uci(command, timeout=120,
-                                                                                               env=env)
+            for _ in range(processes):
+                self._engines.append(self._start(command, env, dict(options or {})))
+            # Loaded now, before any clock runs (python-chess would send this isready inside the first move).
+            notes = self._on_each(self._ready)
+        except BaseException:
+            self.close()
+            raise
+        self.notes: list[str] = notes[0]
+        """The engine's `info string`s at its first `isready`: the network it loaded, its threads, precision."""
+
+    def _start(self, command: list[str], env: dict[str, str] | None,
+               options: dict[str, int | bool | str]) -> chess.engine.SimpleEngine:
+        """Starts one engine and sets its options."""
+        try:
+            engine = chess.engine.SimpleEngine.popen_uci(command, timeout=120, env=env)
         except (OSError, chess.engine.EngineError, chess.engine.EngineTerminatedError, TimeoutError) as exc:
             raise UserError(f"cannot start the UCI engine ({' '.join(command)}): {exc}") from None
         try:
-            self._engine.configure(dict(options or {}))
+            engine.configure(options)
         except (chess.engine.EngineError, ValueError) as exc:
-            self.close()
-            raise UserError(f"the UCI engine refused an option of {name!r}: {exc}") from None
+            engine.close()
+            raise UserError(f"the UCI engine refused an option of {self.name!r}: {exc}") from None
+        return engine
+
+    def _ready(self, engine: chess.engine.SimpleEngine) -> list[str]:
         try:
-            # Loaded now, before any clock runs (python-chess would send this isready inside the first move).
-            self.notes: list[str] = ready(self._engine)
-            """The engine's `info string`s at its first `isready`: the network it loaded, its threads, precision."""
+            return ready(engine)
         except (chess.engine.EngineError, chess.engine.EngineTerminatedError, TimeoutError) as exc:
-            self.close()
-            raise UserError(f"the UCI engine {name!r} did not get ready: {exc}") from None
+            raise UserError(f"the UCI engine {self.name!r} did not get ready: {exc}") from None
 
     def new_game(self) -> None:
         """Makes the next search send `ucinewgame`."""
         self._game = object()
 
     def choose(self, boards: Sequence[chess.Board]) -> list[Choice]:
-        """Searches the boards one after another with the agent's limit."""
-        return [self._play(board, self.limit, self._game) for board in boards]
+        """Searches the boards with the agent's limit: one after another on each engine, the engines in parallel."""
+        return self._spread(boards, lambda engine, board: _play(engine, board, self.limit, self._game, self.name))
 
     def choose_fresh(self, boards: Sequence[chess.Board]) -> list[Choice]:
         """Searches each board as a new game: `ucinewgame` before each search, so the engine starts from an
         empty tree and reuses nothing of the board searched before."""
-        return [self._play(board, self.limit, object()) for board in boards]
+        return self._spread(boards, lambda engine, board: _play(engine, board, self.limit, object(), self.name))
 
     plays_on_clock = True
 
     def choose_on_clock(self, board: chess.Board, clock: chess.engine.Limit) -> Choice:
         """Searches the board on the game's clock (the engine's time management decides the move's time)."""
-        return self._play(board, clock, self._game)
-
-    def _play(self, board: chess.Board, limit: chess.engine.Limit, game: object) -> Choice:
-        if self._engine is None:
-            raise RuntimeError(f"{self.name} is closed")
-        return _play(self._engine, board, limit, game, self.name)
-
-    def close(self) -> None:
-        """Quits the engine process (killing it if it does not answer)."""
-        engine, self._engine = self._engine, None
-        if engine is not None:
-            try:
-                engine.quit()
-            except (chess.engine.EngineError, chess.engine.EngineTerminatedError, TimeoutError):
-                engine.close()
+        return self._spread([board], lambda engine, board: _play(engine, board, clock, self._game, self.name))[0]
 
 
 READY_TIMEOUT_S = 600.0

@@ -8,6 +8,7 @@ import dataclasses
 import io
 import json
 import math
+import os
 import queue
 import random
 import subprocess
@@ -708,6 +709,42 @@ def test_the_uci_player_plays_by_movetime_and_on_a_clock(weights: Path, tmp_path
         board.push(choice.move)
         clock = chess.engine.Limit(white_clock=1.0, black_clock=1.0, white_inc=0.05, black_inc=0.05)
         assert board.is_legal(agent.choose_on_clock(board, clock).move)
+
+
+def _engine_children() -> list[int]:
+    """This process's child processes that run `alphazero uci`, from /proc."""
+    found = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            ppid = next(line for line in status.read_text().splitlines() if line.startswith("PPid:")).split()[1]
+            cmdline = (status.parent / "cmdline").read_bytes().split(b"\0")
+        except (OSError, StopIteration):
+            continue  # ended while read
+        if int(ppid) == os.getpid() and b"alphazero" in cmdline and b"uci" in cmdline:
+            found.append(int(status.parent.name))
+    return found
+
+
+def test_the_uci_players_processes_search_the_boards_of_one_call_each_its_own(weights: Path, tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from eval.agents import parse_player
+
+    monkeypatch.setenv("PYTHONPATH", repo_env()["PYTHONPATH"])
+    before = set(_engine_children())
+    with parse_player(f"uci:weights={weights},threads=1,nodes=8,processes=2", run=tmp_path, device="cpu") as agent:
+        assert len(set(_engine_children()) - before) == 2
+        assert any(note.startswith("network: ") for note in agent.notes), agent.notes
+        # Three boards whose legal moves share none: each choice must be its own board's.
+        boards = [chess.Board(), chess.Board(), chess.Board("7k/8/8/8/8/8/8/K5R1 w - - 0 1")]
+        boards[1].push_san("e4")
+        choices = agent.choose(boards)
+        for i, choice in enumerate(choices):
+            assert [board.is_legal(choice.move) for board in boards] == [j == i for j in range(3)]
+        clock = chess.engine.Limit(white_clock=1.0, black_clock=1.0, white_inc=0.05, black_inc=0.05)
+        assert boards[1].is_legal(agent.choose_on_clock(boards[1], clock).move)
+    assert set(_engine_children()) - before == set()
+    with pytest.raises(UserError, match="processes must be at least 1, got 0"):
+        parse_player(f"uci:weights={weights},processes=0", run=tmp_path, device="cpu")
 
 
 def test_two_settings_of_the_engine_play_a_clocked_match(weights: Path, tmp_path: Path,
