@@ -16,8 +16,12 @@ The search runs on a background thread, so `stop`, `ponderhit` and
 every network call: see NetworkThread); the search hears `stop` and its
 deadline within a few milliseconds whatever the tree holds. A malformed or
 unknown line, or a bad option value, is answered with `info string ...` and
-otherwise ignored (an option keeps its previous value); a position without
-legal moves gets `bestmove 0000`.
+otherwise ignored (an option keeps its previous value); a refused `position`
+(a bad FEN, a move that is not legal) leaves no position, and `go` answers
+`bestmove 0000` until the next good one, as it does in a position without
+legal moves (after `stop` or `ponderhit` for `go infinite` or `go ponder`).
+Every `go` gets one `bestmove`: a `go` sent during a search waits for that
+search's answer, or stops it first where only `stop` would end it.
 
 Each network call evaluates up to LeavesPerBatch leaves (default
 alphazero.search.UCI_LEAVES_PER_BATCH): the search descends that many times, charging
@@ -208,6 +212,7 @@ class UciEngine:
         self._time = TimeManager()  # the smart time manager's bank, kept across the moves of a game
         self._board = Board(ply_limit=None)
         self._start_fen = STARTING_FEN  # the first position of the game on _board (its history, for the tables)
+        self._refused: str | None = None  # why the last `position` was refused; None while _board is the GUI's
         self._job: SearchJob | None = None
         self._search_done: Future[None] | None = None  # the running (or last) search, on the network thread
         # The search and its tree, kept between moves for reuse, and the arrays it gathers
@@ -322,6 +327,7 @@ class UciEngine:
         self._time.new_game()
         self._board = Board(ply_limit=None)
         self._start_fen = STARTING_FEN
+        self._refused = None
         self._search = None  # a new game: nothing of the old tree is reused
 
     def _setoption(self, args: list[str]) -> None:
@@ -384,42 +390,47 @@ class UciEngine:
         self._network_thread.submit(torch.set_num_threads, count)
 
     def _position(self, args: list[str]) -> None:
+        """Sets the position; a refused one leaves none (`go` answers `bestmove 0000` until the next good one),
+        so that no move of the position before is played in the one the GUI meant."""
         if not args or args[0] not in ("startpos", "fen"):
-            self.info_string(f"malformed position (expected startpos or fen ...): {' '.join(args)[:200]}")
+            self._refuse_position(f"malformed position (expected startpos or fen ...): {' '.join(args)[:200]}")
             return
         split = args.index("moves") if "moves" in args else len(args)
         fen = STARTING_FEN if args[0] == "startpos" else " ".join(args[1:split])
         try:
             board = Board(fen, ply_limit=None)
         except ChessError as error:
-            self.info_string(f"position ignored: {error}")
+            self._refuse_position(f"position refused: {error}")
             return
         for uci in args[split + 1:]:
             try:
                 board.push_uci(uci)
             except ChessError as error:
-                self.info_string(f"moves from {quoted(uci)} on ignored: {error}")
-                break
+                self._refuse_position(f"position refused at move {quoted(uci)}: {error}")
+                return
         self._board = board
         self._start_fen = fen
+        self._refused = None
+
+    def _refuse_position(self, why: str) -> None:
+        self.info_string(why)
+        self._refused = why
 
     def _go(self, args: list[str]) -> None:
-        if self.searching():
-            self.info_string("go ignored: a search is running (send stop first)")
-            return
-        self.stop_search()  # joins a finished thread
+        self._end_search_before_go()
         go = parse_go(args)
         for text in unsupported(go):
             self.info_string(text)
         board = self._board.copy()
+        if self._refused is not None:
+            self._answer_without_search(go, board, f"no position to search: {self._refused}")
+            return
         if not board.legal_moves():
-            self.info_string(f"no legal moves ({board.termination()})")
-            self._out.line("bestmove 0000")
+            self._answer_without_search(go, board, f"no legal moves ({board.termination()})")
             return
         network = self._network_thread.call(self._ensure_network)
         if network is None:
-            self.info_string("no network could be loaded; see the error above")
-            self._out.line("bestmove 0000")
+            self._answer_without_search(go, board, "no network could be loaded; see the error above")
             return
         mode = usable_mode(str(self.values["Mode"]), network, self.info_string)
         self._job = self._make_job(go, board)
@@ -428,6 +439,37 @@ class UciEngine:
                                                             self.info_string, bool(self.values["UCI_ShowWDL"]))
         else:
             self._search_done = self._network_thread.submit(self._search_job, self._job, network)
+
+    def _end_search_before_go(self) -> None:
+        """Ends the search a `go` arrives during, so that every `go` gets its own `bestmove`, in order: one
+        that only `stop` or `ponderhit` would end is stopped, one with a limit runs to it."""
+        if self.searching():
+            job = self._job
+            if job is not None and job.must_wait():
+                self.info_string("go during a search that only stop ends: stopped it first (send stop before go)")
+            else:
+                self.info_string("go during a search: its bestmove first (send go after bestmove)")
+                self.wait()
+        self.stop_search()  # stops it, or joins a finished thread
+
+    def _answer_without_search(self, go: GoCommand, board: Board, why: str) -> None:
+        """Answers `bestmove 0000` for a `go` with nothing to search; after `stop` or `ponderhit` where the
+        `go` is infinite or ponder, as UCI asks of every search of those."""
+        self.info_string(why)
+        # No plan: the time manager's bank is for moves searched.
+        job = self._job = SearchJob(board, go, 1, None, None, go.ponder, self._clock(), clock=self._clock)
+
+        def answer() -> None:
+            try:
+                job.wait_to_answer()
+            finally:
+                job.answered.set()
+                self._out.line("bestmove 0000")
+
+        if job.must_wait():
+            self._search_done = self._network_thread.submit(answer)
+        else:
+            answer()
 
     def _make_job(self, go: GoCommand, board: Board) -> SearchJob:
         started = self._clock()
@@ -526,9 +568,14 @@ class UciEngine:
         def tbhits() -> int | None:
             return tables.hits - hits_before if tables is not None else None
 
+        said: list[list[str]] = [[]]
+
         def report() -> None:
-            for line in info_lines(search, job, multipv, wdl=wdl, draw=draw, tbhits=tbhits()):
-                self._out.line(line)
+            lines = info_lines(search, job, multipv, wdl=wdl, draw=draw, tbhits=tbhits())
+            if lines != said[0]:  # the search's last lines, said again when it ends at once after them
+                for line in lines:
+                    self._out.line(line)
+                said[0] = lines
 
         calls = [0, 0]  # network calls, leaves evaluated
         last_call = [0.0]  # seconds the last network call took

@@ -32,6 +32,8 @@ from eval.uci_options import quoted
 
 _GO_INTEGERS = ("wtime", "btime", "winc", "binc", "movestogo", "depth", "nodes", "mate", "movetime")
 _GO_FLAGS = ("infinite", "ponder")
+MAX_DEPTH = 2**31 - 1
+"""The largest `depth` kept (a larger one is this: no line is that long), so that it fits the search's C int."""
 
 
 @dataclass
@@ -75,7 +77,7 @@ def parse_go(tokens: Sequence[str]) -> GoCommand:
             if number is None or (number < 0 and token not in ("wtime", "btime", "mate")):
                 problems.append(f"{token} {value if value is not None else '(missing)'}")
             else:
-                setattr(go, token, number)
+                setattr(go, token, min(number, MAX_DEPTH) if token == "depth" else number)
             i += 1 if value is not None else 0
         else:
             problems.append(token)

@@ -324,6 +324,20 @@ def _first_useful_line(error: BaseException) -> str:
     return lines[0] if lines else type(error).__name__
 
 
+def require_archive(path: Path) -> None:
+    """Checks that ``path`` is a whole zip archive, as torch.save writes them (cheap: its end is read).
+
+    A truncated archive has lost its central directory at the end, so this
+    also catches files cut short. OSErrors (a missing file) pass through.
+
+    Raises:
+        UserError: the file is not a complete zip archive.
+    """
+    if not zipfile.is_zipfile(path):
+        size = path.stat().st_size
+        raise UserError(f"{path} is corrupt or not a checkpoint: not a complete torch archive ({size} bytes)")
+
+
 def read_payload(path: str | os.PathLike[str], map_location: torch.device | str = "cpu",
                  *, mmap: bool = False, check_optimizer: bool = True) -> dict[str, Any]:
     """Reads a model or checkpoint file into a dict and checks it against its checksums.
@@ -338,13 +352,9 @@ def read_payload(path: str | os.PathLike[str], map_location: torch.device | str 
     """
     path = Path(path)
     try:
-        # torch.save writes a zip archive; a truncated one has lost its central
-        # directory at the end, so this also catches files cut short.
         if path.is_dir():
             raise IsADirectoryError(path)
-        if not zipfile.is_zipfile(path):
-            size = path.stat().st_size
-            raise UserError(f"{path} is corrupt or not a checkpoint: not a complete torch archive ({size} bytes)")
+        require_archive(path)
         payload = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except FileNotFoundError:
         raise UserError(f"{path} does not exist") from None

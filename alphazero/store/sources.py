@@ -50,6 +50,7 @@ from alphazero.store.checkpoint import (
     load_model,
     network_config_of,
     read_payload,
+    require_archive,
     step_of,
 )
 from alphazero.store.rundir import DEFAULT_RUN_DIR, RunDir, complete_files
@@ -175,6 +176,10 @@ def _resolve_weights(path: Path) -> ResolvedSource:
     if not path.is_file():
         raise UserError(f"weights file {_shown(path)} does not exist (give a model file, a checkpoint, a run "
                         f"directory or {BUILTIN!r})")
+    try:
+        require_archive(path)  # a file that is no model at all is refused here, not at its load
+    except OSError as error:
+        raise UserError(f"weights file {_shown(path)} cannot be read: {error.strerror or error}") from None
     return ResolvedSource(path, step_of(path), None, from_run=False)
 
 
