@@ -91,6 +91,9 @@ def _suite_text(path: str | Path | None) -> tuple[str, str]:
         return Path(path).read_text(encoding="utf-8"), str(path)
     except OSError as exc:
         raise UserError(f"cannot read the opening file {str(path)!r}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"the opening file {str(path)!r} is not a text file (PGN, EPD or one line of moves "
+                        f"each)") from None
 
 
 def _epd_opening(line: str, number: int) -> Opening:

@@ -72,6 +72,17 @@ def _check_puzzle(puzzle: Puzzle) -> None:
     solution_boards(puzzle.fen, puzzle.moves)
 
 
+def _rating(row: dict[str, str]) -> int:
+    """The row's rating; a row cut short (csv gives its missing fields as None) is said as such."""
+    missing = [column for column in REQUIRED_COLUMNS if row.get(column) is None]
+    if missing:
+        raise ValueError(f"the row has too few fields: no {', '.join(missing)}")
+    try:
+        return int(row["Rating"])
+    except ValueError:
+        raise ValueError(f"its rating {row['Rating']!r} is not a whole number") from None
+
+
 def _start_fen(row: dict[str, str]) -> str:
     """The row's position before the opponent's move: its FEN, or the end of its game's PGN."""
     if row.get("FEN"):
@@ -107,7 +118,7 @@ def read_puzzles(path: str | Path, *, limit: int | None = None, rating_range: tu
     puzzles: list[Puzzle] = []
     for puzzle_id, line, row in rows:
         try:
-            puzzle = Puzzle(puzzle_id, int(row["Rating"]), _start_fen(row), tuple((row["Moves"] or "").split()))
+            puzzle = Puzzle(puzzle_id, _rating(row), _start_fen(row), tuple((row["Moves"] or "").split()))
             _check_puzzle(puzzle)
         except (ValueError, TypeError, AttributeError) as error:
             message = f"{path}, line {line} (puzzle {puzzle_id!r}): {error}"

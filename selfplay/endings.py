@@ -185,5 +185,8 @@ def run(args: argparse.Namespace) -> None:
     print()
     print(report.table())
     if args.json_path:
-        atomic_write_text(Path(args.json_path), json.dumps(dataclasses.asdict(report), indent=1) + "\n")
+        try:
+            atomic_write_text(Path(args.json_path), json.dumps(dataclasses.asdict(report), indent=1) + "\n")
+        except OSError as error:
+            raise UserError(f"cannot write {args.json_path}: {error.strerror or error}") from None
         print(f"\nwrote {args.json_path}")

@@ -82,6 +82,39 @@ def test_bad_options_end_with_a_message_and_status_2(tmp_path: Path, capsys: pyt
     assert "skill=N" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("arm", "message"), [
+    ("b bogus.x=1", "--arm b: unknown"),
+    ("b search.simulations=0", "--arm b: "),
+    ("b search.nonsense=3", "--arm b: "),
+])
+def test_an_arm_the_config_refuses_is_refused_before_the_folder_takes_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], arm: str, message: str) -> None:
+    root = tmp_path / "cmp"
+    assert main(["compare", "--dir", str(root), "--arm", "base", "--arm", arm]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not (root / ARMS_FILE).exists()  # a corrected --arm is not refused as "other arms" later
+
+
+@pytest.mark.parametrize("minutes", ["nan", "inf", "0"])
+def test_minutes_that_are_no_time_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                               minutes: str) -> None:
+    assert main(["compare", "--dir", str(tmp_path / "cmp"), "--arm", "a", "--arm", "b", "--minutes", minutes]) == 2
+    assert "--minutes" in capsys.readouterr().err
+
+
+def test_an_arm_shorter_than_the_slack_still_trains_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import alphazero.app.compare as compare
+
+    commands: list[list[str]] = []
+    monkeypatch.setattr(compare.subprocess, "call", lambda command, **_: commands.append(command) or 0)
+    compare._train_arm(tmp_path, Arm("short", ()), "tiny", 0.05)  # nothing trained yet: it trains
+    assert len(commands) == 1 and commands[0][commands[0].index("--minutes") + 1] == "0.05"
+    _arm_run(tmp_path, "done", minutes=0.5, seed=0)
+    compare._train_arm(tmp_path, Arm("done", ()), "tiny", 1.0)  # trained, and within the slack: done
+    assert len(commands) == 1
+
+
 def test_a_rerun_with_other_arms_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "cmp"
     root.mkdir()

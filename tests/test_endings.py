@@ -76,3 +76,16 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capture
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("where", ["a folder", "under a file"])
+def test_a_json_path_that_cannot_be_written_is_one_line_and_exit_2(run: Path, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str],
+                                                                  where: str) -> None:
+    blocker = tmp_path / "blocker"
+    blocker.mkdir() if where == "a folder" else blocker.write_text("a file")
+    target = blocker if where == "a folder" else blocker / "endings.json"
+    assert main(["games", "--run", str(run), "--json", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot write {target}" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert [path.name for path in tmp_path.iterdir()] == ["blocker"]  # no temporary left beside it

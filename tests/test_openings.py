@@ -69,6 +69,13 @@ def test_missing_file_is_a_user_error(tmp_path: Path) -> None:
         load_openings(tmp_path / "absent.txt")
 
 
+def test_a_binary_file_is_a_user_error(tmp_path: Path) -> None:
+    binary = tmp_path / "book.pgn"
+    binary.write_bytes(bytes(range(128, 256)) * 8)
+    with pytest.raises(UserError, match="is not a text file"):
+        load_openings(binary)
+
+
 def test_parse_opening() -> None:
     opening = parse_opening("Petrov | e4 e5 Nf3 Nf6")
     assert opening.name == "Petrov"

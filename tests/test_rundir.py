@@ -65,6 +65,15 @@ def test_a_corrupt_saved_config_raises_naming_the_file(tmp_path: Path) -> None:
         RunDir.create_or_open(tmp_path)
 
 
+@pytest.mark.parametrize("text", ["", "\n  \n"])
+def test_an_emptied_saved_config_is_refused_not_replaced_by_the_defaults(tmp_path: Path, text: str) -> None:
+    RunDir.create_or_open(tmp_path, get_preset("small"))
+    (tmp_path / "config.toml").write_text(text)
+    with pytest.raises(UserError, match="config.toml is empty, so the run's settings are lost"):
+        RunDir.create_or_open(tmp_path)
+    assert (tmp_path / "config.toml").read_text() == text  # left as it was, for the user to mend
+
+
 def test_unwritable_or_non_directory_path_raises(tmp_path: Path) -> None:
     a_file = tmp_path / "file"
     a_file.write_text("x")

@@ -70,6 +70,8 @@ def test_any_mate_solves_a_mate_in_one_and_every_move_must_match_otherwise(tmp_p
     (HEADER + MATE_IN_ONE + "bad,6k1/p4ppp/8/8/8/8/8/3RR1K1 b - - 0 1,a7a6 d1d9,900,,,,,,\n", "line 3"),
     (HEADER + "ill,6k1/p4ppp/8/8/8/8/8/3RR1K1 b - - 0 1,a7a6 e2e4,900,,,,,,\n", "move 2 'e2e4' is illegal"),
     (HEADER, "holds no puzzles"),
+    (HEADER + "short,6k1/p4ppp/8/8/8/8/8/3RR1K1 b - - 0 1\n", "line 2 .*too few fields: no Moves, Rating"),
+    (HEADER + "x,6k1/p4ppp/8/8/8/8/8/3RR1K1 b - - 0 1,a7a6 d1d8,high,,,,,,\n", "rating 'high' is not a whole"),
 ])
 def test_bad_puzzle_files_are_refused_with_the_line(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "bad.csv"

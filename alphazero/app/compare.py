@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import shlex
 import subprocess
@@ -58,7 +59,8 @@ SUMMARY_FILE = "summary.md"
 MATCH_DIR = "matches"
 CHUNK_GAMES = 20  # games per match id: a stop loses at most one chunk's games in flight
 DEFAULT_BOOK = Path(__file__).resolve().parents[2] / "eval" / "books" / "balanced-400.pgn"
-DONE_SLACK_MINUTES = 1.0  # an arm this close to its minutes is done: a sitting shorter than Ray's start is waste
+DONE_SLACK_MINUTES = 1.0  # an arm that has trained and is this close to its minutes is done: a sitting shorter
+# than Ray's start is waste
 # Stockfish 15.1's UCI_Elo starts at 1350, so its skill level 0 stands in for the weaker anchors.
 DEFAULT_LEVELS = "skill=0,1400"
 ELO_RANGE = (1350, 2850)
@@ -91,6 +93,20 @@ class Arm:
             if "=" not in item or "." not in item.split("=", 1)[0]:
                 raise UserError(f"--arm {name}: {item!r} is not an override section.field=value")
         return cls(name, overrides)
+
+    def check(self, preset: str) -> None:
+        """Checks the arm's overrides against the preset's config, as its `alphazero train` will apply them.
+
+        Raises:
+            UserError: an unknown field or a value the field refuses (the message names the arm).
+        """
+        from alphazero.config import apply_overrides
+        from alphazero.presets import get_preset
+
+        try:
+            apply_overrides(get_preset(preset), [*ARM_DEFAULTS, *self.overrides])
+        except UserError as error:
+            raise UserError(f"--arm {self.name}: {error}") from None
 
     def to_json(self) -> dict[str, object]:
         return {"name": self.name, "overrides": list(self.overrides)}
@@ -131,8 +147,11 @@ def run(args: argparse.Namespace) -> None:
                         "the baseline")
     if len({arm.name for arm in arms}) != len(arms):
         raise UserError(f"arm names repeat: {[arm.name for arm in arms]}")
-    if args.minutes <= 0 or min(args.games, args.stockfish_games, args.simulations, args.ply_limit) < 1:
-        raise UserError("--minutes, --games, --stockfish-games, --simulations and --ply-limit must be positive")
+    if not 0 < args.minutes < math.inf or min(args.games, args.stockfish_games, args.simulations, args.ply_limit) < 1:
+        raise UserError("--minutes, --games, --stockfish-games, --simulations and --ply-limit must be positive "
+                        "(and --minutes finite)")
+    for arm in arms:
+        arm.check(args.preset)
     levels = stockfish_levels(args.stockfish)
     if not Path(args.openings).is_file():
         raise UserError(f"--openings {args.openings}: no such file")
@@ -144,7 +163,10 @@ def run(args: argparse.Namespace) -> None:
             _train_arm(root, arm, args.preset, args.minutes)
     for arm in arms:
         if not (root / arm.name / "checkpoints").is_dir():
-            raise UserError(f"arm {arm.name} has no checkpoints yet: run without --matches-only first")
+            raise UserError(f"arm {arm.name} has no checkpoints yet: run without --matches-only first"
+                            if args.matches_only else
+                            f"arm {arm.name} has no checkpoints after its training: give it more --minutes "
+                            f"(its log: {root / (arm.name + '.log')})")
     for pairing in _pairings(arms, levels, args.games, args.stockfish_games):
         _play(root, pairing, args.simulations, args.openings, args.ply_limit)
     text = summary_text(root, arms, levels, args.minutes, args.simulations)
@@ -260,8 +282,9 @@ def _note_sitting(root: Path, entry: dict[str, object]) -> None:
 
 def _train_arm(root: Path, arm: Arm, preset: str, minutes: float) -> None:
     """Trains the arm for the minutes it still lacks (none when it has them)."""
-    left = minutes - trained_minutes(root, arm.name)
-    if left < DONE_SLACK_MINUTES:
+    trained = trained_minutes(root, arm.name)
+    left = minutes - trained
+    if trained > 0 and left < DONE_SLACK_MINUTES:
         print(f"compare: arm {arm.name} has trained its {minutes:g} minutes", flush=True)
         return
     command = [sys.executable, "-m", "alphazero", "train", "--run", str(root / arm.name), "--preset", preset,

@@ -77,9 +77,16 @@ def _write_temporary(path: Path, data: bytes) -> Path:
             handle.flush()
             os.fsync(handle.fileno())
     except BaseException:
-        temporary.unlink(missing_ok=True)
+        _remove_quietly(temporary)
         raise
     return temporary
+
+
+def _remove_quietly(temporary: Path) -> None:
+    """Removes a temporary file after a failed write; the write's own error is the one to report (a path
+    under a file, say, fails the removal too)."""
+    with contextlib.suppress(OSError):
+        temporary.unlink(missing_ok=True)
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
@@ -94,7 +101,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     try:
         os.replace(temporary, path)
     except BaseException:
-        temporary.unlink(missing_ok=True)
+        _remove_quietly(temporary)
         raise
     _fsync_directory(path.parent)
 
@@ -133,7 +140,7 @@ def write_once(path: str | os.PathLike[str], data: bytes) -> bool:
         if created:
             os.replace(temporary, path)
     finally:
-        temporary.unlink(missing_ok=True)
+        _remove_quietly(temporary)
     _fsync_directory(path.parent)
     return created
 
@@ -247,6 +254,9 @@ class RunDir:
                             f"create it with `alphazero train --run {self.root}`") from None
         except (OSError, UnicodeDecodeError) as error:
             raise UserError(f"cannot read {self.config_file}: {error}") from None
+        if not text.strip():  # written whole when the run was made: an empty one lost the run's settings
+            raise UserError(f"{self.config_file} is empty, so the run's settings are lost: restore it (or write "
+                            f"the settings the run was made with), or start a new run")
         try:
             return from_toml(text)
         except UserError as error:
