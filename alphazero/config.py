@@ -37,7 +37,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from alphazero.config_values import coerce, parse_text, toml_value, type_hints
+from alphazero.config_values import check_range, coerce, parse_text, toml_value, type_hints
 from alphazero.errors import UserError
 from alphazero.search import SELFPLAY, search_params
 from mcts_ext.params import SearchSettings, settings_of
@@ -45,6 +45,9 @@ from mcts_ext.params import SearchSettings, settings_of
 # AlphaZero's batch size: the learning rates below are quoted for it and scaled
 # linearly to the configured batch (Goyal et al., 2017).
 REFERENCE_BATCH_SIZE = 4096
+# A seed's range: numpy's generators take no negative seed, and TOML's integers are signed 64-bit (torch's
+# manual_seed takes any of them); larger than the C int every other integer field is bounded by (INT_RANGE).
+SEED_RANGE = (0, 2**63 - 1)
 DEFAULT_PRESET = "tiny"  # the preset a config names when it names none (alphazero.presets)
 # How a CUDA forward pass runs (alphazero.nn.forward): here so that the CLI lists them without loading torch.
 FORWARD_MODES = ("eager", "graphs", "compile")
@@ -65,11 +68,16 @@ def _field(default: Any, doc: str) -> Any:
 
 
 class _Section:
-    """Validation shared by the config sections: types, choices, lower bounds."""
+    """Validation shared by the config sections: types, choices, ranges.
+
+    A number field's range is its MINIMUM and MAXIMUM, where given; an
+    integer's ends default to a C int's (alphazero.config_values.INT_RANGE).
+    """
 
     SECTION: ClassVar[str] = ""
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {}
     MINIMUM: ClassVar[dict[str, float]] = {}
+    MAXIMUM: ClassVar[dict[str, float]] = {}
     # Groups of fields the canonical text (the hashes) leaves out, each while all of its fields hold their defaults.
     CANONICAL_AT_DEFAULT: ClassVar[tuple[tuple[str, ...], ...]] = ()
 
@@ -86,9 +94,9 @@ class _Section:
             if getattr(self, name) not in allowed:
                 raise UserError(f"{self.SECTION}.{name} must be one of {', '.join(map(repr, allowed))}, "
                                 f"got {getattr(self, name)!r}")
-        for name, low in self.MINIMUM.items():
-            if getattr(self, name) < low:
-                raise UserError(f"{self.SECTION}.{name} must be at least {low:g}, got {getattr(self, name)!r}")
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            check_range(f"{self.SECTION}.{f.name}", getattr(self, f.name), hints[f.name], self.MINIMUM.get(f.name),
+                        self.MAXIMUM.get(f.name))
         self._check()
 
     def _check(self) -> None:
@@ -355,8 +363,9 @@ class LearnerConfig(_Section):
         "start_anchor_weight": 0.0, "mix_share": 0.0, "mix_decay_steps": 0, "clip_grad_norm": 0.0,
         "action_value_loss_weight": 0.0, "action_value_rank_weight": 0.0, "action_value_rank_temperature": 1e-3,
         "reply_policy_weight": 0.0, "value_target_short_term_weight": 0.0, "value_target_short_term_plies": 1,
-        "moves_left_weight": 0.0, "policy_surprise_weight": 0.0,
+        "moves_left_weight": 0.0, "policy_surprise_weight": 0.0, "seed": SEED_RANGE[0],
     }
+    MAXIMUM: ClassVar[dict[str, float]] = {"seed": SEED_RANGE[1]}
 
     batch_size: int = _field(4096, "positions per training step")
     optimizer: str = _field("sgd", "'sgd' (with momentum, as AlphaZero), 'adam', or 'adamw' / 'nadam' "
@@ -577,8 +586,9 @@ class PretrainConfig(_Section):
     MINIMUM: ClassVar[dict[str, float]] = {
         "temperature": 0.0, "multipv": 0, "hash_mb": 1, "shard_positions": 1, "opening_plies": 0,
         "random_move_fraction": 0.0, "game_plies": 1, "pgn_smoothing": 0.0, "mate_preference": 0.0,
-        "random_side_fraction": 0.0, "endgame_fraction": 0.0, "puzzle_alternatives": 0,
+        "random_side_fraction": 0.0, "endgame_fraction": 0.0, "puzzle_alternatives": 0, "seed": SEED_RANGE[0],
     }
+    MAXIMUM: ClassVar[dict[str, float]] = {"seed": SEED_RANGE[1]}
 
     temperature: float = _field(0.05, "Stockfish labels: temperature of the softmax over the legal moves' "
                                       "win probabilities (0..1) that is the policy target; 0 = the best move")

@@ -18,6 +18,11 @@ import typing
 from typing import Any
 
 from alphazero.errors import UserError
+from mcts_ext.params import C_INT_MAX
+
+INT_RANGE = (-C_INT_MAX - 1, C_INT_MAX)
+"""The range of an integer field without bounds of its own: a C int's, what the search and the chess core take
+(mcts_ext.params.C_INT_MAX), so that a huge value is refused by name before anything runs or is written."""
 
 
 @functools.cache
@@ -56,6 +61,33 @@ def coerce(dotted: str, value: Any, hint: Any) -> Any:
         if isinstance(value, str):
             return value
     raise UserError(f"{dotted} must be {describe(hint)}, got {value!r}")
+
+
+def check_range(dotted: str, value: Any, hint: Any, low: float | None = None, high: float | None = None) -> None:
+    """Checks a number field's value (each item of a list's) against ``low`` and ``high`` (inclusive; None:
+    unbounded, and for an integer field INT_RANGE's end).
+
+    Raises:
+        UserError: out of range; the message names ``dotted`` and the range.
+    """
+    if typing.get_origin(hint) is tuple:
+        for i, item in enumerate(value):
+            check_range(f"{dotted}[{i}]", item, typing.get_args(hint)[0], low, high)
+        return
+    if hint not in (int, float):
+        return
+    if low is not None and value < low:
+        raise UserError(f"{dotted} must be at least {low:g}, got {value!r}")
+    if hint is int:
+        low, high = INT_RANGE[0] if low is None else low, INT_RANGE[1] if high is None else high
+    if high is not None and (value > high or (low is not None and value < low)):
+        where = f"lie in [{_bound(low)}, {_bound(high)}]" if low is not None else f"be at most {_bound(high)}"
+        raise UserError(f"{dotted} must {where}, got {value!r}")
+
+
+def _bound(value: float) -> str:
+    """Writes a bound of a range: an integer in full (2147483647, not %g's 2.14748e+09)."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 _TRUE_WORDS = frozenset({"true", "yes", "on", "1"})

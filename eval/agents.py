@@ -195,7 +195,7 @@ def parse_player(spec: str, **context: Any) -> Agent:
 
 
 def _make_random(options: dict[str, str], context: Mapping[str, Any]) -> Agent:
-    seed = int_option(options, "seed", int(context.get("seed", 0)))
+    seed = int_option(options, "seed", int(context.get("seed", 0)), bounds=None)  # Python's generator: any int
     return RandomAgent(0 if seed is None else seed)
 
 

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from alphazero.arguments import positive_float
 from alphazero.store.rundir import DEFAULT_RUN_DIR, add_run_option
 from eval.curve_picture import TIME_AXES
 from eval.match import DEFAULT_CONCURRENCY
@@ -454,7 +455,7 @@ def add_curve_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds the arguments of `alphazero curve --run DIR [--per-hour K | --hours LIST | --every N | --steps LIST]`."""
     add_run_option(parser, "run directory")
     which = parser.add_mutually_exclusive_group()
-    which.add_argument("--per-hour", type=float, default=None, metavar="K",
+    which.add_argument("--per-hour", type=positive_float, default=None, metavar="K",
                        help="K checkpoints per hour of the run (default 1); the start and the latest always")
     which.add_argument("--hours", default=None, metavar="LIST",
                        help="the checkpoint nearest to each of these hours of the run, e.g. 0.33,1,3")

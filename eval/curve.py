@@ -189,8 +189,8 @@ def choose_checkpoints(points: Sequence[Checkpoint], *, every: int | None = None
     else:
         if hours is None:
             rate = 1.0 if per_hour is None else per_hour
-            if not rate > 0:
-                raise UserError(f"--per-hour must be positive, got {per_hour}")
+            if not 0 < rate < math.inf:  # an infinite rate has no hours to mark
+                raise UserError(f"--per-hour must be positive and finite, got {per_hour}")
             last = points[-1].hours
             hours = [k / rate for k in range(1, int(math.floor(last * rate + 1e-9)) + 1)]
         for mark in hours:

@@ -63,7 +63,7 @@ from eval.player_kind import PlayerKind, int_option, player_kind, ptemp_option
 from mcts_ext import Board, ChessError
 from mcts_ext.driver import run as run_search
 from mcts_ext.encode import legal_move_indices
-from mcts_ext.params import FPU_MODES, GUMBEL_UNVISITED
+from mcts_ext.params import FPU_MODES, GUMBEL_UNVISITED, SearchParams, settings_of
 from mcts_ext.search import MultiGameSearch
 
 DEFAULT_SIMULATIONS = 400
@@ -289,6 +289,18 @@ class ActionValueAgent(SearchlessAgent):
 SEARCH_ALGORITHMS = ("puct", "gumbel")
 
 
+def check_simulations(simulations: int, kind: str = "search") -> None:
+    """Checks a search player's simulations against the setting (mcts_ext.params: 1 to a C int's largest).
+
+    Raises UserError naming ``kind`` and the range.
+    """
+    if simulations < 1:
+        raise UserError(f"{kind} needs at least 1 simulation, got sims={simulations}")
+    problem = settings_of(SearchParams)["simulations"].problem("sims", simulations)
+    if problem is not None:
+        raise UserError(f"{kind}: {problem}")
+
+
 class SearchAgent(NetworkAgent):
     """Searches each board with `simulations` simulations (no noise) and plays the search's best move.
 
@@ -306,13 +318,13 @@ class SearchAgent(NetworkAgent):
     go to a search whose settings read them (alphazero.search_action_values;
     a network without the head is warned of once, on stderr).
 
-    Raises UserError if simulations < 1 or the algorithm is unknown.
+    Raises UserError if simulations are outside their setting's range (mcts_ext.params) or the algorithm
+    is unknown.
     """
 
     def __init__(self, network: Network, simulations: int, name: str, *, algorithm: str | None = None,
                  policy_temperature: float | None = None, settings: Mapping[str, Any] | None = None) -> None:
-        if simulations < 1:
-            raise UserError(f"search needs at least 1 simulation, got {simulations}")
+        check_simulations(simulations)  # here, not where the first choose() makes the search
         if algorithm is not None and algorithm not in SEARCH_ALGORITHMS:
             raise UserError(f"the search algorithm must be one of {', '.join(SEARCH_ALGORITHMS)}, got {algorithm!r}")
         super().__init__(network, name)
@@ -381,8 +393,20 @@ class SearchAgent(NetworkAgent):
 def _source_from(options: Mapping[str, str], context: Mapping[str, Any]) -> NetworkSource:
     run = options.get("run") or context.get("run") or DEFAULT_RUN_DIR
     run_path = run.root if isinstance(run, RunDir) else Path(run)
+    if options.get("run") and _missing(run_path):  # a run the player names must exist: a typo must not play
+        raise UserError(f"run={options['run']}: no such run directory (leave out run= for the command's run, "
+                        f"or give weights=builtin)")
     weights = options.get("weights")
     return NetworkSource(run_path, options.get("checkpoint") or None, Path(weights) if weights else None)
+
+
+def _missing(path: Path) -> bool:
+    """Checks that nothing is at ``path``; a path that cannot be looked at (too long) is left to the loader,
+    which says why."""
+    try:
+        return not path.exists()
+    except OSError:
+        return False
 
 
 def network_for(options: Mapping[str, str], context: Mapping[str, Any]) -> Network:
@@ -435,10 +459,9 @@ def _make_av(options: dict[str, str], context: Mapping[str, Any]) -> Agent:
 
 def _make_search(options: dict[str, str], context: Mapping[str, Any], kind: str = "search") -> Agent:
     default = int(context.get("simulations") or DEFAULT_SIMULATIONS)
-    simulations = int_option(options, "sims", default)
+    simulations = int_option(options, "sims", default, bounds=None)  # the setting's range: check_simulations
     assert simulations is not None
-    if simulations < 1:
-        raise UserError(f"{kind} needs at least 1 simulation, got sims={simulations}")
+    check_simulations(simulations, kind)
     algorithm = "gumbel" if kind == "gumbel" else (options.get("algorithm", "").lower() or None)
     if algorithm is not None and algorithm not in SEARCH_ALGORITHMS:
         raise UserError(f"option algorithm={algorithm!r} must be one of {', '.join(SEARCH_ALGORITHMS)}")

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from alphazero.config_values import INT_RANGE
 from alphazero.errors import UserError
 from alphazero.search import parse_policy_temperature
 from eval.agent import Agent
@@ -48,17 +49,25 @@ def player_kind(factory: PlayerFactory, *, help: str, options: Mapping[str, str]
     return PlayerKind(factory, help, opts, positional)
 
 
-def int_option(options: Mapping[str, str], key: str, default: int | None = None) -> int | None:
+def int_option(options: Mapping[str, str], key: str, default: int | None = None, *,
+               bounds: tuple[int, int] | None = INT_RANGE) -> int | None:
     """Reads an integer option for a factory; `default` when absent.
 
-    Raises UserError quoting the value when it is not an integer.
+    `bounds` is its range, inclusive: by default a C int's (what the search and the engines take), so that a
+    huge value is refused here and not where it reaches C; None for an option that takes any integer (a
+    seed of Python's generator).
+
+    Raises UserError quoting the value when it is not an integer or lies outside `bounds`.
     """
     if key not in options:
         return default
     try:
-        return int(options[key])
+        value = int(options[key])
     except ValueError:
         raise UserError(f"option {key}={options[key]!r} must be an integer") from None
+    if bounds is not None and not bounds[0] <= value <= bounds[1]:
+        raise UserError(f"option {key}={options[key]!r} must lie in [{bounds[0]}, {bounds[1]}]")
+    return value
 
 
 def number_option(options: Mapping[str, str], key: str, parse: Callable[[str], float]) -> float | None:

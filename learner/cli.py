@@ -29,11 +29,13 @@ checkpoint. This module imports torch only when a command runs.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from alphazero.arguments import positive_float, thread_count
 from alphazero.errors import UserError
 from alphazero.store.rundir import RunDir, add_run_arguments, learner_lock, open_run_from_args
 
@@ -51,12 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="training device, overriding learner.device: auto, cpu, cuda or cuda:N")
     add_from_checkpoint_argument(parser)
     group = parser.add_argument_group("training details")
-    group.add_argument("--clip-grad-norm", type=float, metavar="NORM",
+    group.add_argument("--clip-grad-norm", type=positive_float, metavar="NORM",
                        help="clip the gradient's global norm to NORM: --set learner.clip_grad_norm=NORM "
                             "(default: the config's, 0 = measure only)")
-    group.add_argument("--threads", type=int, default=0, metavar="N",
+    group.add_argument("--threads", type=thread_count, default=0, metavar="N",
                        help="torch CPU threads of this process (default: torch's choice)")
-    group.add_argument("--poll-seconds", type=float, metavar="S",
+    group.add_argument("--poll-seconds", type=positive_float, metavar="S",
                        help="how often a waiting learner looks for new shards: --set learner.poll_seconds=S "
                             "(default: the config's, 0.5)")
     group.add_argument("--no-progress", "--quiet", dest="quiet", action="store_true", help="no progress line")
@@ -77,12 +79,6 @@ def _check(args: argparse.Namespace) -> None:
     """
     if args.steps is not None and args.steps < 1:
         raise UserError(f"--steps must be at least 1, got {args.steps}")
-    if args.clip_grad_norm is not None and not args.clip_grad_norm > 0:
-        raise UserError(f"--clip-grad-norm must be positive, got {args.clip_grad_norm}")
-    if args.threads < 0:
-        raise UserError(f"--threads must be 0 (torch's choice) or more, got {args.threads}")
-    if args.poll_seconds is not None and not args.poll_seconds > 0:
-        raise UserError(f"--poll-seconds must be positive, got {args.poll_seconds}")
     if args.from_checkpoint is not None and args.from_checkpoint < 0:
         raise UserError(f"--from-checkpoint takes a step (0 or more), got {args.from_checkpoint}")
 
@@ -168,7 +164,7 @@ def add_pretrain_arguments(parser: argparse.ArgumentParser) -> None:
                           help="with --export: the data's attribution and licence (e.g. what CC BY-SA asks), "
                                "written into the model file; the UCI engine, doctor and train --init show it")
     training.add_argument("--device", default=None, help="training device: auto, cpu, cuda or cuda:N")
-    training.add_argument("--threads", type=int, default=0, metavar="N",
+    training.add_argument("--threads", type=thread_count, default=0, metavar="N",
                           help="torch CPU threads for training (default: torch's choice)")
     parser.add_argument("--no-progress", "--quiet", dest="quiet", action="store_true", help="no progress bars")
 
@@ -197,16 +193,16 @@ def _check_pretrain(args: argparse.Namespace) -> None:
         raise UserError("--stockfish NODES and --positions P go together")
     if args.positions_from and args.stockfish is None:
         raise UserError("--positions-from names positions to label: add --stockfish NODES --positions P")
-    if args.workers < 0 or args.threads < 0:
-        raise UserError("--workers and --threads must be 0 (the default) or more")
+    if args.workers < 0:
+        raise UserError(f"--workers must be 0 (the default) or more, got {args.workers}")
     if args.steps is not None and args.steps < 0:
         raise UserError(f"--steps must be 0 or more, got {args.steps}")
     if args.notice is not None and args.recipe is not None and not args.notice.strip():
         raise UserError("--notice TEXT must not be empty")
     if args.notice is not None and args.recipe is None and (args.export is None or not args.notice.strip()):
         raise UserError("--notice TEXT goes with --export FILE, and TEXT must not be empty")
-    if args.minutes is not None and not args.minutes > 0:
-        raise UserError(f"--minutes must be positive, got {args.minutes}")
+    if args.minutes is not None and not 0 < args.minutes < math.inf:  # inf would overflow the deadline's timer
+        raise UserError(f"--minutes must be positive and finite, got {args.minutes}")
     for path in [*args.pgn, *args.positions_from, *args.held_out]:
         if not Path(path).is_file():
             what = "is a directory, not a file" if Path(path).is_dir() else "does not exist"
@@ -265,9 +261,10 @@ def _read_init(args: argparse.Namespace) -> Weights:
     Raises:
         UserError: the run has checkpoints, the weights cannot be read, a bad override.
     """
-    from learner.init_weights import adopt_network, read_init
+    from learner.init_weights import adopt_network, check_init_settings, read_init
 
     init = read_init(args.init, args.run)
+    check_init_settings(init, args.preset, args.overrides)
     note = adopt_network(RunDir(args.run), [*args.overrides, *init.overrides()])
     if note is not None:
         print(f"pretrain: {note}", flush=True)

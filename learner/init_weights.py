@@ -4,6 +4,9 @@
   checkpoint, ``builtin``: alphazero.store.sources.read_weights), refusing a
   run that already has checkpoints, which resumes from its own (the refusal
   of ``alphazero train --init``, alphazero/app/train.py).
+- ``check_init_settings``: what the weights would silently overrule is
+  refused: a preset of another network kind, a ``--set network.FIELD``
+  that differs from the weights' own.
 - ``adopt_network``: a run that exists without a checkpoint yet (its
   pretrain/ data written by ``pretrain --data-only``, say) takes the
   architecture the init weights and the --set overrides give it: its
@@ -36,7 +39,7 @@ if TYPE_CHECKING:
 
     from alphazero.store.sources import Weights
 
-__all__ = ["adopt_network", "read_init", "start_from"]
+__all__ = ["adopt_network", "check_init_settings", "read_init", "start_from"]
 
 
 def read_init(spec: str, run: str | os.PathLike[str]) -> Weights:
@@ -53,6 +56,36 @@ def read_init(spec: str, run: str | os.PathLike[str]) -> Weights:
         raise UserError(f"--init starts a new run, but {run} already has checkpoints (newest {latest.name}); "
                         f"use a new --run directory, or leave out --init to resume this run")
     return read_weights(spec)
+
+
+def check_init_settings(init: Weights, preset: str | None, overrides: Sequence[str]) -> None:
+    """Refuses the settings the --init weights would overrule without a word: a ``--preset`` of another network
+    kind (its other sections are made for that kind), and a ``--set network.FIELD=V`` where the weights have
+    another value (their architecture wins: init.overrides() come last).
+
+    Raises:
+        UserError: naming the kinds, or each field with both values.
+    """
+    from alphazero.config import DEFAULT_PRESET
+    from alphazero.presets import get_preset
+
+    base = get_preset(preset or DEFAULT_PRESET)
+    if preset is not None and base.network.kind != init.network.kind:
+        raise UserError(f"the --init weights are a {init.network.kind!r} network, and --preset {preset} is made "
+                        f"for a {base.network.kind!r} one: give a preset of the weights' kind, or no --preset")
+    theirs = dict(item.split("=", 1) for item in init.overrides())
+    asked = [item for item in overrides if item.split("=", 1)[0].strip() in theirs]
+    if not asked:
+        return
+    mine = apply_overrides(base, asked).network
+    wanted = apply_overrides(base, init.overrides()).network
+    differ = [name.split(".", 1)[1] for name in theirs
+              if getattr(mine, name.split(".", 1)[1]) != getattr(wanted, name.split(".", 1)[1])]
+    if differ:
+        shown = ", ".join(f"network.{name}={getattr(mine, name)} (the weights' {getattr(wanted, name)})"
+                          for name in differ)
+        raise UserError(f"--init takes the network from its weights, and --set asks for another: {shown}; "
+                        f"leave out those --set options")
 
 
 def adopt_network(run: RunDir, overrides: Sequence[str]) -> str | None:

@@ -48,6 +48,11 @@ GUMBEL_UNVISITED = ("mixed", "action_value")
 """Gumbel's completed Q of an unvisited move: the node's one mixed value (mctx), or the network's action value of
 the move (the mixed value where the network gave none)."""
 
+C_INT_MAX = 2**31 - 1
+"""The largest C ``int``, the type of every integer field of the search's C ``Options`` struct: an integer
+setting with no ``maximum`` of its own is bounded by it (``setting()``), so a huge value is refused by name
+instead of overflowing where the search fills its struct."""
+
 Q_NORMALISATIONS = ("tree", "node")
 """How Gumbel rescales Q to [0, 1]: by the tree's value range, or by each node's own Q values (mctx)."""
 
@@ -68,8 +73,9 @@ class Setting:
     """What the one definition of a search setting says besides its name, type and default.
 
     ``minimum`` and ``maximum`` bound it (inclusive), ``above`` from below
-    (exclusive); a float must also be finite. ``choices`` are the names a
-    string may take; the C field gets the chosen name's index (the C enums
+    (exclusive); a float must also be finite; an integer setting's
+    ``maximum`` is C_INT_MAX unless it names its own (``setting()``).
+    ``choices`` are the names a string may take; the C field gets the chosen name's index (the C enums
     follow the same order). ``c`` is the field of the search's C ``Options``
     struct it fills ("puct.c_init" for a nested struct's field), None for a
     setting the search reads elsewhere; ``to_c`` converts the value when the C
@@ -97,24 +103,33 @@ class Setting:
             return None
         if isinstance(value, float) and not math.isfinite(value):
             return f"{name} must be a finite number, got {value}"
-        if self.minimum is not None and self.maximum is not None and not self.minimum <= value <= self.maximum:
-            return f"{name} must lie in [{self.minimum:g}, {self.maximum:g}], got {value}"
         if self.minimum is not None and not value >= self.minimum:
             return f"{name} must be at least {self.minimum:g}, got {value}"
         if self.above is not None and not value > self.above:
             return f"{name} must be above {self.above:g}, got {value}"
         if self.maximum is not None and not value <= self.maximum:
-            return f"{name} must be at most {self.maximum:g}, got {value}"
+            if self.minimum is not None:
+                return f"{name} must lie in [{_shown(self.minimum)}, {_shown(self.maximum)}], got {value}"
+            return f"{name} must be at most {_shown(self.maximum)}, got {value}"
         return None
 
 
 def setting(default: Any, doc: str, **spec: Any) -> Any:
     """Declares a search setting: its default and its Setting (help, range or choices, C field).
 
+    An integer default makes an integer setting, bounded by C_INT_MAX where ``maximum`` names no smaller bound.
+
     The help is the text a run's config.toml writes above the field (the same
     ``doc`` metadata alphazero.config's sections carry).
     """
+    if type(default) is int and spec.get("maximum") is None:  # an integer fills a C int (C_INT_MAX)
+        spec["maximum"] = C_INT_MAX
     return dataclasses.field(default=default, metadata={"doc": doc, "setting": Setting(doc, **spec)})
+
+
+def _shown(bound: float) -> str:
+    """Writes a bound for a message: an integer in full (2147483647, not 2.14748e+09), a float as %g."""
+    return str(int(bound)) if float(bound).is_integer() and abs(bound) < 2**53 else f"{bound:g}"
 
 
 def settings_of(cls: Any) -> dict[str, Setting]:

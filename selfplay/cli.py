@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from alphazero.arguments import gpu_count, positive_float, positive_int
 from alphazero.errors import UserError
 from alphazero.store.rundir import RunDir, add_run_arguments, open_run_from_args
 
@@ -23,13 +24,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="how shards reach the run directory: actors write them ('disk': one machine or storage "
                             "every node sees) or send them through Ray to this node ('ray': no shared disk); "
                             "default: 'ray' with --address, else selfplay.transport")
-    group.add_argument("--gpus", type=float, default=0.0,
+    group.add_argument("--gpus", type=gpu_count, default=0.0,
                        help="GPUs for inference (default 0: CPU); the preset's selfplay.gpu_* defaults apply")
     group.add_argument("--inference", choices=("local", "server"), default=None,
                        help="with GPUs: each actor runs the network ('local') or batching servers do ('server')")
     stop = group.add_mutually_exclusive_group()
-    stop.add_argument("--minutes", type=float, default=None, help="stop after this many minutes")
-    stop.add_argument("--games", type=int, default=None, help="stop after this many games")
+    stop.add_argument("--minutes", type=positive_float, default=None, help="stop after this many minutes")
+    stop.add_argument("--games", type=positive_int, default=None, help="stop after this many games")
     parser.add_argument("--no-progress", "--quiet", dest="quiet", action="store_true", help="no live progress line")
 
 
@@ -87,8 +88,6 @@ def run(args: argparse.Namespace) -> None:
     from selfplay.driver import run_selfplay
 
     run_dir, config = open_run_from_args(args, overrides_from(args))
-    if args.minutes is not None and args.minutes <= 0 or args.games is not None and args.games < 1:
-        raise UserError("--minutes must be positive and --games at least 1")
     actors = actor_count(args.actors, config.selfplay.actors, gpus=args.gpus, gpu_configured=config.selfplay.gpu_actors)
     print(describe_transport(config.selfplay.transport, run_dir), flush=True)
     totals = run_selfplay(run_dir, config, actors=actors,

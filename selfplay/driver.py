@@ -52,8 +52,8 @@ from selfplay.ray_connect import connect_ray, ensure_ray_token
 from selfplay.totals import ActorLosses, RepetitionWatch, Totals, why_died
 from selfplay.worker import PlayStats, ShardsNotStored
 
-__all__ = ["ActorLosses", "Totals", "actor_failure", "check_checkpoint", "connect_ray", "ensure_ray_token",
-           "flush_actors", "remote_traceback", "run_selfplay"]
+__all__ = ["ActorLosses", "Totals", "actor_failure", "actor_start_failure", "check_checkpoint", "connect_ray",
+           "ensure_ray_token", "flush_actors", "remote_traceback", "run_selfplay"]
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +163,8 @@ def run_selfplay(run: RunDir, config: Config, *, actors: int, address: str | Non
     Raises:
         UserError: an unreachable Ray address, a corrupt checkpoint, an actor
             that fails (with a user error's message, its machine's error and
-            what to do, or after a bug's traceback on stderr: actor_failure),
+            what to do, or after a bug's traceback on stderr: actor_failure;
+            an actor whose constructor raises too: actor_start_failure),
             bad arguments, or transport 'ray' through a Ray client (ray://),
             whose sink would write on the head. An actor that cannot store its
             games at the stop raises nothing: a line says what it lost and why.
@@ -385,7 +386,7 @@ def _collect(ref: Any, totals: Totals, index: int, idle: set[int], losses: Actor
 
     Raises:
         UserError: the actor's call raised (actor_failure: a user error's message, or a bug's after its
-            traceback).
+            traceback), or its constructor did (actor_start_failure).
     """
     import ray
     from ray.exceptions import RayActorError, RayTaskError
@@ -393,6 +394,8 @@ def _collect(ref: Any, totals: Totals, index: int, idle: set[int], losses: Actor
     try:
         stats: PlayStats = ray.get(ref)
     except RayActorError as error:
+        if error.actor_init_failed:  # its constructor raised: so would every restart's, without end
+            raise actor_start_failure(error)  # noqa: B904 - its cause, when set, is what ran out of memory
         # Killed, crashed or gone with its node: Ray restarts it; its stored shards are kept, its other games
         # are lost (and counted). Give it a moment and carry on.
         totals.lost_calls += 1
@@ -429,6 +432,28 @@ def actor_failure(error: Any) -> UserError:
     print(f"self-play: an actor raised an error that is a bug, not a setting; its traceback:\n"
           f"{remote_traceback(error)}", file=sys.stderr, flush=True)
     return UserError(f"a self-play actor failed with {_what(error)} (its traceback is above)")
+
+
+def actor_start_failure(error: Any) -> UserError:
+    """The one-line error for an actor whose constructor raised (a RayActorError with actor_init_failed).
+
+    Ray would restart it for ever, each restart raising again, and keeps only the error's text, its traceback,
+    whose last line says what was raised. A UserError's message is the whole report, as actor_failure's; any
+    other error's traceback is printed on stderr first; out of memory becomes the error's cause, which the
+    command line says as what ran out.
+    """
+    lines = _COLOUR.sub("", str(error)).strip().splitlines()
+    last = lines[-1].strip() if lines else type(error).__name__
+    kind, _, message = last.partition(": ")
+    name = kind.rsplit(".", 1)[-1]
+    if name == "UserError":
+        return UserError(f"a self-play actor failed: {message}")
+    print(f"self-play: an actor raised an error as it started; its traceback:\n{remote_traceback(error)}",
+          file=sys.stderr, flush=True)
+    failure = UserError(f"a self-play actor failed as it started, with {last} (its traceback is above)")
+    if name in ("MemoryError", "OutOfMemoryError"):
+        failure.__cause__ = MemoryError(message)
+    return failure
 
 
 def _cause(error: Any) -> Any:

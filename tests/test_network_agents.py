@@ -451,3 +451,11 @@ def test_a_fresh_match_command_knows_the_network_players(tmp_path: Path) -> None
     done = subprocess.run(command, env=repo_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "policy@builtin vs random" in done.stdout
+
+
+def test_a_run_the_player_names_must_exist(tmp_path: Path) -> None:
+    # A typo in run= had played the built-in network with only a note; the command's own run still falls back.
+    with pytest.raises(UserError, match=r"run=.*nope: no such run directory"):
+        eval.agents.parse_player(f"policy:run={tmp_path / 'nope'}", device="cpu")
+    with eval.agents.parse_player("policy", run=str(tmp_path / "nope"), device="cpu") as agent:
+        assert agent.name == "policy@builtin"

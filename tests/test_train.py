@@ -120,3 +120,30 @@ def test_a_run_from_weights_without_the_head_learns_one_from_its_own_games(tmp_p
     events.Reload()
     losses = [event.value for event in events.Scalars("loss/action_value")]
     assert losses and all(loss > 0 for loss in losses)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--preset", "cf-tiny"], "the --init weights are a 'resnet' network, and --preset cf-tiny is made for a "
+                              "'chessformer' one"),
+    (["--set", "network.filters=64"], "--init takes the network from its weights, and --set asks for another: "
+                                      "network.filters=64 (the weights' 32)"),
+])
+def test_init_refuses_what_its_weights_would_overrule_before_the_run_is_made(
+        tmp_path, capsys, weights, args: list[str], message: str) -> None:
+    run = tmp_path / "run"
+    assert cli.main(["train", "--run", str(run), "--init", str(weights), "--minutes", "1", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not run.exists()
+    # The weights' own value, and a field they leave to the run, are not refused.
+    from learner.init_weights import check_init_settings, read_init
+
+    init = read_init(str(weights), run)
+    check_init_settings(init, "tiny", ["network.filters=32", "network.action_value_head=logit"])
+
+
+def test_a_bad_override_leaves_no_run_folder(tmp_path, capsys) -> None:
+    run = tmp_path / "run"
+    assert cli.main(["train", "--run", str(run), "--minutes", "1", "--set", "search.simulations=0"]) == 2
+    assert "search.simulations must be at least 1" in capsys.readouterr().err
+    assert not run.exists()

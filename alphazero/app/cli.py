@@ -23,6 +23,8 @@ from alphazero.out_of_memory import OUT_OF_MEMORY_STATUS, out_of_memory_in, out_
 from alphazero.stop_signals import handling_stop_signals
 
 Counted = TypeVar("Counted")
+# The start position's perft(15) is about 2e21 leaves: a deeper count never ends, but may be started and stopped.
+MAX_PERFT_DEPTH = 32
 
 
 def _cmd_perft(args: argparse.Namespace) -> None:
@@ -101,7 +103,7 @@ def _perft_depth(text: str) -> int:
 def _add_perft(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("perft", help="count leaf nodes of the move tree (checks the move generator)")
     p.add_argument("fen", help="position as FEN in quotes, or 'startpos'")
-    p.add_argument("depth", type=_perft_depth, help="depth in plies (at least 1)")
+    p.add_argument("depth", type=_perft_depth, help=f"depth in plies (1 to {MAX_PERFT_DEPTH})")
     p.add_argument("--divide", action="store_true", help="print the count under each legal move, in UCI")
     p.set_defaults(func=_cmd_perft)
 
@@ -264,6 +266,9 @@ def _validate(args: argparse.Namespace) -> None:
         args.fen = STARTING_FEN
     if args.command == "perft" and args.depth < 1:
         raise UserError(f"depth must be at least 1, got {args.depth}")
+    if args.command == "perft" and args.depth > MAX_PERFT_DEPTH:
+        raise UserError(f"depth must lie in [1, {MAX_PERFT_DEPTH}] (deeper counts would run for years), "
+                        f"got {args.depth}")
 
 
 @contextlib.contextmanager

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from alphazero import __version__
+from alphazero.arguments import positive_float, thread_count
 from alphazero.errors import UserError
 
 if TYPE_CHECKING:
@@ -98,8 +99,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="check this preset's network with fresh weights instead of --weights")
     parser.add_argument("--batch-sizes", default=DEFAULT_BATCH_SIZES, metavar="SIZES",
                         help=f"comma-separated batch sizes (default: {DEFAULT_BATCH_SIZES})")
-    parser.add_argument("--seconds", type=float, default=0.5, help="timed seconds per point (default: 0.5)")
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--seconds", type=positive_float, default=0.5, help="timed seconds per point (default: 0.5)")
+    parser.add_argument("--threads", type=thread_count, default=0, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="config override, e.g. --set selfplay.parity_atol=0.05 (the tolerances)")
 
@@ -316,8 +317,6 @@ def run(args: argparse.Namespace) -> int:
     from alphazero.presets import get_preset
 
     batches = _batch_sizes(args.batch_sizes)
-    if args.seconds <= 0:
-        raise UserError(f"--seconds must be positive, got {args.seconds}")
     settings = ParitySettings.from_config(apply_overrides(get_preset(DEFAULT_PRESET), args.overrides).selfplay)
     if args.threads > 0:
         torch.set_num_threads(args.threads)

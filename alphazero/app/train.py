@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from alphazero.arguments import gpu_count, positive_float
 from alphazero.config import DEFAULT_PRESET, Config, apply_overrides
 from alphazero.console import fit_line
 from alphazero.errors import UserError
@@ -42,11 +43,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from learner.cli import add_from_checkpoint_argument
 
     add_run_arguments(parser)
-    parser.add_argument("--minutes", type=float, default=None, help="stop after this many minutes (default: Ctrl-C)")
+    parser.add_argument("--minutes", type=positive_float, default=None,
+                        help="stop after this many minutes (default: Ctrl-C)")
     parser.add_argument("--actors", type=int, default=None,
                         help="self-play actors (default: selfplay.actors, 0 = one per CPU core)")
     parser.add_argument("--device", default=None, help="learner device: auto, cpu, cuda or cuda:N")
-    parser.add_argument("--gpus", type=float, default=0.0,
+    parser.add_argument("--gpus", type=gpu_count, default=0.0,
                         help="GPUs for self-play inference (default 0); the preset's selfplay.gpu_* defaults apply")
     parser.add_argument("--no-progress", "--quiet", dest="quiet", action="store_true", help="no live progress lines")
     add_from_checkpoint_argument(parser)
@@ -67,15 +69,15 @@ def run(args: argparse.Namespace) -> None:
             learner or an actor.
     """
     launched = time.time()  # the run's milestones count from here (compilation and Ray's start included)
-    if args.minutes is not None and args.minutes <= 0:
-        raise UserError(f"--minutes must be positive, got {args.minutes}")
     if args.from_checkpoint is not None and args.from_checkpoint < 0:
         raise UserError(f"--from-checkpoint takes a step (0 or more), got {args.from_checkpoint}")
     if args.init is not None and args.from_checkpoint is not None:
         raise UserError("--init starts a new run and --from-checkpoint resumes an old one: give one of them")
-    from learner.init_weights import read_init  # (one copy: `alphazero pretrain --init` reads it too)
+    from learner.init_weights import check_init_settings, read_init  # (`alphazero pretrain --init` too)
 
     init = read_init(args.init, args.run) if args.init is not None else None
+    if init is not None:
+        check_init_settings(init, args.preset, args.overrides)
     defaults = init_defaults(init, args.preset, args.overrides) if init is not None else []
     run_dir, config = open_run_from_args(args, init.overrides() if init is not None else (), defaults=defaults)
     if init is not None:

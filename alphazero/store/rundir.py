@@ -308,9 +308,11 @@ class RunDir:
         """
         run = cls(path)
         overrides = list(overrides)
+        # A bad override is refused before the folder is made: no empty run is left behind.
+        fresh = None if run.exists() else apply_overrides(config if config is not None else get_preset(DEFAULT_PRESET),
+                                                          overrides)
         run.make_layout()
-        if not run.exists():
-            fresh = apply_overrides(config if config is not None else get_preset(DEFAULT_PRESET), overrides)
+        if fresh is not None:
             try:
                 created = write_once(run.config_file, to_toml(fresh).encode("utf-8"))
             except OSError as error:

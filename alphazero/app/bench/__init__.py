@@ -9,6 +9,7 @@ import argparse
 import importlib
 from typing import TYPE_CHECKING
 
+from alphazero.arguments import thread_count
 from alphazero.console import compact_number
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ def precision_list(text: str) -> list[str]:
 
 def add_threads_and_precision_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds --threads and --precision, which the network's and the learner's benchmarks take alike."""
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--threads", type=thread_count, default=0, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--precision", type=precision_list, default=precision_list("auto"), metavar="LIST",
                         help="comma-separated precisions to measure each in: auto (on CUDA bf16 from compute "
                              "capability 8.0, float16 from 7.0; on a CPU bf16 where native and faster), bf16, "

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from alphazero.app.bench import int_list
+from alphazero.arguments import positive_int
 from alphazero.errors import UserError
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 
     from eval.agent import Choice
     from eval.engine_agents import UciAgent
+    from eval.match import Clock
 
 POSITIONS = (
     "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1",
@@ -95,6 +97,16 @@ def _engine_spec(text: str) -> EngineSpec:
     return EngineSpec(label, path, options, environment)  # type: ignore[arg-type]  # (pairs of two, checked above)
 
 
+def _clock(text: str) -> Clock:
+    """Reads --match's BASE+INC (an argparse type): a bad clock is refused before the minutes of measuring."""
+    from eval.match import Clock
+
+    try:
+        return Clock.parse(text)
+    except UserError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", type=_engine_spec, action="append", default=None, metavar="LABEL=DIR",
                         help="an engine to measure: a label, a checkout of this project, options of its own and "
@@ -104,15 +116,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--busy", type=functools.partial(int_list, what="busy process counts"), default=[1, 2],
                         metavar="N,...", help="numbers of busy processes beside the engine, besides none "
                                               "(default 1,2)")
-    parser.add_argument("--movetime", type=int, default=1000, metavar="MS",
+    parser.add_argument("--movetime", type=positive_int, default=1000, metavar="MS",
                         help="milliseconds each position is searched (default 1000)")
-    parser.add_argument("--rounds", type=int, default=3, help="measurements of each engine at each point (default 3)")
+    parser.add_argument("--rounds", type=positive_int, default=3,
+                        help="measurements of each engine at each point (default 3)")
     parser.add_argument("--weights", default="builtin", help="the network (default: builtin)")
-    parser.add_argument("--match", default=None, metavar="BASE+INC",
+    parser.add_argument("--match", type=_clock, default=None, metavar="BASE+INC",
                         help="then play the first engine on this clock (e.g. 10+0.1) as `alphazero match` does: "
                              "one engine process playing both sides, then two, one a side; each engine's median "
                              "nodes/s over its moves and the precision each says")
-    parser.add_argument("--match-games", type=int, default=2, metavar="N", help="games of each (default 2)")
+    parser.add_argument("--match-games", type=positive_int, default=2, metavar="N", help="games of each (default 2)")
     parser.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
                         help="an engine option set on every engine (repeatable), e.g. Threads=1")
 
@@ -161,12 +174,12 @@ def _recorded(agent: UciAgent, rates: list[float]) -> None:
     setattr(agent, "choose_on_clock", recording)  # noqa: B010  # (an instance's own, over the class's method)
 
 
-def _clock_point(spec: EngineSpec, weights: str, options: dict[str, str], clock_text: str, games: int,
+def _clock_point(spec: EngineSpec, weights: str, options: dict[str, str], clock: Clock, games: int,
                  engines: int) -> list[tuple[float, str]]:
     """Plays ``games`` on the clock between ``engines`` (1: one process both sides, 2: one a side) of ``spec``;
     returns each engine's median nodes/s over its moves, with the precision part of its network note."""
     from eval.engine_agents import UciAgent
-    from eval.match import Clock, play_match
+    from eval.match import play_match
 
     flags = ["--weights", weights, "--device", "cpu"]
     agents: list[UciAgent] = []
@@ -177,7 +190,7 @@ def _clock_point(spec: EngineSpec, weights: str, options: dict[str, str], clock_
         rates: list[list[float]] = [[] for _ in agents]
         for agent, noted in zip(agents, rates):
             _recorded(agent, noted)
-        play_match(agents[0], agents[-1], games=games, concurrency=1, clock=Clock.parse(clock_text), progress=False)
+        play_match(agents[0], agents[-1], games=games, concurrency=1, clock=clock, progress=False)
         return [(statistics.median(noted) if noted else 0.0, _precision_of(agent.notes))
                 for agent, noted in zip(agents, rates)]
     finally:
@@ -207,8 +220,6 @@ def _ambient_load(meter: object, seconds: float = AMBIENT_WINDOW_S) -> float:
 def run(args: argparse.Namespace) -> None:
     from eval.uci_threads import BusyMeter, machine_cores
 
-    if args.movetime < 1 or args.rounds < 1 or args.match_games < 1:
-        raise UserError("--movetime, --rounds and --match-games must be at least 1")
     lone = 0.0
     options = dict(text.split("=", 1) for text in args.option if "=" in text)
     if len(options) != len(args.option):

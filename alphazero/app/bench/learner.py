@@ -49,9 +49,9 @@ from alphazero.app.bench import (
     rate,
     ratio,
 )
+from alphazero.arguments import nonnegative_int, positive_float
 from alphazero.chess.moves import NUM_MOVES
 from alphazero.config import apply_overrides
-from alphazero.errors import UserError
 from alphazero.presets import get_preset
 
 if TYPE_CHECKING:
@@ -93,10 +93,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", type=preset_list, default=preset_list(DEFAULT_PRESETS), metavar="NAMES",
                         help=f"comma-separated presets to measure (default: {DEFAULT_PRESETS})")
     parser.add_argument("--device", default="auto", help="auto (the CPU, and CUDA when present), cpu, cuda or cuda:N")
-    parser.add_argument("--batch-size", type=int, default=0, metavar="N",
-                        help="batch size for every point (default: the preset's learner.batch_size; on a CPU "
+    parser.add_argument("--batch-size", type=nonnegative_int, default=0, metavar="N",
+                        help="batch size for every point (default 0: the preset's learner.batch_size; on a CPU "
                              f"{', '.join(f'{k} {v}' for k, v in CPU_BATCH.items())})")
-    parser.add_argument("--seconds", type=float, default=2.0, help="timed seconds per figure (default: 2.0)")
+    parser.add_argument("--seconds", type=positive_float, default=2.0, help="timed seconds per figure (default: 2.0)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the network (slow first steps)")
     add_threads_and_precision_arguments(parser)
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -322,8 +322,6 @@ def run(args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    if args.seconds <= 0 or args.batch_size < 0 or args.threads < 0:
-        raise UserError("--seconds must be positive, --batch-size and --threads 0 or more")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     points = [_measure(name, device, precision, args) for name in args.preset for device in bench_devices(args.device)

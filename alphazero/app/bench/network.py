@@ -60,6 +60,7 @@ from alphazero.app.bench import (
     rate,
     ratio,
 )
+from alphazero.arguments import positive_float
 from alphazero.config import FORWARD_MODES, Config, apply_overrides
 from alphazero.errors import UserError
 from alphazero.presets import PRESET_NAMES, get_preset
@@ -147,8 +148,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "as the baseline")
     parser.add_argument("--device", default="auto",
                         help="auto (the CPU, and CUDA when present), cpu, cuda or cuda:N")
-    parser.add_argument("--seconds", type=float, default=1.0, help="timed seconds per point (default: 1.0)")
-    parser.add_argument("--max-pass-seconds", type=float, default=1.0,
+    parser.add_argument("--seconds", type=positive_float, default=1.0, help="timed seconds per point (default: 1.0)")
+    parser.add_argument("--max-pass-seconds", type=positive_float, default=1.0,
                         help="skip batch sizes whose single pass would take longer (default: 1.0)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the network (slow first passes)")
     parser.add_argument("--forward", choices=FORWARD_MODES, default=None,
@@ -391,8 +392,6 @@ def run(args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    if args.seconds <= 0 or args.max_pass_seconds <= 0:
-        raise UserError("--seconds and --max-pass-seconds must be positive")
     names = [variant.name for variant in args.variants]
     twice = next((name for name in names if names.count(name) > 1), None)
     if twice is not None:

@@ -22,6 +22,7 @@ import chess
 import numpy as np
 
 from alphazero.app.bench import rate, ratio
+from alphazero.arguments import positive_float, positive_int
 from alphazero.chess.moves import move_to_index
 from mcts_ext.driver import uniform_evaluator
 
@@ -151,9 +152,9 @@ def cython_search_rate(games: int, budget: int, seconds: float, algorithm: str =
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--games", type=int, default=64, help="games searched at once (default 64)")
-    parser.add_argument("--simulations", type=int, default=800, help="simulations per move (default 800)")
-    parser.add_argument("--seconds", type=float, default=8.0, help="time for each side (default 8)")
+    parser.add_argument("--games", type=positive_int, default=64, help="games searched at once (default 64)")
+    parser.add_argument("--simulations", type=positive_int, default=800, help="simulations per move (default 800)")
+    parser.add_argument("--seconds", type=positive_float, default=8.0, help="time for each side (default 8)")
     parser.add_argument("--algorithm", choices=("puct", "gumbel"), default="puct",
                         help="gumbel: also time the Cython search with Gumbel AlphaZero, beside PUCT (default puct)")
 

@@ -44,14 +44,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from alphazero.app.bench import int_list, rate, ratio
-from alphazero.errors import UserError
+from alphazero.arguments import gpu_count, positive_float, positive_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default="tiny", help="config preset (default: tiny)")
-    parser.add_argument("--actors", type=int, default=1, help="self-play actors (default: 1)")
-    parser.add_argument("--seconds", type=float, default=20.0, help="measured self-play time (default: 20)")
-    parser.add_argument("--gpus", type=float, default=0.0,
+    parser.add_argument("--actors", type=positive_int, default=1, help="self-play actors (default: 1)")
+    parser.add_argument("--seconds", type=positive_float, default=20.0, help="measured self-play time (default: 20)")
+    parser.add_argument("--gpus", type=gpu_count, default=0.0,
                         help="GPUs for inference (default 0: CPU); the preset's selfplay.gpu_* defaults apply")
     parser.add_argument("--inference", choices=("local", "server"), default=None,
                         help="each actor runs the network ('local') or one inference server per GPU (one on the "
@@ -212,8 +212,6 @@ class Point:
 def run(args: argparse.Namespace) -> None:
     """Measures self-play as configured (with --games, at each number of games in flight, then the table and its
     knee); on the CPU, when its network runs bf16, again in float32 eagerly (the pass before issue 32) beside it."""
-    if args.actors < 1 or args.seconds <= 0 or args.gpus < 0:
-        raise UserError("--actors must be at least 1, --seconds positive and --gpus at least 0")
     points, precision = _run_once(args, [], args.games or [None])
     if len(points) > 1:
         print(sweep_table(points, args.actors))

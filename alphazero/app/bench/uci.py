@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from alphazero.app.bench import int_list, rate, ratio
+from alphazero.arguments import nonnegative_int, positive_float, positive_int, thread_count
 from alphazero.errors import UserError
 
 if TYPE_CHECKING:
@@ -76,18 +77,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--weights", default="builtin",
                         help="the network: a model file, a checkpoint, or builtin (default)")
     parser.add_argument("--device", default="cpu", help="cpu (default), auto, cuda or cuda:N")
-    parser.add_argument("--threads", type=int, default=0,
+    parser.add_argument("--threads", type=thread_count, default=0,
                         help="torch CPU threads, the engine's Threads option (default 0: torch's default)")
-    parser.add_argument("--game-plies", type=int, default=GAME_PLIES,
+    parser.add_argument("--game-plies", type=nonnegative_int, default=GAME_PLIES,
                         help=f"plies of the game the engine plays itself with its defaults (default {GAME_PLIES}; "
                              "0: none)")
-    parser.add_argument("--game-movetime", type=int, default=GAME_MOVETIME_MS, metavar="MS",
+    parser.add_argument("--game-movetime", type=positive_int, default=GAME_MOVETIME_MS, metavar="MS",
                         help=f"movetime of each of those moves in milliseconds (default {GAME_MOVETIME_MS}, about "
                              "a move's time at 10+0.1 s)")
-    parser.add_argument("--visits-per-leaf", type=int, default=None, metavar="V",
+    parser.add_argument("--visits-per-leaf", type=nonnegative_int, default=None, metavar="V",
                         help="the engine's VisitsPerLeaf (its batch grows as root visits / V; 0: full batches "
                              "from the first call; default: the engine's)")
-    parser.add_argument("--seconds", type=float, default=3.0,
+    parser.add_argument("--seconds", type=positive_float, default=3.0,
                         help=f"engine seconds per point, split over {len(POSITIONS)} positions; as long again "
                              "for the network alone (default 3)")
 
@@ -190,8 +191,6 @@ def run(args: argparse.Namespace) -> None:
     from alphazero.store.sources import Network, NetworkSource, load_network
     from eval.uci import ENGINE_FORWARD, OPTIONS
 
-    if args.seconds <= 0 or args.threads < 0 or args.game_plies < 0 or args.game_movetime < 1:
-        raise UserError("--seconds and --game-movetime must be positive, --threads and --game-plies at least 0")
     default = next(int(option.default) for option in OPTIONS if option.name == "LeavesPerBatch")
     leaves = sorted(set(args.leaves) | {default})
     out = io.StringIO()
