@@ -105,6 +105,8 @@ BYTES_PER_EDGE = tree_edge_bytes(False)
 """The bytes an edge (a legal move of an expanded node) takes."""
 BYTES_PER_ACTION_VALUE = tree_edge_bytes(True) - tree_edge_bytes(False)
 """The bytes more an edge takes in a search that keeps the head's action values (reads_action_values)."""
+MAX_BATCH_LEAVES = (2**31 - 1) // MAX_MOVES
+"""The most leaves one batch of a MultiGameSearch holds (games x leaves_per_game): their move indices fit C ints."""
 EDGES_PER_NODE = 35.0
 """Legal moves per node that nodes_that_fit() assumes by default: about the average of middlegame positions,
 where long analyses spend their nodes (each simulation adds a node with its moves; endgames have fewer)."""
@@ -871,6 +873,10 @@ cdef class MultiGameSearch:
         if not isinstance(params, SearchParams):
             raise TypeError(f"MultiGameSearch needs a mcts_ext.params.SearchParams, got {type(params).__name__}")
         self.params = params  # checked when it was made; copied into the C struct below
+        # Each leaf of a batch holds MAX_MOVES move indices, counted in C ints: a larger batch would overflow them.
+        if games * params.leaves_per_game > MAX_BATCH_LEAVES:
+            raise ValueError(f"games x leaves_per_game must be at most {MAX_BATCH_LEAVES:,} leaves a batch, got "
+                             f"{games} x {params.leaves_per_game}")
         # Every field from its one definition (mcts_ext.params); Cython refuses a dict that lacks one.
         self.options = params.c_options()
         cdef Options* o = &self.options

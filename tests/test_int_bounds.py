@@ -161,3 +161,13 @@ def test_an_actor_that_cannot_start_stops_selfplay_in_one_line(local_ray: None, 
     said = rf"^a self-play actor failed: search\.simulations must lie in \[1, {C_INT_MAX}\]"
     with pytest.raises(UserError, match=said):
         run_selfplay(run, config, actors=1, minutes=2, progress=False, chunk_seconds=0.5)
+
+
+def test_a_batch_whose_move_indices_would_overflow_a_c_int_is_refused() -> None:
+    from mcts_ext.search import MAX_BATCH_LEAVES, MultiGameSearch
+
+    # Each leaf holds MAX_MOVES indices counted in C ints: games x leaves_per_game above this overflowed them.
+    assert MAX_BATCH_LEAVES * 256 <= 2**31 - 1 < (MAX_BATCH_LEAVES + 1) * 256
+    with pytest.raises(ValueError, match="games x leaves_per_game must be at most 8,388,607"):
+        MultiGameSearch(MAX_BATCH_LEAVES // 8 + 1, SearchParams(leaves_per_game=8))
+    assert MultiGameSearch(4, SearchParams(leaves_per_game=8)).max_batch == 32
