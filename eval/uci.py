@@ -36,8 +36,10 @@ threads (0: the cores less those other work keeps busy, chosen at the
 network's load and followed through each search, eval.uci_threads).
 
 `go` takes the limits eval.uci_go lists (whichever comes first ends the
-search; with none, the Nodes option's simulations); `mate` and
-`searchmoves` are not supported and are ignored with an info string.
+search; with none, the Nodes option's simulations); `searchmoves`
+limits the root to its legal moves (MultiGameSearch.set_root_moves: a fresh
+tree, and no reuse of it by the next search); `mate` is not supported and is
+ignored with an info string.
 `Mode policy|value|av` answers `go` at once with that player's move, no search (eval.uci_searchless).
 
 The search proves results where it meets game ends (an MCTS-solver): the
@@ -434,6 +436,10 @@ class UciEngine:
             return
         mode = usable_mode(str(self.values["Mode"]), network, self.info_string)
         self._job = self._make_job(go, board)
+        if mode == SEARCH:
+            self._job.root_moves = self._root_moves(go, board)
+        elif go.searchmoves:
+            self.info_string(f"go searchmoves is not used in Mode {mode}: answering from every move")
         if mode != SEARCH:  # one predictor's move at once (eval.uci_searchless)
             self._search_done = self._network_thread.submit(answer_searchless, mode, network, self._job, self._out.line,
                                                             self.info_string, bool(self.values["UCI_ShowWDL"]))
@@ -470,6 +476,19 @@ class UciEngine:
             self._search_done = self._network_thread.submit(answer)
         else:
             answer()
+
+    def _root_moves(self, go: GoCommand, board: Board) -> tuple[str, ...]:
+        """The moves `go searchmoves` limits the root to, those legal here; says what it ignores."""
+        if not go.searchmoves:
+            return ()
+        legal = set(board.legal_moves())
+        ignored = [move for move in go.searchmoves if move not in legal]
+        if ignored:
+            self.info_string(f"go searchmoves: ignored {' '.join(quoted(move) for move in ignored)} (not legal here)")
+        kept = tuple(dict.fromkeys(move for move in go.searchmoves if move in legal))
+        if not kept:
+            self.info_string("go searchmoves: no legal move left; searching every move")
+        return kept
 
     def _make_job(self, go: GoCommand, board: Board) -> SearchJob:
         started = self._clock()
@@ -536,7 +555,7 @@ class UciEngine:
         try:
             best, ponder = self._searched_move(job, network, so_far)
         except Exception as error:  # report, and still answer with a move
-            moves = job.board.legal_moves()
+            moves = list(job.root_moves) or job.board.legal_moves()
             best, ponder = (so_far[-1] if so_far else moves[0] if moves else "0000"), None
             answer = "answering with the best move so far" if so_far else "answering with a legal move"
             exhausted = out_of_memory_in(error)
@@ -554,12 +573,17 @@ class UciEngine:
         search = self._search_for(network, job)
         tables = self._tables  # this search's, whatever a setoption sets meanwhile
         hits_before = tables.hits if tables is not None else 0
-        probe = root_probe(tables, self._python_board(job.board)) if tables is not None else None
+        # Where searchmoves limit the root, the tables do not choose among its moves (their choice may be none).
+        probe = root_probe(tables, self._python_board(job.board)) if tables is not None and not job.root_moves \
+            else None
         # Where the tables rank the root, they choose the move; probing the leaves too would cost a fifth of the
         # search's speed for a tie break (EXPERIMENTS.md, "Syzygy tablebases in the engine").
         leaf_tables = tables if probe is None else None
         # Gumbel's Sequential Halving schedules a budget from an empty root: no reuse there.
-        search.set_position(0, job.board, simulations=job.nodes, reuse=search.algorithm == "puct")
+        search.set_position(0, job.board, simulations=job.nodes,
+                            reuse=search.algorithm == "puct" and not job.root_moves)
+        if job.root_moves:
+            search.set_root_moves(0, job.root_moves)
         multipv = int(self.values["MultiPV"])
         wdl = bool(self.values["UCI_ShowWDL"])
         draw = network.draw_probability(job.board) if wdl else None

@@ -19,7 +19,9 @@ first of them ends the search:
   the normal search its time limits describe, timed from the ponderhit) or
   `stop` (answered with bestmove, which the GUI discards).
 - none of these: the Nodes option's simulations.
-`mate` and `searchmoves` are not supported and are ignored with an info string.
+- `searchmoves M1 M2 ...`: the search's root tries those moves only (the
+  engine says which it ignores: not legal there; with none left, every move).
+`mate` is not supported and is ignored with an info string.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ class GoCommand:
     movetime: int | None = None
     infinite: bool = False
     ponder: bool = False
-    searchmoves: bool = False
+    searchmoves: tuple[str, ...] = ()
     problems: tuple[str, ...] = ()
 
 
@@ -65,9 +67,11 @@ def parse_go(tokens: Sequence[str]) -> GoCommand:
         if token in _GO_FLAGS:
             setattr(go, token, True)
         elif token == "searchmoves":
-            go.searchmoves = True
+            moves = []
             while i + 1 < len(tokens) and tokens[i + 1].lower() not in (*_GO_INTEGERS, *_GO_FLAGS):
                 i += 1
+                moves.append(tokens[i])
+            go.searchmoves = (*go.searchmoves, *moves)
         elif token in _GO_INTEGERS:
             value = tokens[i + 1] if i + 1 < len(tokens) else None
             try:
@@ -87,12 +91,10 @@ def parse_go(tokens: Sequence[str]) -> GoCommand:
 
 
 def unsupported(go: GoCommand) -> list[str]:
-    """Says what of `go` is ignored, one info string each: malformed values, `mate`, `searchmoves`."""
+    """Says what of `go` is ignored, one info string each: malformed values, `mate`."""
     texts = [f"go: ignored {quoted(problem)}" for problem in go.problems]
     if go.mate is not None:
         texts.append("go mate is not supported; searching with the other limits")
-    if go.searchmoves:
-        texts.append("go searchmoves is not supported; searching every move")
     return texts
 
 

@@ -75,6 +75,7 @@ class SearchJob:
     answered: threading.Event = field(default_factory=threading.Event)
     clock: Callable[[], float] = time.monotonic  # the engine's clock (a test gives its own)
     searching_since: float = -1.0  # nps counts every node from here (`started` unless set)
+    root_moves: tuple[str, ...] = ()  # `go searchmoves`' legal moves: the only ones the root tries (empty: all)
 
     def __post_init__(self) -> None:
         if self.searching_since < 0:

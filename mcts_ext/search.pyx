@@ -198,6 +198,8 @@ ctypedef struct Slot:
     long long moves_played           # moves this slot has played, over all its games
     Record record
     GumbelRoot gumbel                # Gumbel: the root's noise and the tree's value range
+    Move root_moves[MAX_MOVES]       # analysis: the only moves this search's root may try (UCI's searchmoves)
+    int root_move_count              # ... how many of them; 0: every legal move
 
 ctypedef struct Reuse:
     # Tree reuse (tree_keep_subtree) for all the slots, one copy at a time.
@@ -371,10 +373,24 @@ cdef int start_move(Slot* s, const Options* o, int32_t keep, Reuse* reuse) noexc
     s.done = 0
     s.in_flight = 0
     s.tree_full = False
+    s.root_move_count = 0  # a root's moves are limited for one search (set_root_moves)
     s.state = SEARCHING
     if s.noisy and s.tree.edge_count[ROOT] != UNEXPANDED:
         apply_noise(s, o)
     return 0
+
+
+cdef int keep_root_moves(const Slot* s, Move* moves, int n) noexcept nogil:
+    """Keeps, in their order, the moves of ``moves[:n]`` the slot's root may try (set_root_moves); returns how
+    many (at least one: set_root_moves takes legal moves only)."""
+    cdef int kept = 0, i, j
+    for i in range(n):
+        for j in range(s.root_move_count):
+            if moves[i] == s.root_moves[j]:
+                moves[kept] = moves[i]
+                kept += 1
+                break
+    return kept
 
 
 cdef int descend(Slot* s, const Options* o, Move* moves, int* move_count, int32_t* leaf) noexcept nogil:
@@ -410,6 +426,8 @@ cdef int descend(Slot* s, const Options* o, Move* moves, int* move_count, int32_
                 note_leaf_value(s, node, terminal_value(status))
                 backup_value(tree, node, terminal_value(status))
                 return LEAF_SCORED
+            if node == ROOT and s.root_move_count > 0:
+                n = keep_root_moves(s, moves, n)
             if tree_add_edges(tree, node, moves, n) < 0:
                 return LEAF_TREE_FULL
             if o.solver and expand_proven(s, node) < 0:
@@ -764,7 +782,8 @@ cdef class MultiGameSearch:
     Self-play: every slot starts a game from the initial position (or a FEN),
     plays it to the end with `simulations` per move, and keeps its training
     samples; take_finished() hands back the records. Analysis: set_position()
-    loads a position with its history; the search stops at the budget and
+    loads a position with its history (set_root_moves() then limits its root
+    to some moves, UCI's searchmoves); the search stops at the budget and
     root_stats(), best_move() and principal_variation() read the result.
 
     With `solver=True` the search proves results as it meets game ends (see
@@ -1029,6 +1048,32 @@ cdef class MultiGameSearch:
             s.budget = simulations
         return keep != NO_NODE and s.tree.edge_count[ROOT] != UNEXPANDED
 
+    def set_root_moves(self, int slot, moves) -> None:
+        """Limits the search of `slot`'s root to `moves` (UCI strings: UCI's `go searchmoves`), for this
+        search only: the root's other moves are never tried, ranked or played, and the next search's
+        set_position keeps nothing of this tree.
+
+        Call it after set_position without reuse, before the search's first batch.
+
+        Raises ValueError: no move, a move not legal at the root, or a root already expanded (a kept tree,
+        or a search under way).
+        """
+        cdef Slot* s = self._slot(slot)
+        cdef Move legal[MAX_MOVES]
+        if s.state != SEARCHING or s.tree.edge_count[ROOT] != UNEXPANDED:
+            raise ValueError("set_root_moves needs a root not searched yet: call it after set_position(reuse=False)")
+        cdef int n = generate_legal(&s.stack.positions[s.root_length - 1], legal)
+        by_uci = {move_to_uci(legal[i]): legal[i] for i in range(n)}
+        chosen = list(dict.fromkeys(moves))
+        if not chosen:
+            raise ValueError("set_root_moves needs at least one move")
+        for uci in chosen:
+            if uci not in by_uci:
+                raise ValueError(f"{uci!r} is not a legal move at the root")
+        for i, uci in enumerate(chosen):
+            s.root_moves[i] = by_uci[uci]
+        s.root_move_count = len(chosen)
+
     cdef int32_t _reusable_node(self, Slot* s, Board board):
         """The node of `s`'s tree standing for `board`'s position when `board` continues the
         slot's searched game, else NO_NODE."""
@@ -1039,6 +1084,8 @@ cdef class MultiGameSearch:
         cdef int i
         if s.state == IDLE or tree.edge_count[ROOT] == UNEXPANDED or new.length < s.root_length:
             return NO_NODE
+        if s.root_move_count > 0:
+            return NO_NODE  # its root holds only the moves that search was limited to
         if (old.positions[0].key != new.positions[0].key
                 or old.positions[0].halfmove_clock != new.positions[0].halfmove_clock
                 or old.positions[0].fullmove_number != new.positions[0].fullmove_number):

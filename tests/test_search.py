@@ -750,3 +750,34 @@ def test_action_values_given_to_a_search_that_does_not_read_them_change_nothing(
     for (_, record), (_, expected) in zip(given.take_finished(), plain.take_finished()):
         assert record["moves"] == expected["moves"]
         assert np.array_equal(record["policy_probs"], expected["policy_probs"])
+
+
+@pytest.mark.parametrize("algorithm", ["puct", "gumbel"])
+def test_a_root_limited_to_some_moves_tries_ranks_and_plays_those_only(algorithm):
+    # UCI's `go searchmoves`: the material evaluator would take the hanging queen (c6d8), which is not offered.
+    board = Board("3q3k/8/2N5/8/8/8/8/6K1 w - - 0 1")
+    allowed = ["g1f2", "g1h2", "c6e5"]
+    search = MultiGameSearch(1, SearchParams(simulations=200, autoplay=False, algorithm=algorithm, gumbel_scale=0.0))
+    search.set_position(0, board)
+    search.set_root_moves(0, allowed)
+    run(search, material_evaluator)
+    tried = [stat[0] for stat in search.root_stats(0)]
+    assert sorted(tried) == sorted(allowed) and search.best_move(0) in allowed
+    assert sum(stat[2] for stat in search.root_stats(0)) > 0
+    # The next search of the same position keeps nothing of this tree: every move is there again.
+    assert search.set_position(0, board, reuse=True) is False
+    run(search, material_evaluator)
+    assert len(search.root_stats(0)) == len(board.legal_moves()) and search.best_move(0) == "c6d8"
+
+
+def test_root_moves_are_checked_at_the_python_edge():
+    board = Board()
+    search = MultiGameSearch(1, SearchParams(simulations=16, autoplay=False))
+    search.set_position(0, board)
+    with pytest.raises(ValueError, match="'e2e5' is not a legal move at the root"):
+        search.set_root_moves(0, ["e2e4", "e2e5"])
+    with pytest.raises(ValueError, match="at least one move"):
+        search.set_root_moves(0, [])
+    run(search, uniform_evaluator)
+    with pytest.raises(ValueError, match="a root not searched yet"):
+        search.set_root_moves(0, ["e2e4"])

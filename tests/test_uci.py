@@ -285,7 +285,8 @@ def test_the_simple_time_budget_formula() -> None:
 
 def test_go_parsing_skips_bad_values() -> None:
     go = parse_go("wtime 1000 btime x winc 5 searchmoves e2e4 d2d4 nodes 7 infinite bogus".split())
-    assert (go.wtime, go.btime, go.winc, go.nodes, go.infinite, go.searchmoves) == (1000, None, 5, 7, True, True)
+    assert (go.wtime, go.btime, go.winc, go.nodes, go.infinite, go.searchmoves) == \
+        (1000, None, 5, 7, True, ("e2e4", "d2d4"))
     assert go.problems == ("btime x", "bogus")
 
 

@@ -123,3 +123,37 @@ def test_a_weights_file_that_is_no_model_is_refused_before_the_first_go(weights:
     engine.handle(f"setoption name Weights value {junk}")
     assert engine.values["Weights"] == str(weights)
     assert f"info string ignored Weights, kept '{weights}'" in out.getvalue()
+
+
+def _first_moves_of_last_report(out: io.StringIO) -> set[str]:
+    """The first move of each `multipv` line of the last search's report (its last lines before bestmove)."""
+    lines = out.getvalue().splitlines()
+    last = max(i for i, line in enumerate(lines) if line.startswith("bestmove"))
+    report = []
+    for line in reversed(lines[:last]):
+        if not line.startswith("info depth"):
+            break
+        report.append(line)
+    return {line.split(" pv ")[1].split()[0] for line in report}
+
+
+def test_searchmoves_limits_the_search_to_the_legal_moves_it_names(weights: Path) -> None:
+    engine, out = _engine(weights)
+    engine.handle("setoption name MultiPV value 5")
+    engine.handle("position fen 3q3k/8/2N5/8/8/8/8/6K1 w - - 0 1")
+    engine.handle("go nodes 64 searchmoves g1f2 c6e5 e2e4 g1h2")
+    engine.wait()
+    assert "info string go searchmoves: ignored 'e2e4' (not legal here)" in out.getvalue()
+    assert _bestmoves(out)[-1] in {"g1f2", "c6e5", "g1h2"}
+    assert _first_moves_of_last_report(out) == {"g1f2", "c6e5", "g1h2"}
+    # The next search is not limited, and keeps nothing of the limited tree.
+    engine.handle("go nodes 64")
+    engine.wait()
+    board = chess.Board("3q3k/8/2N5/8/8/8/8/6K1 w - - 0 1")
+    first = _first_moves_of_last_report(out)
+    assert len(first) == 5 and all(chess.Move.from_uci(move) in board.legal_moves for move in first)
+    # None legal: every move is searched, and said so.
+    engine.handle("go nodes 16 searchmoves a1a2")
+    engine.wait()
+    assert "info string go searchmoves: no legal move left; searching every move" in out.getvalue()
+    assert chess.Move.from_uci(_bestmoves(out)[-1]) in board.legal_moves
