@@ -31,10 +31,11 @@ from dataclasses import dataclass
 
 from eval.timeman import MIN_BUDGET_MS, MovePlan, TimeManager, simple_budget_ms
 from eval.uci_options import quoted
+from mcts_ext.params import C_INT_MAX
 
 _GO_INTEGERS = ("wtime", "btime", "winc", "binc", "movestogo", "depth", "nodes", "mate", "movetime")
 _GO_FLAGS = ("infinite", "ponder")
-MAX_DEPTH = 2**31 - 1
+MAX_DEPTH = C_INT_MAX
 """The largest `depth` kept (a larger one is this: no line is that long), so that it fits the search's C int."""
 
 

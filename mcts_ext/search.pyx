@@ -64,7 +64,7 @@ from mcts_ext.tree cimport (MAX_INDEX, NO_NODE, PROVEN_DRAW, PROVEN_LOSS, PROVEN
                             tree_enable_action_values, tree_free, tree_init, tree_keep_subtree, tree_node_bytes,
                             tree_reset)
 
-from mcts_ext.params import SearchParams, check_resign_threshold, resign_options
+from mcts_ext.params import C_INT_MAX, SearchParams, check_resign_threshold, resign_options
 from mcts_ext.position import STARTING_FEN, TERMINATIONS, move_to_uci
 
 cdef enum:
@@ -105,7 +105,7 @@ BYTES_PER_EDGE = tree_edge_bytes(False)
 """The bytes an edge (a legal move of an expanded node) takes."""
 BYTES_PER_ACTION_VALUE = tree_edge_bytes(True) - tree_edge_bytes(False)
 """The bytes more an edge takes in a search that keeps the head's action values (reads_action_values)."""
-MAX_BATCH_LEAVES = (2**31 - 1) // MAX_MOVES
+MAX_BATCH_LEAVES = C_INT_MAX // MAX_MOVES
 """The most leaves one batch of a MultiGameSearch holds (games x leaves_per_game): their move indices fit C ints."""
 EDGES_PER_NODE = 35.0
 """Legal moves per node that nodes_that_fit() assumes by default: about the average of middlegame positions,
